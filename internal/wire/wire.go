@@ -1,0 +1,177 @@
+// Package wire holds the HTTP plumbing shared by every embedkit handler and
+// middleware: JSON decoding with a size cap, JSON writes, and one error type
+// with one mapping to HTTP statuses, so every error response looks alike:
+// {"error": "<message>"}.
+package wire
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// MaxBodyBytes caps request bodies (decisions.md §6: 1 MiB).
+const MaxBodyBytes = 1 << 20
+
+// Error is an error with the HTTP status and the client-facing message it
+// maps to. Err, if set, is the cause; it is logged, never sent.
+type Error struct {
+	Status int
+	Msg    string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with status and a formatted message.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+}
+
+// BadRequest returns a 400 *Error.
+func BadRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, format, args...)
+}
+
+// Status returns the HTTP status and client message err maps to.
+func Status(err error) (int, string) {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Status, e.Msg
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return http.StatusRequestEntityTooLarge, "request body too large"
+	}
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusServiceUnavailable, "service unavailable, try again"
+	}
+	if errors.Is(err, context.Canceled) {
+		// The client went away; the status is never seen.
+		return 499, "request canceled"
+	}
+	return http.StatusInternalServerError, "internal error"
+}
+
+// WriteError writes err as {"error": msg} with its status. Causes of 5xx
+// errors are logged on log (if non-nil), never sent.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	status, msg := Status(err)
+	if status >= 500 && log != nil {
+		log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.String("error", err.Error()))
+	}
+	WriteJSON(w, status, struct {
+		Error string `json:"error"`
+	}{msg})
+}
+
+// WriteJSON writes v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"internal error"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// DecodeJSON reads r's body (at most [MaxBodyBytes]) into v, which must be a
+// pointer to a struct. Malformed JSON, a non-object body, trailing data or a
+// known field of the wrong type give a 400 *Error naming the problem; an
+// oversized body gives 413. Unknown fields are ignored. A Content-Type other
+// than application/json is a 400; a missing one is accepted.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return BadRequest("Content-Type must be application/json")
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return err
+		}
+		return &Error{Status: http.StatusBadRequest, Msg: "could not read request body", Err: err}
+	}
+	return Unmarshal(body, v)
+}
+
+// Unmarshal decodes a JSON object in body into v with the error rules of
+// [DecodeJSON].
+func Unmarshal(body []byte, v any) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return BadRequest("request body must be a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return BadRequest("request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if dec.More() {
+		return BadRequest("request body must hold a single JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return BadRequest("request body must hold a single JSON object")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		field := te.Field
+		if field == "" {
+			return BadRequest("request body must be a JSON object")
+		}
+		return BadRequest("field %s has the wrong type: %s expected", field, jsonKind(te.Type.Kind().String()))
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e
+	}
+	if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return BadRequest("malformed JSON: %s", err.Error())
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return BadRequest("malformed JSON: unexpected end of input")
+	}
+	return BadRequest("malformed JSON")
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
+		return "number"
+	}
+	return k
+}

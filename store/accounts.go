@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Plan is an account's subscription plan. Chat is available on
+// [PlanPremium] and [PlanEnterprise].
+type Plan string
+
+// The plans of decisions.md §1.
+const (
+	PlanFree       Plan = "free"
+	PlanPremium    Plan = "premium"
+	PlanEnterprise Plan = "enterprise"
+)
+
+// HasChat reports whether the plan includes the chat API.
+func (p Plan) HasChat() bool { return p == PlanPremium || p == PlanEnterprise }
+
+// Account is a tenant: it owns API keys, deployments, agents, the tenant-wide
+// catalog, internal users and external users.
+type Account struct {
+	ID             int64
+	Name           string // unique
+	Plan           Plan
+	UseCreatorMode bool
+	// MaxExternalUsers limits persistent external users; 0 means the
+	// handler's default (10,000 unless configured otherwise).
+	MaxExternalUsers int
+	// Branches are the development branches agents may query.
+	Branches []string
+}
+
+// APIKey is an account's API key, known to the store only by its hash.
+type APIKey struct {
+	Hash      []byte // SHA-256 of the key
+	AccountID int64
+	Admin     bool
+}
+
+// Deployment is something a session grants access to.
+type Deployment struct {
+	AccountID int64
+	ID        int64 // chosen by the account, unique within it
+	Name      string
+}
+
+// Agent is an AI agent of an account, addressed by its string id.
+type Agent struct {
+	AccountID    int64
+	ID           string // unique within the account
+	DeploymentID int64
+}
+
+// Accounts reads and writes accounts and what belongs only to them.
+type Accounts interface {
+	// SaveAccount creates the account named a.Name or updates its plan,
+	// flags, limit and branches, and returns it with its ID. Idempotent.
+	SaveAccount(ctx context.Context, a Account) (Account, error)
+	// AccountByID and AccountByName return [ErrNotFound] when missing.
+	AccountByID(ctx context.Context, id int64) (Account, error)
+	AccountByName(ctx context.Context, name string) (Account, error)
+
+	// SaveAPIKey stores k, or updates its admin flag when its hash exists.
+	SaveAPIKey(ctx context.Context, k APIKey) error
+	// APIKeyByHash returns [ErrNotFound] for an unknown hash. Callers still
+	// compare the returned hash in constant time.
+	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
+
+	// SaveDeployment creates or renames a deployment. Idempotent.
+	SaveDeployment(ctx context.Context, d Deployment) error
+	// Deployment returns [ErrNotFound] when missing.
+	Deployment(ctx context.Context, accountID, id int64) (Deployment, error)
+
+	// SaveAgent creates or updates an agent. Idempotent.
+	SaveAgent(ctx context.Context, a Agent) error
+	// Agent returns [ErrNotFound] when missing.
+	Agent(ctx context.Context, accountID int64, id string) (Agent, error)
+}
+
+// Clock returns the current time; tests inject a fake one.
+type Clock func() time.Time

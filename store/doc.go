@@ -1,0 +1,19 @@
+// Package store defines the storage contract of embedkit: the small
+// interfaces the HTTP handlers consume and the value types they exchange.
+//
+// The contract, which every adapter honours and [storetest.Run] checks:
+//
+//   - Every method takes a [context.Context] first and returns promptly once it
+//     is done; a method that cannot reach its database in time returns an error
+//     wrapping [ErrUnavailable].
+//   - Secrets (session ids, tokens, API keys) reach the store only as hashes.
+//   - Missing rows are reported with [ErrNotFound], unique-name clashes with
+//     [ErrConflict], and the external-user limit with [ErrLimit]; adapters wrap
+//     their driver errors into these sentinels so callers use errors.Is.
+//   - A request runs in one transaction ([Store.InTx]): either every write of
+//     fn is committed or none is. Adapters retry transient failures (SQLite's
+//     busy state, serialization failures) themselves.
+//
+// Adapters: [github.com/embedkit/embedkit/store/gormstore] (SQLite and
+// PostgreSQL through GORM).
+package store

@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Thread is a chat thread, keyed by (AccountID, ChatID). It belongs to one
+// agent and one user.
+type Thread struct {
+	AccountID int64
+	ChatID    string
+	AgentID   string
+	UserID    int64
+	// LastSort is the highest sort number used by the thread so far; the
+	// next turn continues from it.
+	LastSort  int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ThreadMessage is one message of a thread's history in its final form.
+type ThreadMessage struct {
+	ID   string          // the message id, unique within the thread
+	Sort int64           // orders the history
+	Body json.RawMessage // the final wire message (chatstream.Message)
+}
+
+// Threads reads and writes chat threads and their history.
+type Threads interface {
+	// CreateThread stores a new thread; an existing (AccountID, ChatID) is
+	// [ErrConflict].
+	CreateThread(ctx context.Context, t Thread) error
+	// Thread returns [ErrNotFound] when missing.
+	Thread(ctx context.Context, accountID int64, chatID string) (Thread, error)
+	// AppendMessages stores msgs (replacing a stored message with the same
+	// ID) and raises the thread's LastSort to lastSort if it is higher. One
+	// batched insert plus one update.
+	AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []ThreadMessage) error
+	// Messages returns the thread's history ordered by Sort.
+	Messages(ctx context.Context, accountID int64, chatID string) ([]ThreadMessage, error)
+}
