@@ -1,0 +1,411 @@
+// Package provision provisions the user named by a generate-session request
+// or a chat request's sessionSettings: one validated [Request], applied inside
+// the caller's transaction by [Apply], so that both endpoints follow exactly
+// the same rules.
+package provision
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+// Request is the identity part of a generate-session request or of a chat
+// request's sessionSettings. Pointer and "Sent" fields tell an omitted field
+// from an empty one.
+type Request struct {
+	ExternalID  string
+	InternalID  string
+	Email       *string
+	DisplayName *string
+	Picture     *string
+	// Attributes are the userAttributes entries; nil when the field was
+	// omitted.
+	Attributes []AttributeInput
+	// Groups are the group names; GroupsSent tells an omitted field (keep
+	// memberships) from an empty array (clear them).
+	Groups     []string
+	GroupsSent bool
+	// SecurityContext is a JSON object, or nil when omitted.
+	SecurityContext json.RawMessage
+
+	CreatorMode          bool
+	EmbedTenantName      string
+	GroupDefinitions     []store.GroupDef
+	AttributeDefinitions []store.AttributeDef
+
+	// Persistent makes an external user persistent (generate-session, chat
+	// with isEphemeral false); otherwise a new user is ephemeral until
+	// EphemeralExpiresAt.
+	Persistent         bool
+	EphemeralExpiresAt time.Time
+}
+
+// AttributeInput is one userAttributes entry as received.
+type AttributeInput struct {
+	Name  string
+	Value json.RawMessage // JSON null clears
+}
+
+// Result is the provisioned user and the scope its groups and attributes
+// were resolved in.
+type Result struct {
+	User store.User
+	// EmbedTenant is the session's embed tenant (the named one, or the
+	// account's default).
+	EmbedTenant store.EmbedTenant
+	// Scope is the catalog the request's names resolved against: the embed
+	// tenant's in creator mode, else the tenant-wide one.
+	Scope store.Scope
+}
+
+var tenantNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{3,34}[a-z0-9]$`)
+
+// ValidEmbedTenantName reports whether name follows the spec's rules:
+// lowercase, 5 to 36 characters, starts with a letter, ends with a letter or
+// digit, only a-z, 0-9 and '-'.
+func ValidEmbedTenantName(name string) bool { return tenantNameRE.MatchString(name) }
+
+// Validate checks the rules that need no database and returns a 400
+// *wire.Error naming the field. prefix is prepended to field names
+// ("sessionSettings." for chat). An email sent with internalId is ignored.
+func (r *Request) Validate(prefix string) error {
+	switch {
+	case r.ExternalID == "" && r.InternalID == "":
+		return wire.BadRequest("exactly one of %sexternalId or %sinternalId is required", prefix, prefix)
+	case r.ExternalID != "" && r.InternalID != "":
+		return wire.BadRequest("exactly one of %sexternalId or %sinternalId is allowed, not both", prefix, prefix)
+	}
+	if r.ExternalID != "" {
+		if r.ExternalID != strings.ToLower(strings.TrimSpace(r.ExternalID)) || strings.ContainsAny(r.ExternalID, " \t\r\n") {
+			return wire.BadRequest("%sexternalId must be lowercase and trimmed, without spaces", prefix)
+		}
+		if len(r.ExternalID) > 255 {
+			return wire.BadRequest("%sexternalId must be at most 255 characters", prefix)
+		}
+	}
+	if r.InternalID != "" {
+		forbidden := []struct {
+			name string
+			sent bool
+		}{
+			{"groups", r.GroupsSent},
+			{"userAttributes", r.Attributes != nil},
+			{"groupDefinitions", r.GroupDefinitions != nil},
+			{"userAttributeDefinitions", r.AttributeDefinitions != nil},
+			{"securityContext", r.SecurityContext != nil},
+			{"userProfile", r.DisplayName != nil || r.Picture != nil},
+		}
+		for _, f := range forbidden {
+			if f.sent {
+				return wire.BadRequest("%s%s is not allowed with internalId: the internal user's existing permissions apply", prefix, f.name)
+			}
+		}
+	}
+	if r.Picture != nil && *r.Picture != "" && !validPictureURL(*r.Picture) {
+		return wire.BadRequest("%suserProfile.picture must be an absolute http:// or https:// URL", prefix)
+	}
+	if r.EmbedTenantName != "" && !ValidEmbedTenantName(r.EmbedTenantName) {
+		return wire.BadRequest("embedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit")
+	}
+	if r.SecurityContext != nil {
+		if b := strings.TrimSpace(string(r.SecurityContext)); !strings.HasPrefix(b, "{") && b != "null" {
+			return wire.BadRequest("%ssecurityContext must be a JSON object", prefix)
+		}
+	}
+
+	seen := make(map[string]bool, len(r.Attributes))
+	for i, a := range r.Attributes {
+		if a.Name == "" {
+			return wire.BadRequest("%suserAttributes[%d].name is required", prefix, i)
+		}
+		if seen[a.Name] {
+			return wire.BadRequest("%suserAttributes has duplicate name %q", prefix, a.Name)
+		}
+		seen[a.Name] = true
+		if _, err := valueKind(a.Value); err != nil {
+			return wire.BadRequest("%suserAttributes[%d].value must be a string, number, string array, number array or null", prefix, i)
+		}
+	}
+	clear(seen)
+	for i, g := range r.Groups {
+		if g == "" {
+			return wire.BadRequest("%sgroups[%d] must not be empty", prefix, i)
+		}
+	}
+
+	if (r.GroupDefinitions != nil || r.AttributeDefinitions != nil) && !r.CreatorMode {
+		return wire.BadRequest("groupDefinitions and userAttributeDefinitions require creatorMode true")
+	}
+	if (r.GroupDefinitions != nil || r.AttributeDefinitions != nil) && r.EmbedTenantName == "" {
+		return wire.BadRequest("groupDefinitions and userAttributeDefinitions require embedTenantName")
+	}
+	for i, d := range r.GroupDefinitions {
+		if d.Name == "" {
+			return wire.BadRequest("groupDefinitions[%d].name is required", i)
+		}
+		if seen[d.Name] {
+			return wire.BadRequest("groupDefinitions has duplicate name %q", d.Name)
+		}
+		seen[d.Name] = true
+	}
+	clear(seen)
+	for i, d := range r.AttributeDefinitions {
+		if d.Name == "" {
+			return wire.BadRequest("userAttributeDefinitions[%d].name is required", i)
+		}
+		if !d.Type.Valid() {
+			return wire.BadRequest("userAttributeDefinitions[%d].type must be one of string, number, string_array, number_array", i)
+		}
+		if seen[d.Name] {
+			return wire.BadRequest("userAttributeDefinitions has duplicate name %q", d.Name)
+		}
+		seen[d.Name] = true
+	}
+	return nil
+}
+
+func validPictureURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return false
+	}
+	return u.Scheme == "http" || u.Scheme == "https"
+}
+
+// valueKind returns the attribute type a JSON value fits, "" for null.
+// An empty array fits both array types and reports TypeStringArray with
+// ok-any semantics handled by fits.
+func valueKind(v json.RawMessage) (store.AttributeType, error) {
+	s := strings.TrimSpace(string(v))
+	if s == "" || s == "null" {
+		return "", nil
+	}
+	switch s[0] {
+	case '"':
+		var x string
+		if err := json.Unmarshal(v, &x); err != nil {
+			return "", err
+		}
+		return store.TypeString, nil
+	case '[':
+		var xs []json.RawMessage
+		if err := json.Unmarshal(v, &xs); err != nil {
+			return "", err
+		}
+		if len(xs) == 0 {
+			return "[]", nil
+		}
+		var kind store.AttributeType
+		for _, x := range xs {
+			k, err := valueKind(x)
+			if err != nil || (k != store.TypeString && k != store.TypeNumber) {
+				return "", errBadValue
+			}
+			if kind != "" && k != kind {
+				return "", errBadValue
+			}
+			kind = k
+		}
+		if kind == store.TypeString {
+			return store.TypeStringArray, nil
+		}
+		return store.TypeNumberArray, nil
+	case '{', 't', 'f':
+		return "", errBadValue
+	default:
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil {
+			return "", err
+		}
+		return store.TypeNumber, nil
+	}
+}
+
+var errBadValue = errors.New("bad attribute value")
+
+func fits(kind, def store.AttributeType) bool {
+	if kind == "[]" {
+		return def == store.TypeStringArray || def == store.TypeNumberArray
+	}
+	return kind == def
+}
+
+// Apply provisions the user of a validated request inside tx: it upserts the
+// creator-mode definitions first, then the user, its attribute values and its
+// memberships. Failures are *wire.Error values with the spec's messages; any
+// error means the caller must roll back. maxUsers is the account's limit of
+// persistent external users.
+func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxUsers int, now time.Time) (Result, error) {
+	if r.CreatorMode && !acct.UseCreatorMode {
+		return Result{}, wire.Errorf(http.StatusForbidden, "creatorMode requires the useCreatorMode tenant flag")
+	}
+	if r.InternalID != "" {
+		u, err := tx.InternalUser(ctx, acct.ID, r.InternalID)
+		if errors.Is(err, store.ErrNotFound) {
+			return Result{}, wire.BadRequest("internalId: internal user %q not found", r.InternalID)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		res := Result{User: u, Scope: store.TenantWide(acct.ID)}
+		if r.CreatorMode || r.EmbedTenantName != "" {
+			if res.EmbedTenant, err = embedTenant(ctx, tx, acct, r); err != nil {
+				return Result{}, err
+			}
+		}
+		return res, nil
+	}
+
+	var res Result
+	res.Scope = store.TenantWide(acct.ID)
+	if r.CreatorMode || r.EmbedTenantName != "" {
+		et, err := embedTenant(ctx, tx, acct, r)
+		if err != nil {
+			return Result{}, err
+		}
+		res.EmbedTenant = et
+		if r.CreatorMode {
+			res.Scope = store.Scope{AccountID: acct.ID, EmbedTenantID: et.ID}
+		}
+	}
+
+	// Definitions first, so that one request may define and use a name.
+	if len(r.GroupDefinitions) > 0 {
+		if err := tx.UpsertGroups(ctx, res.Scope, r.GroupDefinitions); err != nil {
+			return Result{}, err
+		}
+	}
+	attrNames := make([]string, 0, len(r.Attributes)+len(r.AttributeDefinitions))
+	for _, a := range r.Attributes {
+		attrNames = append(attrNames, a.Name)
+	}
+	for _, d := range r.AttributeDefinitions {
+		if !slices.Contains(attrNames, d.Name) {
+			attrNames = append(attrNames, d.Name)
+		}
+	}
+	var attrs map[string]store.Attribute
+	if len(r.AttributeDefinitions) > 0 {
+		if err := tx.UpsertAttributes(ctx, res.Scope, r.AttributeDefinitions); err != nil {
+			return Result{}, err
+		}
+	}
+	if len(attrNames) > 0 {
+		found, err := tx.AttributesByName(ctx, res.Scope, attrNames)
+		if err != nil {
+			return Result{}, err
+		}
+		attrs = make(map[string]store.Attribute, len(found))
+		for _, a := range found {
+			attrs[a.Name] = a
+		}
+		for _, d := range r.AttributeDefinitions {
+			if a, ok := attrs[d.Name]; ok && a.Type != d.Type {
+				return Result{}, wire.Errorf(http.StatusConflict, "cannot change type")
+			}
+		}
+	}
+
+	values := make([]store.AttributeValue, 0, len(r.Attributes))
+	for _, in := range r.Attributes {
+		def, ok := attrs[in.Name]
+		if !ok {
+			return Result{}, wire.BadRequest("User attributes not found")
+		}
+		kind, _ := valueKind(in.Value) // validated
+		v := store.AttributeValue{AttributeID: def.ID}
+		if kind != "" {
+			if !fits(kind, def.Type) {
+				return Result{}, wire.BadRequest("userAttributes: value of %q must be of type %s", in.Name, def.Type)
+			}
+			v.Value = compact(in.Value)
+		}
+		values = append(values, v)
+	}
+
+	var groupIDs []int64
+	if r.GroupsSent && len(r.Groups) > 0 {
+		names := slices.Compact(slices.Sorted(slices.Values(r.Groups)))
+		found, err := tx.GroupsByName(ctx, res.Scope, names)
+		if err != nil {
+			return Result{}, err
+		}
+		byName := make(map[string]int64, len(found))
+		for _, g := range found {
+			byName[g.Name] = g.ID
+		}
+		var missing []string
+		for _, n := range names {
+			if id, ok := byName[n]; ok {
+				groupIDs = append(groupIDs, id)
+			} else {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			return Result{}, wire.BadRequest("Groups with names %s not found", strings.Join(missing, ", "))
+		}
+	}
+
+	up := store.ExternalUserUpsert{
+		AccountID:          acct.ID,
+		ExternalID:         r.ExternalID,
+		Email:              r.Email,
+		DisplayName:        r.DisplayName,
+		Picture:            r.Picture,
+		SecurityContext:    r.SecurityContext,
+		Persistent:         r.Persistent,
+		EphemeralExpiresAt: r.EphemeralExpiresAt,
+		MaxUsers:           maxUsers,
+		Now:                now,
+	}
+	if string(up.SecurityContext) == "null" {
+		up.SecurityContext = json.RawMessage("{}")
+	}
+	u, err := tx.UpsertExternalUser(ctx, up)
+	if errors.Is(err, store.ErrLimit) {
+		return Result{}, wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.User = u
+	if len(values) > 0 {
+		if err := tx.SetAttributeValues(ctx, u.ID, values); err != nil {
+			return Result{}, err
+		}
+	}
+	if r.GroupsSent {
+		if err := tx.ReplaceMemberships(ctx, u.ID, res.Scope, groupIDs); err != nil {
+			return Result{}, err
+		}
+	}
+	return res, nil
+}
+
+func embedTenant(ctx context.Context, tx store.Catalog, acct store.Account, r Request) (store.EmbedTenant, error) {
+	name := r.EmbedTenantName
+	if name == "" {
+		name = store.DefaultEmbedTenant
+	}
+	return tx.EnsureEmbedTenant(ctx, acct.ID, name)
+}
+
+func compact(v json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return v
+	}
+	return b.Bytes()
+}
