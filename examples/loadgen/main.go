@@ -1,0 +1,309 @@
+// Command loadgen drives an embedkit server over real HTTP and reports
+// throughput and latency.
+//
+// Generate-session load (profile, 3 attributes, 2 groups per request, over a
+// pool of distinct users):
+//
+//	go run ./examples/loadgen -mode session -url http://127.0.0.1:8080 -key sk-acme-admin -c 32 -d 10s
+//
+// Chat load (concurrent streams, time to first line, lines/s, turn latency):
+//
+//	go run ./examples/loadgen -mode chat -url http://127.0.0.1:8080 -key sk-acme-admin -c 100 -d 10s
+//
+// The session mode first sends one creator-mode request that defines the
+// attributes and groups it uses in the embed tenant "loadgen-tenant", so it
+// works against any account with the useCreatorMode flag.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.mode, "mode", "session", "session or chat")
+	flag.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "server base URL")
+	flag.StringVar(&cfg.key, "key", "sk-acme-admin", "API key")
+	flag.StringVar(&cfg.account, "account", "acme", "account name (chat)")
+	flag.StringVar(&cfg.agent, "agent", "7", "agent id (chat)")
+	flag.Int64Var(&cfg.deployment, "deployment", 1, "deployment id (session)")
+	flag.IntVar(&cfg.concurrency, "c", 32, "concurrent clients (session) or open streams (chat)")
+	flag.DurationVar(&cfg.duration, "d", 10*time.Second, "duration of the run")
+	flag.IntVar(&cfg.users, "users", 1000, "pool of distinct external users")
+	flag.Float64Var(&cfg.rate, "rate", 0, "chat: new streams per second on top of -c open ones (0: closed loop)")
+	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	var err error
+	switch cfg.mode {
+	case "session":
+		err = runSession(ctx, cfg)
+	case "chat":
+		err = runChat(ctx, cfg)
+	default:
+		err = fmt.Errorf("unknown -mode %q", cfg.mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	mode, url, key, account, agent, question string
+	deployment                               int64
+	concurrency, users                       int
+	duration                                 time.Duration
+	rate                                     float64
+}
+
+func newHTTPClient(conns int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = conns * 2
+	tr.MaxIdleConnsPerHost = conns * 2
+	tr.MaxConnsPerHost = 0
+	return &http.Client{Transport: tr, Timeout: time.Minute}
+}
+
+// latencies collects samples from many goroutines.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) { l.mu.Lock(); l.d = append(l.d, d); l.mu.Unlock() }
+
+func (l *latencies) percentile(p float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	i := int(float64(len(l.d)-1) * p)
+	return l.d[i]
+}
+
+func (l *latencies) count() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.d) }
+
+const loadTenant = "loadgen-tenant"
+
+func post(ctx context.Context, c *http.Client, url, key string, body any) (*http.Response, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Api-Key "+key)
+	return c.Do(req)
+}
+
+func sessionBody(cfg config, user int) map[string]any {
+	return map[string]any{
+		"deploymentId":    cfg.deployment,
+		"externalId":      fmt.Sprintf("load-user-%d", user),
+		"email":           fmt.Sprintf("load-user-%d@example.test", user),
+		"creatorMode":     true,
+		"embedTenantName": loadTenant,
+		"userProfile": map[string]any{
+			"displayName": fmt.Sprintf("Load User %d", user),
+			"picture":     fmt.Sprintf("https://example.test/avatars/%d.png", user),
+		},
+		"userAttributes": []map[string]any{
+			{"name": "lg_country", "value": []string{"Germany", "France", "Japan"}[user%3]},
+			{"name": "lg_level", "value": user % 10},
+			{"name": "lg_regions", "value": []int{user % 7, user % 11}},
+		},
+		"groups":          []string{"lg-sales", []string{"lg-eu", "lg-us"}[user%2]},
+		"securityContext": map[string]any{"team": user % 5},
+	}
+}
+
+func runSession(ctx context.Context, cfg config) error {
+	client := newHTTPClient(cfg.concurrency)
+	// Define the catalog once (idempotent).
+	setup := sessionBody(cfg, 0)
+	setup["groupDefinitions"] = []map[string]any{{"name": "lg-sales"}, {"name": "lg-eu"}, {"name": "lg-us"}}
+	setup["userAttributeDefinitions"] = []map[string]any{
+		{"name": "lg_country", "type": "string"},
+		{"name": "lg_level", "type": "number"},
+		{"name": "lg_regions", "type": "number_array"},
+	}
+	resp, err := post(ctx, client, cfg.url+"/api/v1/embed/generate-session", cfg.key, setup)
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("setup request: %d %s", resp.StatusCode, b)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	var lat latencies
+	var errs, next atomic.Int64
+	statuses := sync.Map{}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range cfg.concurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				u := int(next.Add(1)) % cfg.users
+				body, _ := json.Marshal(sessionBody(cfg, u))
+				t0 := time.Now()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url+"/api/v1/embed/generate-session", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Api-Key "+cfg.key)
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs.Add(1)
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs.Add(1)
+					v, _ := statuses.LoadOrStore(resp.StatusCode, new(atomic.Int64))
+					v.(*atomic.Int64).Add(1)
+					continue
+				}
+				lat.add(time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	n := lat.count()
+	fmt.Printf("generate-session: %d ok, %d errors in %s with %d clients\n", n, errs.Load(), elapsed.Round(time.Millisecond), cfg.concurrency)
+	fmt.Printf("  throughput %.0f req/s\n", float64(n)/elapsed.Seconds())
+	fmt.Printf("  latency p50 %s  p99 %s  max %s\n", lat.percentile(0.5), lat.percentile(0.99), lat.percentile(1))
+	statuses.Range(func(k, v any) bool {
+		fmt.Printf("  status %d: %d\n", k, v.(*atomic.Int64).Load())
+		return true
+	})
+	return nil
+}
+
+// chatLine is the part of a stream line the load generator reads.
+type chatLine struct {
+	ID    string `json:"id"`
+	State *struct {
+		ChatID string `json:"chatId"`
+	} `json:"state"`
+}
+
+type chatStats struct {
+	firstLine, turn latencies
+	lines, errs     atomic.Int64
+}
+
+func runChat(ctx context.Context, cfg config) error {
+	client := newHTTPClient(cfg.concurrency + int(cfg.rate) + 16)
+	client.Timeout = 0
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	var st chatStats
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	// Closed loop: c streams, each asking again when its turn ends.
+	for range cfg.concurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st)
+			}
+		})
+	}
+	// Open loop: new streams at a fixed rate on top of the open ones.
+	if cfg.rate > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.rate))
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					wg.Go(func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st) })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	fmt.Printf("chat: %d turns, %d errors, %d lines in %s (%d open streams, %.0f new/s)\n",
+		st.turn.count(), st.errs.Load(), st.lines.Load(), elapsed.Round(time.Millisecond), cfg.concurrency, cfg.rate)
+	fmt.Printf("  lines/s %.0f\n", float64(st.lines.Load())/elapsed.Seconds())
+	fmt.Printf("  time to first line p50 %s  p99 %s  max %s\n", st.firstLine.percentile(0.5), st.firstLine.percentile(0.99), st.firstLine.percentile(1))
+	fmt.Printf("  turn latency       p50 %s  p99 %s  max %s\n", st.turn.percentile(0.5), st.turn.percentile(0.99), st.turn.percentile(1))
+	return nil
+}
+
+func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *chatStats) {
+	body := map[string]any{
+		"input": cfg.question,
+		"sessionSettings": map[string]any{
+			"externalId": fmt.Sprintf("chat-load-%d", user),
+		},
+	}
+	t0 := time.Now()
+	resp, err := post(ctx, c, fmt.Sprintf("%s/api/v1/public/%s/agents/%s/chat/stream-chat-state", cfg.url, cfg.account, cfg.agent), cfg.key, body)
+	if err != nil {
+		if ctx.Err() == nil {
+			st.errs.Add(1)
+		}
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		st.errs.Add(1)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	first := true
+	for sc.Scan() {
+		if first {
+			st.firstLine.add(time.Since(t0))
+			first = false
+		}
+		st.lines.Add(1)
+		var l chatLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			st.errs.Add(1)
+			return
+		}
+		if l.ID == "__state__" {
+			st.turn.add(time.Since(t0))
+			return
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		st.errs.Add(1)
+	}
+}
