@@ -1,0 +1,55 @@
+package middleware
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+// APIKeyStore is what [APIKey] reads: the key by its hash, then its account.
+// Every [store.Store] implements it.
+type APIKeyStore interface {
+	// APIKeyByHash returns [store.ErrNotFound] for an unknown hash.
+	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error)
+	// AccountByID returns [store.ErrNotFound] when missing.
+	AccountByID(ctx context.Context, id int64) (store.Account, error)
+}
+
+// APIKey authenticates requests carrying Authorization: Api-Key <key>: it
+// hashes the key, looks it up, compares the hashes in constant time, loads
+// the account and puts it in the context ([AccountFromContext]). A missing or
+// invalid key is 401, a store that cannot be reached 503; the key is never
+// echoed or logged. With [Optional], a request without an Authorization
+// header passes through unauthenticated.
+//
+// Options read: [Optional], [WithLogger].
+func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
+	o := newOptions(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, key, ok := authn.Authorization(r)
+			if !ok {
+				if o.optional {
+					next.ServeHTTP(w, r)
+					return
+				}
+				wire.WriteError(w, r, o.log, authn.ErrMissingAPIKey)
+				return
+			}
+			if !strings.EqualFold(scheme, authn.SchemeAPIKey) {
+				wire.WriteError(w, r, o.log, authn.ErrMissingAPIKey)
+				return
+			}
+			acct, admin, err := authn.APIKey(r.Context(), st, key)
+			if err != nil {
+				wire.WriteError(w, r, o.log, err)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(WithAccount(r.Context(), acct, admin)))
+		})
+	}
+}

@@ -1,0 +1,29 @@
+// Package middleware holds the net/http middleware of embedkit, each of the
+// form func(http.Handler) http.Handler so that it fits any router:
+//
+//   - [APIKey] authenticates Authorization: Api-Key <key> and puts the
+//     account in the request context ([AccountFromContext]);
+//   - [RequireAdmin] lets only admin keys through;
+//   - [Session] authenticates the end user of the host's embed routes by a
+//     Bearer token, its own cookie, or a single-use ?sessionId= that it
+//     exchanges for a token ([EmbedSessionFromContext]);
+//   - [APIKeyOrToken] accepts either an API key or a Bearer token (the chat
+//     endpoint);
+//   - [PathValues] copies a router's path parameters (gorilla/mux's
+//     mux.Vars) into r.PathValue, which embedkit's handlers read.
+//
+// Every error response is {"error": "<message>"} with the status of
+// decisions.md §2; a credential never appears in a response or a log line.
+//
+// Mounting on gorilla/mux:
+//
+//	r := mux.NewRouter()
+//	r.Use(middleware.PathValues(mux.Vars))
+//	embed := r.PathPrefix("/embed").Subrouter()
+//	embed.Use(middleware.Session(st))
+//	embed.HandleFunc("/whoami", whoami)
+//
+// and on http.ServeMux:
+//
+//	sm.Handle("GET /embed/whoami", middleware.Session(st)(http.HandlerFunc(whoami)))
+package middleware

@@ -1,0 +1,341 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/internal/secret"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+)
+
+// fakeStore is a tiny in-memory middleware.AuthStore.
+type fakeStore struct {
+	mu       sync.Mutex
+	keys     map[string]store.APIKey
+	accounts map[int64]store.Account
+	sessions map[string]store.Session // by hash, unused
+	tokens   map[string]store.Session // by hash
+	users    map[int64]store.User
+	down     bool
+}
+
+func newFake() *fakeStore {
+	f := &fakeStore{
+		keys:     map[string]store.APIKey{},
+		accounts: map[int64]store.Account{1: {ID: 1, Name: "acme"}},
+		sessions: map[string]store.Session{},
+		tokens:   map[string]store.Session{},
+		users:    map[int64]store.User{7: {ID: 7, AccountID: 1, ExternalID: "bob"}},
+	}
+	for k, admin := range map[string]bool{"sk-admin": true, "sk-user": false} {
+		h := secret.Hash(k)
+		f.keys[string(h)] = store.APIKey{Hash: h, AccountID: 1, Admin: admin}
+	}
+	return f
+}
+
+func (f *fakeStore) addSession(id string, expires time.Time) {
+	f.sessions[string(secret.Hash(id))] = store.Session{AccountID: 1, UserID: 7, DeploymentID: 1, ExpiresAt: expires}
+}
+
+func (f *fakeStore) APIKeyByHash(_ context.Context, h []byte) (store.APIKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return store.APIKey{}, store.ErrUnavailable
+	}
+	k, ok := f.keys[string(h)]
+	if !ok {
+		return k, store.ErrNotFound
+	}
+	return k, nil
+}
+
+func (f *fakeStore) AccountByID(_ context.Context, id int64) (store.Account, error) {
+	a, ok := f.accounts[id]
+	if !ok {
+		return a, store.ErrNotFound
+	}
+	return a, nil
+}
+
+func (f *fakeStore) ExchangeSession(_ context.Context, sh, th []byte, exp, now time.Time) (store.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[string(sh)]
+	if !ok || !now.Before(s.ExpiresAt) {
+		return store.Session{}, store.ErrNotFound
+	}
+	delete(f.sessions, string(sh))
+	s.ExpiresAt = exp
+	f.tokens[string(th)] = s
+	return s, nil
+}
+
+func (f *fakeStore) SessionByToken(_ context.Context, th []byte, now time.Time) (store.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.tokens[string(th)]
+	if !ok || !now.Before(s.ExpiresAt) {
+		return store.Session{}, store.ErrNotFound
+	}
+	return s, nil
+}
+
+func (f *fakeStore) UserByID(_ context.Context, id int64, _ time.Time) (store.User, error) {
+	u, ok := f.users[id]
+	if !ok {
+		return u, store.ErrNotFound
+	}
+	return u, nil
+}
+
+func echo(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{}
+	if a, admin, ok := middleware.AccountFromContext(r.Context()); ok {
+		out["account"], out["admin"] = a.Name, admin
+	}
+	if es, ok := middleware.EmbedSessionFromContext(r.Context()); ok {
+		out["user"], out["token"] = es.User.ExternalID, es.Token
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+type resp struct {
+	status int
+	body   map[string]any
+	raw    string
+	header http.Header
+}
+
+func serve(h http.Handler, r *http.Request) resp {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	var m map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &m)
+	return resp{rec.Code, m, rec.Body.String(), rec.Header()}
+}
+
+func TestAPIKey(t *testing.T) {
+	f := newFake()
+	h := middleware.APIKey(f)(http.HandlerFunc(echo))
+	opt := middleware.APIKey(f, middleware.Optional())(http.HandlerFunc(echo))
+	admin := middleware.APIKey(f)(middleware.RequireAdmin(http.HandlerFunc(echo)))
+	cases := []struct {
+		name    string
+		h       http.Handler
+		auth    string
+		status  int
+		account bool
+	}{
+		{"valid key sets account", h, "Api-Key sk-user", 200, true},
+		{"scheme is case-insensitive", h, "api-key sk-user", 200, true},
+		{"missing header is 401", h, "", 401, false},
+		{"unknown key is 401", h, "Api-Key sk-nope", 401, false},
+		{"empty key is 401", h, "Api-Key", 401, false},
+		{"bearer is not an API key", h, "Bearer sk-user", 401, false},
+		{"optional passes without header", opt, "", 200, false},
+		{"optional still checks a sent key", opt, "Api-Key sk-nope", 401, false},
+		{"admin key passes RequireAdmin", admin, "Api-Key sk-admin", 200, true},
+		{"user key is 403 on RequireAdmin", admin, "Api-Key sk-user", 403, false},
+		{"RequireAdmin without key is 401", middleware.RequireAdmin(http.HandlerFunc(echo)), "", 401, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			if c.auth != "" {
+				r.Header.Set("Authorization", c.auth)
+			}
+			got := serve(c.h, r)
+			if got.status != c.status {
+				t.Fatalf("status = %d, want %d (%s)", got.status, c.status, got.raw)
+			}
+			if c.status >= 400 {
+				if got.header.Get("Content-Type") != "application/json" || got.body["error"] == nil {
+					t.Errorf("error response = %q, want JSON {error}", got.raw)
+				}
+				if strings.Contains(got.raw, "sk-") {
+					t.Errorf("error response echoes the key: %s", got.raw)
+				}
+			}
+			if (got.body["account"] == "acme") != c.account {
+				t.Errorf("account in context = %v, want %v", got.body["account"], c.account)
+			}
+		})
+	}
+	t.Run("store unavailable is 503", func(t *testing.T) {
+		f.down = true
+		defer func() { f.down = false }()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Api-Key sk-user")
+		if got := serve(h, r); got.status != 503 {
+			t.Errorf("status = %d, want 503", got.status)
+		}
+	})
+}
+
+func TestSession(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	f := newFake()
+	h := middleware.Session(f, middleware.WithClock(clock))(http.HandlerFunc(echo))
+
+	f.addSession("sid-1", now.Add(5*time.Minute))
+	got := serve(h, httptest.NewRequest("GET", "/embed?sessionId=sid-1", nil))
+	if got.status != 200 || got.body["user"] != "bob" {
+		t.Fatalf("exchange: %d %s", got.status, got.raw)
+	}
+	tok, _ := got.body["token"].(string)
+	if tok == "" {
+		t.Fatal("EmbedSession.Token not set after exchange")
+	}
+	setCookie := got.header.Get("Set-Cookie")
+	for _, want := range []string{middleware.DefaultCookieName + "=" + tok, "HttpOnly", "SameSite=Lax", "Path=/"} {
+		if !strings.Contains(setCookie, want) {
+			t.Errorf("Set-Cookie = %q, want %q in it", setCookie, want)
+		}
+	}
+	if strings.Contains(setCookie, "Secure") {
+		t.Errorf("Set-Cookie = %q: Secure without TLS", setCookie)
+	}
+
+	req := func(target, bearer, cookie string) *http.Request {
+		r := httptest.NewRequest("GET", target, nil)
+		if bearer != "" {
+			r.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		if cookie != "" {
+			r.AddCookie(&http.Cookie{Name: middleware.DefaultCookieName, Value: cookie})
+		}
+		return r
+	}
+	cases := []struct {
+		name   string
+		r      *http.Request
+		status int
+		token  bool
+	}{
+		{"used sessionId is 401", req("/?sessionId=sid-1", "", ""), 401, false},
+		{"bearer token works", req("/", tok, ""), 200, false},
+		{"cookie works", req("/", "", tok), 200, false},
+		{"bad bearer is 401 even with a good cookie", req("/", "nope", tok), 401, false},
+		{"cookie wins over sessionId", req("/?sessionId=unknown", "", tok), 200, false},
+		{"bad cookie falls through to sessionId", req("/?sessionId=unknown", "", "nope"), 401, false},
+		{"bad cookie alone is 401", req("/", "", "nope"), 401, false},
+		{"nothing is 401", req("/", "", ""), 401, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := serve(h, c.r)
+			if got.status != c.status {
+				t.Fatalf("status = %d, want %d (%s)", got.status, c.status, got.raw)
+			}
+			if (got.body["token"] != nil && got.body["token"] != "") != c.token {
+				t.Errorf("token = %v", got.body["token"])
+			}
+		})
+	}
+
+	t.Run("expired sessionId is 401", func(t *testing.T) {
+		f.addSession("sid-old", now.Add(-time.Second))
+		if got := serve(h, req("/?sessionId=sid-old", "", "")); got.status != 401 {
+			t.Errorf("status = %d, want 401", got.status)
+		}
+	})
+	t.Run("expired token is 401", func(t *testing.T) {
+		later := middleware.Session(f, middleware.WithClock(func() time.Time { return now.Add(25 * time.Hour) }))(http.HandlerFunc(echo))
+		if got := serve(later, req("/", tok, "")); got.status != 401 {
+			t.Errorf("status = %d, want 401", got.status)
+		}
+	})
+	t.Run("options shape the cookie", func(t *testing.T) {
+		f.addSession("sid-2", now.Add(time.Minute))
+		h := middleware.Session(f, middleware.WithClock(clock), middleware.WithCookieName("c"), middleware.WithCookiePath("/embed"),
+			middleware.WithCookieSameSite(http.SameSiteNoneMode), middleware.WithSecureCookie(true))(http.HandlerFunc(echo))
+		got := serve(h, req("/?sessionId=sid-2", "", ""))
+		sc := got.header.Get("Set-Cookie")
+		for _, want := range []string{"c=", "Path=/embed", "SameSite=None", "Secure", "HttpOnly"} {
+			if !strings.Contains(sc, want) {
+				t.Errorf("Set-Cookie = %q, want %q in it", sc, want)
+			}
+		}
+	})
+	t.Run("TLS makes the cookie Secure", func(t *testing.T) {
+		f.addSession("sid-3", now.Add(time.Minute))
+		r := req("https://example.test/?sessionId=sid-3", "", "")
+		if r.TLS == nil {
+			t.Skip("httptest did not set TLS")
+		}
+		if sc := serve(h, r).header.Get("Set-Cookie"); !strings.Contains(sc, "Secure") {
+			t.Errorf("Set-Cookie = %q, want Secure", sc)
+		}
+	})
+	t.Run("redirect after exchange drops the sessionId", func(t *testing.T) {
+		f.addSession("sid-4", now.Add(time.Minute))
+		h := middleware.Session(f, middleware.WithClock(clock), middleware.WithRedirectAfterExchange())(http.HandlerFunc(echo))
+		got := serve(h, req("/embed/x?a=1&sessionId=sid-4", "", ""))
+		if got.status != http.StatusSeeOther || got.header.Get("Location") != "/embed/x?a=1" {
+			t.Errorf("got %d Location %q, want 303 /embed/x?a=1", got.status, got.header.Get("Location"))
+		}
+		if !strings.Contains(got.header.Get("Set-Cookie"), "HttpOnly") {
+			t.Errorf("no cookie set before redirect")
+		}
+	})
+}
+
+func TestAPIKeyOrToken(t *testing.T) {
+	now := time.Now()
+	f := newFake()
+	f.addSession("sid", now.Add(time.Minute))
+	ex := serve(middleware.Session(f)(http.HandlerFunc(echo)), httptest.NewRequest("GET", "/?sessionId=sid", nil))
+	tok := ex.body["token"].(string)
+	h := middleware.APIKeyOrToken(f)(http.HandlerFunc(echo))
+	cases := []struct {
+		name, auth string
+		status     int
+		user       bool
+	}{
+		{"api key sets account", "Api-Key sk-user", 200, false},
+		{"bearer sets account and session", "Bearer " + tok, 200, true},
+		{"bad bearer 401", "Bearer x", 401, false},
+		{"bad key 401", "Api-Key x", 401, false},
+		{"no header 401", "", 401, false},
+		{"other scheme 401", "Basic abc", 401, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/", bytes.NewReader(nil))
+			if c.auth != "" {
+				r.Header.Set("Authorization", c.auth)
+			}
+			got := serve(h, r)
+			if got.status != c.status {
+				t.Fatalf("status = %d, want %d", got.status, c.status)
+			}
+			if c.status == 200 && got.body["account"] != "acme" {
+				t.Errorf("account = %v", got.body["account"])
+			}
+			if (got.body["user"] == "bob") != c.user {
+				t.Errorf("user = %v, want set %v", got.body["user"], c.user)
+			}
+		})
+	}
+}
+
+func TestPathValues(t *testing.T) {
+	h := middleware.PathValues(func(*http.Request) map[string]string { return map[string]string{"id": "42"} })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(r.PathValue("id"))) }))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Body.String() != "42" {
+		t.Errorf("PathValue = %q, want 42", rec.Body.String())
+	}
+}

@@ -1,0 +1,112 @@
+package middleware
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Option configures a middleware of this package. Each option says which
+// middleware reads it; the others ignore it.
+type Option func(*options)
+
+type options struct {
+	log        *slog.Logger
+	now        func() time.Time
+	optional   bool
+	tokenTTL   time.Duration
+	cookieName string
+	cookiePath string
+	cookieSite http.SameSite
+	secure     bool
+	redirect   bool
+}
+
+// DefaultTokenTTL is how long a token obtained for a sessionId stays valid
+// unless [WithTokenTTL] says otherwise (decisions.md §3).
+const DefaultTokenTTL = 24 * time.Hour
+
+// DefaultCookieName is the name of the [Session] middleware's cookie unless
+// [WithCookieName] says otherwise.
+const DefaultCookieName = "embedkit_token"
+
+func newOptions(opts []Option) options {
+	o := options{
+		now:        time.Now,
+		tokenTTL:   DefaultTokenTTL,
+		cookieName: DefaultCookieName,
+		cookiePath: "/",
+		cookieSite: http.SameSiteLaxMode,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLogger sets where server faults (5xx) are logged. Default: nothing is
+// logged. Read by every middleware.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock sets the clock used to check expiry. Default: time.Now. Read by
+// [Session] and [APIKeyOrToken].
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
+
+// Optional makes [APIKey] pass requests without an Authorization header
+// through unauthenticated (no account in the context). A header that is
+// present must still hold a valid API key. Default: the key is required.
+func Optional() Option { return func(o *options) { o.optional = true } }
+
+// WithTokenTTL sets how long a token obtained by exchanging a sessionId
+// stays valid. Default: [DefaultTokenTTL] (24 hours). Read by [Session].
+func WithTokenTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.tokenTTL = d
+		}
+	}
+}
+
+// WithCookieName sets the name of the token cookie. Default:
+// [DefaultCookieName]. Read by [Session].
+func WithCookieName(name string) Option {
+	return func(o *options) {
+		if name != "" {
+			o.cookieName = name
+		}
+	}
+}
+
+// WithCookiePath sets the Path attribute of the token cookie. Default: "/".
+// Read by [Session].
+func WithCookiePath(path string) Option {
+	return func(o *options) {
+		if path != "" {
+			o.cookiePath = path
+		}
+	}
+}
+
+// WithCookieSameSite sets the SameSite attribute of the token cookie.
+// Default: http.SameSiteLaxMode. Embeds inside a cross-site iframe need
+// http.SameSiteNoneMode together with [WithSecureCookie] (browsers require
+// Secure for SameSite=None). Read by [Session].
+func WithCookieSameSite(s http.SameSite) Option { return func(o *options) { o.cookieSite = s } }
+
+// WithSecureCookie marks the token cookie Secure on every request, for
+// servers behind a TLS-terminating proxy. Default: Secure only when the
+// request itself came over TLS (r.TLS != nil). Read by [Session].
+func WithSecureCookie(secure bool) Option { return func(o *options) { o.secure = secure } }
+
+// WithRedirectAfterExchange makes [Session] answer a GET or HEAD request
+// whose ?sessionId= it has just exchanged with a 303 redirect to the same URL
+// without the sessionId, once the cookie is set, so the used id leaves the
+// address bar. The token is then available only through the cookie.
+// Default: the request is served directly, with [EmbedSession].Token set.
+func WithRedirectAfterExchange() Option { return func(o *options) { o.redirect = true } }

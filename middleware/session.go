@@ -1,0 +1,202 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+// SessionStore is what [Session] uses: sessionId exchange, token
+// resolution and the user lookup. Every [store.Store] implements it.
+type SessionStore interface {
+	// ExchangeSession marks a sessionId used and stores a token; see
+	// [store.Sessions].
+	ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error)
+	// SessionByToken returns [store.ErrNotFound] for an unknown, revoked or
+	// expired token.
+	SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error)
+	// UserByID returns [store.ErrNotFound] for a missing or expired user.
+	UserByID(ctx context.Context, id int64, now time.Time) (store.User, error)
+}
+
+// AuthStore is what [APIKeyOrToken] uses. Every [store.Store] implements it.
+type AuthStore interface {
+	APIKeyStore
+	SessionStore
+}
+
+// SessionIDParam is the query parameter carrying a single-use sessionId in
+// an embed URL.
+const SessionIDParam = "sessionId"
+
+var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Msg: "missing credentials: send Authorization: Bearer <token>, the session cookie, or ?sessionId="}
+
+// Session authenticates the end user on the host's embed routes
+// (decisions.md §3). It accepts, in this order:
+//
+//  1. Authorization: Bearer <token>;
+//  2. its own cookie holding a token;
+//  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
+//     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
+//     configurable), and sets [EmbedSession].Token so that the page can hand
+//     the token to its scripts.
+//
+// The first credential present decides: an invalid Bearer token is 401 even
+// when a cookie is there; an invalid cookie falls through to ?sessionId= when
+// one is present (and is cleared otherwise). It puts the [EmbedSession] (the
+// grant and its user) in the request context. Anything else is 401.
+//
+// Options read: [WithTokenTTL], [WithCookieName], [WithCookiePath],
+// [WithCookieSameSite], [WithSecureCookie], [WithRedirectAfterExchange],
+// [WithClock], [WithLogger].
+func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
+	o := newOptions(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			now := o.now()
+			if scheme, tok, ok := authn.Authorization(r); ok && strings.EqualFold(scheme, authn.SchemeBearer) {
+				es, err := resolveToken(ctx, st, tok, now)
+				if err != nil {
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+				next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
+				return
+			}
+			sid := r.URL.Query().Get(SessionIDParam)
+			if c, err := r.Cookie(o.cookieName); err == nil && c.Value != "" {
+				es, err := resolveToken(ctx, st, c.Value, now)
+				if err == nil {
+					next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
+					return
+				}
+				if !errors.Is(err, authn.ErrInvalidToken) {
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+				if sid == "" {
+					http.SetCookie(w, o.cookie(r, "", time.Time{}))
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+			}
+			if sid == "" {
+				wire.WriteError(w, r, o.log, errNoSession)
+				return
+			}
+			tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
+			if err != nil {
+				wire.WriteError(w, r, o.log, err)
+				return
+			}
+			u, err := st.UserByID(ctx, sess.UserID, now)
+			if err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					err = authn.ErrInvalidSessID
+				}
+				wire.WriteError(w, r, o.log, err)
+				return
+			}
+			http.SetCookie(w, o.cookie(r, tok.Reveal(), sess.ExpiresAt))
+			if o.redirect && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+				u := *r.URL
+				q := u.Query()
+				q.Del(SessionIDParam)
+				u.RawQuery = q.Encode()
+				u.Scheme, u.Host = "", ""
+				w.Header().Set("Cache-Control", "no-store")
+				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+				return
+			}
+			w.Header().Set("Cache-Control", "no-store")
+			es := EmbedSession{Session: sess, User: u, Token: tok.Reveal()}
+			next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
+		})
+	}
+}
+
+// cookie returns the token cookie; an empty value deletes it.
+func (o *options) cookie(r *http.Request, value string, expires time.Time) *http.Cookie {
+	c := &http.Cookie{
+		Name:     o.cookieName,
+		Value:    value,
+		Path:     o.cookiePath,
+		HttpOnly: true,
+		SameSite: o.cookieSite,
+		Secure:   o.secure || r.TLS != nil,
+	}
+	if value == "" {
+		c.MaxAge = -1
+	} else {
+		c.Expires = expires
+	}
+	return c
+}
+
+func resolveToken(ctx context.Context, st SessionStore, tok string, now time.Time) (EmbedSession, error) {
+	sess, err := authn.Token(ctx, st, tok, now)
+	if err != nil {
+		return EmbedSession{}, err
+	}
+	u, err := st.UserByID(ctx, sess.UserID, now)
+	if errors.Is(err, store.ErrNotFound) {
+		return EmbedSession{}, authn.ErrInvalidToken
+	}
+	if err != nil {
+		return EmbedSession{}, err
+	}
+	return EmbedSession{Session: sess, User: u}, nil
+}
+
+// APIKeyOrToken authenticates a request by either credential:
+// Authorization: Api-Key <key> puts the account in the context (as [APIKey]
+// does); Authorization: Bearer <token> puts the token's account (not admin)
+// and its [EmbedSession] in the context. Anything else is 401. The chat
+// endpoint uses it so that pages inside an embed can call it without the API
+// key.
+//
+// Options read: [WithClock], [WithLogger].
+func APIKeyOrToken(st AuthStore, opts ...Option) func(http.Handler) http.Handler {
+	o := newOptions(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			scheme, cred, ok := authn.Authorization(r)
+			switch {
+			case ok && strings.EqualFold(scheme, authn.SchemeAPIKey):
+				acct, admin, err := authn.APIKey(ctx, st, cred)
+				if err != nil {
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+				next.ServeHTTP(w, r.WithContext(WithAccount(ctx, acct, admin)))
+			case ok && strings.EqualFold(scheme, authn.SchemeBearer):
+				es, err := resolveToken(ctx, st, cred, o.now())
+				if err != nil {
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+				acct, err := st.AccountByID(ctx, es.Session.AccountID)
+				if err != nil {
+					if errors.Is(err, store.ErrNotFound) {
+						err = authn.ErrInvalidToken
+					}
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+				ctx = WithAccount(ctx, acct, false)
+				next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
+			default:
+				wire.WriteError(w, r, o.log, &wire.Error{Status: http.StatusUnauthorized,
+					Msg: "missing credentials: send Authorization: Api-Key <key> or Authorization: Bearer <token>"})
+			}
+		})
+	}
+}
