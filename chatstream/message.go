@@ -39,9 +39,17 @@ type ToolInfo struct {
 
 // State is the state field of the __cutoff__ and __state__ messages.
 type State struct {
-	ChatID      string    `json:"chatId,omitempty"`
-	IsStreaming bool      `json:"isStreaming"`
-	Messages    []Message `json:"messages,omitempty"`
-	Aborted     bool      `json:"aborted,omitempty"`
-	Error       string    `json:"error,omitempty"`
+	// ChatID is the thread's id, to send as chatId in later requests.
+	ChatID string `json:"chatId,omitempty"`
+	// IsStreaming is true on the __cutoff__ message of a stream that
+	// rejoins a running turn.
+	IsStreaming bool `json:"isStreaming"`
+	// Messages is the thread's history in final form (__state__ only),
+	// ordered by sort.
+	Messages []Message `json:"messages,omitzero"`
+	// Aborted is true when the turn was aborted (or stopped by a shutdown).
+	Aborted bool `json:"aborted,omitempty"`
+	// Error is set when the turn ended in an error: a message for the
+	// caller, without internals.
+	Error string `json:"error,omitempty"`
 }

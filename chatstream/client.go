@@ -1,0 +1,153 @@
+package chatstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// APIError is an HTTP error answered by the chat API ({"error": msg}).
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("chatstream: HTTP %d: %s", e.Status, e.Message)
+}
+
+// Client calls the chat API over HTTP. A Client is safe for concurrent use.
+type Client struct {
+	base   string
+	auth   string
+	client *http.Client
+}
+
+// ClientOption configures a [Client].
+type ClientOption func(*Client)
+
+// WithAPIKey authenticates with Authorization: Api-Key <key>.
+func WithAPIKey(key string) ClientOption {
+	return func(c *Client) { c.auth = "Api-Key " + key }
+}
+
+// WithBearerToken authenticates with Authorization: Bearer <token> (an
+// embed session's token).
+func WithBearerToken(token string) ClientOption {
+	return func(c *Client) { c.auth = "Bearer " + token }
+}
+
+// WithHTTPClient sets the HTTP client. Default: http.DefaultClient. Its
+// Timeout, if any, bounds whole streams.
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return func(c *Client) {
+		if hc != nil {
+			c.client = hc
+		}
+	}
+}
+
+// NewClient returns a client for the chat API at baseURL (the chat base URL,
+// e.g. "https://chat.example.com").
+func NewClient(baseURL string, opts ...ClientOption) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), client: http.DefaultClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+func (c *Client) url(accountName, agentID, endpoint string) string {
+	return c.base + "/api/v1/public/" + url.PathEscape(accountName) + "/agents/" + url.PathEscape(agentID) + "/chat/" + endpoint
+}
+
+func (c *Client) post(ctx context.Context, u string, body any) (*http.Response, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("chatstream: encode request: %w", err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", ContentType)
+	if c.auth != "" {
+		hr.Header.Set("Authorization", c.auth)
+	}
+	resp, err := c.client.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readAPIError(resp)
+	}
+	return resp, nil
+}
+
+func readAPIError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(b, &body) != nil || body.Error == "" {
+		body.Error = http.StatusText(resp.StatusCode)
+	}
+	return &APIError{Status: resp.StatusCode, Message: body.Error}
+}
+
+// Stream sends req and yields the stream's messages as they arrive. An HTTP
+// error is yielded once as an [*APIError]; a broken stream as its error.
+// The response body is closed when the loop ends or breaks.
+func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Request) iter.Seq2[Message, error] {
+	return func(yield func(Message, error) bool) {
+		resp, err := c.post(ctx, c.url(accountName, agentID, "stream-chat-state"), req)
+		if err != nil {
+			yield(Message{}, err)
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+		for sc.Scan() {
+			b := sc.Bytes()
+			if len(bytes.TrimSpace(b)) == 0 {
+				continue
+			}
+			var m Message
+			if err := json.Unmarshal(b, &m); err != nil {
+				yield(Message{}, fmt.Errorf("chatstream: bad line: %w", err))
+				return
+			}
+			if !yield(m, nil) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			yield(Message{}, err)
+		}
+	}
+}
+
+// Abort aborts the running turn of chatID. settings names the user (with an
+// API key); with a bearer token it may be the zero value.
+func (c *Client) Abort(ctx context.Context, accountName, agentID, chatID string, settings SessionSettings) error {
+	body := AbortRequest{ChatID: chatID}
+	if settings.ExternalID != "" || settings.InternalID != "" {
+		body.SessionSettings = &settings
+	}
+	resp, err := c.post(ctx, c.url(accountName, agentID, "abort"), body)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	return resp.Body.Close()
+}

@@ -1,0 +1,554 @@
+package chatstream
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+)
+
+// Paths of the chat endpoints, with {accountName} and {agentId} wildcards
+// (http.ServeMux and gorilla/mux syntax).
+const (
+	StreamPattern = "/api/v1/public/{accountName}/agents/{agentId}/chat/stream-chat-state"
+	AbortPattern  = "/api/v1/public/{accountName}/agents/{agentId}/chat/abort"
+)
+
+// Route is one endpoint of the handler: mount Handler for Method and Pattern
+// on any router that fills r.PathValue (http.ServeMux does; for gorilla/mux
+// use middleware.PathValues(mux.Vars)).
+type Route struct {
+	Method  string
+	Pattern string
+	Handler http.Handler
+}
+
+// Handler serves the chat API: stream-chat-state and abort. It owns a
+// registry of running turns; call [Handler.Shutdown] (or [Handler.Close])
+// when the server stops. A Handler is safe for concurrent use.
+type Handler struct {
+	st    store.Store
+	agent Agent
+	cfg   config
+	turns *registry
+}
+
+// NewHandler returns a handler that answers chat requests with agent and
+// keeps users, threads and histories in st.
+//
+// Options read: [WithDevelopment], [WithTurnTimeout],
+// [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
+// [WithMaxExternalUsers], [WithLogger], [WithClock].
+func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
+	cfg := newConfig(opts)
+	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log)}
+}
+
+// Routes returns the chat endpoints with authentication applied
+// (middleware.APIKeyOrToken: Authorization: Api-Key <key>, or Bearer <token>
+// of an embed session).
+func (h *Handler) Routes() []Route {
+	auth := middleware.APIKeyOrToken(h.st, middleware.WithClock(h.cfg.now), middleware.WithLogger(h.cfg.log))
+	return []Route{
+		{Method: http.MethodPost, Pattern: StreamPattern, Handler: auth(h.Stream())},
+		{Method: http.MethodPost, Pattern: AbortPattern, Handler: auth(h.Abort())},
+	}
+}
+
+// Stream returns the stream-chat-state endpoint without authentication: it
+// expects middleware.AccountFromContext (and, for tokens,
+// middleware.EmbedSessionFromContext) to be set by the host's middleware,
+// and answers 401 otherwise. Most hosts mount [Handler.Routes] instead.
+func (h *Handler) Stream() http.Handler { return http.HandlerFunc(h.serveStream) }
+
+// Abort returns the abort endpoint without authentication; see
+// [Handler.Stream].
+func (h *Handler) Abort() http.Handler { return http.HandlerFunc(h.serveAbort) }
+
+// Shutdown stops accepting new turns (503) and lets running turns finish
+// until ctx ends; it then aborts the remaining ones (their streams end with
+// state.aborted and state.error) and waits a few seconds for their agents to
+// return. It returns nil once every turn goroutine has ended.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	return h.turns.shutdown(ctx, shutdownGrace)
+}
+
+// Close aborts every running turn at once and waits for them to end.
+func (h *Handler) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return h.Shutdown(ctx)
+}
+
+// caller is the authorized context of a chat request.
+type caller struct {
+	acct  store.Account
+	agent store.Agent
+	es    *middleware.EmbedSession
+}
+
+var (
+	errNoCredentials = wire.Errorf(http.StatusUnauthorized, "missing credentials: send Authorization: Api-Key <key> or Authorization: Bearer <token>")
+	errWrongAccount  = wire.Errorf(http.StatusUnauthorized, "the credentials are not valid for this account")
+	errNoChatPlan    = wire.Errorf(http.StatusForbidden, "the chat API is available on the premium and enterprise plans only")
+	errAccountGone   = wire.Errorf(http.StatusNotFound, "account not found")
+	errAgentGone     = wire.Errorf(http.StatusNotFound, "agent not found")
+	errChatGone      = wire.Errorf(http.StatusNotFound, "chat not found")
+	errOtherUser     = wire.Errorf(http.StatusForbidden, "sessionSettings must name the session token's user")
+	errDeployment    = wire.Errorf(http.StatusForbidden, "the session does not grant access to this agent's deployment")
+)
+
+// authorize checks the account of the path against the credentials, the
+// plan and the agent.
+func (h *Handler) authorize(r *http.Request) (caller, error) {
+	ctx := r.Context()
+	acct, _, ok := middleware.AccountFromContext(ctx)
+	if !ok {
+		return caller{}, errNoCredentials
+	}
+	if name := r.PathValue("accountName"); acct.Name != name {
+		if _, err := h.st.AccountByName(ctx, name); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return caller{}, errAccountGone
+			}
+			return caller{}, err
+		}
+		return caller{}, errWrongAccount
+	}
+	if !acct.Plan.HasChat() {
+		return caller{}, errNoChatPlan
+	}
+	ag, err := h.st.Agent(ctx, acct.ID, r.PathValue("agentId"))
+	if errors.Is(err, store.ErrNotFound) {
+		return caller{}, errAgentGone
+	}
+	if err != nil {
+		return caller{}, err
+	}
+	c := caller{acct: acct, agent: ag}
+	if es, ok := middleware.EmbedSessionFromContext(ctx); ok {
+		if es.Session.DeploymentID != 0 && ag.DeploymentID != 0 && es.Session.DeploymentID != ag.DeploymentID {
+			return caller{}, errDeployment
+		}
+		c.es = &es
+	}
+	return c, nil
+}
+
+// checkTokenUser enforces that sessionSettings, when sent with a token,
+// names the token's user.
+func checkTokenUser(es *middleware.EmbedSession, s *SessionSettings) error {
+	if es == nil || s == nil {
+		return nil
+	}
+	u := es.User
+	if (s.ExternalID != "" && s.ExternalID == u.ExternalID) || (s.InternalID != "" && s.InternalID == u.InternalID) {
+		return nil
+	}
+	return errOtherUser
+}
+
+// readBody reads a JSON request body of at most wire.MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return nil, wire.BadRequest("Content-Type must be application/json")
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, err
+		}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Msg: "could not read request body", Err: err}
+	}
+	return body, nil
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	wire.WriteError(w, r, h.cfg.log, err)
+}
+
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
+	c, err := h.authorize(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req, err := decodeChatRequest(body, c.es == nil)
+	if err == nil {
+		err = checkTokenUser(c.es, req.SessionSettings)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if req.Input == "" {
+		h.serveState(w, r, c, req)
+		return
+	}
+	h.serveTurn(w, r, c, req)
+}
+
+// lookupUser finds the user named by the request without provisioning it;
+// ok is false when it does not exist (or has expired).
+func (h *Handler) lookupUser(ctx context.Context, c caller, s *SessionSettings) (store.User, bool, error) {
+	if c.es != nil {
+		return c.es.User, true, nil
+	}
+	var (
+		u   store.User
+		err error
+	)
+	if s.ExternalID != "" {
+		u, err = h.st.UserByExternalID(ctx, c.acct.ID, s.ExternalID, h.cfg.now())
+	} else {
+		u, err = h.st.InternalUser(ctx, c.acct.ID, s.InternalID)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.User{}, false, nil
+	}
+	return u, err == nil, err
+}
+
+// threadOf returns the thread chatID after checking that it belongs to the
+// caller's agent (else 404) and to user (else 403).
+func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, user store.User, known bool) (store.Thread, error) {
+	th, err := h.st.Thread(ctx, c.acct.ID, chatID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Thread{}, errChatGone
+	}
+	if err != nil {
+		return store.Thread{}, err
+	}
+	if th.AgentID != c.agent.ID {
+		return store.Thread{}, errChatGone
+	}
+	if !known || th.UserID != user.ID {
+		return store.Thread{}, errNotOwner
+	}
+	return th, nil
+}
+
+// serveState answers a request without input: the thread's state, or the
+// running turn rejoined.
+func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
+	ctx := r.Context()
+	user, known, err := h.lookupUser(ctx, c, req.SessionSettings)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	lw := newLineWriter(ctx, w)
+	if req.ChatID == "" {
+		// A new chat: its id is handed out; the thread is stored with its
+		// first input.
+		id := newID()
+		lw.write(encodeLine(ptr(cutoffMessage(id, false))))
+		lw.send(stateMessage(id, 0, nil))
+		return
+	}
+	th, err := h.threadOf(ctx, c, req.ChatID, user, known)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	after := int64(0)
+	if req.ResumeAfterSort != nil {
+		after = *req.ResumeAfterSort
+	}
+	if t, ok := h.turns.running(turnKey{c.acct.ID, th.ChatID}); ok {
+		lw.write(encodeLine(ptr(cutoffMessage(th.ChatID, true))))
+		t.follow(ctx, lw, after)
+		return
+	}
+	msgs, err := h.st.Messages(ctx, c.acct.ID, th.ChatID)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	history, last := decodeHistory(msgs)
+	lw.write(encodeLine(ptr(cutoffMessage(th.ChatID, false))))
+	lw.send(stateMessage(th.ChatID, max(last, th.LastSort), history))
+}
+
+// serveTurn answers a request with input: it provisions the user, finds or
+// creates the thread, stores the user echo (one transaction), starts the
+// turn and streams it.
+func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
+	ctx := r.Context()
+	now := h.cfg.now()
+	chatID := req.ChatID
+	if chatID == "" {
+		chatID = newID()
+	}
+	key := turnKey{c.acct.ID, chatID}
+	var (
+		t    *turn
+		seq  *sequence
+		echo Message
+		info Turn
+	)
+	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		var (
+			user  store.User
+			scope store.Scope
+		)
+		if c.es != nil {
+			user = c.es.User
+			scope = store.TenantWide(c.acct.ID)
+			if c.es.Session.CreatorMode && c.es.Session.EmbedTenantID != 0 {
+				scope.EmbedTenantID = c.es.Session.EmbedTenantID
+			}
+		} else {
+			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+			res, err := provision.Apply(ctx, tx, c.acct, p, h.maxUsers(c.acct), now)
+			if err != nil {
+				return err
+			}
+			user, scope = res.User, res.Scope
+		}
+		if t != nil && t.userID != user.ID { // a retry provisioned anew
+			h.turns.release(t)
+			t = nil
+		}
+		if t == nil {
+			var err error
+			if t, err = h.turns.reserve(key, user.ID); err != nil {
+				return err
+			}
+		}
+		th, err := tx.Thread(ctx, c.acct.ID, chatID)
+		var history []Message
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
+			if err := tx.CreateThread(ctx, th); err != nil {
+				if errors.Is(err, store.ErrConflict) {
+					return errTurnRunning
+				}
+				return err
+			}
+		case err != nil:
+			return err
+		case th.AgentID != c.agent.ID:
+			return errChatGone
+		case th.UserID != user.ID:
+			return errNotOwner
+		default:
+			msgs, err := tx.Messages(ctx, c.acct.ID, chatID)
+			if err != nil {
+				return err
+			}
+			var last int64
+			history, last = decodeHistory(msgs)
+			th.LastSort = max(th.LastSort, last)
+		}
+		seq = newSequence(chatID, h.cfg.dev, th.LastSort, history)
+		echo = seq.echo(newID(), req.Input)
+		stored, err := toStored([]Message{echo})
+		if err != nil {
+			return err
+		}
+		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort, stored); err != nil {
+			return err
+		}
+		attrs, err := tx.AttributeValues(ctx, user.ID, scope)
+		if err != nil {
+			return err
+		}
+		groups, err := tx.Memberships(ctx, user.ID, scope)
+		if err != nil {
+			return err
+		}
+		info = Turn{
+			AccountName:      c.acct.Name,
+			AgentID:          c.agent.ID,
+			ChatID:           chatID,
+			Input:            req.Input,
+			History:          history,
+			User:             turnUser(user, attrs, groups),
+			ActiveBranchName: req.ActiveBranchName,
+			IsDefaultBranch:  req.branchDefault,
+			Branches:         c.acct.Branches,
+			DeploymentID:     c.agent.DeploymentID,
+		}
+		return nil
+	})
+	if err != nil {
+		if t != nil {
+			h.turns.release(t)
+		}
+		h.fail(w, r, err)
+		return
+	}
+
+	t.seq = seq
+	acctID := c.acct.ID
+	t.persist = func(ctx context.Context, lastSort int64, msgs []Message) error {
+		stored, err := toStored(msgs)
+		if err != nil {
+			return err
+		}
+		return h.st.InTx(ctx, func(tx store.Tx) error {
+			return tx.AppendMessages(ctx, acctID, chatID, lastSort, stored)
+		})
+	}
+	start := seq.start(newID())
+	t.begin(ctx, h.cfg.turnTimeout, h.agent, info, echo, start)
+
+	lw := newLineWriter(ctx, w)
+	lw.write(encodeLine(ptr(cutoffMessage(chatID, false))))
+	if !t.follow(ctx, lw, 0) && h.cfg.cancelOnDisconnect && ctx.Err() != nil {
+		t.stop(errDisconnected, outcomeAborted)
+	}
+}
+
+func (h *Handler) maxUsers(a store.Account) int {
+	if a.MaxExternalUsers > 0 {
+		return a.MaxExternalUsers
+	}
+	return h.cfg.maxExternalUsers
+}
+
+func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	c, err := h.authorize(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req, err := decodeAbortRequest(body, c.es == nil)
+	if err == nil {
+		err = checkTokenUser(c.es, req.SessionSettings)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	user, known, err := h.lookupUser(ctx, c, req.SessionSettings)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	th, err := h.threadOf(ctx, c, req.ChatID, user, known)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if t, ok := h.turns.running(turnKey{c.acct.ID, th.ChatID}); ok {
+		t.stop(errAborted, outcomeAborted)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// decodeHistory decodes stored messages; it returns them with the highest
+// sort among them.
+func decodeHistory(msgs []store.ThreadMessage) ([]Message, int64) {
+	out := make([]Message, 0, len(msgs))
+	var last int64
+	for _, tm := range msgs {
+		var m Message
+		if err := json.Unmarshal(tm.Body, &m); err != nil {
+			continue // not ours; skip rather than fail the thread
+		}
+		m.Sort = tm.Sort
+		out = append(out, m)
+		last = max(last, tm.Sort)
+	}
+	return out, last
+}
+
+func toStored(msgs []Message) ([]store.ThreadMessage, error) {
+	out := make([]store.ThreadMessage, len(msgs))
+	for i := range msgs {
+		b, err := marshalNoEscape(&msgs[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = store.ThreadMessage{ID: msgs[i].ID, Sort: msgs[i].Sort, Body: b}
+	}
+	return out, nil
+}
+
+// turnUser builds the agent's view of the user.
+func turnUser(u store.User, attrs []store.UserAttribute, groups []store.Group) User {
+	tu := User{ExternalID: u.ExternalID, InternalID: u.InternalID, Email: u.Email, SecurityContext: u.SecurityContext}
+	if len(attrs) > 0 {
+		tu.Attributes = make(map[string]any, len(attrs))
+		for _, a := range attrs {
+			if v, ok := attrValue(a); ok {
+				tu.Attributes[a.Name] = v
+			}
+		}
+	}
+	for _, g := range groups {
+		tu.Groups = append(tu.Groups, g.Name)
+	}
+	return tu
+}
+
+func attrValue(a store.UserAttribute) (any, bool) {
+	var err error
+	switch a.Type {
+	case store.TypeString:
+		var v string
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	case store.TypeNumber:
+		var v float64
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	case store.TypeStringArray:
+		var v []string
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	case store.TypeNumberArray:
+		var v []float64
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	}
+	var v any
+	err = json.Unmarshal(a.Value, &v)
+	return v, err == nil
+}
+
+// newID returns a random UUID (version 4) for chats and messages.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (Go 1.24+)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}

@@ -1,0 +1,133 @@
+package chatstream
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of the handler's options.
+const (
+	// DefaultTurnTimeout is the deadline of a turn unless [WithTurnTimeout]
+	// says otherwise (decisions.md §5).
+	DefaultTurnTimeout = 5 * time.Minute
+	// DefaultEphemeralTTL is the lifetime of a new ephemeral user when the
+	// request names none, unless [WithDefaultEphemeralTTL] says otherwise.
+	DefaultEphemeralTTL = 7 * 24 * time.Hour
+	// DefaultMaxExternalUsers is the limit of persistent external users of
+	// an account whose own limit is 0, unless [WithMaxExternalUsers] says
+	// otherwise.
+	DefaultMaxExternalUsers = 10000
+	// DefaultReapInterval is how often a [Reaper] looks for expired
+	// ephemeral users unless its constructor is given another interval.
+	DefaultReapInterval = time.Minute
+	// DefaultReapBatch is how many users a [Reaper] deletes per statement
+	// unless [WithReapBatch] says otherwise.
+	DefaultReapBatch = 500
+	// shutdownGrace is how long Shutdown waits for agents to return after
+	// cancelling them.
+	shutdownGrace = 5 * time.Second
+)
+
+// Option configures a [Handler] or a [Reaper]. Each option says which one
+// reads it; the other ignores it.
+type Option func(*config)
+
+type config struct {
+	dev                bool
+	turnTimeout        time.Duration
+	cancelOnDisconnect bool
+	ephemeralTTL       time.Duration
+	maxExternalUsers   int
+	log                *slog.Logger
+	now                func() time.Time
+	reapBatch          int
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		turnTimeout:      DefaultTurnTimeout,
+		ephemeralTTL:     DefaultEphemeralTTL,
+		maxExternalUsers: DefaultMaxExternalUsers,
+		now:              time.Now,
+		reapBatch:        DefaultReapBatch,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// WithDevelopment turns development mode on or off: in development mode the
+// agent's thinking is streamed (and kept in the history); otherwise it is
+// dropped. Default: off. Read by [Handler].
+func WithDevelopment(on bool) Option { return func(c *config) { c.dev = on } }
+
+// WithTurnTimeout sets the deadline of every turn, after which the agent's
+// context ends and the turn ends with state.error. Default:
+// [DefaultTurnTimeout] (5 minutes). Values ≤ 0 are ignored. Read by
+// [Handler].
+func WithTurnTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.turnTimeout = d
+		}
+	}
+}
+
+// WithCancelOnDisconnect makes a turn end (as if aborted) when the client of
+// the request that started it disconnects before the turn is complete.
+// Default: false: a turn belongs to the server and runs on to completion;
+// its answer is stored and can be rejoined. Read by [Handler].
+func WithCancelOnDisconnect(on bool) Option { return func(c *config) { c.cancelOnDisconnect = on } }
+
+// WithDefaultEphemeralTTL sets the lifetime of ephemeral users created by a
+// request without sessionSettings.ephemeralTtlSeconds. Default:
+// [DefaultEphemeralTTL] (one week). Values ≤ 0 are ignored. Read by
+// [Handler].
+func WithDefaultEphemeralTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.ephemeralTTL = d
+		}
+	}
+}
+
+// WithMaxExternalUsers sets the limit of persistent external users of
+// accounts whose own limit (store.Account.MaxExternalUsers) is 0; an
+// account's own positive limit always wins. Ephemeral users do not count.
+// Default: [DefaultMaxExternalUsers] (10,000). Values ≤ 0 are ignored. Read
+// by [Handler].
+func WithMaxExternalUsers(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxExternalUsers = n
+		}
+	}
+}
+
+// WithLogger sets where server faults (5xx, agent errors, failed stores,
+// reaper failures) are logged. Secrets are never logged. Default: nothing is
+// logged. Read by [Handler] and [Reaper].
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithClock sets the clock used for user expiry and token checks. Default:
+// time.Now. Turn deadlines use the real clock. Read by [Handler] and
+// [Reaper].
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// WithReapBatch sets how many expired users a [Reaper] deletes per store
+// call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
+// [Reaper].
+func WithReapBatch(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.reapBatch = n
+		}
+	}
+}

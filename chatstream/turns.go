@@ -1,0 +1,465 @@
+package chatstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/embedkit/embedkit/internal/wire"
+)
+
+// Causes of a turn's cancellation, told apart with context.Cause.
+var (
+	errAborted      = errors.New("chatstream: turn aborted")
+	errDisconnected = errors.New("chatstream: client disconnected")
+	errShutdown     = errors.New("chatstream: handler shut down")
+	errDeadline     = errors.New("chatstream: turn deadline exceeded")
+)
+
+var (
+	errTurnRunning  = wire.Errorf(http.StatusConflict, "a turn of this chat is running: wait for it to end or abort it")
+	errNotOwner     = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
+	errShuttingDown = wire.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
+)
+
+// persistTimeout bounds the write of a turn's final messages.
+const persistTimeout = 10 * time.Second
+
+type turnKey struct {
+	accountID int64
+	chatID    string
+}
+
+// registry owns the running turns, at most one per thread, and every
+// goroutine that runs one.
+type registry struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	turns   map[turnKey]*turn
+	active  int           // turn goroutines running
+	idle    chan struct{} // closed and cleared when a turn ends; nil when nobody waits
+	closing bool          // no new turns
+	stopped bool          // turns are cancelled as they start
+}
+
+func newRegistry(log *slog.Logger) *registry {
+	return &registry{log: log, turns: make(map[turnKey]*turn)}
+}
+
+// reserve claims the thread key for a new turn of userID. A thread with a
+// turn already reserved or running is 409 for its user and 403 for anyone
+// else; a closing registry is 503.
+func (r *registry) reserve(key turnKey, userID int64) (*turn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return nil, errShuttingDown
+	}
+	if t, ok := r.turns[key]; ok {
+		if t.userID != userID {
+			return nil, errNotOwner
+		}
+		return nil, errTurnRunning
+	}
+	t := &turn{reg: r, key: key, userID: userID, done: make(chan struct{})}
+	r.turns[key] = t
+	return t, nil
+}
+
+// release drops a reservation whose turn never started.
+func (r *registry) release(t *turn) {
+	r.mu.Lock()
+	if r.turns[t.key] == t && !t.started {
+		delete(r.turns, t.key)
+		r.wakeLocked()
+	}
+	r.mu.Unlock()
+}
+
+// running returns the started turn of key, if any.
+func (r *registry) running(key turnKey) (*turn, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.turns[key]
+	if !ok || !t.started {
+		return nil, false
+	}
+	return t, true
+}
+
+func (r *registry) remove(t *turn) {
+	r.mu.Lock()
+	if r.turns[t.key] == t {
+		delete(r.turns, t.key)
+		r.wakeLocked()
+	}
+	r.mu.Unlock()
+}
+
+// ended records the end of a turn goroutine.
+func (r *registry) ended() {
+	r.mu.Lock()
+	r.active--
+	r.wakeLocked()
+	r.mu.Unlock()
+}
+
+func (r *registry) wakeLocked() {
+	if r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+}
+
+// waitIdle waits until no turn is reserved or running, or ctx ends.
+func (r *registry) waitIdle(ctx context.Context) bool {
+	for {
+		r.mu.Lock()
+		if r.active == 0 && len(r.turns) == 0 {
+			r.mu.Unlock()
+			return true
+		}
+		if r.idle == nil {
+			r.idle = make(chan struct{})
+		}
+		ch := r.idle
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// started returns the started turns.
+func (r *registry) startedTurns() []*turn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := make([]*turn, 0, len(r.turns))
+	for _, t := range r.turns {
+		if t.started {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// shutdown stops new turns and waits for running ones until ctx ends; then
+// it cancels the rest and waits for their agents to return, at most grace
+// longer.
+func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	if r.waitIdle(ctx) {
+		return nil
+	}
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	for _, t := range r.startedTurns() {
+		t.stop(errShutdown, outcomeShutdown)
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	if r.waitIdle(gctx) {
+		return nil
+	}
+	return fmt.Errorf("chatstream: agents did not return after shutdown: %w", ctx.Err())
+}
+
+// line is one encoded line of a turn's log.
+type line struct {
+	sort int64
+	b    []byte
+}
+
+// turn is one running turn: its context, its sequence and its append-only
+// log of encoded lines, which any number of streams read.
+type turn struct {
+	reg     *registry
+	key     turnKey
+	userID  int64
+	started bool // guarded by reg.mu
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	persist func(ctx context.Context, lastSort int64, msgs []Message) error
+
+	mu        sync.Mutex
+	seq       *sequence
+	lines     []line
+	closed    bool          // the log is complete
+	notify    chan struct{} // closed and cleared on append; nil when nobody waits
+	finishing bool          // no more agent events
+	done      chan struct{} // closed once finished: stored and log closed
+}
+
+// appendLocked encodes m into the log and wakes the readers.
+func (t *turn) appendLocked(m Message) {
+	t.lines = append(t.lines, line{sort: m.Sort, b: encodeLine(&m)})
+	if t.notify != nil {
+		close(t.notify)
+		t.notify = nil
+	}
+}
+
+// begin starts the turn: it registers it as running, logs the user echo and
+// the assistant start, and runs the agent on a goroutine owned by the
+// registry.
+func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, info Turn, echo, start Message) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(base))
+	ctx, cancelDeadline := context.WithDeadlineCause(ctx, time.Now().Add(timeout), errDeadline)
+	t.ctx = ctx
+	t.cancel = func(cause error) { cancel(cause); cancelDeadline() }
+
+	t.mu.Lock()
+	t.appendLocked(echo)
+	t.appendLocked(start)
+	t.mu.Unlock()
+
+	r := t.reg
+	r.mu.Lock()
+	t.started = true
+	r.active++
+	stopped := r.stopped
+	r.mu.Unlock()
+
+	go func() {
+		defer r.ended()
+		defer t.cancel(nil)
+		stop := context.AfterFunc(ctx, func() { t.finish(causeOutcome(context.Cause(ctx))) })
+		if stopped {
+			t.cancel(errShutdown)
+		}
+		err := runAgent(ctx, agent, info, &emitter{t: t})
+		stop()
+		o := outcomeDone
+		switch {
+		case ctx.Err() != nil:
+			o = causeOutcome(context.Cause(ctx))
+		case err != nil:
+			o = outcomeError
+			if r.log != nil {
+				r.log.LogAttrs(ctx, slog.LevelError, "chat agent failed",
+					slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
+			}
+		}
+		t.finish(o)
+	}()
+}
+
+// runAgent calls the agent, turning a panic into an error so that one bad
+// turn cannot take the server down.
+func runAgent(ctx context.Context, agent Agent, info Turn, e Emitter) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("chatstream: agent panicked: %v", p)
+		}
+	}()
+	return agent.Answer(ctx, info, e)
+}
+
+func causeOutcome(cause error) outcome {
+	switch {
+	case errors.Is(cause, errAborted), errors.Is(cause, errDisconnected):
+		return outcomeAborted
+	case errors.Is(cause, errShutdown):
+		return outcomeShutdown
+	default:
+		return outcomeTimeout
+	}
+}
+
+// stop cancels the turn with cause and finishes it; it returns once the
+// turn's final messages are stored and its log is complete.
+func (t *turn) stop(cause error, o outcome) {
+	t.cancel(cause)
+	t.finish(o)
+}
+
+// finish ends the turn once: it completes the in-process messages, stores
+// them, removes the turn from the registry and closes the log. Later calls
+// wait for the first to complete.
+func (t *turn) finish(o outcome) {
+	t.mu.Lock()
+	if t.finishing {
+		t.mu.Unlock()
+		<-t.done
+		return
+	}
+	t.finishing = true
+	lines, msgs, lastSort := t.seq.finish(o)
+	t.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), persistTimeout)
+	err := t.persist(ctx, lastSort, msgs)
+	cancel()
+	if err != nil {
+		if t.reg.log != nil {
+			t.reg.log.LogAttrs(ctx, slog.LevelError, "chat turn not stored",
+				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
+		}
+		st := lines[len(lines)-1].State
+		if st.Error == "" {
+			st.Error = errStoreFailed
+		}
+	}
+	// Remove before the log closes, so that a client that has read
+	// __state__ can start the next turn at once.
+	t.reg.remove(t)
+
+	t.mu.Lock()
+	for _, m := range lines {
+		t.appendLocked(m)
+	}
+	t.closed = true
+	t.mu.Unlock()
+	close(t.done)
+}
+
+// follow writes the turn's log to lw, the lines so far and then the live
+// ones, skipping lines whose sort is not above after, until the log is
+// complete or the client goes away. It reports whether the whole log was
+// written.
+func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
+	pos := 0
+	for {
+		t.mu.Lock()
+		batch := t.lines[pos:len(t.lines):len(t.lines)]
+		closed := t.closed
+		var wait chan struct{}
+		if len(batch) == 0 && !closed {
+			if t.notify == nil {
+				t.notify = make(chan struct{})
+			}
+			wait = t.notify
+		}
+		t.mu.Unlock()
+
+		if len(batch) > 0 {
+			for _, l := range batch {
+				if l.sort > after && !lw.write(l.b) {
+					return false
+				}
+			}
+			if !lw.flush() {
+				return false
+			}
+			pos += len(batch)
+			continue
+		}
+		if closed {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// emitter is the [Emitter] of a turn.
+type emitter struct{ t *turn }
+
+func (e *emitter) over() error {
+	if c := context.Cause(e.t.ctx); c != nil {
+		return fmt.Errorf("%w: %w", ErrTurnOver, c)
+	}
+	return ErrTurnOver
+}
+
+func (e *emitter) Thinking(text string) error {
+	t := e.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.finishing {
+		return e.over()
+	}
+	m, ok, err := t.seq.think(text)
+	if err != nil || !ok {
+		return err
+	}
+	t.appendLocked(m)
+	return nil
+}
+
+func (e *emitter) Content(piece string) error {
+	t := e.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.finishing {
+		return e.over()
+	}
+	if piece == "" {
+		return nil
+	}
+	m, err := t.seq.piece(piece)
+	if err != nil {
+		return err
+	}
+	t.appendLocked(m)
+	return nil
+}
+
+func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
+	if name == "" {
+		return nil, errors.New("chatstream: tool call without a name")
+	}
+	in, err := marshalNoEscape(input)
+	if err != nil {
+		return nil, fmt.Errorf("chatstream: encode tool input: %w", err)
+	}
+	t := e.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.finishing {
+		return nil, e.over()
+	}
+	id := newID()
+	m, err := t.seq.toolStart(id, name, string(in))
+	if err != nil {
+		return nil, err
+	}
+	t.appendLocked(m)
+	return &toolCall{e: e, id: id}, nil
+}
+
+// toolCall is the [ToolCall] of an emitter.
+type toolCall struct {
+	e  *emitter
+	id string
+}
+
+func (c *toolCall) Result(v any) error {
+	b, err := marshalNoEscape(v)
+	if err != nil {
+		return fmt.Errorf("chatstream: encode tool result: %w", err)
+	}
+	return c.end(string(b))
+}
+
+func (c *toolCall) Fail(msg string) error { return c.end(errorResult(msg)) }
+
+func (c *toolCall) end(result string) error {
+	t := c.e.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.finishing {
+		return c.e.over()
+	}
+	m, err := t.seq.toolEnd(c.id, result)
+	if err != nil {
+		return err
+	}
+	t.appendLocked(m)
+	return nil
+}
