@@ -1,0 +1,179 @@
+package embedsession
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Client calls the embed-session API from Go: a server-side caller that
+// holds the API key. It is safe for concurrent use.
+type Client struct {
+	base   string
+	apiKey string
+	hc     *http.Client
+}
+
+// ClientOption configures a [Client].
+type ClientOption func(*Client)
+
+// WithHTTPClient sets the HTTP client. Default: http.DefaultClient.
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
+
+// NewClient returns a client of the API at baseURL (the server root, for
+// example "https://embed.example.com") authenticating with apiKey.
+func NewClient(baseURL, apiKey string, opts ...ClientOption) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), apiKey: apiKey, hc: http.DefaultClient}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// APIError is an error answer of the API: its HTTP status and the message
+// of its {"error": ...} body.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+// Error returns "embedsession: <status>: <message>".
+func (e *APIError) Error() string {
+	return fmt.Sprintf("embedsession: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// GenerateSession provisions the user of req and returns a new sessionId to
+// place in the embed URL. Failures answered by the server are *[APIError].
+func (c *Client) GenerateSession(ctx context.Context, req SessionRequest) (string, error) {
+	var out SessionResponse
+	if err := c.do(ctx, http.MethodPost, PathGenerateSession, req, &out); err != nil {
+		return "", err
+	}
+	return out.SessionID, nil
+}
+
+// ExchangeToken exchanges a single-use sessionId for a token.
+func (c *Client) ExchangeToken(ctx context.Context, sessionID string) (TokenResponse, error) {
+	var out TokenResponse
+	err := c.do(ctx, http.MethodPost, PathSessionToken, TokenRequest{SessionID: sessionID}, &out)
+	return out, err
+}
+
+// RevokeUserSessions ends every session and token of an external user
+// (admin key).
+func (c *Client) RevokeUserSessions(ctx context.Context, externalID string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed/users/"+url.PathEscape(externalID)+"/sessions", nil, nil)
+}
+
+// DeleteUser deprovisions an external user (admin key).
+func (c *Client) DeleteUser(ctx context.Context, externalID string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed/users/"+url.PathEscape(externalID), nil, nil)
+}
+
+// ListGroups returns one page of an embed tenant's groups (admin key).
+// first of zero asks for the server's default page size; after is the
+// previous page's EndCursor, or "" for the first page.
+func (c *Client) ListGroups(ctx context.Context, embedTenant string, first int, after string) (Page[GroupItem], error) {
+	var out Page[GroupItem]
+	err := c.do(ctx, http.MethodGet, listPath(embedTenant, "groups", first, after), nil, &out)
+	return out, err
+}
+
+// ListAttributes returns one page of an embed tenant's attribute
+// definitions (admin key), like [Client.ListGroups].
+func (c *Client) ListAttributes(ctx context.Context, embedTenant string, first int, after string) (Page[AttributeItem], error) {
+	var out Page[AttributeItem]
+	err := c.do(ctx, http.MethodGet, listPath(embedTenant, "user-attributes", first, after), nil, &out)
+	return out, err
+}
+
+// DeleteGroup deletes a group of an embed tenant by id (admin key).
+func (c *Client) DeleteGroup(ctx context.Context, embedTenant, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed-tenants/"+url.PathEscape(embedTenant)+"/groups/"+url.PathEscape(id), nil, nil)
+}
+
+// DeleteAttribute deletes an attribute definition of an embed tenant by id
+// (admin key).
+func (c *Client) DeleteAttribute(ctx context.Context, embedTenant, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed-tenants/"+url.PathEscape(embedTenant)+"/user-attributes/"+url.PathEscape(id), nil, nil)
+}
+
+func listPath(tenant, kind string, first int, after string) string {
+	q := url.Values{}
+	if first > 0 {
+		q.Set("first", strconv.Itoa(first))
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	p := "/api/v1/embed-tenants/" + url.PathEscape(tenant) + "/" + kind
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	return p
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("embedsession: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("embedsession: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Api-Key "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("embedsession: %s %s: %w", method, pathLabel(path), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("embedsession: read response: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("embedsession: decode response: %w", err)
+	}
+	return nil
+}
+
+// pathLabel returns path without its query, for error messages.
+func pathLabel(path string) string {
+	p, _, _ := strings.Cut(path, "?")
+	return p
+}

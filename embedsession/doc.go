@@ -1,0 +1,38 @@
+// Package embedsession serves the embed-session API of embedkit: signed
+// embedding through short-lived, single-use session ids.
+//
+// A server-side caller authenticates with Authorization: Api-Key <key> and
+// posts a [SessionRequest] to /api/v1/embed/generate-session. In one
+// transaction the handler provisions the external user (profile, attribute
+// values, group memberships, security context), upserts creator-mode
+// definitions in the embed tenant when asked, and stores a new sessionId,
+// which it returns. The sessionId goes into the embed URL; it is valid for 5
+// minutes and usable once: the embed page (or the middleware.Session
+// middleware) exchanges it at /api/v1/embed/session/token for a token valid
+// for 24 hours. Admin keys can list and delete an embed tenant's groups and
+// attribute definitions, revoke a user's sessions and deprovision a user.
+//
+// Mount the handler on http.ServeMux:
+//
+//	st, err := gormstore.Open("embed.db")
+//	...
+//	h := embedsession.NewHandler(st, embedsession.WithLogger(logger))
+//	sm := http.NewServeMux()
+//	for _, rt := range h.Routes() {
+//		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+//	}
+//
+// or on gorilla/mux, whose path parameters the handlers read through
+// middleware.PathValues:
+//
+//	r := mux.NewRouter()
+//	r.Use(middleware.PathValues(mux.Vars))
+//	for _, rt := range h.Routes() {
+//		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+//	}
+//
+// Every error answer is {"error": "<message>"} with the statuses of the
+// project's decisions (400 bad input, 401 bad key, 403 not allowed, 404
+// missing, 409 cannot change type, 413 body over 1 MiB, 503 database
+// unavailable). [Client] calls the API from Go.
+package embedsession

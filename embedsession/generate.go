@@ -1,0 +1,69 @@
+package embedsession
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/secret"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+)
+
+var errDeploymentNotFound = wire.Errorf(http.StatusNotFound, "deployment not found")
+
+// generateSession serves POST /api/v1/embed/generate-session: decode and
+// validate, check the deployment, then provision the user and store a new
+// sessionId in one transaction.
+func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	acct, _, ok := middleware.AccountFromContext(ctx)
+	if !ok {
+		wire.WriteError(w, r, h.o.log, authn.ErrMissingAPIKey)
+		return
+	}
+	var req SessionRequest
+	if err := wire.DecodeJSON(w, r, &req); err != nil {
+		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	if _, err := h.st.Deployment(ctx, acct.ID, req.DeploymentID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errDeploymentNotFound
+		}
+		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	preq := req.provision()
+	now := h.o.now()
+	maxUsers := h.maxUsers(acct)
+	sid := secret.New()
+	sidHash := secret.Hash(sid.Reveal())
+	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		res, err := provision.Apply(ctx, tx, acct, preq, maxUsers, now)
+		if err != nil {
+			return err
+		}
+		return tx.CreateSession(ctx, sidHash, store.Session{
+			AccountID:       acct.ID,
+			UserID:          res.User.ID,
+			DeploymentID:    req.DeploymentID,
+			EmbedTenantID:   res.EmbedTenant.ID,
+			EmbedTenantName: res.EmbedTenant.Name,
+			CreatorMode:     req.CreatorMode,
+			CreatedAt:       now,
+			ExpiresAt:       now.Add(h.o.sessionTTL),
+		})
+	})
+	if err != nil {
+		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, SessionResponse{SessionID: sid.Reveal()})
+}

@@ -1,0 +1,89 @@
+package embedsession
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a [Handler]. Options are applied in order at
+// [NewHandler]; the handler's settings are frozen afterwards.
+type Option func(*options)
+
+type options struct {
+	sessionTTL time.Duration
+	tokenTTL   time.Duration
+	maxUsers   int
+	log        *slog.Logger
+	now        func() time.Time
+}
+
+// Defaults of the options.
+const (
+	DefaultSessionTTL       = 5 * time.Minute
+	DefaultTokenTTL         = 24 * time.Hour
+	DefaultMaxExternalUsers = 10000
+)
+
+func newOptions(opts []Option) options {
+	o := options{
+		sessionTTL: DefaultSessionTTL,
+		tokenTTL:   DefaultTokenTTL,
+		maxUsers:   DefaultMaxExternalUsers,
+		now:        time.Now,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithSessionTTL sets how long a sessionId stays valid until it is used.
+// Default: [DefaultSessionTTL] (5 minutes). Values of zero or less keep the
+// default.
+func WithSessionTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.sessionTTL = d
+		}
+	}
+}
+
+// WithTokenTTL sets how long a token obtained at POST
+// /api/v1/embed/session/token stays valid. Default: [DefaultTokenTTL]
+// (24 hours). Values of zero or less keep the default. The embed-session
+// middleware has its own option (middleware.WithTokenTTL) for the tokens it
+// mints.
+func WithTokenTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.tokenTTL = d
+		}
+	}
+}
+
+// WithMaxExternalUsers sets the limit of persistent external users per
+// account for accounts that set none themselves; an account's own
+// MaxExternalUsers, when above zero, takes precedence. Default:
+// [DefaultMaxExternalUsers] (10,000). Values of zero or less keep the
+// default.
+func WithMaxExternalUsers(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxUsers = n
+		}
+	}
+}
+
+// WithLogger sets where server faults (5xx) are logged; client errors are
+// not logged, and secrets never are. Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock sets the clock used for expiry and timestamps. Default:
+// time.Now. Tests use it to expire sessions without sleeping.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
