@@ -119,11 +119,6 @@ func (r *SessionRequest) Validate() error {
 	if r.DeploymentID <= 0 {
 		return wire.BadRequest("deploymentId is required and must be a positive number")
 	}
-	for i, a := range r.UserAttributes {
-		if a.Value == nil {
-			return wire.BadRequest("userAttributes[%d].value is required (null clears the value)", i)
-		}
-	}
 	p := r.provision()
 	return p.Validate("")
 }

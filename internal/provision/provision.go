@@ -54,7 +54,7 @@ type Request struct {
 // AttributeInput is one userAttributes entry as received.
 type AttributeInput struct {
 	Name  string
-	Value json.RawMessage // JSON null clears
+	Value json.RawMessage // JSON null clears; nil (field omitted) is rejected by Validate
 }
 
 // Result is the provisioned user and the scope its groups and attributes
@@ -116,7 +116,7 @@ func (r *Request) Validate(prefix string) error {
 		return wire.BadRequest("%suserProfile.picture must be an absolute http:// or https:// URL", prefix)
 	}
 	if r.EmbedTenantName != "" && !ValidEmbedTenantName(r.EmbedTenantName) {
-		return wire.BadRequest("embedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit")
+		return wire.BadRequest("%sembedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit", prefix)
 	}
 	if r.SecurityContext != nil {
 		if b := strings.TrimSpace(string(r.SecurityContext)); !strings.HasPrefix(b, "{") && b != "null" {
@@ -133,6 +133,9 @@ func (r *Request) Validate(prefix string) error {
 			return wire.BadRequest("%suserAttributes has duplicate name %q", prefix, a.Name)
 		}
 		seen[a.Name] = true
+		if a.Value == nil {
+			return wire.BadRequest("%suserAttributes[%d].value is required (null clears the value)", prefix, i)
+		}
 		if _, err := valueKind(a.Value); err != nil {
 			return wire.BadRequest("%suserAttributes[%d].value must be a string, number, string array, number array or null", prefix, i)
 		}
@@ -145,30 +148,30 @@ func (r *Request) Validate(prefix string) error {
 	}
 
 	if (r.GroupDefinitions != nil || r.AttributeDefinitions != nil) && !r.CreatorMode {
-		return wire.BadRequest("groupDefinitions and userAttributeDefinitions require creatorMode true")
+		return wire.BadRequest("%sgroupDefinitions and %suserAttributeDefinitions require %screatorMode true", prefix, prefix, prefix)
 	}
 	if (r.GroupDefinitions != nil || r.AttributeDefinitions != nil) && r.EmbedTenantName == "" {
-		return wire.BadRequest("groupDefinitions and userAttributeDefinitions require embedTenantName")
+		return wire.BadRequest("%sgroupDefinitions and %suserAttributeDefinitions require %sembedTenantName", prefix, prefix, prefix)
 	}
 	for i, d := range r.GroupDefinitions {
 		if d.Name == "" {
-			return wire.BadRequest("groupDefinitions[%d].name is required", i)
+			return wire.BadRequest("%sgroupDefinitions[%d].name is required", prefix, i)
 		}
 		if seen[d.Name] {
-			return wire.BadRequest("groupDefinitions has duplicate name %q", d.Name)
+			return wire.BadRequest("%sgroupDefinitions has duplicate name %q", prefix, d.Name)
 		}
 		seen[d.Name] = true
 	}
 	clear(seen)
 	for i, d := range r.AttributeDefinitions {
 		if d.Name == "" {
-			return wire.BadRequest("userAttributeDefinitions[%d].name is required", i)
+			return wire.BadRequest("%suserAttributeDefinitions[%d].name is required", prefix, i)
 		}
 		if !d.Type.Valid() {
-			return wire.BadRequest("userAttributeDefinitions[%d].type must be one of string, number, string_array, number_array", i)
+			return wire.BadRequest("%suserAttributeDefinitions[%d].type must be one of string, number, string_array, number_array", prefix, i)
 		}
 		if seen[d.Name] {
-			return wire.BadRequest("userAttributeDefinitions has duplicate name %q", d.Name)
+			return wire.BadRequest("%suserAttributeDefinitions has duplicate name %q", prefix, d.Name)
 		}
 		seen[d.Name] = true
 	}
