@@ -1,0 +1,132 @@
+// Package testdb gives tests a fresh, migrated store per test on each
+// backend:
+//
+//	for _, backend := range testdb.Backends() {
+//		t.Run(backend, func(t *testing.T) {
+//			st := testdb.Open(t, backend) // closed (and dropped) in t.Cleanup
+//			...
+//		})
+//	}
+//
+// "sqlite" is a new file in t.TempDir(). "postgres" is a fresh schema with a
+// random name in the database named by the environment variable
+// EMBEDKIT_TEST_POSTGRES_DSN, dropped in t.Cleanup; when the variable is unset
+// the test is skipped. "memory" (not in [Backends]) is a private in-memory
+// SQLite database.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/embedkit/embedkit/store/gormstore"
+)
+
+// EnvPostgresDSN names the environment variable holding the DSN of a
+// PostgreSQL database the tests may create schemas in, for example
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
+const EnvPostgresDSN = "EMBEDKIT_TEST_POSTGRES_DSN"
+
+// The backends [Open] accepts.
+const (
+	SQLite   = "sqlite"   // a SQLite file in t.TempDir()
+	Postgres = "postgres" // a fresh schema of EMBEDKIT_TEST_POSTGRES_DSN
+	Memory   = "memory"   // an in-memory SQLite database
+)
+
+// Backends returns the backends every store-backed test should run on:
+// "sqlite" and "postgres" (which skips itself without EMBEDKIT_TEST_POSTGRES_DSN).
+func Backends() []string { return []string{SQLite, Postgres} }
+
+// Open returns a new, empty, migrated store on backend, closed in t.Cleanup
+// (and, on PostgreSQL, its schema dropped afterwards). It fails the test on
+// error and skips it for "postgres" when EMBEDKIT_TEST_POSTGRES_DSN is unset.
+func Open(t testing.TB, backend string, opts ...gormstore.Option) *gormstore.Store {
+	t.Helper()
+	dsn := OpenDSN(t, backend)
+	st, err := gormstore.Open(dsn, opts...)
+	if err != nil {
+		t.Fatalf("testdb: open %s store: %v", backend, err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// OpenDSN returns a DSN for a new, empty database on backend without opening
+// a store, for tests that open (and reopen) stores themselves or hand the
+// DSN to a subprocess. For "sqlite" it is a file path in t.TempDir(); for
+// "postgres" a DSN whose search_path is a fresh schema, dropped in
+// t.Cleanup; for "memory" it is ":memory:" (every open is a new database).
+func OpenDSN(t testing.TB, backend string) string {
+	t.Helper()
+	switch backend {
+	case SQLite:
+		return filepath.Join(t.TempDir(), "embed.db")
+	case Memory:
+		return ":memory:"
+	case Postgres:
+		base := os.Getenv(EnvPostgresDSN)
+		if base == "" {
+			t.Skip(EnvPostgresDSN + " not set; skipping PostgreSQL tests")
+		}
+		return postgresSchema(t, base)
+	}
+	t.Fatalf("testdb: unknown backend %q (want one of sqlite, postgres, memory)", backend)
+	return ""
+}
+
+func postgresSchema(t testing.TB, base string) string {
+	t.Helper()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	schema := "embedkit_test_" + hex.EncodeToString(b[:])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testdb: connect to %s: %v", EnvPostgresDSN, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("testdb: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("testdb: drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("testdb: drop schema %s: %v", schema, err)
+		}
+	})
+	return withSearchPath(base, schema)
+}
+
+// withSearchPath adds search_path to a URL or keyword/value DSN; pgx sends
+// unknown parameters to the server as runtime parameters.
+func withSearchPath(dsn, schema string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err == nil {
+			q := u.Query()
+			q.Set("search_path", schema)
+			u.RawQuery = q.Encode()
+			return u.String()
+		}
+	}
+	return dsn + " search_path=" + schema
+}

@@ -1,0 +1,163 @@
+package gormstore
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
+	branches := "[]"
+	if len(a.Branches) > 0 {
+		b, err := json.Marshal(a.Branches)
+		if err != nil {
+			return store.Account{}, wrapErr("save account", err)
+		}
+		branches = string(b)
+	}
+	plan := a.Plan
+	if plan == "" {
+		plan = store.PlanFree
+	}
+	var row accountRow
+	_, err := t.find(ctx, "save account", &row,
+		`INSERT INTO accounts (name, plan, use_creator_mode, max_external_users, branches) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET plan = excluded.plan, use_creator_mode = excluded.use_creator_mode,
+		max_external_users = excluded.max_external_users, branches = excluded.branches
+		RETURNING `+accountCols,
+		a.Name, string(plan), a.UseCreatorMode, a.MaxExternalUsers, branches)
+	if err != nil {
+		return store.Account{}, err
+	}
+	return row.account(), nil
+}
+
+func (t *txn) AccountByID(ctx context.Context, id int64) (store.Account, error) {
+	var row accountRow
+	n, err := t.find(ctx, "account by id", &row, "SELECT "+accountCols+" FROM accounts WHERE id = ?", id)
+	if err != nil {
+		return store.Account{}, err
+	}
+	if n == 0 {
+		return store.Account{}, newErr("account by id", store.ErrNotFound)
+	}
+	return row.account(), nil
+}
+
+func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	var row accountRow
+	n, err := t.find(ctx, "account by name", &row, "SELECT "+accountCols+" FROM accounts WHERE name = ?", name)
+	if err != nil {
+		return store.Account{}, err
+	}
+	if n == 0 {
+		return store.Account{}, newErr("account by name", store.ErrNotFound)
+	}
+	return row.account(), nil
+}
+
+func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
+	_, err := t.exec(ctx, "save api key",
+		`INSERT INTO api_keys (hash, account_id, admin) VALUES (?, ?, ?)
+		ON CONFLICT (hash) DO UPDATE SET admin = excluded.admin`,
+		blob(k.Hash), k.AccountID, k.Admin)
+	return err
+}
+
+func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	var row apiKeyRow
+	n, err := t.find(ctx, "api key", &row, "SELECT hash, account_id, admin FROM api_keys WHERE hash = ?", blob(hash))
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	if n == 0 {
+		return store.APIKey{}, newErr("api key", store.ErrNotFound)
+	}
+	return store.APIKey{Hash: row.Hash, AccountID: row.AccountID, Admin: row.Admin}, nil
+}
+
+func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
+	_, err := t.exec(ctx, "save deployment",
+		`INSERT INTO deployments (account_id, id, name) VALUES (?, ?, ?)
+		ON CONFLICT (account_id, id) DO UPDATE SET name = excluded.name`,
+		d.AccountID, d.ID, d.Name)
+	return err
+}
+
+func (t *txn) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
+	var row deploymentRow
+	n, err := t.find(ctx, "deployment", &row, "SELECT account_id, id, name FROM deployments WHERE account_id = ? AND id = ?", accountID, id)
+	if err != nil {
+		return store.Deployment{}, err
+	}
+	if n == 0 {
+		return store.Deployment{}, newErr("deployment", store.ErrNotFound)
+	}
+	return store.Deployment{AccountID: row.AccountID, ID: row.ID, Name: row.Name}, nil
+}
+
+func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
+	_, err := t.exec(ctx, "save agent",
+		`INSERT INTO agents (account_id, id, deployment_id) VALUES (?, ?, ?)
+		ON CONFLICT (account_id, id) DO UPDATE SET deployment_id = excluded.deployment_id`,
+		a.AccountID, a.ID, a.DeploymentID)
+	return err
+}
+
+func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
+	var row agentRow
+	n, err := t.find(ctx, "agent", &row, "SELECT account_id, id, deployment_id FROM agents WHERE account_id = ? AND id = ?", accountID, id)
+	if err != nil {
+		return store.Agent{}, err
+	}
+	if n == 0 {
+		return store.Agent{}, newErr("agent", store.ErrNotFound)
+	}
+	return store.Agent{AccountID: row.AccountID, ID: row.ID, DeploymentID: row.DeploymentID}, nil
+}
+
+// SaveAccount implements [store.Accounts].
+func (s *Store) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
+	return write(ctx, s, func(t *txn) (store.Account, error) { return t.SaveAccount(ctx, a) })
+}
+
+// AccountByID implements [store.Accounts].
+func (s *Store) AccountByID(ctx context.Context, id int64) (store.Account, error) {
+	return s.reader().AccountByID(ctx, id)
+}
+
+// AccountByName implements [store.Accounts].
+func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	return s.reader().AccountByName(ctx, name)
+}
+
+// SaveAPIKey implements [store.Accounts].
+func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
+	return write0(ctx, s, func(t *txn) error { return t.SaveAPIKey(ctx, k) })
+}
+
+// APIKeyByHash implements [store.Accounts].
+func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	return s.reader().APIKeyByHash(ctx, hash)
+}
+
+// SaveDeployment implements [store.Accounts].
+func (s *Store) SaveDeployment(ctx context.Context, d store.Deployment) error {
+	return write0(ctx, s, func(t *txn) error { return t.SaveDeployment(ctx, d) })
+}
+
+// Deployment implements [store.Accounts].
+func (s *Store) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
+	return s.reader().Deployment(ctx, accountID, id)
+}
+
+// SaveAgent implements [store.Accounts].
+func (s *Store) SaveAgent(ctx context.Context, a store.Agent) error {
+	return write0(ctx, s, func(t *txn) error { return t.SaveAgent(ctx, a) })
+}
+
+// Agent implements [store.Accounts].
+func (s *Store) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
+	return s.reader().Agent(ctx, accountID, id)
+}

@@ -1,0 +1,226 @@
+package gormstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
+	et, err := t.EmbedTenantByName(ctx, accountID, name)
+	if err == nil || !isNotFound(err) {
+		return et, err
+	}
+	if _, err := t.exec(ctx, "ensure embed tenant",
+		"INSERT INTO embed_tenants (account_id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (account_id, name) DO NOTHING",
+		accountID, name, time.Now().UnixNano()); err != nil {
+		return store.EmbedTenant{}, err
+	}
+	return t.EmbedTenantByName(ctx, accountID, name)
+}
+
+func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
+	var row tenantRow
+	n, err := t.find(ctx, "embed tenant", &row,
+		"SELECT "+tenantCols+" FROM embed_tenants WHERE account_id = ? AND name = ?", accountID, name)
+	if err != nil {
+		return store.EmbedTenant{}, err
+	}
+	if n == 0 {
+		return store.EmbedTenant{}, newErr("embed tenant", store.ErrNotFound)
+	}
+	return row.tenant(), nil
+}
+
+// nonEmpty maps an empty description to NULL: descriptions are never cleared.
+func nonEmpty(p *string) any {
+	if p == nil || *p == "" {
+		return nil
+	}
+	return *p
+}
+
+func (t *txn) UpsertGroups(ctx context.Context, s store.Scope, defs []store.GroupDef) error {
+	now := time.Now().UnixNano()
+	for chunk := range chunks(defs, batchRows) {
+		args := make([]any, 0, 6*len(chunk))
+		for _, d := range chunk {
+			args = append(args, s.AccountID, s.EmbedTenantID, d.Name, nonEmpty(d.Description), now, now)
+		}
+		// One statement: insert the missing groups; for existing ones set a
+		// supplied, different description (updated_at moves only then).
+		if _, err := t.exec(ctx, "upsert groups",
+			`INSERT INTO catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
+			VALUES `+placeholders(len(chunk), 6)+`
+			ON CONFLICT (account_id, embed_tenant_id, name) DO UPDATE SET
+				description = excluded.description, updated_at = excluded.updated_at
+			WHERE excluded.description IS NOT NULL
+				AND (catalog_groups.description IS NULL OR catalog_groups.description <> excluded.description)`,
+			args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.AttributeDef) error {
+	now := time.Now().UnixNano()
+	for chunk := range chunks(defs, batchRows) {
+		args := make([]any, 0, 9*len(chunk))
+		for _, d := range chunk {
+			args = append(args, s.AccountID, s.EmbedTenantID, d.Name, string(d.Type),
+				optString(d.DisplayName), optString(d.DefaultValue), nonEmpty(d.Description), now, now)
+		}
+		// One statement. The type of an existing attribute is never
+		// changed; nil fields keep the stored value; updated_at moves only
+		// when a value changes.
+		if _, err := t.exec(ctx, "upsert attributes",
+			`INSERT INTO catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
+			VALUES `+placeholders(len(chunk), 9)+`
+			ON CONFLICT (account_id, embed_tenant_id, name) DO UPDATE SET
+				display_name = COALESCE(excluded.display_name, catalog_attributes.display_name),
+				default_value = COALESCE(excluded.default_value, catalog_attributes.default_value),
+				description = COALESCE(excluded.description, catalog_attributes.description),
+				updated_at = excluded.updated_at
+			WHERE (excluded.display_name IS NOT NULL AND (catalog_attributes.display_name IS NULL OR catalog_attributes.display_name <> excluded.display_name))
+				OR (excluded.default_value IS NOT NULL AND (catalog_attributes.default_value IS NULL OR catalog_attributes.default_value <> excluded.default_value))
+				OR (excluded.description IS NOT NULL AND (catalog_attributes.description IS NULL OR catalog_attributes.description <> excluded.description))`,
+			args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) ([]store.Group, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var rows []groupRow
+	if _, err := t.find(ctx, "groups by name", &rows,
+		"SELECT "+groupCols+" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
+		s.AccountID, s.EmbedTenantID, names); err != nil {
+		return nil, err
+	}
+	return groups(rows), nil
+}
+
+func (t *txn) AttributesByName(ctx context.Context, s store.Scope, names []string) ([]store.Attribute, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var rows []attributeRow
+	if _, err := t.find(ctx, "attributes by name", &rows,
+		"SELECT "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
+		s.AccountID, s.EmbedTenantID, names); err != nil {
+		return nil, err
+	}
+	return attributes(rows), nil
+}
+
+func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var rows []groupRow
+	if _, err := t.find(ctx, "list groups", &rows,
+		"SELECT "+groupCols+" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
+		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
+		return nil, err
+	}
+	return groups(rows), nil
+}
+
+func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var rows []attributeRow
+	if _, err := t.find(ctx, "list attributes", &rows,
+		"SELECT "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
+		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
+		return nil, err
+	}
+	return attributes(rows), nil
+}
+
+func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
+	// Memberships go with the group (ON DELETE CASCADE).
+	n, err := t.exec(ctx, "delete group",
+		"DELETE FROM catalog_groups WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return newErr("delete group", store.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) error {
+	// Values go with the definition (ON DELETE CASCADE).
+	n, err := t.exec(ctx, "delete attribute",
+		"DELETE FROM catalog_attributes WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return newErr("delete attribute", store.ErrNotFound)
+	}
+	return nil
+}
+
+// EnsureEmbedTenant implements [store.Catalog]. It reads first and writes
+// only when the tenant is missing.
+func (s *Store) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
+	if et, err := s.reader().EmbedTenantByName(ctx, accountID, name); err == nil {
+		return et, nil
+	}
+	return write(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EnsureEmbedTenant(ctx, accountID, name) })
+}
+
+// EmbedTenantByName implements [store.Catalog].
+func (s *Store) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
+	return s.reader().EmbedTenantByName(ctx, accountID, name)
+}
+
+// UpsertGroups implements [store.Catalog] in its own transaction.
+func (s *Store) UpsertGroups(ctx context.Context, sc store.Scope, defs []store.GroupDef) error {
+	return write0(ctx, s, func(t *txn) error { return t.UpsertGroups(ctx, sc, defs) })
+}
+
+// UpsertAttributes implements [store.Catalog] in its own transaction.
+func (s *Store) UpsertAttributes(ctx context.Context, sc store.Scope, defs []store.AttributeDef) error {
+	return write0(ctx, s, func(t *txn) error { return t.UpsertAttributes(ctx, sc, defs) })
+}
+
+// GroupsByName implements [store.Catalog].
+func (s *Store) GroupsByName(ctx context.Context, sc store.Scope, names []string) ([]store.Group, error) {
+	return s.reader().GroupsByName(ctx, sc, names)
+}
+
+// AttributesByName implements [store.Catalog].
+func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
+	return s.reader().AttributesByName(ctx, sc, names)
+}
+
+// ListGroups implements [store.Catalog].
+func (s *Store) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
+	return s.reader().ListGroups(ctx, sc, afterID, limit)
+}
+
+// ListAttributes implements [store.Catalog].
+func (s *Store) ListAttributes(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
+	return s.reader().ListAttributes(ctx, sc, afterID, limit)
+}
+
+// DeleteGroup implements [store.Catalog] in its own transaction.
+func (s *Store) DeleteGroup(ctx context.Context, sc store.Scope, id int64) error {
+	return write0(ctx, s, func(t *txn) error { return t.DeleteGroup(ctx, sc, id) })
+}
+
+// DeleteAttribute implements [store.Catalog] in its own transaction.
+func (s *Store) DeleteAttribute(ctx context.Context, sc store.Scope, id int64) error {
+	return write0(ctx, s, func(t *txn) error { return t.DeleteAttribute(ctx, sc, id) })
+}

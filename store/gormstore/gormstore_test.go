@@ -1,0 +1,198 @@
+package gormstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	for _, backend := range []string{testdb.SQLite, testdb.Memory, testdb.Postgres} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == testdb.Postgres {
+				testdb.OpenDSN(t, backend) // skips without the DSN variable
+			}
+			storetest.Run(t, func(t *testing.T) store.Store { return testdb.Open(t, backend) })
+		})
+	}
+}
+
+func BenchmarkStore(b *testing.B) {
+	for _, backend := range []string{testdb.SQLite, testdb.Postgres} {
+		b.Run(backend, func(b *testing.B) {
+			storetest.Bench(b, func(b *testing.B) store.Store { return testdb.Open(b, backend) })
+		})
+	}
+}
+
+// TestRestart checks that a file store keeps users, sessions and tokens
+// across close and reopen, and that the migration is idempotent.
+func TestRestart(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			dsn := testdb.OpenDSN(t, backend)
+			ctx := t.Context()
+			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			st, err := gormstore.Open(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := st.SaveAccount(ctx, store.Account{Name: "acme", Plan: store.PlanEnterprise})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, MaxUsers: 1, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sess := store.Session{AccountID: a.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+			for _, h := range []string{"s1", "s2"} {
+				if err := st.CreateSession(ctx, []byte(h), sess); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := st.ExchangeSession(ctx, []byte("s1"), []byte("t1"), now.Add(24*time.Hour), now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.UserByID(ctx, u.ID, now); !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("call after Close: err = %v, want ErrUnavailable", err)
+			}
+
+			st, err = gormstore.Open(dsn)
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			defer st.Close()
+			got, err := st.UserByExternalID(ctx, a.ID, "u", now)
+			if err != nil || got.ID != u.ID {
+				t.Fatalf("user after reopen = %+v, %v", got, err)
+			}
+			if _, err := st.SessionByToken(ctx, []byte("t1"), now); err != nil {
+				t.Errorf("token after reopen: %v", err)
+			}
+			if _, err := st.ExchangeSession(ctx, []byte("s2"), []byte("t2"), now.Add(24*time.Hour), now); err != nil {
+				t.Errorf("session after reopen: %v", err)
+			}
+			if _, err := st.ExchangeSession(ctx, []byte("s1"), []byte("t3"), now.Add(24*time.Hour), now); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("used session after reopen: err = %v, want ErrNotFound", err)
+			}
+			// The persistent-user count survived too.
+			_, err = st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "v", Persistent: true, MaxUsers: 1, Now: now})
+			if !errors.Is(err, store.ErrLimit) {
+				t.Errorf("limit after reopen: err = %v, want ErrLimit", err)
+			}
+		})
+	}
+}
+
+// TestStatementHook checks that the hook sees every statement once and that
+// a provisioning transaction stays within its statement budget.
+func TestStatementHook(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			var count atomic.Int64
+			var last atomic.Value
+			st := testdb.Open(t, backend, gormstore.WithStatementHook(func(_ context.Context, sql string) {
+				count.Add(1)
+				last.Store(sql)
+			}))
+			ctx := t.Context()
+			a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			count.Store(0)
+			if _, err := st.AccountByID(ctx, a.ID); err != nil {
+				t.Fatal(err)
+			}
+			if n := count.Load(); n != 1 {
+				t.Errorf("AccountByID ran %d statements, want 1", n)
+			}
+			if s, _ := last.Load().(string); !strings.Contains(s, "FROM accounts") {
+				t.Errorf("hook saw %q", s)
+			}
+			s := store.TenantWide(a.ID)
+			if err := st.UpsertGroups(ctx, s, []store.GroupDef{{Name: "a"}, {Name: "b"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.UpsertAttributes(ctx, s, []store.AttributeDef{{Name: "x", Type: store.TypeString}, {Name: "y", Type: store.TypeString}, {Name: "z", Type: store.TypeNumber}}); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			calls := 0
+			provision := func(externalID string) int64 {
+				calls++
+				count.Store(0)
+				err := st.InTx(ctx, func(tx store.Tx) error {
+					u, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: externalID, DisplayName: new("N"), Persistent: true, MaxUsers: 100, Now: now})
+					if err != nil {
+						return err
+					}
+					as, err := tx.AttributesByName(ctx, s, []string{"x", "y", "z"})
+					if err != nil {
+						return err
+					}
+					gs, err := tx.GroupsByName(ctx, s, []string{"a", "b"})
+					if err != nil {
+						return err
+					}
+					vals := make([]store.AttributeValue, len(as))
+					for i, at := range as {
+						vals[i] = store.AttributeValue{AttributeID: at.ID, Value: json.RawMessage(`"v"`)}
+					}
+					if err := tx.SetAttributeValues(ctx, u.ID, vals); err != nil {
+						return err
+					}
+					if err := tx.ReplaceMemberships(ctx, u.ID, s, []int64{gs[0].ID, gs[1].ID}); err != nil {
+						return err
+					}
+					return tx.CreateSession(ctx, fmt.Appendf(nil, "s-%s-%d", externalID, calls), store.Session{AccountID: a.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: now, ExpiresAt: now.Add(time.Minute)})
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return count.Load()
+			}
+			if n := provision("new"); n > 10 {
+				t.Errorf("provisioning a new user ran %d statements, want at most 10", n)
+			}
+			if n := provision("new"); n > 8 {
+				t.Errorf("provisioning an existing user ran %d statements, want at most 8", n)
+			}
+		})
+	}
+}
+
+func TestQueryTimeoutIsUnavailable(t *testing.T) {
+	st := testdb.Open(t, testdb.SQLite, gormstore.WithQueryTimeout(50*time.Millisecond))
+	ctx := t.Context()
+	// Hold the writer slot so that a second transaction cannot begin in time.
+	release := make(chan struct{})
+	held := make(chan struct{})
+	go func() {
+		_ = st.InTx(ctx, func(store.Tx) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	err := st.InTx(ctx, func(store.Tx) error { return nil })
+	close(release)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("InTx while the writer is held: err = %v, want ErrUnavailable", err)
+	}
+}

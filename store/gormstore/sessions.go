@@ -1,0 +1,95 @@
+package gormstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// userAlive is the predicate of a grant whose user exists and has not
+// expired at the bound time (sessions of an expired ephemeral user are dead).
+const userAlive = "EXISTS (SELECT 1 FROM users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
+
+func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
+	created := nowOr(s.CreatedAt)
+	_, err := t.exec(ctx, "create session",
+		"INSERT INTO sessions (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		blob(hash), s.AccountID, s.UserID, s.DeploymentID, s.EmbedTenantID, s.EmbedTenantName, s.CreatorMode,
+		created.UnixNano(), s.ExpiresAt.UnixNano())
+	return err
+}
+
+func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
+	const op = "exchange session"
+	n0 := nowOr(now).UnixNano()
+	// The conditional update is the single-use check: of concurrent
+	// exchanges exactly one sees used_at NULL (PostgreSQL re-checks it on
+	// the locked row, SQLite serializes writers).
+	var g grantRow
+	n, err := t.find(ctx, op, &g,
+		"UPDATE sessions SET used_at = ? WHERE hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive+
+			" RETURNING "+grantCols,
+		n0, blob(sessionHash), n0, n0)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if n == 0 {
+		return store.Session{}, newErr(op, store.ErrNotFound)
+	}
+	g.CreatedAt = n0
+	g.ExpiresAt = tokenExpiresAt.UnixNano()
+	if _, err := t.exec(ctx, op,
+		"INSERT INTO tokens (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		blob(tokenHash), g.AccountID, g.UserID, g.DeploymentID, g.EmbedTenantID, g.EmbedTenantName, g.CreatorMode,
+		g.CreatedAt, g.ExpiresAt); err != nil {
+		return store.Session{}, err
+	}
+	return g.session(), nil
+}
+
+func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
+	n0 := nowOr(now).UnixNano()
+	var g grantRow
+	n, err := t.find(ctx, "session by token", &g,
+		"SELECT "+grantCols+" FROM tokens WHERE hash = ? AND expires_at > ? AND "+userAlive,
+		blob(tokenHash), n0, n0)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if n == 0 {
+		return store.Session{}, newErr("session by token", store.ErrNotFound)
+	}
+	return g.session(), nil
+}
+
+func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
+	if _, err := t.exec(ctx, "revoke sessions", "DELETE FROM sessions WHERE user_id = ?", userID); err != nil {
+		return err
+	}
+	_, err := t.exec(ctx, "revoke sessions", "DELETE FROM tokens WHERE user_id = ?", userID)
+	return err
+}
+
+// CreateSession implements [store.Sessions] in its own transaction.
+func (s *Store) CreateSession(ctx context.Context, hash []byte, sess store.Session) error {
+	return write0(ctx, s, func(t *txn) error { return t.CreateSession(ctx, hash, sess) })
+}
+
+// ExchangeSession implements [store.Sessions]: the single-use mark and the
+// token insert commit together in one transaction.
+func (s *Store) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
+	return write(ctx, s, func(t *txn) (store.Session, error) {
+		return t.ExchangeSession(ctx, sessionHash, tokenHash, tokenExpiresAt, now)
+	})
+}
+
+// SessionByToken implements [store.Sessions].
+func (s *Store) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
+	return s.reader().SessionByToken(ctx, tokenHash, now)
+}
+
+// RevokeUserSessions implements [store.Sessions] in its own transaction.
+func (s *Store) RevokeUserSessions(ctx context.Context, userID int64) error {
+	return write0(ctx, s, func(t *txn) error { return t.RevokeUserSessions(ctx, userID) })
+}

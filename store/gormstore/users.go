@@ -1,0 +1,402 @@
+package gormstore
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// visible is the predicate of a user that has not expired at the bound time.
+const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
+
+func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
+	const op = "upsert external user"
+	now := nowOr(u.Now).UnixNano()
+	// Two rounds at most: a concurrent first upsert of the same external id
+	// can win the insert, after which the update path applies.
+	for range 3 {
+		var row userRow
+		n, err := t.find(ctx, op, &row,
+			"SELECT "+userCols+" FROM users WHERE account_id = ? AND external_id = ?"+t.forUpdate(),
+			u.AccountID, u.ExternalID)
+		if err != nil {
+			return store.User{}, err
+		}
+		if n > 0 && row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= now {
+			// Expired ephemeral users are absent: delete with everything
+			// they own (cascades), then create anew. They never counted.
+			if _, err := t.exec(ctx, op, "DELETE FROM users WHERE id = ?", row.ID); err != nil {
+				return store.User{}, err
+			}
+			n = 0
+		}
+		if n > 0 {
+			return t.updateExternalUser(ctx, row, u, now)
+		}
+		user, ok, err := t.insertExternalUser(ctx, u, now)
+		if err != nil || ok {
+			return user, err
+		}
+	}
+	return store.User{}, newErr(op, store.ErrConflict)
+}
+
+// insertExternalUser creates the user; ok is false when a concurrent
+// transaction created it first (nothing is then changed).
+func (t *txn) insertExternalUser(ctx context.Context, u store.ExternalUserUpsert, now int64) (store.User, bool, error) {
+	const op = "upsert external user"
+	if u.Persistent {
+		if err := t.countPersistent(ctx, u.AccountID, u.MaxUsers); err != nil {
+			return store.User{}, false, err
+		}
+	}
+	var expires any
+	if !u.Persistent {
+		expires = nanos(u.EphemeralExpiresAt)
+	}
+	var sc any
+	if u.SecurityContext != nil {
+		sc = string(u.SecurityContext)
+	}
+	var row userRow
+	n, err := t.find(ctx, op, &row,
+		`INSERT INTO users (account_id, external_id, email, display_name, picture, security_context, ephemeral, expires_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (account_id, external_id) DO NOTHING
+		RETURNING `+userCols,
+		u.AccountID, u.ExternalID, deref(u.Email), deref(u.DisplayName), deref(u.Picture), sc,
+		!u.Persistent, expires, now, now)
+	if err != nil {
+		return store.User{}, false, err
+	}
+	if n == 0 {
+		if u.Persistent {
+			if _, err := t.exec(ctx, op, "UPDATE accounts SET persistent_users = persistent_users - 1 WHERE id = ?", u.AccountID); err != nil {
+				return store.User{}, false, err
+			}
+		}
+		return store.User{}, false, nil
+	}
+	return row.user(), true, nil
+}
+
+func (t *txn) updateExternalUser(ctx context.Context, row userRow, u store.ExternalUserUpsert, now int64) (store.User, error) {
+	const op = "upsert external user"
+	set := ""
+	if u.Persistent && row.Ephemeral {
+		if err := t.countPersistent(ctx, u.AccountID, u.MaxUsers); err != nil {
+			return store.User{}, err
+		}
+		set = ", ephemeral = FALSE, expires_at = NULL"
+	}
+	var sc any
+	if u.SecurityContext != nil {
+		sc = string(u.SecurityContext)
+	}
+	var out userRow
+	n, err := t.find(ctx, op, &out,
+		`UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
+		picture = COALESCE(?, picture), security_context = COALESCE(?, security_context), updated_at = ?`+set+`
+		WHERE id = ? RETURNING `+userCols,
+		optString(u.Email), optString(u.DisplayName), optString(u.Picture), sc, now, row.ID)
+	if err != nil {
+		return store.User{}, err
+	}
+	if n == 0 {
+		return store.User{}, newErr(op, store.ErrNotFound)
+	}
+	return out.user(), nil
+}
+
+// countPersistent takes one place of the account's persistent external user
+// limit, or returns [store.ErrLimit]. The conditional increment is exact
+// under concurrency: PostgreSQL re-checks the condition on the locked row,
+// SQLite serializes writers. A max of zero or less means no limit.
+func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) error {
+	const op = "upsert external user"
+	n, err := t.exec(ctx, op,
+		"UPDATE accounts SET persistent_users = persistent_users + 1 WHERE id = ? AND (? <= 0 OR persistent_users < ?)",
+		accountID, max, max)
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		return nil
+	}
+	if _, err := t.AccountByID(ctx, accountID); err != nil {
+		return err
+	}
+	return newErr(op, store.ErrLimit)
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func (t *txn) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
+	var row userRow
+	n, err := t.find(ctx, "user by external id", &row,
+		"SELECT "+userCols+" FROM users WHERE account_id = ? AND external_id = ? AND "+visible,
+		accountID, externalID, nowOr(now).UnixNano())
+	if err != nil {
+		return store.User{}, err
+	}
+	if n == 0 {
+		return store.User{}, newErr("user by external id", store.ErrNotFound)
+	}
+	return row.user(), nil
+}
+
+func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
+	var row userRow
+	n, err := t.find(ctx, "user by id", &row,
+		"SELECT "+userCols+" FROM users WHERE id = ? AND "+visible, id, nowOr(now).UnixNano())
+	if err != nil {
+		return store.User{}, err
+	}
+	if n == 0 {
+		return store.User{}, newErr("user by id", store.ErrNotFound)
+	}
+	return row.user(), nil
+}
+
+func (t *txn) SaveInternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
+	const op = "save internal user"
+	email := ""
+	if strings.Contains(username, "@") {
+		email = username
+	}
+	now := time.Now().UnixNano()
+	if _, err := t.exec(ctx, op,
+		`INSERT INTO users (account_id, internal_id, email, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (account_id, internal_id) DO NOTHING`,
+		accountID, username, email, now, now); err != nil {
+		return store.User{}, err
+	}
+	return t.InternalUser(ctx, accountID, username)
+}
+
+func (t *txn) InternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
+	var row userRow
+	n, err := t.find(ctx, "internal user", &row,
+		"SELECT "+userCols+" FROM users WHERE account_id = ? AND internal_id = ?", accountID, username)
+	if err != nil {
+		return store.User{}, err
+	}
+	if n == 0 {
+		return store.User{}, newErr("internal user", store.ErrNotFound)
+	}
+	return row.user(), nil
+}
+
+func isNullJSON(v json.RawMessage) bool {
+	return len(v) == 0 || string(v) == "null"
+}
+
+func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []store.AttributeValue) error {
+	const op = "set attribute values"
+	var set []store.AttributeValue
+	var clear []int64
+	for _, v := range values {
+		if isNullJSON(v.Value) {
+			clear = append(clear, v.AttributeID)
+		} else {
+			set = append(set, v)
+		}
+	}
+	for chunk := range chunks(set, batchRows) {
+		args := make([]any, 0, 3*len(chunk))
+		for _, v := range chunk {
+			args = append(args, userID, v.AttributeID, string(v.Value))
+		}
+		if _, err := t.exec(ctx, op,
+			"INSERT INTO attribute_values (user_id, attribute_id, value) VALUES "+placeholders(len(chunk), 3)+
+				` ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
+				WHERE attribute_values.value <> excluded.value`,
+			args...); err != nil {
+			return err
+		}
+	}
+	for chunk := range chunks(clear, batchRows) {
+		if _, err := t.exec(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) AttributeValues(ctx context.Context, userID int64, s store.Scope) ([]store.UserAttribute, error) {
+	var rows []userAttributeRow
+	if _, err := t.find(ctx, "attribute values", &rows,
+		`SELECT a.name AS name, a.type AS type, v.value AS value
+		FROM attribute_values v JOIN catalog_attributes a ON a.id = v.attribute_id
+		WHERE v.user_id = ? AND a.account_id = ? AND a.embed_tenant_id = ?
+		ORDER BY a.name`,
+		userID, s.AccountID, s.EmbedTenantID); err != nil {
+		return nil, err
+	}
+	out := make([]store.UserAttribute, len(rows))
+	for i, r := range rows {
+		out[i] = store.UserAttribute{Name: r.Name, Type: store.AttributeType(r.Type), Value: json.RawMessage(r.Value)}
+	}
+	return out, nil
+}
+
+func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scope, groupIDs []int64) error {
+	const op = "replace memberships"
+	// Delete the memberships of scope s that are not kept, then insert the
+	// missing ones; groups outside scope s are ignored.
+	del := `DELETE FROM group_members WHERE user_id = ?
+		AND group_id IN (SELECT id FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ?)`
+	args := []any{userID, s.AccountID, s.EmbedTenantID}
+	if len(groupIDs) > 0 && len(groupIDs) <= batchRows {
+		del += " AND group_id NOT IN ?"
+		args = append(args, groupIDs)
+	}
+	if _, err := t.exec(ctx, op, del, args...); err != nil {
+		return err
+	}
+	for chunk := range chunks(groupIDs, batchRows) {
+		if _, err := t.exec(ctx, op,
+			`INSERT INTO group_members (user_id, group_id)
+			SELECT ?, id FROM catalog_groups WHERE id IN ? AND account_id = ? AND embed_tenant_id = ?
+			ON CONFLICT (user_id, group_id) DO NOTHING`,
+			userID, chunk, s.AccountID, s.EmbedTenantID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) Memberships(ctx context.Context, userID int64, s store.Scope) ([]store.Group, error) {
+	var rows []groupRow
+	if _, err := t.find(ctx, "memberships", &rows,
+		`SELECT g.id AS id, g.account_id AS account_id, g.embed_tenant_id AS embed_tenant_id, g.name AS name,
+		COALESCE(g.description, '') AS description, g.created_at AS created_at, g.updated_at AS updated_at
+		FROM group_members m JOIN catalog_groups g ON g.id = m.group_id
+		WHERE m.user_id = ? AND g.account_id = ? AND g.embed_tenant_id = ?
+		ORDER BY g.name`,
+		userID, s.AccountID, s.EmbedTenantID); err != nil {
+		return nil, err
+	}
+	return groups(rows), nil
+}
+
+type deletedUser struct {
+	AccountID  int64   `gorm:"column:account_id"`
+	ExternalID *string `gorm:"column:external_id"`
+	Ephemeral  bool    `gorm:"column:ephemeral"`
+}
+
+func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
+	const op = "delete user"
+	var row deletedUser
+	n, err := t.find(ctx, op, &row, "DELETE FROM users WHERE id = ? RETURNING account_id, external_id, ephemeral", userID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return newErr(op, store.ErrNotFound)
+	}
+	if row.ExternalID != nil && !row.Ephemeral {
+		if _, err := t.exec(ctx, op,
+			"UPDATE accounts SET persistent_users = persistent_users - 1 WHERE id = ? AND persistent_users > 0",
+			row.AccountID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	lock := ""
+	if t.pg() {
+		// Several reapers skip each other's rows instead of waiting.
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	n, err := t.exec(ctx, "delete expired users",
+		`DELETE FROM users WHERE id IN (SELECT id FROM users WHERE ephemeral AND expires_at <= ?
+		ORDER BY expires_at LIMIT ?`+lock+`)`,
+		nowOr(now).UnixNano(), limit)
+	return int(n), err
+}
+
+// chunks splits s into slices of at most n elements.
+func chunks[T any](s []T, n int) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
+
+// UpsertExternalUser implements [store.Users] in its own transaction.
+func (s *Store) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
+	return write(ctx, s, func(t *txn) (store.User, error) { return t.UpsertExternalUser(ctx, u) })
+}
+
+// UserByExternalID implements [store.Users].
+func (s *Store) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
+	return s.reader().UserByExternalID(ctx, accountID, externalID, now)
+}
+
+// UserByID implements [store.Users].
+func (s *Store) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
+	return s.reader().UserByID(ctx, id, now)
+}
+
+// SaveInternalUser implements [store.Users].
+func (s *Store) SaveInternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
+	if u, err := s.reader().InternalUser(ctx, accountID, username); err == nil {
+		return u, nil
+	}
+	return write(ctx, s, func(t *txn) (store.User, error) { return t.SaveInternalUser(ctx, accountID, username) })
+}
+
+// InternalUser implements [store.Users].
+func (s *Store) InternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
+	return s.reader().InternalUser(ctx, accountID, username)
+}
+
+// SetAttributeValues implements [store.Users] in its own transaction.
+func (s *Store) SetAttributeValues(ctx context.Context, userID int64, values []store.AttributeValue) error {
+	return write0(ctx, s, func(t *txn) error { return t.SetAttributeValues(ctx, userID, values) })
+}
+
+// AttributeValues implements [store.Users].
+func (s *Store) AttributeValues(ctx context.Context, userID int64, sc store.Scope) ([]store.UserAttribute, error) {
+	return s.reader().AttributeValues(ctx, userID, sc)
+}
+
+// ReplaceMemberships implements [store.Users] in its own transaction.
+func (s *Store) ReplaceMemberships(ctx context.Context, userID int64, sc store.Scope, groupIDs []int64) error {
+	return write0(ctx, s, func(t *txn) error { return t.ReplaceMemberships(ctx, userID, sc, groupIDs) })
+}
+
+// Memberships implements [store.Users].
+func (s *Store) Memberships(ctx context.Context, userID int64, sc store.Scope) ([]store.Group, error) {
+	return s.reader().Memberships(ctx, userID, sc)
+}
+
+// DeleteUser implements [store.Users] in its own transaction.
+func (s *Store) DeleteUser(ctx context.Context, userID int64) error {
+	return write0(ctx, s, func(t *txn) error { return t.DeleteUser(ctx, userID) })
+}
+
+// DeleteExpiredUsers implements [store.Users] in its own transaction.
+func (s *Store) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {
+	return write(ctx, s, func(t *txn) (int, error) { return t.DeleteExpiredUsers(ctx, now, limit) })
+}

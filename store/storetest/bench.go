@@ -1,0 +1,197 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// Bench runs the store benchmarks against a store returned by open (called
+// once per sub-benchmark). The parallel cases use b.RunParallel, so
+// -cpu and b.SetParallelism set the number of concurrent clients; Bench
+// sets 16 goroutines per GOMAXPROCS, which is 32 on two cores.
+//
+//   - Provision: one generate-session transaction (upsert a known user with a
+//     profile, resolve 3 attributes and 2 groups, set the values, replace the
+//     memberships, create a session), over 1,000 users.
+//   - ProvisionNewUser: the same, creating a new user every time.
+//   - ExchangeSession: exchange a fresh session id for a token.
+//   - SessionByToken: the read of every embed request.
+//   - ListGroupsLastPage: the last page of 100 among 10,000 groups.
+func Bench(b *testing.B, open func(b *testing.B) store.Store) {
+	b.Run("Provision", func(b *testing.B) { benchProvision(b, open(b), false) })
+	b.Run("ProvisionNewUser", func(b *testing.B) { benchProvision(b, open(b), true) })
+	b.Run("ExchangeSession", func(b *testing.B) { benchExchange(b, open(b)) })
+	b.Run("SessionByToken", func(b *testing.B) { benchSessionByToken(b, open(b)) })
+	b.Run("ListGroupsLastPage", func(b *testing.B) { benchListLastPage(b, open(b)) })
+}
+
+func benchSetup(b *testing.B, st store.Store) (store.Account, store.Scope) {
+	b.Helper()
+	ctx := b.Context()
+	a, err := st.SaveAccount(ctx, store.Account{Name: "bench", Plan: store.PlanEnterprise})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.SaveDeployment(ctx, store.Deployment{AccountID: a.ID, ID: 1, Name: "production"}); err != nil {
+		b.Fatal(err)
+	}
+	s := store.TenantWide(a.ID)
+	if err := st.UpsertGroups(ctx, s, []store.GroupDef{{Name: "sales"}, {Name: "marketing"}, {Name: "ops"}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := st.UpsertAttributes(ctx, s, []store.AttributeDef{
+		{Name: "country", Type: store.TypeString}, {Name: "region_ids", Type: store.TypeNumberArray}, {Name: "team", Type: store.TypeString},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return a, s
+}
+
+var benchSeq atomic.Int64
+
+func benchProvision(b *testing.B, st store.Store, fresh bool) {
+	a, s := benchSetup(b, st)
+	ctx := b.Context()
+	attrNames := []string{"country", "region_ids", "team"}
+	groupNames := []string{"sales", "marketing"}
+	values := []json.RawMessage{json.RawMessage(`"DE"`), json.RawMessage(`[1,2,3]`), json.RawMessage(`"red"`)}
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := benchSeq.Add(1)
+			ext := fmt.Sprint("user-", n%1000)
+			if fresh {
+				ext = fmt.Sprint("new-user-", n)
+			}
+			now := time.Now()
+			err := st.InTx(ctx, func(tx store.Tx) error {
+				u, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{
+					AccountID: a.ID, ExternalID: ext, Email: ptr(ext + "@x.test"), DisplayName: ptr("User " + ext),
+					Picture: ptr("https://x.test/p.png"), Persistent: true, MaxUsers: 1 << 30, Now: now,
+				})
+				if err != nil {
+					return err
+				}
+				as, err := tx.AttributesByName(ctx, s, attrNames)
+				if err != nil {
+					return err
+				}
+				gs, err := tx.GroupsByName(ctx, s, groupNames)
+				if err != nil {
+					return err
+				}
+				vals := make([]store.AttributeValue, len(as))
+				for i, at := range as {
+					vals[i] = store.AttributeValue{AttributeID: at.ID, Value: values[i]}
+				}
+				if err := tx.SetAttributeValues(ctx, u.ID, vals); err != nil {
+					return err
+				}
+				ids := make([]int64, len(gs))
+				for i, g := range gs {
+					ids[i] = g.ID
+				}
+				if err := tx.ReplaceMemberships(ctx, u.ID, s, ids); err != nil {
+					return err
+				}
+				return tx.CreateSession(ctx, fmt.Appendf(nil, "bench-session-%d", n), store.Session{
+					AccountID: a.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: now, ExpiresAt: now.Add(5 * time.Minute),
+				})
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func benchExchange(b *testing.B, st store.Store) {
+	a, _ := benchSetup(b, st)
+	ctx := b.Context()
+	now := time.Now()
+	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, Now: now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := benchSeq.Add(1)
+			sh := fmt.Appendf(nil, "bench-s-%d", n)
+			if err := st.CreateSession(ctx, sh, store.Session{AccountID: a.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := st.ExchangeSession(ctx, sh, fmt.Appendf(nil, "bench-t-%d", n), now.Add(24*time.Hour), now); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func benchSessionByToken(b *testing.B, st store.Store) {
+	a, _ := benchSetup(b, st)
+	ctx := b.Context()
+	now := time.Now()
+	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, Now: now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.CreateSession(ctx, []byte("s"), store.Session{AccountID: a.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.ExchangeSession(ctx, []byte("s"), []byte("t"), now.Add(24*time.Hour), now); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := st.SessionByToken(ctx, []byte("t"), now); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func benchListLastPage(b *testing.B, st store.Store) {
+	a, _ := benchSetup(b, st)
+	ctx := b.Context()
+	s := store.TenantWide(a.ID)
+	const total = 10000
+	for i := 0; i < total; i += 500 {
+		defs := make([]store.GroupDef, 500)
+		for j := range defs {
+			defs[j] = store.GroupDef{Name: fmt.Sprintf("g-%06d", i+j)}
+		}
+		if err := st.UpsertGroups(ctx, s, defs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	first, err := st.ListGroups(ctx, s, 0, total)
+	if err != nil || len(first) < 100 {
+		b.Fatalf("ListGroups: %d, %v", len(first), err)
+	}
+	after := first[len(first)-101].ID
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		page, err := st.ListGroups(ctx, s, after, 100)
+		if err != nil || len(page) != 100 {
+			b.Fatalf("last page: %d, %v", len(page), err)
+		}
+	}
+}

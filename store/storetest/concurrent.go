@@ -1,0 +1,285 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// workers is the number of goroutines of the concurrency cases.
+const workers = 32
+
+// parallel runs fn(i) for i in [0, n) at once, released together, and
+// returns the errors by i.
+func parallel(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		done.Go(func() {
+			start.Wait()
+			errs[i] = fn(i)
+		})
+	}
+	start.Done()
+	done.Wait()
+	return errs
+}
+
+var concurrentRules = []rule{
+	{
+		name: "simultaneous first upserts yield one user",
+		doc:  "Users contract: simultaneous first calls for one externalId all succeed and return the same user.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			ids := make([]int64, workers)
+			errs := parallel(workers, func(i int) error {
+				up := f.upsert("same")
+				up.MaxUsers = 10
+				up.DisplayName = ptr(fmt.Sprint("name-", i))
+				u, err := st.UpsertExternalUser(ctx(t), up)
+				ids[i] = u.ID
+				return err
+			})
+			for i, err := range errs {
+				mustNil(t, fmt.Sprint("upsert ", i), err)
+				if ids[i] != ids[0] {
+					t.Errorf("upsert %d returned user %d, upsert 0 user %d", i, ids[i], ids[0])
+				}
+			}
+			// One place of the limit is taken, not 32: nine more fit.
+			for i := range 9 {
+				up := f.upsert(fmt.Sprint("other-", i))
+				up.MaxUsers = 10
+				_, err := st.UpsertExternalUser(ctx(t), up)
+				mustNil(t, "fill the limit", err)
+			}
+			up := f.upsert("one-too-many")
+			up.MaxUsers = 10
+			_, err := st.UpsertExternalUser(ctx(t), up)
+			wantErr(t, "over the limit", err, store.ErrLimit)
+		},
+	},
+	{
+		name: "simultaneous first upserts in transactions yield one user",
+		doc:  "The same rule inside InTx with more writes per transaction (as generate-session does): every transaction commits and they share one user.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			gs := f.groups(t, st, f.scope(), "sales")
+			ids := make([]int64, workers)
+			errs := parallel(workers, func(i int) error {
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					u, err := tx.UpsertExternalUser(ctx(t), f.upsert("same"))
+					if err != nil {
+						return err
+					}
+					ids[i] = u.ID
+					if err := tx.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[0].ID}); err != nil {
+						return err
+					}
+					return tx.CreateSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+				})
+			})
+			for i, err := range errs {
+				mustNil(t, fmt.Sprint("transaction ", i), err)
+				if ids[i] != ids[0] {
+					t.Errorf("transaction %d used user %d, transaction 0 user %d", i, ids[i], ids[0])
+				}
+			}
+		},
+	},
+	{
+		name: "persistent user limit is exact under concurrency",
+		doc:  "32 goroutines each create a distinct persistent user with MaxUsers 10: exactly 10 succeed and the others fail with ErrLimit.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			const limit = 10
+			errs := parallel(workers, func(i int) error {
+				up := f.upsert(fmt.Sprint("user-", i))
+				up.MaxUsers = limit
+				_, err := st.UpsertExternalUser(ctx(t), up)
+				return err
+			})
+			ok, limited := 0, 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, store.ErrLimit):
+					limited++
+				default:
+					t.Errorf("unexpected error: %v", err)
+				}
+			}
+			if ok != limit || limited != workers-limit {
+				t.Errorf("%d succeeded and %d hit the limit, want %d and %d", ok, limited, limit, workers-limit)
+			}
+		},
+	},
+	{
+		name: "concurrent conversions count a user once",
+		doc:  "Many simultaneous upserts that convert one ephemeral user to persistent take one place of the limit, not one each.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			f.ephemeral(t, st, "e", t0.Add(time.Hour))
+			errs := parallel(workers, func(int) error {
+				up := f.upsert("e")
+				up.MaxUsers = 2
+				_, err := st.UpsertExternalUser(ctx(t), up)
+				return err
+			})
+			for _, err := range errs {
+				mustNil(t, "conversion", err)
+			}
+			up := f.upsert("second")
+			up.MaxUsers = 2
+			_, err := st.UpsertExternalUser(ctx(t), up)
+			mustNil(t, "second persistent user", err)
+			up = f.upsert("third")
+			up.MaxUsers = 2
+			_, err = st.UpsertExternalUser(ctx(t), up)
+			wantErr(t, "third persistent user", err, store.ErrLimit)
+		},
+	},
+	{
+		name: "concurrent exchanges of one session id have one winner",
+		doc:  "Of concurrent ExchangeSession calls for one session id exactly one succeeds; the others are ErrNotFound and store no token.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			f.session(t, st, u.ID, "sess", t0.Add(time.Hour))
+			errs := parallel(workers, func(i int) error {
+				_, err := st.ExchangeSession(ctx(t), []byte("sess"), fmt.Appendf(nil, "tok-%d", i), t0.Add(24*time.Hour), t0)
+				return err
+			})
+			winners := 0
+			for i, err := range errs {
+				_, terr := st.SessionByToken(ctx(t), fmt.Appendf(nil, "tok-%d", i), t0)
+				switch {
+				case err == nil:
+					winners++
+					mustNil(t, "winner's token", terr)
+				case errors.Is(err, store.ErrNotFound):
+					wantErr(t, "loser's token", terr, store.ErrNotFound)
+				default:
+					t.Errorf("exchange %d: %v", i, err)
+				}
+			}
+			if winners != 1 {
+				t.Errorf("%d exchanges succeeded, want exactly 1", winners)
+			}
+		},
+	},
+	{
+		name: "concurrent exchanges inside transactions have one winner",
+		doc:  "The single-use rule holds when ExchangeSession runs inside InTx next to other writes.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			f.session(t, st, u.ID, "sess", t0.Add(time.Hour))
+			var winners atomic.Int32
+			errs := parallel(workers, func(i int) error {
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					if _, err := tx.ExchangeSession(ctx(t), []byte("sess"), fmt.Appendf(nil, "tok-%d", i), t0.Add(24*time.Hour), t0); err != nil {
+						return err
+					}
+					winners.Add(1)
+					return nil
+				})
+			})
+			for i, err := range errs {
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("transaction %d: %v", i, err)
+				}
+			}
+			if winners.Load() != 1 {
+				t.Errorf("%d exchanges succeeded, want exactly 1", winners.Load())
+			}
+		},
+	},
+	{
+		name: "concurrent EnsureEmbedTenant yields one tenant",
+		doc:  "Catalog contract: simultaneous EnsureEmbedTenant calls for one name all succeed with the same tenant.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			ids := make([]int64, workers)
+			errs := parallel(workers, func(i int) error {
+				et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
+				ids[i] = et.ID
+				return err
+			})
+			for i, err := range errs {
+				mustNil(t, "EnsureEmbedTenant", err)
+				if ids[i] != ids[0] || ids[i] == 0 {
+					t.Errorf("call %d returned tenant %d, call 0 tenant %d", i, ids[i], ids[0])
+				}
+			}
+		},
+	},
+	{
+		name: "concurrent catalog upserts converge",
+		doc:  "Simultaneous UpsertGroups and UpsertAttributes of the same names (in transactions, as creator-mode bootstraps do) all succeed and leave one row per name.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			errs := parallel(workers, func(i int) error {
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					if err := tx.UpsertGroups(ctx(t), f.scope(), []store.GroupDef{{Name: "a"}, {Name: "b", Description: ptr(fmt.Sprint(i))}}); err != nil {
+						return err
+					}
+					return tx.UpsertAttributes(ctx(t), f.scope(), []store.AttributeDef{{Name: "x", Type: store.TypeString}, {Name: "y", Type: store.TypeNumber}})
+				})
+			})
+			for _, err := range errs {
+				mustNil(t, "upserts", err)
+			}
+			gs, err := st.ListGroups(ctx(t), f.scope(), 0, 100)
+			mustNil(t, "ListGroups", err)
+			as, err := st.ListAttributes(ctx(t), f.scope(), 0, 100)
+			mustNil(t, "ListAttributes", err)
+			if len(gs) != 2 || len(as) != 2 {
+				t.Errorf("groups %v attributes %v, want two of each", groupNames(gs), attrNames(as))
+			}
+		},
+	},
+	{
+		name: "concurrent DeleteExpiredUsers delete each user once",
+		doc:  "Users contract: DeleteExpiredUsers is safe from several callers at once; the counts add up to the number of expired users.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			const expired = 40
+			for i := range expired {
+				u := f.ephemeral(t, st, fmt.Sprint("e-", i), t0.Add(time.Minute))
+				if i%10 == 0 {
+					f.thread(t, st, u.ID, fmt.Sprint("chat-", i))
+				}
+			}
+			keep := f.ephemeral(t, st, "keep", t0.Add(time.Hour))
+			var total atomic.Int64
+			errs := parallel(8, func(int) error {
+				for {
+					n, err := st.DeleteExpiredUsers(ctx(t), t0.Add(2*time.Minute), 3)
+					if err != nil {
+						return err
+					}
+					if n == 0 {
+						return nil
+					}
+					total.Add(int64(n))
+				}
+			})
+			for _, err := range errs {
+				mustNil(t, "DeleteExpiredUsers", err)
+			}
+			if total.Load() != expired {
+				t.Errorf("deleted %d users in total, want %d", total.Load(), expired)
+			}
+			_, err := st.UserByID(ctx(t), keep.ID, t0.Add(2*time.Minute))
+			mustNil(t, "unexpired user", err)
+		},
+	},
+}

@@ -1,0 +1,141 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+var sessionRules = []rule{
+	{
+		name: "ExchangeSession trades a session id for a token once",
+		doc:  "decisions §3: a session id is single use; the exchange returns the grant with the token's expiry, the token then resolves to the same grant, and a second exchange is ErrNotFound.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
+			mustNil(t, "EnsureEmbedTenant", err)
+			want := store.Session{
+				AccountID: f.account.ID, UserID: u.ID, DeploymentID: f.deploy.ID,
+				EmbedTenantID: et.ID, EmbedTenantName: et.Name, CreatorMode: true,
+				CreatedAt: t0, ExpiresAt: t0.Add(5 * time.Minute),
+			}
+			mustNil(t, "CreateSession", st.CreateSession(ctx(t), []byte("sess"), want))
+			tokExp := t0.Add(24 * time.Hour)
+			got, err := st.ExchangeSession(ctx(t), []byte("sess"), []byte("tok"), tokExp, t0.Add(time.Minute))
+			mustNil(t, "ExchangeSession", err)
+			if got.AccountID != want.AccountID || got.UserID != u.ID || got.DeploymentID != f.deploy.ID ||
+				got.EmbedTenantID != et.ID || got.EmbedTenantName != et.Name || !got.CreatorMode || !got.ExpiresAt.Equal(tokExp) {
+				t.Errorf("grant = %+v, want %+v with ExpiresAt %v", got, want, tokExp)
+			}
+			byTok, err := st.SessionByToken(ctx(t), []byte("tok"), t0.Add(time.Hour))
+			mustNil(t, "SessionByToken", err)
+			if byTok.UserID != u.ID || byTok.EmbedTenantName != et.Name || !byTok.ExpiresAt.Equal(tokExp) || !byTok.CreatorMode {
+				t.Errorf("SessionByToken = %+v", byTok)
+			}
+			_, err = st.ExchangeSession(ctx(t), []byte("sess"), []byte("tok2"), tokExp, t0.Add(time.Minute))
+			wantErr(t, "second exchange", err, store.ErrNotFound)
+			_, err = st.SessionByToken(ctx(t), []byte("tok2"), t0)
+			wantErr(t, "token of a failed exchange", err, store.ErrNotFound)
+		},
+	},
+	{
+		name: "unknown and expired session ids are ErrNotFound",
+		doc:  "A session id is usable until its ExpiresAt (exclusive); an unknown or expired one is ErrNotFound and stores no token.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			exp := t0.Add(5 * time.Minute)
+			f.session(t, st, u.ID, "s1", exp)
+			f.session(t, st, u.ID, "s2", exp)
+			_, err := st.ExchangeSession(ctx(t), []byte("nope"), []byte("t0"), exp.Add(time.Hour), t0)
+			wantErr(t, "unknown", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("s1"), []byte("t1"), exp.Add(time.Hour), exp)
+			wantErr(t, "at expiry", err, store.ErrNotFound)
+			_, err = st.SessionByToken(ctx(t), []byte("t1"), t0)
+			wantErr(t, "token of expired session", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("s2"), []byte("t2"), exp.Add(time.Hour), exp.Add(-time.Nanosecond))
+			mustNil(t, "just before expiry", err)
+		},
+	},
+	{
+		name: "tokens expire",
+		doc:  "SessionByToken is ErrNotFound from the token's ExpiresAt on, and for unknown tokens.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			f.session(t, st, u.ID, "s", t0.Add(time.Minute))
+			tokExp := t0.Add(time.Hour)
+			_, err := st.ExchangeSession(ctx(t), []byte("s"), []byte("t"), tokExp, t0)
+			mustNil(t, "ExchangeSession", err)
+			_, err = st.SessionByToken(ctx(t), []byte("t"), tokExp.Add(-time.Nanosecond))
+			mustNil(t, "before expiry", err)
+			_, err = st.SessionByToken(ctx(t), []byte("t"), tokExp)
+			wantErr(t, "at expiry", err, store.ErrNotFound)
+			_, err = st.SessionByToken(ctx(t), []byte("unknown"), t0)
+			wantErr(t, "unknown", err, store.ErrNotFound)
+		},
+	},
+	{
+		name: "RevokeUserSessions ends every session id and token of a user",
+		doc:  "After RevokeUserSessions the user's unused session ids cannot be exchanged and its tokens are unknown; other users keep theirs.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u, other := f.user(t, st, "u"), f.user(t, st, "other")
+			for _, h := range []string{"a", "b"} {
+				f.session(t, st, u.ID, "s-"+h, t0.Add(time.Hour))
+			}
+			f.session(t, st, other.ID, "s-other", t0.Add(time.Hour))
+			_, err := st.ExchangeSession(ctx(t), []byte("s-a"), []byte("t-a"), t0.Add(time.Hour), t0)
+			mustNil(t, "ExchangeSession", err)
+			_, err = st.ExchangeSession(ctx(t), []byte("s-other"), []byte("t-other"), t0.Add(time.Hour), t0)
+			mustNil(t, "ExchangeSession other", err)
+			mustNil(t, "RevokeUserSessions", st.RevokeUserSessions(ctx(t), u.ID))
+			_, err = st.SessionByToken(ctx(t), []byte("t-a"), t0)
+			wantErr(t, "revoked token", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("s-b"), []byte("t-b"), t0.Add(time.Hour), t0)
+			wantErr(t, "revoked session id", err, store.ErrNotFound)
+			_, err = st.SessionByToken(ctx(t), []byte("t-other"), t0)
+			mustNil(t, "other user's token", err)
+			mustNil(t, "revoke with nothing left", st.RevokeUserSessions(ctx(t), u.ID))
+		},
+	},
+	{
+		name: "sessions of an expired ephemeral user are dead",
+		doc:  "A user that is invisible (expired ephemeral) grants nothing: its session ids cannot be exchanged and its tokens are ErrNotFound from the user's expiry on.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			exp := t0.Add(10 * time.Minute)
+			u := f.ephemeral(t, st, "e", exp)
+			f.session(t, st, u.ID, "s1", exp.Add(time.Hour))
+			f.session(t, st, u.ID, "s2", exp.Add(time.Hour))
+			_, err := st.ExchangeSession(ctx(t), []byte("s1"), []byte("t1"), exp.Add(24*time.Hour), t0)
+			mustNil(t, "ExchangeSession", err)
+			_, err = st.SessionByToken(ctx(t), []byte("t1"), exp)
+			wantErr(t, "token after user expiry", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("s2"), []byte("t2"), exp.Add(24*time.Hour), exp)
+			wantErr(t, "exchange after user expiry", err, store.ErrNotFound)
+		},
+	},
+	{
+		name: "a session for a missing user is ErrNotFound",
+		doc:  "CreateSession references a user; an unknown user ID is reported as ErrNotFound, not stored.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			err := st.CreateSession(ctx(t), []byte("s"), store.Session{AccountID: f.account.ID, UserID: 987654, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+			wantErr(t, "CreateSession", err, store.ErrNotFound)
+		},
+	},
+	{
+		name: "duplicate session hash is ErrConflict",
+		doc:  "Session ids are random; a second CreateSession with the same hash is a clash reported as ErrConflict.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			f.session(t, st, u.ID, "dup", t0.Add(time.Hour))
+			err := st.CreateSession(ctx(t), []byte("dup"), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+			wantErr(t, "CreateSession duplicate", err, store.ErrConflict)
+		},
+	},
+}

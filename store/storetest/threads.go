@@ -1,0 +1,77 @@
+package storetest
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+var threadRules = []rule{
+	{
+		name: "CreateThread keys threads by account and chat id",
+		doc:  "A thread is keyed by (account, chatId): a second CreateThread of the key is ErrConflict; another account may use the same chatId; a missing thread is ErrNotFound.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			other := newFixture(t, st, "other")
+			u, ou := f.user(t, st, "u"), other.user(t, st, "u")
+			th := store.Thread{AccountID: f.account.ID, ChatID: "chat-1", AgentID: "7", UserID: u.ID, CreatedAt: t0, UpdatedAt: t0}
+			mustNil(t, "CreateThread", st.CreateThread(ctx(t), th))
+			wantErr(t, "CreateThread duplicate", st.CreateThread(ctx(t), th), store.ErrConflict)
+			mustNil(t, "CreateThread other account", st.CreateThread(ctx(t), store.Thread{AccountID: other.account.ID, ChatID: "chat-1", AgentID: "9", UserID: ou.ID, CreatedAt: t0}))
+			got, err := st.Thread(ctx(t), f.account.ID, "chat-1")
+			mustNil(t, "Thread", err)
+			if got.AgentID != "7" || got.UserID != u.ID || got.LastSort != 0 || !got.CreatedAt.Equal(t0) {
+				t.Errorf("thread = %+v", got)
+			}
+			_, err = st.Thread(ctx(t), f.account.ID, "chat-2")
+			wantErr(t, "Thread missing", err, store.ErrNotFound)
+		},
+	},
+	{
+		name: "AppendMessages upserts by id and only raises LastSort",
+		doc:  "Messages are keyed by id within a thread (a later append replaces one); Messages returns them ordered by sort; LastSort becomes max(LastSort, lastSort); an unknown thread is ErrNotFound.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			mustNil(t, "CreateThread", st.CreateThread(ctx(t), store.Thread{AccountID: f.account.ID, ChatID: "c", AgentID: "7", UserID: u.ID, CreatedAt: t0}))
+			mustNil(t, "append", st.AppendMessages(ctx(t), f.account.ID, "c", 10, []store.ThreadMessage{
+				{ID: "b", Sort: 5, Body: json.RawMessage(`{"id":"b","content":"hi"}`)},
+				{ID: "a", Sort: 1, Body: json.RawMessage(`{"id":"a"}`)},
+			}))
+			mustNil(t, "append lower", st.AppendMessages(ctx(t), f.account.ID, "c", 4, []store.ThreadMessage{
+				{ID: "b", Sort: 5, Body: json.RawMessage(`{"id":"b","content":"hello"}`)},
+				{ID: "c", Sort: 3, Body: json.RawMessage(`{"id":"c"}`)},
+			}))
+			th, err := st.Thread(ctx(t), f.account.ID, "c")
+			mustNil(t, "Thread", err)
+			if th.LastSort != 10 {
+				t.Errorf("LastSort = %d, want 10 (never lowered)", th.LastSort)
+			}
+			mustNil(t, "append higher", st.AppendMessages(ctx(t), f.account.ID, "c", 12, nil))
+			th, _ = st.Thread(ctx(t), f.account.ID, "c")
+			if th.LastSort != 12 {
+				t.Errorf("LastSort = %d, want 12", th.LastSort)
+			}
+			msgs, err := st.Messages(ctx(t), f.account.ID, "c")
+			mustNil(t, "Messages", err)
+			ids := names(msgs, func(m store.ThreadMessage) string { return m.ID })
+			if !slices.Equal(ids, []string{"a", "c", "b"}) {
+				t.Fatalf("message ids = %v, want [a c b] (by sort)", ids)
+			}
+			if !jsonEqual(msgs[2].Body, json.RawMessage(`{"id":"b","content":"hello"}`)) || msgs[2].Sort != 5 {
+				t.Errorf("replaced message = %s sort %d", msgs[2].Body, msgs[2].Sort)
+			}
+			err = st.AppendMessages(ctx(t), f.account.ID, "nope", 1, []store.ThreadMessage{{ID: "x", Sort: 1, Body: json.RawMessage(`{}`)}})
+			wantErr(t, "AppendMessages unknown thread", err, store.ErrNotFound)
+			msgs, err = st.Messages(ctx(t), f.account.ID, "nope")
+			mustNil(t, "Messages of unknown thread", err)
+			if len(msgs) != 0 {
+				t.Errorf("unknown thread has messages %v", msgs)
+			}
+			_ = time.Second
+		},
+	},
+}
