@@ -67,11 +67,11 @@ func testScripts() scripts {
 		pieces[i] = chatstreamtest.Content("p" + string(rune('a'+i%26)) + " ")
 	}
 	return scripts{
-		"":       defaultScript,
-		"slow":   slowScript,
-		"fail":   {Events: []chatstreamtest.Event{chatstreamtest.Content("half"), chatstreamtest.Fail("database exploded: password=hunter2")}},
-		"paced":  {Events: pieces, Delay: 5 * time.Millisecond},
-		"wait":   {Events: []chatstreamtest.Event{chatstreamtest.Content("start "), chatstreamtest.Pause(300 * time.Millisecond), chatstreamtest.Content("done")}},
+		"":      defaultScript,
+		"slow":  slowScript,
+		"fail":  {Events: []chatstreamtest.Event{chatstreamtest.Content("half"), chatstreamtest.Fail("database exploded: password=hunter2")}},
+		"paced": {Events: pieces, Delay: 5 * time.Millisecond},
+		"wait":  {Events: []chatstreamtest.Event{chatstreamtest.Content("start "), chatstreamtest.Pause(300 * time.Millisecond), chatstreamtest.Content("done")}},
 		"tool-open": {Events: []chatstreamtest.Event{
 			{Kind: chatstreamtest.KindContent, Text: "x"},
 			chatstreamtest.Pause(30 * time.Second),
