@@ -212,7 +212,7 @@ func load(ctx context.Context, conn *sql.Conn, tables []table) error {
 	if err != nil {
 		return fmt.Errorf("demoagent: begin load: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer tx.Rollback() // a no-op after Commit
 	const rowsPerInsert = 400
 	for _, t := range tables {
 		row := "(" + strings.TrimSuffix(strings.Repeat("?,", len(t.columns)), ",") + ")"

@@ -579,8 +579,10 @@ func TestNewIsFast(t *testing.T) {
 	}
 	start := time.Now()
 	newAgent(t)
-	if d := time.Since(start); d > 300*time.Millisecond {
-		t.Errorf("New took %v, want under 300ms", d)
+	// BenchmarkNew measures it (about 35ms); the bound leaves room for a
+	// busy machine.
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("New took %v, want well under a second", d)
 	}
 }
 

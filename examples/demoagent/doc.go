@@ -22,16 +22,28 @@
 //  5. content: a summary of the top rows, streamed a word at a time with
 //     [WithDelay] between words.
 //
-// A question it does not understand gets a help text listing
-// [ExampleQuestions], without tool calls. A follow-up such as "and by
-// month?" reuses the metric and filters of the thread's previous question.
+// Questions are read by keywords, not by a language model. The agent knows
+// the metrics revenue (also "sales"), orders, quantity ("units", "items
+// sold"), average order value, customers and products sold; the breakdowns
+// country, category, product, customer, day, month ("monthly", "over
+// time"), quarter and year; "top N" and "bottom N" rankings; and filters
+// naming a country, a category or a year. A question it does not
+// understand gets a help text listing [ExampleQuestions], without tool
+// calls. A follow-up such as "and by month?", "what about orders?" or "and
+// Germany?" reuses what the thread's previous question asked for.
 //
 // Row-level security: when the user's "country" attribute is set (a string
-// or a list of strings; names such as "Germany", ISO codes such as "DE"),
-// every query only sees the customers of those countries, through bound
-// parameters. When the turn names a branch (Turn.ActiveBranchName) that is
+// or a list of strings; names such as "Germany" or ISO codes such as "DE",
+// any case), every query only sees the customers of those countries; any
+// other value sees nothing. The countries are bound parameters of a common
+// table expression that shadows the customers table, so the sqlQuery shown
+// to the user is the same for everyone, as with a semantic layer that
+// applies access policies underneath.
+//
+// Branches: when the turn names a branch (Turn.ActiveBranchName) that is
 // not among Turn.Branches, the svcSqlApi call fails with
-// `branch "x" not found` and the answer says the branch is unknown.
+// `branch "x" not found` and the answer says the branch is unknown. Every
+// known branch queries the same sample data.
 //
 // Mounting it on a chat handler:
 //

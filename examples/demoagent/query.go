@@ -50,12 +50,15 @@ type Column struct {
 	ColumnType string `json:"column_type"`
 }
 
-// fromClause joins the order lines with everything a metric or dimension
-// uses.
-const fromClause = `FROM order_lines AS ol
-JOIN orders AS o ON o.id = ol.order_id
-JOIN customers AS c ON c.id = o.customer_id
-JOIN products AS p ON p.id = ol.product_id`
+// fromClause joins the order lines with their orders and customers (which
+// row-level security filters), and with the products when p uses them.
+func (p plan) fromClause() string {
+	from := "FROM order_lines AS ol\nJOIN orders AS o ON o.id = ol.order_id\nJOIN customers AS c ON c.id = o.customer_id"
+	if p.dim == dimProduct || p.dim == dimCategory || p.category != "" || p.metric == metricProducts {
+		from += "\nJOIN products AS p ON p.id = ol.product_id"
+	}
+	return from
+}
 
 // sqlText renders p as the SQL query shown to the user. Filters named in
 // the question are inlined: they are constants of the data set chosen by
@@ -69,7 +72,7 @@ func (p plan) sqlText() string {
 	} else {
 		fmt.Fprintf(&b, "COALESCE(%s, 0) AS %s\n", p.metric.expr, p.metric.key)
 	}
-	b.WriteString(fromClause)
+	b.WriteString(p.fromClause())
 	var where []string
 	if len(p.countries) > 0 {
 		where = append(where, "c.country IN ("+quoteList(p.countries)+")")
