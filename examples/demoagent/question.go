@@ -63,6 +63,7 @@ var (
 // dimWords maps the words of a question to the dimension they name.
 var dimWords = map[string]*dimension{
 	"country": dimCountry, "countries": dimCountry, "nation": dimCountry, "nations": dimCountry, "market": dimCountry, "markets": dimCountry,
+	"region": dimCountry, "regions": dimCountry, "location": dimCountry, "locations": dimCountry, "geography": dimCountry,
 	"category": dimCategory, "categories": dimCategory,
 	"product": dimProduct, "products": dimProduct,
 	"customer": dimCustomer, "customers": dimCustomer, "client": dimCustomer, "clients": dimCustomer, "buyer": dimCustomer, "buyers": dimCustomer,
@@ -206,7 +207,7 @@ func parse(s string) parsed {
 		}
 	}
 	// 4. "monthly revenue", "over time", "trend".
-	if p.dim == nil && (has("over time") || has("trend") || has("trends")) {
+	if p.dim == nil && slices.ContainsFunc([]string{"over time", "trend", "trends", "develop", "developed", "evolution", "evolve", "evolved", "growth", "grow", "grew"}, has) {
 		p.dim = dimMonth
 	}
 	// 5. Any dimension word, except "how many customers" (a count) and
@@ -249,7 +250,7 @@ func parse(s string) parsed {
 			}
 		}
 	}
-	if p.metric == nil && (has("sold") || has("selling") || has("bestselling") || has("bestsellers")) {
+	if p.metric == nil && slices.ContainsFunc([]string{"sold", "sell", "sells", "selling", "bestselling", "bestsellers"}, has) {
 		p.metric = metricQuantity
 	}
 	p.hasMetric = p.metric != nil
