@@ -1,0 +1,248 @@
+package chatstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
+	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
+)
+
+// waitGoroutines waits until the number of goroutines is at most want.
+func waitGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%d goroutines, want at most %d:\n%s", n, want, buf)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{})
+		ctx := t.Context()
+		idle := func() {
+			e.Client().CloseIdleConnections()
+			if tr, ok := e.Client().Transport.(*http.Transport); ok {
+				tr.CloseIdleConnections()
+			}
+		}
+		// Warm up the pools, then take the baseline.
+		collect(t, e.client, chatstream.Request{Input: "q", SessionSettings: ext("leak")})
+		idle()
+		time.Sleep(50 * time.Millisecond)
+		base := runtime.NumGoroutine()
+
+		// Completed turns.
+		for range 5 {
+			collect(t, e.client, chatstream.Request{Input: "q", SessionSettings: ext("leak")})
+		}
+		// Aborted turns.
+		for i := range 3 {
+			id := fmt.Sprintf("leak-abort-%d", i)
+			_, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("leak")}, isContent)
+			if err := e.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "leak"}); err != nil {
+				t.Fatal(err)
+			}
+			wait()
+		}
+		// A disconnected client whose turn runs on.
+		dctx, cancel := context.WithCancel(ctx)
+		_, wait := streamUntil(t, dctx, e.client, chatstream.Request{Input: "wait", ChatID: "leak-disc", SessionSettings: ext("leak")}, isContent)
+		cancel()
+		wait()
+		// A rejoiner, then a running turn stopped by Shutdown.
+		collect(t, e.client, chatstream.Request{ChatID: "leak-disc", SessionSettings: ext("leak")})
+		_, wait = streamUntil(t, ctx, e.client, chatstream.Request{Input: "slow", ChatID: "leak-shutdown", SessionSettings: ext("leak")}, isContent)
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer scancel()
+		if err := e.h.Shutdown(sctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		msgs, _, _ := wait()
+		if st := last(msgs).State; st == nil || !st.Aborted || st.Error == "" {
+			t.Errorf("state after shutdown = %+v, want aborted with error", st)
+		}
+		// New turns are refused once shut down.
+		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "q", SessionSettings: ext("leak")}); apiStatus(err) != http.StatusServiceUnavailable {
+			t.Errorf("turn after Shutdown: %v, want 503", err)
+		}
+		idle()
+		waitGoroutines(t, base)
+	})
+}
+
+func TestShutdownLetsTurnsFinish(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{})
+		ctx := t.Context()
+		_, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "wait", SessionSettings: ext("drain")}, isContent)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := e.h.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		msgs, _, _ := wait()
+		if st := last(msgs).State; st == nil || st.Aborted || st.Error != "" {
+			t.Errorf("state = %+v, want a normal end", st)
+		}
+		if fa, _ := conv(msgs).FinalAnswer(); fa.Content != "start done" {
+			t.Errorf("answer = %q", fa.Content)
+		}
+	})
+}
+
+func TestTurnTimeout(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{opts: []chatstream.Option{chatstream.WithTurnTimeout(50 * time.Millisecond)}})
+		msgs := collect(t, e.client, chatstream.Request{Input: "slow", SessionSettings: ext("timeout")})
+		st := last(msgs).State
+		if st == nil || st.Error == "" || st.Aborted {
+			t.Errorf("state = %+v, want error", st)
+		}
+		if fa, _ := conv(msgs).FinalAnswer(); fa.Content != "partial answer" {
+			t.Errorf("answer = %q", fa.Content)
+		}
+	})
+}
+
+func TestEmitterMisuse(t *testing.T) {
+	var got atomic.Value
+	agent := chatstream.AgentFunc(func(ctx context.Context, tr chatstream.Turn, e chatstream.Emitter) error {
+		var report []string
+		tc, err := e.ToolCall("svcMeta", map[string]string{"searchQuery": "x"})
+		if err != nil {
+			return err
+		}
+		report = append(report, fmt.Sprint(errors.Is(e.Content("no"), chatstream.ErrToolCallOpen)))
+		_, err = e.ToolCall("other", nil)
+		report = append(report, fmt.Sprint(errors.Is(err, chatstream.ErrToolCallOpen)))
+		report = append(report, fmt.Sprint(tc.Result(map[string]int{"n": 1}) == nil))
+		report = append(report, fmt.Sprint(errors.Is(tc.Result(nil), chatstream.ErrToolCallDone)))
+		report = append(report, fmt.Sprint(errors.Is(tc.Fail("x"), chatstream.ErrToolCallDone)))
+		_, err = e.ToolCall("bad", func() {})
+		report = append(report, fmt.Sprint(err != nil))
+		got.Store(strings.Join(report, ","))
+		if err := e.Content("fine"); err != nil {
+			return err
+		}
+		_, err = e.ToolCall("left-open", 1)
+		return err
+	})
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{agent: agent})
+		msgs := collect(t, e.client, chatstream.Request{Input: "q", SessionSettings: ext("misuse")})
+		if r := got.Load(); r != "true,true,true,true,true,true" {
+			t.Errorf("emitter answers = %v", r)
+		}
+		c := conv(msgs)
+		fa, _ := c.FinalAnswer()
+		if fa.Content != "fine" {
+			t.Errorf("answer = %q", fa.Content)
+		}
+		var tools int
+		for _, m := range c.History() {
+			if m.ToolCall != nil {
+				tools++
+				if m.IsInProcess || m.ToolCall.Result == nil {
+					t.Errorf("tool call left in process: %+v", m)
+				}
+			}
+		}
+		if tools != 2 {
+			t.Errorf("%d tool calls, want 2", tools)
+		}
+		if st := last(msgs).State; st == nil || st.Error != "" {
+			t.Errorf("state = %+v", st)
+		}
+	})
+}
+
+func TestAgentPanic(t *testing.T) {
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		_ = e.Content("a")
+		var m map[string]int
+		m["boom"]++ // nil map write
+		return nil
+	})
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{agent: agent})
+		msgs := collect(t, e.client, chatstream.Request{Input: "q", SessionSettings: ext("panic")})
+		if st := last(msgs).State; st == nil || st.Error == "" {
+			t.Errorf("state = %+v, want error", st)
+		}
+	})
+}
+
+// TestBoundedWrites checks that a turn writes to the database a bounded
+// number of times, whatever the number of content pieces.
+func TestBoundedWrites(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			var writes atomic.Int64
+			hook := func(_ context.Context, sql string) {
+				s := strings.ToUpper(strings.TrimSpace(sql))
+				if strings.HasPrefix(s, "INSERT") || strings.HasPrefix(s, "UPDATE") || strings.HasPrefix(s, "DELETE") {
+					writes.Add(1)
+				}
+			}
+			many := make([]chatstreamtest.Event, 1000)
+			for i := range many {
+				many[i] = chatstreamtest.Content("x")
+			}
+			agent := scripts{
+				"few":  {Events: many[:3]},
+				"many": {Events: many},
+			}
+			var h *chatstream.Handler
+			s := apitest.New(t, apitest.Target{Backend: backend, Router: apitest.ServeMux},
+				apitest.WithStore(func(t testing.TB, backend string) store.Store {
+					return testdb.Open(t, backend, gormstore.WithStatementHook(hook))
+				}),
+				apitest.WithRoutes(func(s *apitest.Server) []apitest.Route {
+					h = chatstream.NewHandler(s.Store, agent, chatstream.WithClock(s.Now))
+					var rs []apitest.Route
+					for _, r := range h.Routes() {
+						rs = append(rs, apitest.Route(r))
+					}
+					return rs
+				}))
+			t.Cleanup(func() { _ = h.Close() })
+			c := chatstream.NewClient(s.URL, chatstream.WithAPIKey(apitest.AdminKey), chatstream.WithHTTPClient(s.Client()))
+			count := func(input string) int64 {
+				collect(t, c, chatstream.Request{Input: "warm", ChatID: "w-" + input, SessionSettings: ext("writer")})
+				before := writes.Load()
+				collect(t, c, chatstream.Request{Input: input, ChatID: "w-" + input, SessionSettings: ext("writer")})
+				return writes.Load() - before
+			}
+			few, lots := count("few"), count("many")
+			if few != lots {
+				t.Errorf("writes per turn: %d with 3 pieces, %d with 1000", few, lots)
+			}
+			if lots > 12 {
+				t.Errorf("%d writes per turn, want a small bound", lots)
+			}
+			t.Logf("%d write statements per turn", lots)
+		})
+	}
+}
