@@ -612,14 +612,26 @@ func TestNewIsFast(t *testing.T) {
 	}
 }
 
+// BenchmarkAnswer answers "revenue by country" without pauses, over all
+// rows and for a user limited to two countries.
 func BenchmarkAnswer(b *testing.B) {
 	a := newAgent(b)
-	turn := chatstream.Turn{Input: "revenue by country", User: chatstream.User{Attributes: map[string]any{"country": []string{"Germany", "France"}}}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := a.Answer(b.Context(), turn, &recorder{}); err != nil {
-			b.Fatal(err)
-		}
+	for _, bb := range []struct {
+		name string
+		user chatstream.User
+	}{
+		{"all rows", chatstream.User{}},
+		{"row filter", chatstream.User{Attributes: map[string]any{"country": []string{"Germany", "France"}}}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			turn := chatstream.Turn{Input: "revenue by country", User: bb.user}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := a.Answer(b.Context(), turn, &recorder{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
