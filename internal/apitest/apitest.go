@@ -30,8 +30,10 @@ import (
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // Keys and names of the seeded accounts.
@@ -66,12 +68,12 @@ type Target struct {
 // String is "<backend>/<router>", used as the subtest name.
 func (tg Target) String() string { return tg.Backend + "/" + string(tg.Router) }
 
-// Targets returns every backend with ServeMux, and with gorilla/mux too when
-// allRouters is true. PostgreSQL targets are present only when the DSN is
-// configured (testdb.Backends).
+// Targets returns every backend of testdb.Backends with ServeMux, and with
+// gorilla/mux too when allRouters is true. PostgreSQL targets skip
+// themselves (in [New]) when EMBEDKIT_TEST_POSTGRES_DSN is unset.
 func Targets(allRouters bool) []Target {
 	var out []Target
-	for _, b := range backends() {
+	for _, b := range testdb.Backends() {
 		out = append(out, Target{b, ServeMux})
 		if allRouters {
 			out = append(out, Target{b, Gorilla})
@@ -103,6 +105,7 @@ type config struct {
 	embedOpts   []embedsession.Option
 	sessionOpts []middleware.Option
 	routes      []func(s *Server) []Route
+	storeOpts   []gormstore.Option
 	storeOpen   func(t testing.TB, backend string) store.Store
 }
 
@@ -129,8 +132,15 @@ func WithRoutes(fn func(s *Server) []Route) Option {
 	return func(c *config) { c.routes = append(c.routes, fn) }
 }
 
-// WithStore replaces how the store is opened (default: testdb.Open). The
-// statement-count test uses it to install a hook.
+// WithStoreOptions passes options to gormstore when the store is opened
+// with testdb.Open (the default), for example a statement hook.
+func WithStoreOptions(opts ...gormstore.Option) Option {
+	return func(c *config) { c.storeOpts = append(c.storeOpts, opts...) }
+}
+
+// WithStore replaces how the store is opened (default: testdb.Open on the
+// target's backend, closed by t.Cleanup). The restart test uses it to open
+// a store it closes and reopens itself.
 func WithStore(open func(t testing.TB, backend string) store.Store) Option {
 	return func(c *config) { c.storeOpen = open }
 }
@@ -175,9 +185,10 @@ func Config() bootstrap.Config {
 // time and only moves with [Server.Advance].
 func New(t testing.TB, tg Target, opts ...Option) *Server {
 	t.Helper()
-	c := config{cfg: Config(), storeOpen: func(t testing.TB, backend string) store.Store {
-		return openStore(t, backend)
-	}}
+	c := config{cfg: Config()}
+	c.storeOpen = func(t testing.TB, backend string) store.Store {
+		return testdb.Open(t, backend, c.storeOpts...)
+	}
 	for _, o := range opts {
 		o(&c)
 	}
