@@ -1,0 +1,198 @@
+package memstore
+
+import (
+	"context"
+	"slices"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+func copyAccount(a store.Account) store.Account {
+	if len(a.Branches) == 0 {
+		a.Branches = nil
+	} else {
+		a.Branches = slices.Clone(a.Branches)
+	}
+	return a
+}
+
+func (d *db) saveAccount(a store.Account) (store.Account, error) {
+	if a.Plan == "" {
+		a.Plan = store.PlanFree
+	}
+	if id, ok := d.accountByName[a.Name]; ok {
+		a.ID = id
+	} else {
+		d.lastAccountID++
+		a.ID = d.lastAccountID
+		set(d, d.accountByName, a.Name, a.ID)
+	}
+	a = copyAccount(a)
+	set(d, d.accounts, a.ID, a)
+	return copyAccount(a), nil
+}
+
+func (d *db) accountByID(id int64) (store.Account, error) {
+	a, ok := d.accounts[id]
+	if !ok {
+		return store.Account{}, notFound("account by id")
+	}
+	return copyAccount(a), nil
+}
+
+func (d *db) accountNamed(name string) (store.Account, error) {
+	id, ok := d.accountByName[name]
+	if !ok {
+		return store.Account{}, notFound("account by name")
+	}
+	return d.accountByID(id)
+}
+
+// needAccount is the foreign-key check of rows that belong to an account.
+func (d *db) needAccount(op string, id int64) error {
+	if _, ok := d.accounts[id]; !ok {
+		return notFound(op + ": account")
+	}
+	return nil
+}
+
+func (d *db) saveAPIKey(k store.APIKey) error {
+	key := string(k.Hash)
+	if old, ok := d.apiKeys[key]; ok {
+		old.Admin = k.Admin
+		set(d, d.apiKeys, key, old)
+		return nil
+	}
+	if err := d.needAccount("save api key", k.AccountID); err != nil {
+		return err
+	}
+	k.Hash = slices.Clone(k.Hash)
+	set(d, d.apiKeys, key, k)
+	return nil
+}
+
+func (d *db) apiKeyByHash(hash []byte) (store.APIKey, error) {
+	k, ok := d.apiKeys[string(hash)]
+	if !ok {
+		return store.APIKey{}, notFound("api key")
+	}
+	k.Hash = slices.Clone(k.Hash)
+	return k, nil
+}
+
+func (d *db) saveDeployment(dep store.Deployment) error {
+	if err := d.needAccount("save deployment", dep.AccountID); err != nil {
+		return err
+	}
+	set(d, d.deployments, depKey{dep.AccountID, dep.ID}, dep)
+	return nil
+}
+
+func (d *db) deployment(accountID, id int64) (store.Deployment, error) {
+	dep, ok := d.deployments[depKey{accountID, id}]
+	if !ok {
+		return store.Deployment{}, notFound("deployment")
+	}
+	return dep, nil
+}
+
+func (d *db) saveAgent(a store.Agent) error {
+	if err := d.needAccount("save agent", a.AccountID); err != nil {
+		return err
+	}
+	set(d, d.agents, agentKey{a.AccountID, a.ID}, a)
+	return nil
+}
+
+func (d *db) agent(accountID int64, id string) (store.Agent, error) {
+	a, ok := d.agents[agentKey{accountID, id}]
+	if !ok {
+		return store.Agent{}, notFound("agent")
+	}
+	return a, nil
+}
+
+// SaveAccount implements [store.Accounts]. An empty Plan is stored as
+// [store.PlanFree].
+func (s *Store) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
+	return write(s, ctx, func(d *db) (store.Account, error) { return d.saveAccount(a) })
+}
+
+// AccountByID implements [store.Accounts].
+func (s *Store) AccountByID(ctx context.Context, id int64) (store.Account, error) {
+	return read(s, ctx, func(d *db) (store.Account, error) { return d.accountByID(id) })
+}
+
+// AccountByName implements [store.Accounts].
+func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	return read(s, ctx, func(d *db) (store.Account, error) { return d.accountNamed(name) })
+}
+
+// SaveAPIKey implements [store.Accounts]. A new key of an unknown account is
+// [store.ErrNotFound].
+func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
+	return write0(s, ctx, func(d *db) error { return d.saveAPIKey(k) })
+}
+
+// APIKeyByHash implements [store.Accounts].
+func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	return read(s, ctx, func(d *db) (store.APIKey, error) { return d.apiKeyByHash(hash) })
+}
+
+// SaveDeployment implements [store.Accounts]. An unknown account is
+// [store.ErrNotFound].
+func (s *Store) SaveDeployment(ctx context.Context, dep store.Deployment) error {
+	return write0(s, ctx, func(d *db) error { return d.saveDeployment(dep) })
+}
+
+// Deployment implements [store.Accounts].
+func (s *Store) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
+	return read(s, ctx, func(d *db) (store.Deployment, error) { return d.deployment(accountID, id) })
+}
+
+// SaveAgent implements [store.Accounts]. An unknown account is
+// [store.ErrNotFound].
+func (s *Store) SaveAgent(ctx context.Context, a store.Agent) error {
+	return write0(s, ctx, func(d *db) error { return d.saveAgent(a) })
+}
+
+// Agent implements [store.Accounts].
+func (s *Store) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
+	return read(s, ctx, func(d *db) (store.Agent, error) { return d.agent(accountID, id) })
+}
+
+func (t *txView) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
+	return call(t, ctx, func(d *db) (store.Account, error) { return d.saveAccount(a) })
+}
+
+func (t *txView) AccountByID(ctx context.Context, id int64) (store.Account, error) {
+	return call(t, ctx, func(d *db) (store.Account, error) { return d.accountByID(id) })
+}
+
+func (t *txView) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	return call(t, ctx, func(d *db) (store.Account, error) { return d.accountNamed(name) })
+}
+
+func (t *txView) SaveAPIKey(ctx context.Context, k store.APIKey) error {
+	return call0(t, ctx, func(d *db) error { return d.saveAPIKey(k) })
+}
+
+func (t *txView) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	return call(t, ctx, func(d *db) (store.APIKey, error) { return d.apiKeyByHash(hash) })
+}
+
+func (t *txView) SaveDeployment(ctx context.Context, dep store.Deployment) error {
+	return call0(t, ctx, func(d *db) error { return d.saveDeployment(dep) })
+}
+
+func (t *txView) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
+	return call(t, ctx, func(d *db) (store.Deployment, error) { return d.deployment(accountID, id) })
+}
+
+func (t *txView) SaveAgent(ctx context.Context, a store.Agent) error {
+	return call0(t, ctx, func(d *db) error { return d.saveAgent(a) })
+}
+
+func (t *txView) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
+	return call(t, ctx, func(d *db) (store.Agent, error) { return d.agent(accountID, id) })
+}
