@@ -472,10 +472,10 @@ func TestCancellationStopsPromptly(t *testing.T) {
 	a := newAgent(t, demoagent.WithDelay(time.Hour))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var cancelled time.Time
+	var cancelled bool
 	r := &recorder{onEvent: func(r *recorder, e *event) {
-		if e.kind == "content" && cancelled.IsZero() {
-			cancelled = time.Now()
+		if e.kind == "content" && !cancelled {
+			cancelled = true
 			cancel()
 		}
 	}}
@@ -485,9 +485,6 @@ func TestCancellationStopsPromptly(t *testing.T) {
 	case err := <-done:
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Answer = %v, want context.Canceled", err)
-		}
-		if d := time.Since(cancelled); d > time.Second {
-			t.Errorf("Answer returned %v after the cancel", d)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Answer did not return after ctx was cancelled")
@@ -596,19 +593,6 @@ func TestClose(t *testing.T) {
 	}
 	if err := a.Answer(t.Context(), chatstream.Turn{Input: "revenue by country"}, &recorder{}); !errors.Is(err, demoagent.ErrClosed) {
 		t.Errorf("Answer after Close = %v, want ErrClosed", err)
-	}
-}
-
-func TestNewIsFast(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("timing")
-	}
-	start := time.Now()
-	newAgent(t)
-	// BenchmarkNew measures it (about 35ms); the bound leaves room for a
-	// busy machine.
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("New took %v, want well under a second", d)
 	}
 }
 

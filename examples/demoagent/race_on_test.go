@@ -1,5 +1,0 @@
-//go:build race
-
-package demoagent_test
-
-const raceEnabled = true
