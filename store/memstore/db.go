@@ -133,7 +133,7 @@ func atomic[T any](d *db, f func(d *db) (T, error)) (T, error) {
 	return v, err
 }
 
-// rollback undoes the logged writes after the first mark, newest first.
+// rollback undoes the writes logged since mark, newest first.
 func (d *db) rollback(mark int) {
 	for i := len(d.undo) - 1; i >= mark; i-- {
 		d.undo[i]()
