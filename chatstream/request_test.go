@@ -1,0 +1,58 @@
+package chatstream
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/embedkit/embedkit/internal/wire"
+)
+
+// FuzzDecodeChatRequest checks that the decoder never panics and that every
+// rejection is a 4xx *wire.Error.
+func FuzzDecodeChatRequest(f *testing.F) {
+	seeds := []string{
+		`{"input":"What is revenue by country?","sessionSettings":{"externalId":"jane","userAttributes":[{"name":"country","value":"DE"}],"groups":["sales"],"isEphemeral":false}}`,
+		`{"chatId":"chat-1700000000000","sessionSettings":{"internalId":"alice@acme.test"}}`,
+		`{"input":"x","chatId":"","sessionSettings":{"externalId":"a","ephemeralTtlSeconds":3600}}`,
+		`{"input":"x","activeBranchName":"dev-1","isDefaultBranch":false,"resumeAfterSort":12,"sessionSettings":{"externalId":"a","securityContext":{"k":1}}}`,
+		`{"input":5}`, `[]`, `{`, `null`, `{"sessionSettings":{"userAttributes":[{"name":1}]}}`,
+		`{"sessionSettings":{"externalId":"a","userAttributes":[{"name":"n","value":[1,"x"]}]}}`,
+		`{"sessionSettings":{"externalId":"a","ephemeralTtlSeconds":1e40}}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, needSettings bool) {
+		req, err := decodeChatRequest(body, needSettings)
+		if err != nil {
+			we, ok := errors.AsType[*wire.Error](err)
+			if !ok || we.Status < 400 || we.Status > 499 {
+				t.Fatalf("rejection %v (%T) is not a 4xx *wire.Error", err, err)
+			}
+			return
+		}
+		if req.ChatID != "" && !ValidChatID(req.ChatID) {
+			t.Fatalf("accepted invalid chatId %q", req.ChatID)
+		}
+		if needSettings && req.SessionSettings == nil {
+			t.Fatal("accepted a request without sessionSettings")
+		}
+		if _, err := decodeAbortRequest(body, needSettings); err != nil {
+			if we, ok := errors.AsType[*wire.Error](err); !ok || we.Status/100 != 4 {
+				t.Fatalf("abort rejection %v is not a 4xx *wire.Error", err)
+			}
+		}
+	})
+}
+
+func TestValidChatID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"": false, "a": true, "chat-1700000000000": true, "A.b_c:d-e": true,
+		"0f8fad5b-d9cb-469f-a165-70867728950e": true, "a b": false, "a/b": false, "ä": false,
+		string(make([]byte, 129)): false,
+	} {
+		if got := ValidChatID(id); got != want {
+			t.Errorf("ValidChatID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
