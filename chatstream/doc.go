@@ -1,4 +1,96 @@
 // Package chatstream serves the AI agent chat streaming API
 // (stream-chat-state and abort) over newline-delimited JSON, driving a
-// host-supplied [Agent].
+// host-supplied [Agent], and provides a Go [Client] for it.
+//
+// # Mounting
+//
+// [NewHandler] takes a store and an agent; [Handler.Routes] returns the two
+// endpoints with authentication applied (Authorization: Api-Key <key>, or
+// Bearer <token> of an embed session):
+//
+//	h := chatstream.NewHandler(st, myAgent, chatstream.WithTurnTimeout(2*time.Minute))
+//	defer h.Shutdown(ctx)
+//
+//	// net/http
+//	sm := http.NewServeMux()
+//	for _, rt := range h.Routes() {
+//		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+//	}
+//
+//	// gorilla/mux: copy mux.Vars into r.PathValue once
+//	r := mux.NewRouter()
+//	r.Use(middleware.PathValues(mux.Vars))
+//	for _, rt := range h.Routes() {
+//		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+//	}
+//
+// Ephemeral users (the default for users created by chat) become invisible
+// when their TTL passes; a [Reaper] deletes them with their threads:
+//
+//	reaper := chatstream.NewReaper(st, time.Minute)
+//	reaper.Start()
+//	defer reaper.Close()
+//
+// # Writing an agent
+//
+// An [Agent] answers one turn. It receives the [Turn] (input, the thread's
+// history, the user's identity, attributes, groups and security context, the
+// branch) and an [Emitter], through which it emits thinking, content pieces
+// and tool calls, in order. The library, not the agent, builds the wire
+// messages, so no agent can produce a stream that breaks the protocol:
+//
+//	agent := chatstream.AgentFunc(func(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
+//		call, err := e.ToolCall("svcSqlApi", map[string]string{"sqlQuery": q})
+//		if err != nil {
+//			return err
+//		}
+//		rows, err := run(ctx, q)
+//		if err != nil {
+//			return call.Fail(err.Error()) // {"error": ...} in toolCall.result
+//		}
+//		if err := call.Result(rows); err != nil {
+//			return err
+//		}
+//		return e.Content("Here are the results.")
+//	})
+//
+// ctx ends when the turn is aborted, reaches its deadline or the server shuts
+// down; every Emitter method then returns an error wrapping [ErrTurnOver]
+// and the agent should return. A returned error (or a panic) ends the turn
+// with a final message saying the answer could not be produced and
+// state.error in __state__; the error itself is only logged.
+// [chatstreamtest.ScriptedAgent] replays a fixed script for tests.
+//
+// # The turn model
+//
+// A turn belongs to the server, not to the connection. A request with input
+// provisions the user from sessionSettings, finds or creates the thread,
+// stores the user echo (one transaction), and starts the turn on a goroutine
+// owned by the handler's registry of running turns (one per thread). The
+// turn's lines are encoded once into an append-only log that any number of
+// streams read: the request that started it, and requests without input for
+// the same chatId, which rejoin it (__cutoff__ with state.isStreaming true,
+// the log so far, then live lines; resumeAfterSort skips what the client has).
+// A client that disconnects leaves the turn running (unless
+// [WithCancelOnDisconnect]); abort ends it at once, completing the
+// in-process message and ending every stream with state.aborted. A turn's
+// completed messages are stored when it ends, in one transaction, whatever
+// the number of content pieces. Input for a thread whose turn is running is
+// 409.
+//
+// The running-turn registry is in-process: rejoin and abort reach turns
+// running in the same process. Several replicas need sticky routing by
+// chatId.
+//
+// # The stream
+//
+// Each line is a [Message]. For one turn: __cutoff__ (sort 0, state.chatId),
+// the user echo, the assistant start (empty, isInProcess), thinking
+// (development mode only), content deltas (only the new piece), tool calls
+// (initiated with toolCall.input, then completed with toolCall.result, both
+// JSON strings), the final message (full content, graphPath ["final",
+// "agent"]) and __state__ (state.messages: the thread's history in final
+// form). sort strictly increases after __cutoff__ and continues across the
+// turns of a thread. [Conversation] merges lines by id and applies the
+// spec's final-answer rule.
 package chatstream
