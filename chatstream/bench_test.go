@@ -3,8 +3,11 @@ package chatstream_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +109,56 @@ func BenchmarkTimeToFirstLine(b *testing.B) {
 	}
 	b.ReportMetric(float64(first.Microseconds())/float64(b.N), "µs/first-line")
 	b.ReportMetric(float64(content.Microseconds())/float64(b.N), "µs/first-content")
+}
+
+// BenchmarkOpenStreamHeap holds 1,000 streams open on a slow agent and
+// reports the heap in use per open stream. Client and server share the
+// process, so the figure is an upper bound for the server alone.
+func BenchmarkOpenStreamHeap(b *testing.B) {
+	const n = 1000
+	slow := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(time.Hour),
+	}}
+	tr := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: 0, ReadBufferSize: 1024, WriteBufferSize: 1024}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	for b.Loop() {
+		b.StopTimer()
+		e := benchEnv(b, slow)
+		b.StartTimer()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		resps := make([]*http.Response, 0, n)
+		for i := range n {
+			body := fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"heap-%d"}}`, i%50)
+			req, _ := http.NewRequest(http.MethodPost, e.URL+streamPath(acct, agentID), strings.NewReader(body))
+			req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
+			resp, err := hc.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Read up to the first content line so the turn is running.
+			br := bufio.NewReaderSize(resp.Body, 512)
+			for range 4 {
+				if _, err := br.ReadSlice('\n'); err != nil && err != bufio.ErrBufferFull {
+					b.Fatal(err)
+				}
+			}
+			resps = append(resps, resp)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/n, "heap-B/stream")
+		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+		b.StopTimer()
+		for _, r := range resps {
+			r.Body.Close()
+		}
+		if err := e.h.Close(); err != nil {
+			b.Fatal(err)
+		}
+		tr.CloseIdleConnections()
+		b.StartTimer()
+	}
 }
