@@ -31,7 +31,8 @@ func decodeCursor(s string) (int64, error) {
 		return 0, errBadCursor
 	}
 	id, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || id <= 0 {
+	if err != nil || id <= 0 || encodeCursor(id) != s {
+		// the decoder skips \r and \n: accept only the canonical form
 		return 0, errBadCursor
 	}
 	return id, nil
