@@ -61,13 +61,13 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	_, err := t.exec(ctx, "save api key",
 		`INSERT INTO api_keys (hash, account_id, admin) VALUES (?, ?, ?)
 		ON CONFLICT (hash) DO UPDATE SET admin = excluded.admin`,
-		blob(k.Hash), k.AccountID, k.Admin)
+		k.Hash, k.AccountID, k.Admin)
 	return err
 }
 
 func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
 	var row apiKeyRow
-	n, err := t.find(ctx, "api key", &row, "SELECT hash, account_id, admin FROM api_keys WHERE hash = ?", blob(hash))
+	n, err := t.find(ctx, "api key", &row, "SELECT hash, account_id, admin FROM api_keys WHERE hash = ?", hash)
 	if err != nil {
 		return store.APIKey{}, err
 	}
@@ -124,12 +124,12 @@ func (s *Store) SaveAccount(ctx context.Context, a store.Account) (store.Account
 
 // AccountByID implements [store.Accounts].
 func (s *Store) AccountByID(ctx context.Context, id int64) (store.Account, error) {
-	return s.reader().AccountByID(ctx, id)
+	return read(ctx, s, func(t *txn) (store.Account, error) { return t.AccountByID(ctx, id) })
 }
 
 // AccountByName implements [store.Accounts].
 func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
-	return s.reader().AccountByName(ctx, name)
+	return read(ctx, s, func(t *txn) (store.Account, error) { return t.AccountByName(ctx, name) })
 }
 
 // SaveAPIKey implements [store.Accounts].
@@ -139,7 +139,7 @@ func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements [store.Accounts].
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	return s.reader().APIKeyByHash(ctx, hash)
+	return read(ctx, s, func(t *txn) (store.APIKey, error) { return t.APIKeyByHash(ctx, hash) })
 }
 
 // SaveDeployment implements [store.Accounts].
@@ -149,7 +149,7 @@ func (s *Store) SaveDeployment(ctx context.Context, d store.Deployment) error {
 
 // Deployment implements [store.Accounts].
 func (s *Store) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
-	return s.reader().Deployment(ctx, accountID, id)
+	return read(ctx, s, func(t *txn) (store.Deployment, error) { return t.Deployment(ctx, accountID, id) })
 }
 
 // SaveAgent implements [store.Accounts].
@@ -159,5 +159,5 @@ func (s *Store) SaveAgent(ctx context.Context, a store.Agent) error {
 
 // Agent implements [store.Accounts].
 func (s *Store) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
-	return s.reader().Agent(ctx, accountID, id)
+	return read(ctx, s, func(t *txn) (store.Agent, error) { return t.Agent(ctx, accountID, id) })
 }

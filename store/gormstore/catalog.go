@@ -97,7 +97,7 @@ func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) (
 	if len(names) == 0 {
 		return nil, nil
 	}
-	var rows []groupRow
+	var rows groupRows
 	if _, err := t.find(ctx, "groups by name", &rows,
 		"SELECT "+groupCols+" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
 		s.AccountID, s.EmbedTenantID, names); err != nil {
@@ -110,7 +110,7 @@ func (t *txn) AttributesByName(ctx context.Context, s store.Scope, names []strin
 	if len(names) == 0 {
 		return nil, nil
 	}
-	var rows []attributeRow
+	var rows attributeRows
 	if _, err := t.find(ctx, "attributes by name", &rows,
 		"SELECT "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
 		s.AccountID, s.EmbedTenantID, names); err != nil {
@@ -123,7 +123,7 @@ func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limi
 	if limit <= 0 {
 		return nil, nil
 	}
-	var rows []groupRow
+	var rows groupRows
 	if _, err := t.find(ctx, "list groups", &rows,
 		"SELECT "+groupCols+" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
 		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
@@ -136,7 +136,7 @@ func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, 
 	if limit <= 0 {
 		return nil, nil
 	}
-	var rows []attributeRow
+	var rows attributeRows
 	if _, err := t.find(ctx, "list attributes", &rows,
 		"SELECT "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
 		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
@@ -174,7 +174,7 @@ func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) erro
 // EnsureEmbedTenant implements [store.Catalog]. It reads first and writes
 // only when the tenant is missing.
 func (s *Store) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	if et, err := s.reader().EmbedTenantByName(ctx, accountID, name); err == nil {
+	if et, err := read(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EmbedTenantByName(ctx, accountID, name) }); err == nil {
 		return et, nil
 	}
 	return write(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EnsureEmbedTenant(ctx, accountID, name) })
@@ -182,7 +182,7 @@ func (s *Store) EnsureEmbedTenant(ctx context.Context, accountID int64, name str
 
 // EmbedTenantByName implements [store.Catalog].
 func (s *Store) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	return s.reader().EmbedTenantByName(ctx, accountID, name)
+	return read(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EmbedTenantByName(ctx, accountID, name) })
 }
 
 // UpsertGroups implements [store.Catalog] in its own transaction.
@@ -197,22 +197,22 @@ func (s *Store) UpsertAttributes(ctx context.Context, sc store.Scope, defs []sto
 
 // GroupsByName implements [store.Catalog].
 func (s *Store) GroupsByName(ctx context.Context, sc store.Scope, names []string) ([]store.Group, error) {
-	return s.reader().GroupsByName(ctx, sc, names)
+	return read(ctx, s, func(t *txn) ([]store.Group, error) { return t.GroupsByName(ctx, sc, names) })
 }
 
 // AttributesByName implements [store.Catalog].
 func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
-	return s.reader().AttributesByName(ctx, sc, names)
+	return read(ctx, s, func(t *txn) ([]store.Attribute, error) { return t.AttributesByName(ctx, sc, names) })
 }
 
 // ListGroups implements [store.Catalog].
 func (s *Store) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
-	return s.reader().ListGroups(ctx, sc, afterID, limit)
+	return read(ctx, s, func(t *txn) ([]store.Group, error) { return t.ListGroups(ctx, sc, afterID, limit) })
 }
 
 // ListAttributes implements [store.Catalog].
 func (s *Store) ListAttributes(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
-	return s.reader().ListAttributes(ctx, sc, afterID, limit)
+	return read(ctx, s, func(t *txn) ([]store.Attribute, error) { return t.ListAttributes(ctx, sc, afterID, limit) })
 }
 
 // DeleteGroup implements [store.Catalog] in its own transaction.

@@ -1,28 +1,37 @@
-// Package gormstore implements [store.Store] on SQLite and PostgreSQL
-// through GORM.
+// Package gormstore implements [store.Store] on SQLite and PostgreSQL,
+// opening its databases through GORM's dialectors.
 //
-// Open a store with a DSN and run the conformance suite against it:
+// Open a store with a DSN:
 //
 //	st, err := gormstore.Open("embed.db") // or ":memory:", or "postgres://..."
 //	if err != nil { ... }
 //	defer st.Close()
 //
-// The schema is created on open (idempotent DDL; a reopen keeps all data).
-// Times are stored as Unix nanoseconds in BIGINT columns so that they
-// round-trip exactly on both databases.
+// or wrap a GORM handle the host already has with [OpenDB]. The schema is
+// created on open (idempotent DDL; a reopen keeps all data). Times are stored
+// as Unix nanoseconds in BIGINT columns so that they round-trip exactly on
+// both databases. Deleting a user cascades to everything it owns.
 //
-// On a SQLite file the store writes through a single connection (WAL,
-// synchronous=NORMAL, BEGIN IMMEDIATE) and serializes write transactions in
-// FIFO order, so that latency stays even under many concurrent writers; reads
-// outside a transaction use a separate pool of read-only connections. On
-// PostgreSQL it uses a pgx connection pool, ON CONFLICT upserts, RETURNING and
-// row locks where the contract needs them.
+// On a SQLite file the store holds one writer connection (WAL,
+// synchronous=NORMAL, foreign keys on, BEGIN IMMEDIATE) and hands it to one
+// transaction at a time in FIFO order, so latency stays even under many
+// concurrent writers (database/sql would give a freed connection to a random
+// waiter). Reads outside a transaction use a few read-only connections and
+// never wait for writers. Each connection keeps its prepared statements.
+// An in-memory SQLite database uses its single connection for everything.
 //
-// No GORM type appears in the API apart from [OpenDB]'s parameter.
+// On PostgreSQL the store uses a pgx connection pool (pgx caches prepared
+// statements per connection), ON CONFLICT upserts, RETURNING, and row locks
+// where the contract needs them (FOR UPDATE, SKIP LOCKED).
+//
+// Statements run through database/sql on the connections GORM opened rather
+// than through GORM's builder; see exec.go for the measured reasons. No GORM
+// type appears in the API apart from [OpenDB]'s parameter.
 package gormstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -46,16 +55,24 @@ import (
 type Store struct {
 	cfg     config
 	dialect dialect
-	wdb     *gorm.DB // writes and transactions
-	rdb     *gorm.DB // reads outside transactions (== wdb unless SQLite file)
-	// queue serializes SQLite write transactions in FIFO order (blocked
-	// channel senders are woken in arrival order); nil on PostgreSQL.
-	queue chan struct{}
-	owned bool // Close closes the connection pools
-	// migrated is set once the schema is in place.
-	migrated bool
-	closed   atomic.Bool
-	close    sync.Once
+
+	// owned are the handles Open created and Close closes.
+	owned []*sql.DB
+	// pool runs PostgreSQL statements and transactions.
+	pool *sql.DB
+
+	// SQLite: the writer connection, its FIFO slot (blocked channel senders
+	// are woken in arrival order) and the idle read-only connections (nil
+	// when reads share the writer).
+	writer  *liteConn
+	slot    chan struct{}
+	readers chan *liteConn
+	nreader int
+
+	migrated  bool
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,33 +94,33 @@ var memCounter atomic.Int64
 // share data). A SQLite path may carry query parameters of
 // github.com/mattn/go-sqlite3; the store adds its own pragmas after them.
 func Open(dsn string, opts ...Option) (*Store, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	if isPostgres(dsn) {
 		return openPostgres(dsn, cfg)
 	}
 	return openSQLite(dsn, cfg)
 }
 
+func newConfig(opts []Option) config {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	return cfg
+}
+
 func isPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || strings.Contains(dsn, "host=")
 }
 
-func gormConfig(prepare bool) *gorm.Config {
-	return &gorm.Config{
-		SkipDefaultTransaction: true,
-		Logger:                 logger.Discard,
-		PrepareStmt:            prepare,
-		PrepareStmtMaxSize:     512,
-		DisableAutomaticPing:   false,
-	}
+func gormConfig() *gorm.Config {
+	return &gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard}
 }
 
-func openPostgres(dsn string, cfg config) (*Store, error) {
-	prepare := cfg.prepare != nil && *cfg.prepare
-	db, err := gorm.Open(postgres.New(postgres.Config{DSN: dsn}), gormConfig(prepare))
+func openGorm(d gorm.Dialector) (*sql.DB, error) {
+	db, err := gorm.Open(d, gormConfig())
 	if err != nil {
 		return nil, wrapErr("open", err)
 	}
@@ -111,15 +128,23 @@ func openPostgres(dsn string, cfg config) (*Store, error) {
 	if err != nil {
 		return nil, wrapErr("open", err)
 	}
+	return sqlDB, nil
+}
+
+func openPostgres(dsn string, cfg config) (*Store, error) {
+	sqlDB, err := openGorm(postgres.New(postgres.Config{DSN: dsn}))
+	if err != nil {
+		return nil, err
+	}
 	sqlDB.SetMaxOpenConns(cfg.maxOpen)
 	sqlDB.SetMaxIdleConns(cfg.maxOpen)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{cfg: cfg, dialect: postgresDialect, wdb: db, rdb: db, owned: true}
+	s := &Store{cfg: cfg, dialect: postgresDialect, pool: sqlDB, owned: []*sql.DB{sqlDB}}
 	return s.init()
 }
 
-// sqliteDSN turns a path (with optional query) into a mattn URI DSN with the
-// given extra parameters.
+// sqliteDSN turns a path (with optional query) into a go-sqlite3 URI DSN
+// with the given extra parameters.
 func sqliteDSN(dsn string, params ...string) string {
 	path, query, _ := strings.Cut(dsn, "?")
 	if !strings.HasPrefix(path, "file:") {
@@ -137,73 +162,107 @@ func sqliteDSN(dsn string, params ...string) string {
 }
 
 func openSQLite(dsn string, cfg config) (*Store, error) {
-	prepare := cfg.prepare == nil || *cfg.prepare
 	busy := "_busy_timeout=" + strconv.FormatInt(min(cfg.queryTimeout, 5*time.Second).Milliseconds(), 10)
 	memory := dsn == ":memory:" || dsn == "file::memory:" || strings.Contains(dsn, "mode=memory")
 	if dsn == ":memory:" || dsn == "file::memory:" {
-		// A unique name keeps stores of one process apart; the single
-		// connection below keeps the database alive until Close.
+		// A unique name keeps the stores of one process apart; the held
+		// connection keeps the database alive until Close.
 		dsn = fmt.Sprintf("file:embedkit-mem-%d-%d?mode=memory&cache=shared", memCounter.Add(1), rand.Int64())
 	}
-	wdsn := sqliteDSN(dsn, "_txlock=immediate", "_foreign_keys=on", busy)
+	params := []string{"_foreign_keys=on", busy}
 	if !memory {
-		wdsn = sqliteDSN(dsn, "_txlock=immediate", "_foreign_keys=on", busy, "_journal_mode=WAL", "_synchronous=NORMAL", "_cache_size=-16000")
+		params = append(params, "_journal_mode=WAL", "_synchronous=NORMAL", "_cache_size=-16000")
 	}
-	wdb, err := gorm.Open(sqlite.Open(wdsn), gormConfig(prepare))
+	wdb, err := openGorm(sqlite.Open(sqliteDSN(dsn, params...)))
 	if err != nil {
-		return nil, wrapErr("open", err)
+		return nil, err
 	}
-	wsql, err := wdb.DB()
-	if err != nil {
-		return nil, wrapErr("open", err)
+	s := &Store{cfg: cfg, dialect: sqliteDialect, owned: []*sql.DB{wdb}}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	if err := s.holdWriter(wdb); err != nil {
+		_ = s.Close()
+		return nil, err
 	}
-	wsql.SetMaxOpenConns(1)
-	wsql.SetMaxIdleConns(1)
-	wsql.SetConnMaxLifetime(0)
-	wsql.SetConnMaxIdleTime(0)
-	s := &Store{cfg: cfg, dialect: sqliteDialect, wdb: wdb, rdb: wdb, owned: true, queue: make(chan struct{}, 1)}
 	if !memory {
-		// Migrate before the readers open so the file exists in WAL mode.
+		// Migrate first so that the readers open an existing WAL database.
 		if err := s.migrate(); err != nil {
-			_ = wsql.Close()
+			_ = s.Close()
 			return nil, err
 		}
-		rdb, err := gorm.Open(sqlite.Open(sqliteDSN(dsn, "_query_only=1", busy, "_cache_size=-16000")), gormConfig(prepare))
+		rdb, err := openGorm(sqlite.Open(sqliteDSN(dsn, "_query_only=1", busy, "_cache_size=-16000")))
 		if err != nil {
-			_ = wsql.Close()
-			return nil, wrapErr("open", err)
+			_ = s.Close()
+			return nil, err
 		}
-		rsql, err := rdb.DB()
-		if err != nil {
-			_ = wsql.Close()
-			return nil, wrapErr("open", err)
+		s.owned = append(s.owned, rdb)
+		rdb.SetMaxOpenConns(cfg.readConns)
+		rdb.SetMaxIdleConns(cfg.readConns)
+		s.readers = make(chan *liteConn, cfg.readConns)
+		for range cfg.readConns {
+			c, err := s.openConn(rdb)
+			if err != nil {
+				_ = s.Close()
+				return nil, err
+			}
+			s.nreader++
+			s.readers <- c
 		}
-		rsql.SetMaxOpenConns(cfg.readConns)
-		rsql.SetMaxIdleConns(cfg.readConns)
-		s.rdb = rdb
 	}
 	return s.init()
 }
 
+func (s *Store) openConn(db *sql.DB) (*liteConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
+	defer cancel()
+	c, err := newLiteConn(ctx, db)
+	if err != nil {
+		return nil, wrapErr("open", err)
+	}
+	return c, nil
+}
+
+// holdWriter takes the SQLite writer connection for the store's lifetime and
+// makes sure cascades work on it (foreign keys are a per-connection setting).
+func (s *Store) holdWriter(db *sql.DB) error {
+	c, err := s.openConn(db)
+	if err != nil {
+		return err
+	}
+	s.writer = c
+	s.slot = make(chan struct{}, 1)
+	ms := strconv.FormatInt(min(s.cfg.queryTimeout, 5*time.Second).Milliseconds(), 10)
+	for _, p := range []string{"PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = " + ms} {
+		if _, err := c.conn.ExecContext(context.Background(), p); err != nil {
+			return wrapErr("open", err)
+		}
+	}
+	return nil
+}
+
 // OpenDB wraps a GORM handle the host already has (SQLite or PostgreSQL),
 // migrates the schema and returns the store. [Store.Close] does not close the
-// host's handle. On SQLite, write transactions are still serialized in FIFO
-// order, but reads share the host's pool.
+// host's handle. On SQLite the store takes one connection of the handle's
+// pool for its lifetime and runs every statement on it, one transaction at a
+// time in FIFO order; on PostgreSQL it shares the handle's pool.
 func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, wrapErr("open", err)
 	}
-	s := &Store{cfg: cfg, wdb: db, rdb: db}
+	s := &Store{cfg: newConfig(opts)}
 	switch db.Dialector.Name() {
 	case "postgres":
-		s.dialect = postgresDialect
+		s.dialect, s.pool = postgresDialect, sqlDB
 	case "sqlite", "sqlite3":
 		s.dialect = sqliteDialect
-		s.queue = make(chan struct{}, 1)
+		if err := s.holdWriter(sqlDB); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("gormstore: OpenDB: unsupported dialect %q", db.Dialector.Name())
 	}
@@ -211,70 +270,53 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 }
 
 func (s *Store) init() (*Store, error) {
-	if s.cfg.hook != nil {
-		s.registerHook(s.wdb)
-		if s.rdb != s.wdb {
-			s.registerHook(s.rdb)
-		}
-	}
-	if !s.migrated {
-		if err := s.migrate(); err != nil {
-			_ = s.Close()
-			return nil, err
-		}
+	if err := s.migrate(); err != nil {
+		_ = s.Close()
+		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Store) registerHook(db *gorm.DB) {
-	hook := s.cfg.hook
-	fn := func(db *gorm.DB) {
-		if db.Statement == nil || db.Statement.SQL.Len() == 0 || db.DryRun {
-			return
-		}
-		hook(db.Statement.Context, db.Statement.SQL.String())
-	}
-	cb := db.Callback()
-	// Errors only arise for duplicate names; a second registration on a
-	// shared handle replaces the first.
-	_ = cb.Create().After("gorm:create").Register("embedkit:hook", fn)
-	_ = cb.Query().After("gorm:query").Register("embedkit:hook", fn)
-	_ = cb.Update().After("gorm:update").Register("embedkit:hook", fn)
-	_ = cb.Delete().After("gorm:delete").Register("embedkit:hook", fn)
-	_ = cb.Row().After("gorm:row").Register("embedkit:hook", fn)
-	_ = cb.Raw().After("gorm:raw").Register("embedkit:hook", fn)
-}
-
-// Close closes the connection pools opened by [Open]; a store from [OpenDB]
-// leaves the host's handle open. Calls after Close fail with an error wrapping
-// [store.ErrUnavailable]. Close is idempotent.
+// Close waits (up to the query timeout) for running transactions and reads,
+// then closes the store's connections and the handles [Open] created; a
+// store from [OpenDB] leaves the host's handle open. Calls after Close fail
+// with an error wrapping [store.ErrUnavailable]. Close is idempotent.
 func (s *Store) Close() error {
-	var err error
-	s.close.Do(func() {
+	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		if !s.owned {
-			return
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
+		defer cancel()
+		var errs []error
+		if s.writer != nil {
+			select {
+			case s.slot <- struct{}{}:
+			case <-ctx.Done():
+			}
+			errs = append(errs, s.writer.close())
 		}
-		dbs := []*gorm.DB{s.wdb}
-		if s.rdb != s.wdb {
-			dbs = append(dbs, s.rdb)
-		}
-		for _, db := range dbs {
-			if sqlDB, e := db.DB(); e == nil {
-				err = errors.Join(err, sqlDB.Close())
+		for range s.nreader {
+			select {
+			case c := <-s.readers:
+				errs = append(errs, c.close())
+			case <-ctx.Done():
 			}
 		}
+		for _, db := range s.owned {
+			errs = append(errs, db.Close())
+		}
+		s.closeErr = errors.Join(errs...)
 	})
-	return err
+	return s.closeErr
 }
 
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
 // InTx runs fn in one transaction; see [store.Store.InTx]. On SQLite the
-// transaction starts with BEGIN IMMEDIATE after waiting its turn in the
-// store's FIFO writer queue. Transient failures (busy, locked, serialization
-// failure, deadlock) are retried up to [WithMaxRetries] times, calling fn
-// again. Each attempt is bounded by [WithQueryTimeout].
+// transaction waits its turn for the writer connection (FIFO) and starts with
+// BEGIN IMMEDIATE. Transient failures (busy, locked, serialization failure,
+// deadlock) are retried up to [WithMaxRetries] times, calling fn again. Each
+// attempt is bounded by [WithQueryTimeout]: an attempt that runs out of time
+// is rolled back and reported with an error wrapping [store.ErrUnavailable].
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
@@ -296,92 +338,131 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
-func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) (err error) {
+func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
-	if s.queue != nil {
-		select {
-		case s.queue <- struct{}{}:
-		case <-actx.Done():
-			return wrapErr("begin", actx.Err())
-		}
-		defer func() { <-s.queue }()
+	if s.dialect == postgresDialect {
+		return s.attemptPostgres(actx, fn)
 	}
-	db := s.wdb.WithContext(actx).Begin()
-	if db.Error != nil {
-		return wrapErr("begin", db.Error)
+	return s.attemptSQLite(ctx, actx, fn)
+}
+
+func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error) error {
+	tx, err := s.pool.BeginTx(actx, nil)
+	if err != nil {
+		return wrapErr("begin", err)
 	}
-	done := false
+	t := &txn{s: s, ex: tx, deadline: actx}
 	defer func() {
-		if !done {
-			db.Rollback()
-		}
+		t.finished = true
+		_ = tx.Rollback() // no-op after Commit
 	}()
-	if err := fn(&txn{s: s, db: db, inTx: true}); err != nil {
+	if err := fn(t); err != nil {
 		return err
 	}
-	done = true
-	if err := db.Commit().Error; err != nil {
+	if err := tx.Commit(); err != nil {
 		return wrapErr("commit", err)
 	}
 	return nil
 }
 
-// txn runs the store's statements on one handle: a transaction, or the read
-// pool for reads outside a transaction.
+func (s *Store) attemptSQLite(ctx, actx context.Context, fn func(tx store.Tx) error) error {
+	w, err := s.acquireWriter(actx)
+	if err != nil {
+		return err
+	}
+	defer s.releaseWriter()
+	bg := context.WithoutCancel(ctx)
+	if _, err := w.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+		return wrapErr("begin", err)
+	}
+	t := &txn{s: s, ex: w, deadline: actx}
+	committed := false
+	defer func() {
+		t.finished = true
+		if !committed {
+			_, _ = w.ExecContext(bg, "ROLLBACK")
+		}
+	}()
+	if err := fn(t); err != nil {
+		return err
+	}
+	if err := actx.Err(); err != nil {
+		return wrapErr("commit", err)
+	}
+	if _, err := w.ExecContext(bg, "COMMIT"); err != nil {
+		return wrapErr("commit", err)
+	}
+	committed = true
+	return nil
+}
+
+func (s *Store) acquireWriter(ctx context.Context) (*liteConn, error) {
+	select {
+	case s.slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, wrapErr("wait for writer", ctx.Err())
+	}
+	if s.closed.Load() {
+		<-s.slot
+		return nil, errClosed
+	}
+	return s.writer, nil
+}
+
+func (s *Store) releaseWriter() { <-s.slot }
+
+// txn runs the store's statements on one connection or transaction.
 type txn struct {
-	s    *Store
-	db   *gorm.DB
-	inTx bool
+	s  *Store
+	ex execer
+	// deadline ends with the transaction attempt (nil outside InTx).
+	deadline context.Context
+	// finished is set when InTx returns; the txn must not be used after.
+	finished bool
 }
 
 var _ store.Tx = (*txn)(nil)
 
-// exec runs a statement and returns the number of rows it affected.
-func (t *txn) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
-	if t.s.closed.Load() {
-		return 0, errClosed
+// read runs fn outside a transaction: on a read-only SQLite connection, on
+// the SQLite writer connection when there are no readers, or on the
+// PostgreSQL pool.
+func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, error) {
+	var zero T
+	if s.closed.Load() {
+		return zero, errClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.queryTimeout)
-	defer cancel()
-	r := t.db.WithContext(ctx).Exec(query, args...)
-	if r.Error != nil {
-		return 0, wrapErr(op, r.Error)
+	switch {
+	case s.dialect == postgresDialect:
+		return fn(&txn{s: s, ex: s.pool})
+	case s.readers != nil:
+		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
+		defer cancel()
+		var c *liteConn
+		select {
+		case c = <-s.readers:
+		case <-actx.Done():
+			return zero, wrapErr("wait for reader", actx.Err())
+		}
+		defer func() { s.readers <- c }()
+		if s.closed.Load() {
+			return zero, errClosed
+		}
+		return fn(&txn{s: s, ex: c, deadline: actx})
+	default:
+		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
+		defer cancel()
+		w, err := s.acquireWriter(actx)
+		if err != nil {
+			return zero, err
+		}
+		defer s.releaseWriter()
+		return fn(&txn{s: s, ex: w, deadline: actx})
 	}
-	return r.RowsAffected, nil
 }
-
-// find runs a query and scans its rows into dest (a pointer to a struct or a
-// slice of structs), returning the number of rows.
-func (t *txn) find(ctx context.Context, op string, dest any, query string, args ...any) (int64, error) {
-	if t.s.closed.Load() {
-		return 0, errClosed
-	}
-	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.queryTimeout)
-	defer cancel()
-	r := t.db.WithContext(ctx).Raw(query, args...).Find(dest)
-	if r.Error != nil {
-		return 0, wrapErr(op, r.Error)
-	}
-	return r.RowsAffected, nil
-}
-
-func (t *txn) pg() bool { return t.s.dialect == postgresDialect }
-
-// forUpdate returns the row-locking suffix on PostgreSQL (SQLite write
-// transactions are serialized already).
-func (t *txn) forUpdate() string {
-	if t.pg() {
-		return " FOR UPDATE"
-	}
-	return ""
-}
-
-// reader returns the handle for a read outside a transaction.
-func (s *Store) reader() *txn { return &txn{s: s, db: s.rdb} }
 
 // write runs fn in its own transaction, so a Store method that writes is
-// atomic and goes through the SQLite writer queue.
+// atomic (and, on SQLite, waits its turn for the writer).
 func write[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, error) {
 	var out T
 	err := s.InTx(ctx, func(tx store.Tx) error {
@@ -394,6 +475,17 @@ func write[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T,
 
 func write0(ctx context.Context, s *Store, fn func(t *txn) error) error {
 	return s.InTx(ctx, func(tx store.Tx) error { return fn(tx.(*txn)) })
+}
+
+func (t *txn) pg() bool { return t.s.dialect == postgresDialect }
+
+// forUpdate returns the row-locking suffix on PostgreSQL (SQLite write
+// transactions are serialized already).
+func (t *txn) forUpdate() string {
+	if t.pg() {
+		return " FOR UPDATE"
+	}
+	return ""
 }
 
 // placeholders returns "(?, ?, ?), (?, ?, ?)" for rows rows of cols columns.

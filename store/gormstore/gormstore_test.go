@@ -169,8 +169,8 @@ func TestStatementHook(t *testing.T) {
 			if n := provision("new"); n > 10 {
 				t.Errorf("provisioning a new user ran %d statements, want at most 10", n)
 			}
-			if n := provision("new"); n > 8 {
-				t.Errorf("provisioning an existing user ran %d statements, want at most 8", n)
+			if n := provision("new"); n > 7 {
+				t.Errorf("provisioning an existing user ran %d statements, want at most 7", n)
 			}
 		})
 	}

@@ -1,24 +1,28 @@
 package gormstore
 
 import (
-	"database/sql/driver"
 	"encoding/json"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-// Row structs: what a SELECT or RETURNING list scans into. Times are Unix
+// Row structs: what a SELECT or RETURNING list scans into, field by field in
+// the order of the matching column list constant (dest). Times are Unix
 // nanoseconds; nullable columns are pointers. None of these leave the package.
 
 const accountCols = "id, name, plan, use_creator_mode, max_external_users, branches"
 
 type accountRow struct {
-	ID               int64  `gorm:"column:id"`
-	Name             string `gorm:"column:name"`
-	Plan             string `gorm:"column:plan"`
-	UseCreatorMode   bool   `gorm:"column:use_creator_mode"`
-	MaxExternalUsers int64  `gorm:"column:max_external_users"`
-	Branches         string `gorm:"column:branches"`
+	ID               int64
+	Name             string
+	Plan             string
+	UseCreatorMode   bool
+	MaxExternalUsers int64
+	Branches         string
+}
+
+func (r *accountRow) dest() []any {
+	return []any{&r.ID, &r.Name, &r.Plan, &r.UseCreatorMode, &r.MaxExternalUsers, &r.Branches}
 }
 
 func (r accountRow) account() store.Account {
@@ -36,38 +40,54 @@ func (r accountRow) account() store.Account {
 }
 
 type apiKeyRow struct {
-	Hash      []byte `gorm:"column:hash"`
-	AccountID int64  `gorm:"column:account_id"`
-	Admin     bool   `gorm:"column:admin"`
+	Hash      []byte
+	AccountID int64
+	Admin     bool
+}
+
+func (r *apiKeyRow) dest() []any {
+	return []any{&r.Hash, &r.AccountID, &r.Admin}
 }
 
 type deploymentRow struct {
-	AccountID int64  `gorm:"column:account_id"`
-	ID        int64  `gorm:"column:id"`
-	Name      string `gorm:"column:name"`
+	AccountID int64
+	ID        int64
+	Name      string
+}
+
+func (r *deploymentRow) dest() []any {
+	return []any{&r.AccountID, &r.ID, &r.Name}
 }
 
 type agentRow struct {
-	AccountID    int64  `gorm:"column:account_id"`
-	ID           string `gorm:"column:id"`
-	DeploymentID int64  `gorm:"column:deployment_id"`
+	AccountID    int64
+	ID           string
+	DeploymentID int64
+}
+
+func (r *agentRow) dest() []any {
+	return []any{&r.AccountID, &r.ID, &r.DeploymentID}
 }
 
 const userCols = "id, account_id, external_id, internal_id, email, display_name, picture, security_context, ephemeral, expires_at, created_at, updated_at"
 
 type userRow struct {
-	ID              int64   `gorm:"column:id"`
-	AccountID       int64   `gorm:"column:account_id"`
-	ExternalID      *string `gorm:"column:external_id"`
-	InternalID      *string `gorm:"column:internal_id"`
-	Email           string  `gorm:"column:email"`
-	DisplayName     string  `gorm:"column:display_name"`
-	Picture         string  `gorm:"column:picture"`
-	SecurityContext *string `gorm:"column:security_context"`
-	Ephemeral       bool    `gorm:"column:ephemeral"`
-	ExpiresAt       *int64  `gorm:"column:expires_at"`
-	CreatedAt       int64   `gorm:"column:created_at"`
-	UpdatedAt       int64   `gorm:"column:updated_at"`
+	ID              int64
+	AccountID       int64
+	ExternalID      *string
+	InternalID      *string
+	Email           string
+	DisplayName     string
+	Picture         string
+	SecurityContext *string
+	Ephemeral       bool
+	ExpiresAt       *int64
+	CreatedAt       int64
+	UpdatedAt       int64
+}
+
+func (r *userRow) dest() []any {
+	return []any{&r.ID, &r.AccountID, &r.ExternalID, &r.InternalID, &r.Email, &r.DisplayName, &r.Picture, &r.SecurityContext, &r.Ephemeral, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt}
 }
 
 func (r userRow) user() store.User {
@@ -95,18 +115,26 @@ func (r userRow) user() store.User {
 }
 
 type userAttributeRow struct {
-	Name  string `gorm:"column:name"`
-	Type  string `gorm:"column:type"`
-	Value string `gorm:"column:value"`
+	Name  string
+	Type  string
+	Value string
+}
+
+func (r *userAttributeRow) dest() []any {
+	return []any{&r.Name, &r.Type, &r.Value}
 }
 
 const tenantCols = "id, account_id, name, created_at"
 
 type tenantRow struct {
-	ID        int64  `gorm:"column:id"`
-	AccountID int64  `gorm:"column:account_id"`
-	Name      string `gorm:"column:name"`
-	CreatedAt int64  `gorm:"column:created_at"`
+	ID        int64
+	AccountID int64
+	Name      string
+	CreatedAt int64
+}
+
+func (r *tenantRow) dest() []any {
+	return []any{&r.ID, &r.AccountID, &r.Name, &r.CreatedAt}
 }
 
 func (r tenantRow) tenant() store.EmbedTenant {
@@ -116,13 +144,17 @@ func (r tenantRow) tenant() store.EmbedTenant {
 const groupCols = "id, account_id, embed_tenant_id, name, COALESCE(description, '') AS description, created_at, updated_at"
 
 type groupRow struct {
-	ID            int64  `gorm:"column:id"`
-	AccountID     int64  `gorm:"column:account_id"`
-	EmbedTenantID int64  `gorm:"column:embed_tenant_id"`
-	Name          string `gorm:"column:name"`
-	Description   string `gorm:"column:description"`
-	CreatedAt     int64  `gorm:"column:created_at"`
-	UpdatedAt     int64  `gorm:"column:updated_at"`
+	ID            int64
+	AccountID     int64
+	EmbedTenantID int64
+	Name          string
+	Description   string
+	CreatedAt     int64
+	UpdatedAt     int64
+}
+
+func (r *groupRow) dest() []any {
+	return []any{&r.ID, &r.AccountID, &r.EmbedTenantID, &r.Name, &r.Description, &r.CreatedAt, &r.UpdatedAt}
 }
 
 func (r groupRow) group() store.Group {
@@ -148,16 +180,20 @@ const attributeCols = "id, account_id, embed_tenant_id, name, type, COALESCE(dis
 	"COALESCE(default_value, '') AS default_value, COALESCE(description, '') AS description, created_at, updated_at"
 
 type attributeRow struct {
-	ID            int64  `gorm:"column:id"`
-	AccountID     int64  `gorm:"column:account_id"`
-	EmbedTenantID int64  `gorm:"column:embed_tenant_id"`
-	Name          string `gorm:"column:name"`
-	Type          string `gorm:"column:type"`
-	DisplayName   string `gorm:"column:display_name"`
-	DefaultValue  string `gorm:"column:default_value"`
-	Description   string `gorm:"column:description"`
-	CreatedAt     int64  `gorm:"column:created_at"`
-	UpdatedAt     int64  `gorm:"column:updated_at"`
+	ID            int64
+	AccountID     int64
+	EmbedTenantID int64
+	Name          string
+	Type          string
+	DisplayName   string
+	DefaultValue  string
+	Description   string
+	CreatedAt     int64
+	UpdatedAt     int64
+}
+
+func (r *attributeRow) dest() []any {
+	return []any{&r.ID, &r.AccountID, &r.EmbedTenantID, &r.Name, &r.Type, &r.DisplayName, &r.DefaultValue, &r.Description, &r.CreatedAt, &r.UpdatedAt}
 }
 
 func (r attributeRow) attribute() store.Attribute {
@@ -186,14 +222,18 @@ const grantCols = "account_id, user_id, deployment_id, embed_tenant_id, embed_te
 
 // grantRow is the grant a session id or a token carries.
 type grantRow struct {
-	AccountID       int64  `gorm:"column:account_id"`
-	UserID          int64  `gorm:"column:user_id"`
-	DeploymentID    int64  `gorm:"column:deployment_id"`
-	EmbedTenantID   int64  `gorm:"column:embed_tenant_id"`
-	EmbedTenantName string `gorm:"column:embed_tenant_name"`
-	CreatorMode     bool   `gorm:"column:creator_mode"`
-	CreatedAt       int64  `gorm:"column:created_at"`
-	ExpiresAt       int64  `gorm:"column:expires_at"`
+	AccountID       int64
+	UserID          int64
+	DeploymentID    int64
+	EmbedTenantID   int64
+	EmbedTenantName string
+	CreatorMode     bool
+	CreatedAt       int64
+	ExpiresAt       int64
+}
+
+func (r *grantRow) dest() []any {
+	return []any{&r.AccountID, &r.UserID, &r.DeploymentID, &r.EmbedTenantID, &r.EmbedTenantName, &r.CreatorMode, &r.CreatedAt, &r.ExpiresAt}
 }
 
 func (r grantRow) session() store.Session {
@@ -212,13 +252,17 @@ func (r grantRow) session() store.Session {
 const threadCols = "account_id, chat_id, agent_id, user_id, last_sort, created_at, updated_at"
 
 type threadRow struct {
-	AccountID int64  `gorm:"column:account_id"`
-	ChatID    string `gorm:"column:chat_id"`
-	AgentID   string `gorm:"column:agent_id"`
-	UserID    int64  `gorm:"column:user_id"`
-	LastSort  int64  `gorm:"column:last_sort"`
-	CreatedAt int64  `gorm:"column:created_at"`
-	UpdatedAt int64  `gorm:"column:updated_at"`
+	AccountID int64
+	ChatID    string
+	AgentID   string
+	UserID    int64
+	LastSort  int64
+	CreatedAt int64
+	UpdatedAt int64
+}
+
+func (r *threadRow) dest() []any {
+	return []any{&r.AccountID, &r.ChatID, &r.AgentID, &r.UserID, &r.LastSort, &r.CreatedAt, &r.UpdatedAt}
 }
 
 func (r threadRow) thread() store.Thread {
@@ -234,15 +278,40 @@ func (r threadRow) thread() store.Thread {
 }
 
 type messageRow struct {
-	ID   string `gorm:"column:id"`
-	Sort int64  `gorm:"column:sort"`
-	Body string `gorm:"column:body"`
+	ID   string
+	Sort int64
+	Body string
 }
 
-// blob passes a []byte as one parameter. GORM expands slice parameters that
-// follow "(" into lists ("VALUES (?" would become one parameter per byte);
-// a driver.Valuer is always bound as is.
-type blob []byte
+func (r *messageRow) dest() []any {
+	return []any{&r.ID, &r.Sort, &r.Body}
+}
 
-// Value implements driver.Valuer.
-func (b blob) Value() (driver.Value, error) { return []byte(b), nil }
+// Collectors: slices of rows that grow by one row per scanned row.
+
+type (
+	groupRows     []groupRow
+	attributeRows []attributeRow
+	messageRows   []messageRow
+	userAttrRows  []userAttributeRow
+)
+
+func (r *groupRows) add() []any {
+	*r = append(*r, groupRow{})
+	return (&(*r)[len(*r)-1]).dest()
+}
+
+func (r *attributeRows) add() []any {
+	*r = append(*r, attributeRow{})
+	return (&(*r)[len(*r)-1]).dest()
+}
+
+func (r *messageRows) add() []any {
+	*r = append(*r, messageRow{})
+	return (&(*r)[len(*r)-1]).dest()
+}
+
+func (r *userAttrRows) add() []any {
+	*r = append(*r, userAttributeRow{})
+	return (&(*r)[len(*r)-1]).dest()
+}

@@ -15,7 +15,6 @@ type config struct {
 	maxOpen      int
 	readConns    int
 	maxRetries   int
-	prepare      *bool
 }
 
 func defaultConfig() config {
@@ -28,13 +27,11 @@ func defaultConfig() config {
 }
 
 // WithStatementHook registers fn, which is called once for every SQL
-// statement the store executes (after it ran, with the statement's context and
-// its SQL text with placeholders). Tests use it to count statements per
-// request. fn must be safe for concurrent use and must not call the store.
-// Default: no hook.
-//
-// With [OpenDB] the hook is registered as callbacks on the given handle, so it
-// also sees statements the host runs through that handle.
+// statement the store executes (after it ran, with the caller's context and
+// the SQL text with its placeholders). Transaction control (BEGIN, COMMIT,
+// ROLLBACK) and the schema migration at open are not reported. Tests use it
+// to count statements per request. fn must be safe for concurrent use and
+// must not call the store. Default: no hook.
 func WithStatementHook(fn func(ctx context.Context, sql string)) Option {
 	return func(c *config) { c.hook = fn }
 }
@@ -88,11 +85,4 @@ func WithMaxRetries(n int) Option {
 			c.maxRetries = n
 		}
 	}
-}
-
-// WithPreparedStatements turns GORM's prepared-statement cache on or off.
-// Default: on for SQLite (it saves parsing each statement again); off for
-// PostgreSQL, where pgx already caches prepared statements per connection.
-func WithPreparedStatements(on bool) Option {
-	return func(c *config) { c.prepare = &on }
 }

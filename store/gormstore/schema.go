@@ -165,26 +165,60 @@ func (s *Store) ddl() []string {
 // migrate creates the schema. On PostgreSQL it holds an advisory lock so
 // that several processes opening one database do not race on CREATE TABLE.
 func (s *Store) migrate() error {
+	if s.migrated {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
 	defer cancel()
-	tx := s.wdb.WithContext(ctx).Begin()
-	if tx.Error != nil {
-		return wrapErr("migrate", tx.Error)
-	}
-	defer tx.Rollback()
+	var err error
 	if s.dialect == postgresDialect {
-		if err := tx.Exec("SELECT pg_advisory_xact_lock(7318002119)").Error; err != nil {
-			return wrapErr("migrate", err)
-		}
+		err = s.migratePostgres(ctx)
+	} else {
+		err = s.migrateSQLite(ctx)
 	}
-	for _, stmt := range s.ddl() {
-		if err := tx.Exec(stmt).Error; err != nil {
-			return wrapErr("migrate", err)
-		}
-	}
-	if err := tx.Commit().Error; err != nil {
+	if err != nil {
 		return wrapErr("migrate", err)
 	}
 	s.migrated = true
+	return nil
+}
+
+func (s *Store) migratePostgres(ctx context.Context) error {
+	tx, err := s.pool.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(7318002119)"); err != nil {
+		return err
+	}
+	for _, stmt := range s.ddl() {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func (s *Store) migrateSQLite(ctx context.Context) error {
+	w, err := s.acquireWriter(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.releaseWriter()
+	c := w.conn
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	for _, stmt := range s.ddl() {
+		if _, err := c.ExecContext(ctx, stmt); err != nil {
+			_, _ = c.ExecContext(context.Background(), "ROLLBACK")
+			return err
+		}
+	}
+	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = c.ExecContext(context.Background(), "ROLLBACK")
+		return err
+	}
 	return nil
 }

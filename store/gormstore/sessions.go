@@ -15,7 +15,7 @@ func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) e
 	created := nowOr(s.CreatedAt)
 	_, err := t.exec(ctx, "create session",
 		"INSERT INTO sessions (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		blob(hash), s.AccountID, s.UserID, s.DeploymentID, s.EmbedTenantID, s.EmbedTenantName, s.CreatorMode,
+		hash, s.AccountID, s.UserID, s.DeploymentID, s.EmbedTenantID, s.EmbedTenantName, s.CreatorMode,
 		created.UnixNano(), s.ExpiresAt.UnixNano())
 	return err
 }
@@ -30,7 +30,7 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 	n, err := t.find(ctx, op, &g,
 		"UPDATE sessions SET used_at = ? WHERE hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive+
 			" RETURNING "+grantCols,
-		n0, blob(sessionHash), n0, n0)
+		n0, sessionHash, n0, n0)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -41,7 +41,7 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 	g.ExpiresAt = tokenExpiresAt.UnixNano()
 	if _, err := t.exec(ctx, op,
 		"INSERT INTO tokens (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		blob(tokenHash), g.AccountID, g.UserID, g.DeploymentID, g.EmbedTenantID, g.EmbedTenantName, g.CreatorMode,
+		tokenHash, g.AccountID, g.UserID, g.DeploymentID, g.EmbedTenantID, g.EmbedTenantName, g.CreatorMode,
 		g.CreatedAt, g.ExpiresAt); err != nil {
 		return store.Session{}, err
 	}
@@ -53,7 +53,7 @@ func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Tim
 	var g grantRow
 	n, err := t.find(ctx, "session by token", &g,
 		"SELECT "+grantCols+" FROM tokens WHERE hash = ? AND expires_at > ? AND "+userAlive,
-		blob(tokenHash), n0, n0)
+		tokenHash, n0, n0)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -86,7 +86,7 @@ func (s *Store) ExchangeSession(ctx context.Context, sessionHash, tokenHash []by
 
 // SessionByToken implements [store.Sessions].
 func (s *Store) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
-	return s.reader().SessionByToken(ctx, tokenHash, now)
+	return read(ctx, s, func(t *txn) (store.Session, error) { return t.SessionByToken(ctx, tokenHash, now) })
 }
 
 // RevokeUserSessions implements [store.Sessions] in its own transaction.

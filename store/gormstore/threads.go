@@ -61,7 +61,7 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 }
 
 func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
-	var rows []messageRow
+	var rows messageRows
 	if _, err := t.find(ctx, "messages", &rows,
 		"SELECT id, sort, body FROM thread_messages WHERE account_id = ? AND chat_id = ? ORDER BY sort, id",
 		accountID, chatID); err != nil {
@@ -81,7 +81,7 @@ func (s *Store) CreateThread(ctx context.Context, th store.Thread) error {
 
 // Thread implements [store.Threads].
 func (s *Store) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
-	return s.reader().Thread(ctx, accountID, chatID)
+	return read(ctx, s, func(t *txn) (store.Thread, error) { return t.Thread(ctx, accountID, chatID) })
 }
 
 // AppendMessages implements [store.Threads] in its own transaction.
@@ -91,5 +91,5 @@ func (s *Store) AppendMessages(ctx context.Context, accountID int64, chatID stri
 
 // Messages implements [store.Threads].
 func (s *Store) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
-	return s.reader().Messages(ctx, accountID, chatID)
+	return read(ctx, s, func(t *txn) ([]store.ThreadMessage, error) { return t.Messages(ctx, accountID, chatID) })
 }

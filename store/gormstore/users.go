@@ -15,6 +15,25 @@ const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
 	const op = "upsert external user"
 	now := nowOr(u.Now).UnixNano()
+	// Fast path, one statement: a visible user that this upsert leaves
+	// persistent or ephemeral as it is (the common case of a returning user).
+	cond, args := "NOT ephemeral", []any{}
+	if !u.Persistent {
+		cond, args = visible, []any{now}
+	}
+	var out userRow
+	n, err := t.find(ctx, op, &out,
+		`UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
+		picture = COALESCE(?, picture), security_context = COALESCE(?, security_context), updated_at = ?
+		WHERE account_id = ? AND external_id = ? AND `+cond+` RETURNING `+userCols,
+		append([]any{optString(u.Email), optString(u.DisplayName), optString(u.Picture), rawOrNil(u.SecurityContext), now,
+			u.AccountID, u.ExternalID}, args...)...)
+	if err != nil {
+		return store.User{}, err
+	}
+	if n > 0 {
+		return out.user(), nil
+	}
 	// Two rounds at most: a concurrent first upsert of the same external id
 	// can win the insert, after which the update path applies.
 	for range 3 {
@@ -57,10 +76,7 @@ func (t *txn) insertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 	if !u.Persistent {
 		expires = nanos(u.EphemeralExpiresAt)
 	}
-	var sc any
-	if u.SecurityContext != nil {
-		sc = string(u.SecurityContext)
-	}
+	sc := rawOrNil(u.SecurityContext)
 	var row userRow
 	n, err := t.find(ctx, op, &row,
 		`INSERT INTO users (account_id, external_id, email, display_name, picture, security_context, ephemeral, expires_at, created_at, updated_at)
@@ -92,10 +108,7 @@ func (t *txn) updateExternalUser(ctx context.Context, row userRow, u store.Exter
 		}
 		set = ", ephemeral = FALSE, expires_at = NULL"
 	}
-	var sc any
-	if u.SecurityContext != nil {
-		sc = string(u.SecurityContext)
-	}
+	sc := rawOrNil(u.SecurityContext)
 	var out userRow
 	n, err := t.find(ctx, op, &out,
 		`UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
@@ -130,6 +143,13 @@ func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) err
 		return err
 	}
 	return newErr(op, store.ErrLimit)
+}
+
+func rawOrNil(v json.RawMessage) any {
+	if v == nil {
+		return nil
+	}
+	return string(v)
 }
 
 func deref(p *string) string {
@@ -232,7 +252,7 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 }
 
 func (t *txn) AttributeValues(ctx context.Context, userID int64, s store.Scope) ([]store.UserAttribute, error) {
-	var rows []userAttributeRow
+	var rows userAttrRows
 	if _, err := t.find(ctx, "attribute values", &rows,
 		`SELECT a.name AS name, a.type AS type, v.value AS value
 		FROM attribute_values v JOIN catalog_attributes a ON a.id = v.attribute_id
@@ -248,6 +268,12 @@ func (t *txn) AttributeValues(ctx context.Context, userID int64, s store.Scope) 
 	return out, nil
 }
 
+// insertMembers adds the memberships of the listed groups that belong to the
+// scope; existing ones are kept.
+const insertMembers = `INSERT INTO group_members (user_id, group_id)
+	SELECT ?, id FROM catalog_groups WHERE id IN ? AND account_id = ? AND embed_tenant_id = ?
+	ON CONFLICT (user_id, group_id) DO NOTHING`
+
 func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scope, groupIDs []int64) error {
 	const op = "replace memberships"
 	// Delete the memberships of scope s that are not kept, then insert the
@@ -258,16 +284,18 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 	if len(groupIDs) > 0 && len(groupIDs) <= batchRows {
 		del += " AND group_id NOT IN ?"
 		args = append(args, groupIDs)
+		if t.pg() {
+			// One round trip: the delete and the insert touch disjoint rows.
+			_, err := t.exec(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
+				append(args, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
+			return err
+		}
 	}
 	if _, err := t.exec(ctx, op, del, args...); err != nil {
 		return err
 	}
 	for chunk := range chunks(groupIDs, batchRows) {
-		if _, err := t.exec(ctx, op,
-			`INSERT INTO group_members (user_id, group_id)
-			SELECT ?, id FROM catalog_groups WHERE id IN ? AND account_id = ? AND embed_tenant_id = ?
-			ON CONFLICT (user_id, group_id) DO NOTHING`,
-			userID, chunk, s.AccountID, s.EmbedTenantID); err != nil {
+		if _, err := t.exec(ctx, op, insertMembers, userID, chunk, s.AccountID, s.EmbedTenantID); err != nil {
 			return err
 		}
 	}
@@ -275,7 +303,7 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 }
 
 func (t *txn) Memberships(ctx context.Context, userID int64, s store.Scope) ([]store.Group, error) {
-	var rows []groupRow
+	var rows groupRows
 	if _, err := t.find(ctx, "memberships", &rows,
 		`SELECT g.id AS id, g.account_id AS account_id, g.embed_tenant_id AS embed_tenant_id, g.name AS name,
 		COALESCE(g.description, '') AS description, g.created_at AS created_at, g.updated_at AS updated_at
@@ -289,10 +317,12 @@ func (t *txn) Memberships(ctx context.Context, userID int64, s store.Scope) ([]s
 }
 
 type deletedUser struct {
-	AccountID  int64   `gorm:"column:account_id"`
-	ExternalID *string `gorm:"column:external_id"`
-	Ephemeral  bool    `gorm:"column:ephemeral"`
+	AccountID  int64
+	ExternalID *string
+	Ephemeral  bool
 }
+
+func (r *deletedUser) dest() []any { return []any{&r.AccountID, &r.ExternalID, &r.Ephemeral} }
 
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
@@ -350,17 +380,17 @@ func (s *Store) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpse
 
 // UserByExternalID implements [store.Users].
 func (s *Store) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
-	return s.reader().UserByExternalID(ctx, accountID, externalID, now)
+	return read(ctx, s, func(t *txn) (store.User, error) { return t.UserByExternalID(ctx, accountID, externalID, now) })
 }
 
 // UserByID implements [store.Users].
 func (s *Store) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return s.reader().UserByID(ctx, id, now)
+	return read(ctx, s, func(t *txn) (store.User, error) { return t.UserByID(ctx, id, now) })
 }
 
 // SaveInternalUser implements [store.Users].
 func (s *Store) SaveInternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
-	if u, err := s.reader().InternalUser(ctx, accountID, username); err == nil {
+	if u, err := read(ctx, s, func(t *txn) (store.User, error) { return t.InternalUser(ctx, accountID, username) }); err == nil {
 		return u, nil
 	}
 	return write(ctx, s, func(t *txn) (store.User, error) { return t.SaveInternalUser(ctx, accountID, username) })
@@ -368,7 +398,7 @@ func (s *Store) SaveInternalUser(ctx context.Context, accountID int64, username 
 
 // InternalUser implements [store.Users].
 func (s *Store) InternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
-	return s.reader().InternalUser(ctx, accountID, username)
+	return read(ctx, s, func(t *txn) (store.User, error) { return t.InternalUser(ctx, accountID, username) })
 }
 
 // SetAttributeValues implements [store.Users] in its own transaction.
@@ -378,7 +408,7 @@ func (s *Store) SetAttributeValues(ctx context.Context, userID int64, values []s
 
 // AttributeValues implements [store.Users].
 func (s *Store) AttributeValues(ctx context.Context, userID int64, sc store.Scope) ([]store.UserAttribute, error) {
-	return s.reader().AttributeValues(ctx, userID, sc)
+	return read(ctx, s, func(t *txn) ([]store.UserAttribute, error) { return t.AttributeValues(ctx, userID, sc) })
 }
 
 // ReplaceMemberships implements [store.Users] in its own transaction.
@@ -388,7 +418,7 @@ func (s *Store) ReplaceMemberships(ctx context.Context, userID int64, sc store.S
 
 // Memberships implements [store.Users].
 func (s *Store) Memberships(ctx context.Context, userID int64, sc store.Scope) ([]store.Group, error) {
-	return s.reader().Memberships(ctx, userID, sc)
+	return read(ctx, s, func(t *txn) ([]store.Group, error) { return t.Memberships(ctx, userID, sc) })
 }
 
 // DeleteUser implements [store.Users] in its own transaction.

@@ -1,0 +1,264 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Statements run through database/sql on the connections GORM opened,
+// not through GORM's builder: GORM's prepared-statement mode re-prepares
+// every statement inside a transaction (it caches a transaction-bound
+// *sql.Stmt), its builder expands []byte parameters after "(", and its
+// reflection-based scanning showed up as a third of the CPU time of a
+// provisioning transaction. Here each statement is written once with "?"
+// placeholders, rebound for PostgreSQL, prepared once per SQLite connection,
+// and scanned into the row structs of models.go.
+
+// execer is what a statement runs on: a SQLite connection with its statement
+// cache, a PostgreSQL transaction, or the PostgreSQL pool.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// maxCachedStmts bounds the prepared statements kept per SQLite connection;
+// statements beyond it (unusual batch sizes) are prepared for one use.
+const maxCachedStmts = 256
+
+// liteConn is one SQLite connection held by the store for its lifetime, with
+// the statements prepared on it. It is used by one goroutine at a time (the
+// holder of the writer slot, or of a reader taken from the reader channel).
+type liteConn struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func newLiteConn(ctx context.Context, db *sql.DB) (*liteConn, error) {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &liteConn{conn: c, stmts: make(map[string]*sql.Stmt)}, nil
+}
+
+func (c *liteConn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := c.stmts[query]; ok {
+		return st, nil
+	}
+	if len(c.stmts) >= maxCachedStmts {
+		return nil, nil
+	}
+	st, err := c.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+// ExecContext runs query on the connection. ctx must not be cancelable:
+// go-sqlite3 runs every statement and every row of a cancelable context on
+// a new goroutine, which costs more than the statement; deadlines are
+// checked by the caller between statements instead.
+func (c *liteConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return c.conn.ExecContext(ctx, query, args...)
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// QueryContext is ExecContext for statements that return rows.
+func (c *liteConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return c.conn.QueryContext(ctx, query, args...)
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (c *liteConn) close() error {
+	for _, st := range c.stmts {
+		_ = st.Close()
+	}
+	c.stmts = nil
+	return c.conn.Close()
+}
+
+// bind expands list parameters ([]int64, []string) into "(?, ?, ...)" and,
+// for PostgreSQL, numbers the placeholders ($1, $2, ...). A list must not be
+// empty (callers skip the statement instead).
+func bind(query string, numbered bool, args []any) (string, []any) {
+	lists := false
+	for _, a := range args {
+		switch a.(type) {
+		case []int64, []string:
+			lists = true
+		}
+	}
+	if !numbered && !lists {
+		return query, args
+	}
+	var b strings.Builder
+	b.Grow(len(query) + 16)
+	out := args
+	if lists {
+		out = make([]any, 0, len(args)+8)
+	}
+	n, i := 0, 0
+	mark := func() {
+		n++
+		if numbered {
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	for j := 0; j < len(query); j++ {
+		ch := query[j]
+		if ch != '?' {
+			b.WriteByte(ch)
+			continue
+		}
+		var a any
+		if i < len(args) {
+			a = args[i]
+		}
+		i++
+		switch v := a.(type) {
+		case []int64:
+			b.WriteByte('(')
+			for k, x := range v {
+				if k > 0 {
+					b.WriteString(", ")
+				}
+				mark()
+				out = append(out, x)
+			}
+			b.WriteByte(')')
+		case []string:
+			b.WriteByte('(')
+			for k, x := range v {
+				if k > 0 {
+					b.WriteString(", ")
+				}
+				mark()
+				out = append(out, x)
+			}
+			b.WriteByte(')')
+		default:
+			mark()
+			if lists {
+				out = append(out, a)
+			}
+		}
+	}
+	return b.String(), out
+}
+
+// scanner is a row struct that lists its fields for Rows.Scan.
+type scanner interface{ dest() []any }
+
+// collector is a slice of row structs that grows by one row per call.
+type collector interface{ add() []any }
+
+func (t *txn) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
+	query, args = bind(query, t.s.dialect == postgresDialect, args)
+	ctx, done, err := t.begin(ctx)
+	if err != nil {
+		return 0, wrapErr(op, err)
+	}
+	defer done()
+	res, err := t.ex.ExecContext(ctx, query, args...)
+	if t.s.cfg.hook != nil {
+		t.s.cfg.hook(ctx, query)
+	}
+	if err != nil {
+		return 0, wrapErr(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, wrapErr(op, err)
+	}
+	return n, nil
+}
+
+// find runs a query and scans its rows into dest, a scanner (first row) or
+// a collector (every row), returning the number of rows.
+func (t *txn) find(ctx context.Context, op string, dest any, query string, args ...any) (int64, error) {
+	query, args = bind(query, t.s.dialect == postgresDialect, args)
+	ctx, done, err := t.begin(ctx)
+	if err != nil {
+		return 0, wrapErr(op, err)
+	}
+	defer done()
+	rows, err := t.ex.QueryContext(ctx, query, args...)
+	if t.s.cfg.hook != nil {
+		t.s.cfg.hook(ctx, query)
+	}
+	if err != nil {
+		return 0, wrapErr(op, err)
+	}
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		var d []any
+		switch v := dest.(type) {
+		case collector:
+			d = v.add()
+		case scanner:
+			if n > 0 {
+				n++
+				continue
+			}
+			d = v.dest()
+		}
+		if err := rows.Scan(d...); err != nil {
+			return 0, wrapErr(op, err)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, wrapErr(op, err)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, wrapErr(op, err)
+	}
+	return n, nil
+}
+
+// begin prepares the context of one statement. On SQLite it checks the
+// caller's context and the transaction deadline, then runs the statement
+// with a context that cannot be canceled (see liteConn.ExecContext). On
+// PostgreSQL it bounds the statement by the query timeout.
+func (t *txn) begin(ctx context.Context) (context.Context, func(), error) {
+	if t.s.closed.Load() {
+		return nil, nil, errClosed
+	}
+	if t.finished {
+		return nil, nil, errors.New("transaction already ended (Tx used after InTx returned)")
+	}
+	if t.s.dialect == sqliteDialect {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if t.deadline != nil {
+			if err := t.deadline.Err(); err != nil {
+				return nil, nil, err
+			}
+		}
+		return context.WithoutCancel(ctx), func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.queryTimeout)
+	return ctx, cancel, nil
+}
