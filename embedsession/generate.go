@@ -33,7 +33,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, r, h.o.log, err)
 		return
 	}
-	if _, err := h.st.Deployment(ctx, acct.ID, req.DeploymentID); err != nil {
+	if err := h.deploymentExists(ctx, acct.ID, req.DeploymentID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = errDeploymentNotFound
 		}

@@ -1,7 +1,10 @@
 package embedsession
 
 import (
+	"context"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -12,8 +15,9 @@ import (
 // embed-tenant admin endpoints. Mount it with [Handler.Routes]. A Handler is
 // safe for concurrent use.
 type Handler struct {
-	st store.Store
-	o  options
+	st          store.Store
+	o           options
+	deployments sync.Map // [2]int64{accountID, deploymentID} → expiry time.Time; see WithCacheTTL
 }
 
 // NewHandler returns a Handler serving from st.
@@ -67,8 +71,9 @@ const (
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 func (h *Handler) Routes() []Route {
-	key := middleware.APIKey(h.st, middleware.WithLogger(h.o.log))
-	optKey := middleware.APIKey(h.st, middleware.WithLogger(h.o.log), middleware.Optional())
+	mo := []middleware.Option{middleware.WithLogger(h.o.log), middleware.WithKeyCache(h.o.cacheTTL)}
+	key := middleware.APIKey(h.st, mo...)
+	optKey := middleware.APIKey(h.st, append(mo, middleware.Optional())...)
 	admin := func(f http.HandlerFunc) http.Handler { return key(middleware.RequireAdmin(f)) }
 	return []Route{
 		{http.MethodPost, PathGenerateSession, key(http.HandlerFunc(h.generateSession))},
@@ -88,4 +93,22 @@ func (h *Handler) maxUsers(acct store.Account) int {
 		return acct.MaxExternalUsers
 	}
 	return h.o.maxUsers
+}
+
+// deploymentExists checks that the account has the deployment, through the
+// cache when [WithCacheTTL] is set.
+func (h *Handler) deploymentExists(ctx context.Context, accountID, id int64) error {
+	k := [2]int64{accountID, id}
+	if h.o.cacheTTL > 0 {
+		if exp, ok := h.deployments.Load(k); ok && time.Now().Before(exp.(time.Time)) {
+			return nil
+		}
+	}
+	if _, err := h.st.Deployment(ctx, accountID, id); err != nil {
+		return err
+	}
+	if h.o.cacheTTL > 0 {
+		h.deployments.Store(k, time.Now().Add(h.o.cacheTTL))
+	}
+	return nil
 }

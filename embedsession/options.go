@@ -15,6 +15,7 @@ type options struct {
 	maxUsers   int
 	log        *slog.Logger
 	now        func() time.Time
+	cacheTTL   time.Duration
 }
 
 // Defaults of the options.
@@ -87,3 +88,9 @@ func WithClock(now func() time.Time) Option {
 		}
 	}
 }
+
+// WithCacheTTL makes the handler remember resolved API keys (with their
+// account) and existing deployments for d, saving three store reads per
+// generate-session. Changes to keys, accounts or deployments in the store
+// are then noticed at most d later. Default: 0, no cache.
+func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }

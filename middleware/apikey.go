@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
 )
@@ -26,7 +29,7 @@ type APIKeyStore interface {
 // echoed or logged. With [Optional], a request without an Authorization
 // header passes through unauthenticated.
 //
-// Options read: [Optional], [WithLogger].
+// Options read: [Optional], [WithKeyCache], [WithLogger].
 func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
 	o := newOptions(opts)
 	return func(next http.Handler) http.Handler {
@@ -44,7 +47,7 @@ func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
 				wire.WriteError(w, r, o.log, authn.ErrMissingAPIKey)
 				return
 			}
-			acct, admin, err := authn.APIKey(r.Context(), st, key)
+			acct, admin, err := o.resolveKey(r.Context(), st, key)
 			if err != nil {
 				wire.WriteError(w, r, o.log, err)
 				return
@@ -52,4 +55,33 @@ func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(WithAccount(r.Context(), acct, admin)))
 		})
 	}
+}
+
+type cachedKey struct {
+	acct    store.Account
+	admin   bool
+	expires time.Time
+}
+
+// keyCache remembers resolved keys by their hash; see [WithKeyCache].
+type keyCache struct{ m sync.Map }
+
+// resolveKey resolves key through the cache when one is configured.
+func (o *options) resolveKey(ctx context.Context, st APIKeyStore, key string) (store.Account, bool, error) {
+	if o.keyCacheTTL <= 0 {
+		return authn.APIKey(ctx, st, key)
+	}
+	h := string(secret.Hash(key))
+	now := time.Now()
+	if v, ok := o.keys.m.Load(h); ok {
+		if c := v.(cachedKey); now.Before(c.expires) {
+			return c.acct, c.admin, nil
+		}
+		o.keys.m.Delete(h)
+	}
+	acct, admin, err := authn.APIKey(ctx, st, key)
+	if err == nil {
+		o.keys.m.Store(h, cachedKey{acct, admin, now.Add(o.keyCacheTTL)})
+	}
+	return acct, admin, err
 }

@@ -25,6 +25,7 @@ type fakeStore struct {
 	tokens   map[string]store.Session // by hash
 	users    map[int64]store.User
 	down     bool
+	lookups  int
 }
 
 func newFake() *fakeStore {
@@ -52,6 +53,7 @@ func (f *fakeStore) APIKeyByHash(_ context.Context, h []byte) (store.APIKey, err
 	if f.down {
 		return store.APIKey{}, store.ErrUnavailable
 	}
+	f.lookups++
 	k, ok := f.keys[string(h)]
 	if !ok {
 		return k, store.ErrNotFound
@@ -180,6 +182,25 @@ func TestAPIKey(t *testing.T) {
 			t.Errorf("status = %d, want 503", got.status)
 		}
 	})
+}
+
+func TestKeyCache(t *testing.T) {
+	f := newFake()
+	h := middleware.APIKey(f, middleware.WithKeyCache(time.Minute))(http.HandlerFunc(echo))
+	for _, key := range []string{"sk-user", "sk-user", "sk-user", "sk-nope", "sk-nope"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Api-Key "+key)
+		want := 200
+		if key == "sk-nope" {
+			want = 401
+		}
+		if got := serve(h, r); got.status != want {
+			t.Fatalf("%s: status = %d, want %d", key, got.status, want)
+		}
+	}
+	if f.lookups != 3 {
+		t.Errorf("store lookups = %d, want 3 (one for the cached valid key, one per invalid request)", f.lookups)
+	}
 }
 
 func TestSession(t *testing.T) {

@@ -20,6 +20,9 @@ type options struct {
 	cookieSite http.SameSite
 	secure     bool
 	redirect   bool
+
+	keyCacheTTL time.Duration
+	keys        *keyCache
 }
 
 // DefaultTokenTTL is how long a token obtained for a sessionId stays valid
@@ -41,6 +44,7 @@ func newOptions(opts []Option) options {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	o.keys = &keyCache{}
 	return o
 }
 
@@ -110,3 +114,10 @@ func WithSecureCookie(secure bool) Option { return func(o *options) { o.secure =
 // address bar. The token is then available only through the cookie.
 // Default: the request is served directly, with [EmbedSession].Token set.
 func WithRedirectAfterExchange() Option { return func(o *options) { o.redirect = true } }
+
+// WithKeyCache makes [APIKey] and [APIKeyOrToken] remember a resolved API
+// key (its account and admin flag) for ttl, saving two store reads per
+// request. Only valid keys are cached, so the cache is bounded by the number
+// of keys in use. A key removed, or an account changed, in the store is
+// noticed at most ttl later. Default: 0, no cache.
+func WithKeyCache(ttl time.Duration) Option { return func(o *options) { o.keyCacheTTL = ttl } }

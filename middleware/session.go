@@ -162,7 +162,7 @@ func resolveToken(ctx context.Context, st SessionStore, tok string, now time.Tim
 // endpoint uses it so that pages inside an embed can call it without the API
 // key.
 //
-// Options read: [WithClock], [WithLogger].
+// Options read: [WithKeyCache], [WithClock], [WithLogger].
 func APIKeyOrToken(st AuthStore, opts ...Option) func(http.Handler) http.Handler {
 	o := newOptions(opts)
 	return func(next http.Handler) http.Handler {
@@ -171,7 +171,7 @@ func APIKeyOrToken(st AuthStore, opts ...Option) func(http.Handler) http.Handler
 			scheme, cred, ok := authn.Authorization(r)
 			switch {
 			case ok && strings.EqualFold(scheme, authn.SchemeAPIKey):
-				acct, admin, err := authn.APIKey(ctx, st, cred)
+				acct, admin, err := o.resolveKey(ctx, st, cred)
 				if err != nil {
 					wire.WriteError(w, r, o.log, err)
 					return
