@@ -376,11 +376,12 @@ func TestAbortRaces(t *testing.T) {
 					done <- msgs
 				}()
 				var aerr error
-				for range 50 { // until the thread exists
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); { // until the thread exists
 					aerr = e.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "racer"})
 					if apiStatus(aerr) != http.StatusNotFound {
 						break
 					}
+					time.Sleep(time.Duration(i%3) * time.Millisecond)
 				}
 				if aerr != nil {
 					t.Fatalf("abort: %v", aerr)

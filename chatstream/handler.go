@@ -228,8 +228,10 @@ func (h *Handler) lookupUser(ctx context.Context, c caller, s *SessionSettings) 
 }
 
 // threadOf returns the thread chatID after checking that it belongs to the
-// caller's agent (else 404) and to user (else 403).
-func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, user store.User, known bool) (store.Thread, error) {
+// caller's agent (else 404) and to the user named by the request (else
+// 403). The thread is read before the user, so that a thread created
+// together with its user is never seen without it.
+func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, s *SessionSettings) (store.Thread, error) {
 	th, err := h.st.Thread(ctx, c.acct.ID, chatID)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Thread{}, errChatGone
@@ -239,6 +241,10 @@ func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, user st
 	}
 	if th.AgentID != c.agent.ID {
 		return store.Thread{}, errChatGone
+	}
+	user, known, err := h.lookupUser(ctx, c, s)
+	if err != nil {
+		return store.Thread{}, err
 	}
 	if !known || th.UserID != user.ID {
 		return store.Thread{}, errNotOwner
@@ -250,11 +256,6 @@ func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, user st
 // running turn rejoined.
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
-	user, known, err := h.lookupUser(ctx, c, req.SessionSettings)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
 	lw := newLineWriter(ctx, w)
 	if req.ChatID == "" {
 		// A new chat: its id is handed out; the thread is stored with its
@@ -264,7 +265,7 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		lw.send(stateMessage(id, 0, nil))
 		return
 	}
-	th, err := h.threadOf(ctx, c, req.ChatID, user, known)
+	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -447,12 +448,7 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	user, known, err := h.lookupUser(ctx, c, req.SessionSettings)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	th, err := h.threadOf(ctx, c, req.ChatID, user, known)
+	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
 	if err != nil {
 		h.fail(w, r, err)
 		return
