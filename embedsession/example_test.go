@@ -1,0 +1,146 @@
+package embedsession_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/gorilla/mux"
+
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store/gormstore"
+)
+
+// Example_serveMux mounts the embed-session API on http.ServeMux, with a
+// host page behind the embed-session middleware.
+func Example_serveMux() {
+	st, err := gormstore.Open(":memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+		log.Fatal(err)
+	}
+
+	h := embedsession.NewHandler(st)
+	sm := http.NewServeMux()
+	for _, rt := range h.Routes() {
+		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	sm.Handle("GET /embed/hello", middleware.Session(st)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		es, _ := middleware.EmbedSessionFromContext(r.Context())
+		fmt.Fprintf(w, "hello %s", es.User.ExternalID)
+	})))
+	srv := httptest.NewServer(sm)
+	defer srv.Close()
+
+	c := embedsession.NewClient(srv.URL, "sk-acme-admin")
+	sid, err := c.GenerateSession(context.Background(), embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp, err := http.Get(srv.URL + "/embed/hello?sessionId=" + sid)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b [64]byte
+	n, _ := resp.Body.Read(b[:])
+	fmt.Println(resp.StatusCode, string(b[:n]))
+	// Output: 200 hello jane
+}
+
+// Example_gorilla mounts the embed-session API on a gorilla/mux router; the
+// handlers read path parameters through middleware.PathValues.
+func Example_gorilla() {
+	st, err := gormstore.Open(":memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+		log.Fatal(err)
+	}
+
+	h := embedsession.NewHandler(st)
+	r := mux.NewRouter()
+	r.Use(middleware.PathValues(mux.Vars))
+	for _, rt := range h.Routes() {
+		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+	}
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	c := embedsession.NewClient(srv.URL, "sk-acme-admin")
+	ctx := context.Background()
+	_, err = c.GenerateSession(ctx, embedsession.SessionRequest{
+		DeploymentID:     1,
+		ExternalID:       "jane",
+		CreatorMode:      true,
+		EmbedTenantName:  "acme-eu",
+		GroupDefinitions: []embedsession.GroupDefinition{{Name: "analysts"}},
+		Groups:           embedsession.Groups("analysts"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	page, err := c.ListGroups(ctx, "acme-eu", 10, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(page.Items), page.Items[0].Name, page.PageInfo.HasNextPage)
+	// Output: 1 analysts false
+}
+
+// ExampleClient provisions a user with a profile, attributes and groups,
+// and shows how API errors come back.
+func ExampleClient() {
+	st, err := gormstore.Open(":memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+		log.Fatal(err)
+	}
+	sm := http.NewServeMux()
+	for _, rt := range embedsession.NewHandler(st).Routes() {
+		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	srv := httptest.NewServer(sm)
+	defer srv.Close()
+
+	c := embedsession.NewClient(srv.URL, "sk-acme-user")
+	ctx := context.Background()
+	sid, err := c.GenerateSession(ctx, embedsession.SessionRequest{
+		DeploymentID: 1,
+		ExternalID:   "jane@example.com",
+		Email:        embedsession.String("jane@example.com"),
+		UserProfile:  &embedsession.UserProfile{DisplayName: embedsession.String("Jane Doe")},
+		UserAttributes: []embedsession.UserAttribute{
+			{Name: "country", Value: embedsession.Value("US")},
+			{Name: "region_ids", Value: embedsession.Value([]int{1, 2})},
+		},
+		Groups: embedsession.Groups("sales"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tok, err := c.ExchangeToken(ctx, sid)
+	fmt.Println(err == nil && tok.Token != "")
+
+	_, err = c.GenerateSession(ctx, embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane", Groups: embedsession.Groups("nope")})
+	var apiErr *embedsession.APIError
+	if errors.As(err, &apiErr) {
+		fmt.Println(apiErr.Status, apiErr.Message)
+	}
+	// Output:
+	// true
+	// 400 Groups with names nope not found
+}

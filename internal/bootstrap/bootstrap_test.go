@@ -1,0 +1,108 @@
+package bootstrap_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/internal/secret"
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
+)
+
+// demoJSON is the bootstrap document of decisions.md §6, verbatim.
+const demoJSON = `{
+  "accounts": [{
+    "name": "acme",
+    "plan": "enterprise",
+    "useCreatorMode": true,
+    "maxExternalUsers": 10000,
+    "apiKeys": [{"key": "sk-acme-admin", "admin": true}, {"key": "sk-acme-user"}],
+    "deployments": [{"id": 1, "name": "production"}],
+    "agents": [{"id": "7", "deploymentId": 1}],
+    "userAttributes": [{"name": "country", "type": "string"},
+                       {"name": "region_ids", "type": "number_array"}],
+    "groups": [{"name": "sales"}, {"name": "marketing"}],
+    "internalUsers": [{"username": "alice@acme.test"}],
+    "branches": ["main", "dev-1"]
+  }]
+}`
+
+func TestDecodeMatchesDemo(t *testing.T) {
+	cfg, err := bootstrap.Decode(strings.NewReader(demoJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, bootstrap.Demo()) {
+		t.Errorf("decoded §6 document = %+v\nwant Demo() = %+v", cfg, bootstrap.Demo())
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct{ name, json string }{
+		{"account without name", `{"accounts":[{}]}`},
+		{"unknown plan", `{"accounts":[{"name":"a","plan":"gold"}]}`},
+		{"bad attribute type", `{"accounts":[{"name":"a","userAttributes":[{"name":"x","type":"date"}]}]}`},
+		{"empty key", `{"accounts":[{"name":"a","apiKeys":[{"key":""}]}]}`},
+		{"negative limit", `{"accounts":[{"name":"a","maxExternalUsers":-1}]}`},
+		{"malformed", `{`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := bootstrap.Decode(strings.NewReader(c.json)); err == nil {
+				t.Error("accepted")
+			}
+		})
+	}
+}
+
+func TestApplyIsIdempotent(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			st := testdb.Open(t, backend)
+			ctx := context.Background()
+			for range 2 {
+				if err := bootstrap.Apply(ctx, st, bootstrap.Demo()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			acct, err := st.AccountByName(ctx, "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if acct.Plan != store.PlanEnterprise || !acct.UseCreatorMode || acct.MaxExternalUsers != 10000 ||
+				!reflect.DeepEqual(acct.Branches, []string{"main", "dev-1"}) {
+				t.Errorf("account = %+v", acct)
+			}
+			for key, admin := range map[string]bool{"sk-acme-admin": true, "sk-acme-user": false} {
+				k, err := st.APIKeyByHash(ctx, secret.Hash(key))
+				if err != nil || k.Admin != admin || k.AccountID != acct.ID {
+					t.Errorf("key %s = %+v, %v", key, k, err)
+				}
+			}
+			if _, err := st.Deployment(ctx, acct.ID, 1); err != nil {
+				t.Error(err)
+			}
+			if a, err := st.Agent(ctx, acct.ID, "7"); err != nil || a.DeploymentID != 1 {
+				t.Errorf("agent = %+v, %v", a, err)
+			}
+			gs, _ := st.ListGroups(ctx, store.TenantWide(acct.ID), 0, 10)
+			as, _ := st.ListAttributes(ctx, store.TenantWide(acct.ID), 0, 10)
+			if len(gs) != 2 || len(as) != 2 {
+				t.Errorf("catalog: %d groups, %d attributes", len(gs), len(as))
+			}
+			if _, err := st.InternalUser(ctx, acct.ID, "alice@acme.test"); err != nil {
+				t.Error(err)
+			}
+			t.Run("changed attribute type is a conflict", func(t *testing.T) {
+				cfg := bootstrap.Demo()
+				cfg.Accounts[0].UserAttributes[0].Type = store.TypeNumber
+				if err := bootstrap.Apply(ctx, st, cfg); !errors.Is(err, store.ErrConflict) {
+					t.Errorf("err = %v, want ErrConflict", err)
+				}
+			})
+		})
+	}
+}
