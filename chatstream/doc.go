@@ -9,7 +9,8 @@
 // Bearer <token> of an embed session):
 //
 //	h := chatstream.NewHandler(st, myAgent, chatstream.WithTurnTimeout(2*time.Minute))
-//	defer h.Shutdown(ctx)
+//	// at shutdown, before srv.Shutdown (which waits for open streams):
+//	//	h.Shutdown(ctx)
 //
 //	// net/http
 //	sm := http.NewServeMux()
@@ -23,6 +24,9 @@
 //	for _, rt := range h.Routes() {
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
+//
+// Streams last as long as turns: leave http.Server.WriteTimeout at zero (or
+// above the turn timeout) on the server that mounts the routes.
 //
 // Ephemeral users (the default for users created by chat) become invisible
 // when their TTL passes; a [Reaper] deletes them with their threads:

@@ -112,8 +112,9 @@ func Example_gorilla() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
 	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: r}
-	// On SIGTERM: srv.Shutdown(ctx), then h.Shutdown(ctx), which lets
-	// running turns finish until ctx ends and aborts the rest.
+	// On SIGTERM: h.Shutdown(ctx) first (running turns finish until ctx
+	// ends, the rest are aborted, so their streams end), then
+	// srv.Shutdown(ctx), which waits for open requests.
 	log.Fatal(srv.ListenAndServe())
 }
 

@@ -176,8 +176,9 @@ func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
 
 // line is one encoded line of a turn's log.
 type line struct {
-	sort int64
-	b    []byte
+	sort  int64
+	state bool // the __state__ line, always sent
+	b     []byte
 }
 
 // turn is one running turn: its context, its sequence and its append-only
@@ -204,7 +205,7 @@ type turn struct {
 
 // appendLocked encodes m into the log and wakes the readers.
 func (t *turn) appendLocked(m Message) {
-	t.lines = append(t.lines, line{sort: m.Sort, b: encodeLine(&m)})
+	t.lines = append(t.lines, line{sort: m.Sort, state: m.ID == StateID, b: encodeLine(&m)})
 	if t.notify != nil {
 		close(t.notify)
 		t.notify = nil
@@ -326,7 +327,8 @@ func (t *turn) finish(o outcome) {
 }
 
 // follow writes the turn's log to lw, the lines so far and then the live
-// ones, skipping lines whose sort is not above after, until the log is
+// ones, skipping lines whose sort is not above after (but never __state__,
+// so that every stream ends with one), until the log is
 // complete or the client goes away. It reports whether the whole log was
 // written.
 func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
@@ -346,7 +348,7 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 
 		if len(batch) > 0 {
 			for _, l := range batch {
-				if l.sort > after && !lw.write(l.b) {
+				if (l.sort > after || l.state) && !lw.write(l.b) {
 					return false
 				}
 			}
