@@ -177,7 +177,7 @@ func TestAdminList(t *testing.T) {
 
 // TestAdminDelete covers deleting embed-tenant groups and attributes.
 func TestAdminDelete(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		t.Parallel()
 		s := apitest.New(t, tg)
 		sid := s.GenerateSession(t, body("member", obj{"creatorMode": true, "embedTenantName": "del-tenant",

@@ -31,6 +31,11 @@
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 //
+// A session records the embed tenant it was generated for; without
+// embedTenantName that is the account's default embed tenant, named
+// "default" (store.DefaultEmbedTenant), which is created only when creator
+// mode needs it (EmbedTenantID is 0 until then).
+//
 // Every error answer is {"error": "<message>"} with the statuses of the
 // project's decisions (400 bad input, 401 bad key, 403 not allowed, 404
 // missing, 409 cannot change type, 413 body over 1 MiB, 503 database

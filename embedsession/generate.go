@@ -50,12 +50,18 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		etName := res.EmbedTenant.Name
+		if etName == "" {
+			// Not needed by this request (no creator mode, no name): the
+			// account's default embed tenant, not created until used.
+			etName = store.DefaultEmbedTenant
+		}
 		return tx.CreateSession(ctx, sidHash, store.Session{
 			AccountID:       acct.ID,
 			UserID:          res.User.ID,
 			DeploymentID:    req.DeploymentID,
 			EmbedTenantID:   res.EmbedTenant.ID,
-			EmbedTenantName: res.EmbedTenant.Name,
+			EmbedTenantName: etName,
 			CreatorMode:     req.CreatorMode,
 			CreatedAt:       now,
 			ExpiresAt:       now.Add(h.o.sessionTTL),

@@ -494,3 +494,14 @@ func TestGenerateSessionProvisions(t *testing.T) {
 		})
 	})
 }
+
+// TestDefaultEmbedTenantName checks that a session without embedTenantName
+// names the account's default embed tenant.
+func TestDefaultEmbedTenantName(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		s := apitest.New(t, tg)
+		if who := s.Whoami(t, s.GenerateSession(t, body("dflt", nil))); who.EmbedTenantName != "default" || who.CreatorMode {
+			t.Errorf("whoami = %+v", who)
+		}
+	})
+}

@@ -206,7 +206,7 @@ func TestSessionMiddleware(t *testing.T) {
 
 // TestRevocation covers revoking a user's sessions and deprovisioning.
 func TestRevocation(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		t.Parallel()
 		s := apitest.New(t, tg)
 		del := func(path, key string) int {
