@@ -30,6 +30,20 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 	if err != nil {
 		return store.Account{}, err
 	}
+	// The rows that count persistent external users (see countPersistent).
+	shards := 1
+	if t.pg() {
+		shards = slotShards
+	}
+	args := make([]any, 0, 2*shards)
+	for i := range shards {
+		args = append(args, row.ID, i)
+	}
+	if _, err := t.exec(ctx, "save account",
+		"INSERT INTO account_user_slots (account_id, shard) VALUES "+placeholders(shards, 2)+
+			" ON CONFLICT (account_id, shard) DO NOTHING", args...); err != nil {
+		return store.Account{}, err
+	}
 	return row.account(), nil
 }
 

@@ -248,6 +248,9 @@ func (t *txn) begin(ctx context.Context) (context.Context, func(), error) {
 	if t.finished {
 		return nil, nil, errors.New("transaction already ended (Tx used after InTx returned)")
 	}
+	if t.abort != nil {
+		return nil, nil, t.abort
+	}
 	if t.s.dialect == sqliteDialect {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err

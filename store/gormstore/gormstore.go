@@ -322,10 +322,15 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		return errClosed
 	}
 	backoff := time.Millisecond
+	exact := false
 	for attempt := 0; ; attempt++ {
-		err := s.attempt(ctx, fn)
+		err := s.attempt(ctx, fn, exact)
 		if err == nil || !isRetryable(err) || attempt >= s.cfg.maxRetries {
 			return err
+		}
+		if errors.Is(err, errNearLimit) {
+			exact = true
+			continue
 		}
 		t := time.NewTimer(backoff + rand.N(backoff))
 		select {
@@ -338,27 +343,33 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
-func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
+func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error, exact bool) error {
 	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
 	if s.dialect == postgresDialect {
-		return s.attemptPostgres(actx, fn)
+		return s.attemptPostgres(actx, fn, exact)
 	}
 	return s.attemptSQLite(ctx, actx, fn)
 }
 
-func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error) error {
+func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error, exact bool) error {
 	tx, err := s.pool.BeginTx(actx, nil)
 	if err != nil {
 		return wrapErr("begin", err)
 	}
-	t := &txn{s: s, ex: tx, deadline: actx}
+	t := &txn{s: s, ex: tx, deadline: actx, exact: exact, shard: -1}
 	defer func() {
 		t.finished = true
 		_ = tx.Rollback() // no-op after Commit
 	}()
 	if err := fn(t); err != nil {
+		if t.abort != nil {
+			return t.abort
+		}
 		return err
+	}
+	if t.abort != nil {
+		return t.abort
 	}
 	if err := tx.Commit(); err != nil {
 		return wrapErr("commit", err)
@@ -376,7 +387,7 @@ func (s *Store) attemptSQLite(ctx, actx context.Context, fn func(tx store.Tx) er
 	if _, err := w.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
 		return wrapErr("begin", err)
 	}
-	t := &txn{s: s, ex: w, deadline: actx}
+	t := &txn{s: s, ex: w, deadline: actx, shard: -1}
 	committed := false
 	defer func() {
 		t.finished = true
@@ -420,6 +431,13 @@ type txn struct {
 	deadline context.Context
 	// finished is set when InTx returns; the txn must not be used after.
 	finished bool
+	// abort, when set, fails every later statement and the commit: the
+	// transaction must be rolled back and run again (see countPersistent).
+	abort error
+	// exact is set when the transaction runs in exact-limit mode.
+	exact bool
+	// shard is the count shard of the transaction, -1 until chosen.
+	shard int
 }
 
 var _ store.Tx = (*txn)(nil)
@@ -434,7 +452,7 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 	}
 	switch {
 	case s.dialect == postgresDialect:
-		return fn(&txn{s: s, ex: s.pool})
+		return fn(&txn{s: s, ex: s.pool, shard: -1})
 	case s.readers != nil:
 		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 		defer cancel()
@@ -448,7 +466,7 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 		if s.closed.Load() {
 			return zero, errClosed
 		}
-		return fn(&txn{s: s, ex: c, deadline: actx})
+		return fn(&txn{s: s, ex: c, deadline: actx, shard: -1})
 	default:
 		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 		defer cancel()
@@ -457,7 +475,7 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 			return zero, err
 		}
 		defer s.releaseWriter()
-		return fn(&txn{s: s, ex: w, deadline: actx})
+		return fn(&txn{s: s, ex: w, deadline: actx, shard: -1})
 	}
 }
 

@@ -315,3 +315,14 @@ func (r *userAttrRows) add() []any {
 	*r = append(*r, userAttributeRow{})
 	return (&(*r)[len(*r)-1]).dest()
 }
+
+type countRow struct{ N int64 }
+
+func (r *countRow) dest() []any { return []any{&r.N} }
+
+type countRows []countRow
+
+func (r *countRows) add() []any {
+	*r = append(*r, countRow{})
+	return (&(*r)[len(*r)-1]).dest()
+}

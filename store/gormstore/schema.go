@@ -16,8 +16,13 @@ CREATE TABLE IF NOT EXISTS accounts (
 	plan TEXT NOT NULL DEFAULT 'free',
 	use_creator_mode BOOLEAN NOT NULL DEFAULT FALSE,
 	max_external_users BIGINT NOT NULL DEFAULT 0,
-	branches TEXT NOT NULL DEFAULT '[]',
-	persistent_users BIGINT NOT NULL DEFAULT 0
+	branches TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS account_user_slots (
+	account_id BIGINT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+	shard INTEGER NOT NULL,
+	n BIGINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (account_id, shard)
 );
 CREATE TABLE IF NOT EXISTS api_keys (
 	hash {{blob}} PRIMARY KEY,
@@ -192,10 +197,10 @@ func (s *Store) migratePostgres(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(7318002119)"); err != nil {
 		return err
 	}
-	for _, stmt := range s.ddl() {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
+	// One round trip: pgx sends a statement without arguments with the
+	// simple protocol, which accepts several statements.
+	if _, err := tx.ExecContext(ctx, strings.Join(s.ddl(), ";\n")); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

@@ -3,6 +3,8 @@ package gormstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -90,7 +92,7 @@ func (t *txn) insertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 	}
 	if n == 0 {
 		if u.Persistent {
-			if _, err := t.exec(ctx, op, "UPDATE accounts SET persistent_users = persistent_users - 1 WHERE id = ?", u.AccountID); err != nil {
+			if err := t.uncount(ctx, u.AccountID); err != nil {
 				return store.User{}, false, err
 			}
 		}
@@ -124,25 +126,108 @@ func (t *txn) updateExternalUser(ctx context.Context, row userRow, u store.Exter
 	return out.user(), nil
 }
 
+// The persistent external users of an account are counted in
+// account_user_slots: one row on SQLite, where writers are serialized, and
+// slotShards rows on PostgreSQL, so that concurrent creations lock different
+// rows instead of queueing on one until their transactions commit. The count
+// is the sum of the rows.
+//
+// PostgreSQL fast path: increment the transaction's own shard and read the
+// sum in one statement. Other uncommitted increments are invisible, but each
+// holds the lock of another shard, so there are at most slotShards-1 of them:
+// when sum+slotShards-1 <= max the new user fits whatever they do. Otherwise
+// (near the limit) the increment is undone and the transaction is run again
+// in exact mode, which locks every shard of the account in shard order (no
+// deadlock: fast transactions hold one shard and wait for no other), sums,
+// and increments only if the sum is below max. The limit is exact either way.
+const slotShards = 16
+
+// errNearLimit asks InTx to run the transaction again in exact mode.
+var errNearLimit = &opError{op: "upsert external user", kind: store.ErrUnavailable,
+	err: errors.New("near the external user limit; retrying in exact mode"), retry: true}
+
 // countPersistent takes one place of the account's persistent external user
-// limit, or returns [store.ErrLimit]. The conditional increment is exact
-// under concurrency: PostgreSQL re-checks the condition on the locked row,
-// SQLite serializes writers. A max of zero or less means no limit.
+// limit or returns [store.ErrLimit], leaving the count unchanged then. A max
+// of zero or less means no limit.
 func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) error {
 	const op = "upsert external user"
-	n, err := t.exec(ctx, op,
-		"UPDATE accounts SET persistent_users = persistent_users + 1 WHERE id = ? AND (? <= 0 OR persistent_users < ?)",
-		accountID, max, max)
-	if err != nil {
-		return err
-	}
-	if n == 1 {
+	if !t.pg() {
+		n, err := t.exec(ctx, op,
+			`INSERT INTO account_user_slots (account_id, shard, n) VALUES (?, 0, 1)
+			ON CONFLICT (account_id, shard) DO UPDATE SET n = account_user_slots.n + 1
+			WHERE ? <= 0 OR account_user_slots.n < ?`,
+			accountID, max, max)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return newErr(op, store.ErrLimit)
+		}
 		return nil
 	}
-	if _, err := t.AccountByID(ctx, accountID); err != nil {
+	shard := t.slotShard()
+	if !t.exact {
+		var total countRow
+		if _, err := t.find(ctx, op, &total,
+			`WITH inc AS (
+				INSERT INTO account_user_slots (account_id, shard, n) VALUES (?, ?, 1)
+				ON CONFLICT (account_id, shard) DO UPDATE SET n = account_user_slots.n + 1
+				RETURNING n)
+			SELECT ((SELECT n FROM inc) + COALESCE((SELECT SUM(n) FROM account_user_slots WHERE account_id = ? AND shard <> ?), 0))::bigint`,
+			accountID, shard, accountID, shard); err != nil {
+			return err
+		}
+		if max <= 0 || total.N+slotShards-1 <= int64(max) {
+			return nil
+		}
+		if err := t.uncount(ctx, accountID); err != nil {
+			return err
+		}
+		t.abort = errNearLimit
+		return errNearLimit
+	}
+	// Exact mode: every shard exists (SaveAccount creates them; this
+	// covers older accounts), then lock them all in order and sum.
+	if _, err := t.exec(ctx, op,
+		`INSERT INTO account_user_slots (account_id, shard, n)
+		SELECT ?, s, 0 FROM generate_series(0, ?) AS s ON CONFLICT (account_id, shard) DO NOTHING`,
+		accountID, slotShards-1); err != nil {
 		return err
 	}
-	return newErr(op, store.ErrLimit)
+	var rows countRows
+	if _, err := t.find(ctx, op, &rows,
+		"SELECT n FROM account_user_slots WHERE account_id = ? ORDER BY shard FOR UPDATE", accountID); err != nil {
+		return err
+	}
+	var sum int64
+	for _, r := range rows {
+		sum += r.N
+	}
+	if max > 0 && sum >= int64(max) {
+		return newErr(op, store.ErrLimit)
+	}
+	_, err := t.exec(ctx, op, "UPDATE account_user_slots SET n = n + 1 WHERE account_id = ? AND shard = ?", accountID, shard)
+	return err
+}
+
+// uncount gives back one place of the account's count (a persistent user
+// was deleted, or a counted creation did not happen).
+func (t *txn) uncount(ctx context.Context, accountID int64) error {
+	_, err := t.exec(ctx, "count external users",
+		"UPDATE account_user_slots SET n = n - 1 WHERE account_id = ? AND shard = ?", accountID, t.slotShard())
+	return err
+}
+
+// slotShard is the count shard of the transaction, chosen once so that a
+// transaction locks one shard at most on the fast path.
+func (t *txn) slotShard() int {
+	if !t.pg() {
+		return 0
+	}
+	if t.shard < 0 {
+		t.shard = rand.IntN(slotShards)
+	}
+	return t.shard
 }
 
 func rawOrNil(v json.RawMessage) any {
@@ -335,9 +420,7 @@ func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 		return newErr(op, store.ErrNotFound)
 	}
 	if row.ExternalID != nil && !row.Ephemeral {
-		if _, err := t.exec(ctx, op,
-			"UPDATE accounts SET persistent_users = persistent_users - 1 WHERE id = ? AND persistent_users > 0",
-			row.AccountID); err != nil {
+		if err := t.uncount(ctx, row.AccountID); err != nil {
 			return err
 		}
 	}

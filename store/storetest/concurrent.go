@@ -122,6 +122,37 @@ var concurrentRules = []rule{
 		},
 	},
 	{
+		name: "a large limit is exact under concurrency",
+		doc:  "The limit holds when creations start far from it and reach it under load: 32 goroutines create 2 users each with MaxUsers 40; exactly 40 succeed.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			const limit = 40
+			var ok, limited atomic.Int32
+			errs := parallel(workers, func(i int) error {
+				for j := range 2 {
+					up := f.upsert(fmt.Sprintf("user-%d-%d", i, j))
+					up.MaxUsers = limit
+					_, err := st.UpsertExternalUser(ctx(t), up)
+					switch {
+					case err == nil:
+						ok.Add(1)
+					case errors.Is(err, store.ErrLimit):
+						limited.Add(1)
+					default:
+						return err
+					}
+				}
+				return nil
+			})
+			for _, err := range errs {
+				mustNil(t, "upsert", err)
+			}
+			if ok.Load() != limit || limited.Load() != 2*workers-limit {
+				t.Errorf("%d succeeded and %d hit the limit, want %d and %d", ok.Load(), limited.Load(), limit, 2*workers-limit)
+			}
+		},
+	},
+	{
 		name: "concurrent conversions count a user once",
 		doc:  "Many simultaneous upserts that convert one ephemeral user to persistent take one place of the limit, not one each.",
 		fn: func(t *testing.T, st store.Store) {
