@@ -505,3 +505,27 @@ func TestDefaultEmbedTenantName(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreUnavailable checks that a store that cannot answer gives 503 with
+// a generic message, on the API key check and on the handlers.
+func TestStoreUnavailable(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		s := apitest.New(t, tg)
+		if err := s.Store.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ method, path, key string }{
+			{"POST", gen, apitest.AdminKey},
+			{"POST", tokenPath, ""},
+			{"GET", apitest.WhoamiPath + "?sessionId=x", ""},
+		} {
+			r := s.Send(t, s.Request(t, c.method, c.path, c.key, body("down", nil)))
+			if c.path == tokenPath {
+				r = s.Send(t, s.Request(t, c.method, c.path, c.key, obj{"sessionId": "x"}))
+			}
+			if r.Status != 503 || r.Body["error"] != "service unavailable, try again" {
+				t.Errorf("%s %s = %d %s, want 503", c.method, c.path, r.Status, r.Raw)
+			}
+		}
+	})
+}

@@ -55,7 +55,7 @@ func TestStatementCount(t *testing.T) {
 			ext := func(n int) string { return fmt.Sprintf("stmt-%d", n) }
 			small, smallSQL := count(ext(1), 1)
 			large, largeSQL := count(ext(10), 10)
-			t.Logf("%s: %d statements with 1 attribute and 1 group, %d with 10 and 10", phase, small, large)
+			t.Logf("%s: %d statements with 1 attribute and 1 group, %d with 10 and 10:\n%s", phase, small, large, strings.Join(largeSQL, "\n"))
 			if small != large {
 				t.Errorf("%s: %d statements for 1+1 names, %d for 10+10:\n%s\n---\n%s", phase, small, large,
 					strings.Join(smallSQL, "\n"), strings.Join(largeSQL, "\n"))
