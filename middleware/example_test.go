@@ -6,8 +6,8 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"net/http/httptest"
 	"net/http/cookiejar"
+	"net/http/httptest"
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/bootstrap"
