@@ -291,3 +291,29 @@ func TestRevocation(t *testing.T) {
 		})
 	})
 }
+
+// TestTTLOptions checks WithSessionTTL and WithTokenTTL.
+func TestTTLOptions(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		s := apitest.New(t, tg, apitest.WithEmbedOptions(embedsession.WithSessionTTL(time.Minute), embedsession.WithTokenTTL(time.Hour)))
+		late := s.GenerateSession(t, body("ttl", nil))
+		sid := s.GenerateSession(t, body("ttl", nil))
+		s.Advance(59 * time.Second)
+		status, out := exchange(t, s, "", sid)
+		if status != 200 {
+			t.Fatalf("exchange within the session TTL = %d", status)
+		}
+		exp, _ := time.Parse(time.RFC3339, out["expiresAt"].(string))
+		if want := s.Now().Add(time.Hour); exp.Sub(want).Abs() > time.Second {
+			t.Errorf("expiresAt = %v, want %v", exp, want)
+		}
+		s.Advance(2 * time.Second)
+		if status, _ := exchange(t, s, "", late); status != 401 {
+			t.Errorf("exchange after the session TTL = %d, want 401", status)
+		}
+		s.Advance(time.Hour)
+		if r := whoamiWith(t, s, out["token"].(string), "", ""); r.Status != 401 {
+			t.Errorf("token after its TTL = %d, want 401", r.Status)
+		}
+	})
+}
