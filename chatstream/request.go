@@ -183,8 +183,8 @@ func decodeAbortRequest(body []byte, needSettings bool) (AbortRequest, error) {
 	return req, nil
 }
 
-// hasKey reports whether the top-level JSON object body has key (so that
-// "chatId": "" is told from an omitted chatId).
+// hasKey reports whether the top-level JSON object body has key with a
+// non-null value (so that "chatId": "" is told from an omitted chatId).
 func hasKey(body []byte, key string) bool {
 	if !bytes.Contains(body, []byte(key)) {
 		return false
@@ -193,8 +193,8 @@ func hasKey(body []byte, key string) bool {
 	if json.Unmarshal(body, &m) != nil {
 		return false
 	}
-	_, ok := m[key]
-	return ok
+	v, ok := m[key]
+	return ok && string(bytes.TrimSpace(v)) != "null"
 }
 
 func validateSettings(s *SessionSettings, need bool) error {
