@@ -1,0 +1,207 @@
+// Command server is the embedkit example server: every endpoint of the embed
+// sessions and chat stream specifications on a gorilla/mux router, backed by
+// SQLite (default) or PostgreSQL, with the demo analytics agent.
+//
+//	go run ./examples/server                    # SQLite file embed.db, demo account
+//	go run ./examples/server -db :memory: -dev  # in memory, thinking streamed
+//	go run ./examples/server -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// Flags and their environment variables:
+//
+//	-addr         EMBED_ADDR         listen address (127.0.0.1:8080)
+//	-db           EMBED_DB           SQLite path, :memory:, or postgres:// DSN (embed.db)
+//	-config       EMBED_CONFIG       bootstrap JSON file (built-in demo)
+//	-dev          EMBED_DEV          development mode: thinking is streamed (false)
+//	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/examples/demoagent"
+	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store/gormstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	addr, db, config string
+	dev              bool
+	agentDelay       time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", envOr("EMBED_ADDR", "127.0.0.1:8080"), "listen address (env EMBED_ADDR)")
+	fs.StringVar(&o.db, "db", envOr("EMBED_DB", "embed.db"), "SQLite file path, :memory:, or a postgres:// DSN (env EMBED_DB)")
+	fs.StringVar(&o.config, "config", envOr("EMBED_CONFIG", ""), "bootstrap JSON file; empty for the built-in demo (env EMBED_CONFIG)")
+	dev, err := strconv.ParseBool(envOr("EMBED_DEV", "false"))
+	if err != nil {
+		return o, fmt.Errorf("EMBED_DEV: %w", err)
+	}
+	fs.BoolVar(&o.dev, "dev", dev, "development mode: thinking is streamed (env EMBED_DEV)")
+	delay, err := time.ParseDuration(envOr("EMBED_AGENT_DELAY", "15ms"))
+	if err != nil {
+		return o, fmt.Errorf("EMBED_AGENT_DELAY: %w", err)
+	}
+	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
+	return o, fs.Parse(args)
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// run serves until ctx ends (SIGINT or SIGTERM in main), then shuts down
+// gracefully.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	cfg := bootstrap.Demo()
+	if o.config != "" {
+		if cfg, err = loadConfig(o.config); err != nil {
+			return err
+		}
+	}
+
+	st, err := gormstore.Open(o.db)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	if err := bootstrap.Apply(ctx, st, cfg); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+
+	agent, err := demoagent.New(demoagent.WithDelay(o.agentDelay))
+	if err != nil {
+		return fmt.Errorf("demo agent: %w", err)
+	}
+	defer agent.Close()
+
+	embed := embedsession.NewHandler(st, embedsession.WithLogger(log))
+	chat := chatstream.NewHandler(st, agent, chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log))
+	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
+	reaper.Start()
+
+	r := mux.NewRouter()
+	r.Use(middleware.PathValues(mux.Vars))
+	for _, rt := range embed.Routes() {
+		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+	}
+	for _, rt := range chat.Routes() {
+		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+	}
+	pages := &embedPages{st: st}
+	session := middleware.Session(st)
+	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)
+	r.Handle("/embed/profile", session(http.HandlerFunc(pages.profile))).Methods(http.MethodGet)
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	}).Methods(http.MethodGet)
+
+	srv := &http.Server{
+		Handler:           http.MaxBytesHandler(r, 1<<20),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// Chat streams last up to the turn deadline (5 minutes).
+		WriteTimeout:   6 * time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), redactDSN(o.db))
+	if o.config == "" {
+		fmt.Fprintln(stdout, "demo account \"acme\": admin API key sk-acme-admin, user API key sk-acme-user")
+		fmt.Fprintln(stdout, "try: curl -s -X POST http://"+ln.Addr().String()+"/api/v1/embed/generate-session -H 'Authorization: Api-Key sk-acme-admin' -H 'Content-Type: application/json' -d '{\"deploymentId\":1,\"externalId\":\"jane\"}'")
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(stdout, "shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Running turns may finish until the deadline, then they are aborted;
+	// their streams end, so the HTTP server can drain.
+	chatErr := make(chan error, 1)
+	go func() { chatErr <- chat.Shutdown(shutdownCtx) }()
+	err = srv.Shutdown(shutdownCtx)
+	err = errors.Join(err, <-chatErr, reaper.Close())
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// redactDSN hides a PostgreSQL password in the start-up line.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return dsn
+}
+
+// loadConfig reads a bootstrap JSON file (decisions.md §6).
+func loadConfig(path string) (bootstrap.Config, error) {
+	var cfg bootstrap.Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}

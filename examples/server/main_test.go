@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// server runs the example server in-process on a free port until the test
+// ends.
+type server struct {
+	base string
+	stop func()
+	done chan error
+	out  *lineWriter
+}
+
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line)
+			break
+		}
+		select {
+		case w.lines <- strings.TrimSpace(line):
+		default:
+		}
+	}
+	return len(p), nil
+}
+
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &lineWriter{lines: make(chan string, 100)}
+	s := &server{stop: cancel, done: make(chan error, 1), out: out}
+	go func() {
+		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), out, io.Discard)
+	}()
+	deadline := time.After(30 * time.Second)
+	var seen []string
+	for s.base == "" {
+		select {
+		case line := <-out.lines:
+			seen = append(seen, line)
+			if rest, ok := strings.CutPrefix(line, "embedkit example server listening on "); ok {
+				s.base = strings.Fields(rest)[0]
+			}
+		case err := <-s.done:
+			t.Fatalf("server exited: %v (output %q)", err, seen)
+		case <-deadline:
+			t.Fatalf("server did not start; output %q", seen)
+		}
+	}
+	t.Cleanup(func() { s.shutdown(t) })
+	return s
+}
+
+func (s *server) shutdown(t *testing.T) {
+	if s.stop == nil {
+		return
+	}
+	s.stop()
+	s.stop = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("server did not shut down")
+	}
+}
+
+func do(t *testing.T, c *http.Client, method, url, key string, body any) (*http.Response, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Api-Key "+key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func TestServerContract(t *testing.T) {
+	s := startServer(t, "-db", ":memory:")
+	c := http.DefaultClient
+
+	t.Run("healthz", func(t *testing.T) {
+		resp, _ := do(t, c, http.MethodGet, s.base+"/healthz", "", nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	})
+
+	var sessionID string
+	t.Run("generate-session", func(t *testing.T) {
+		resp, b := do(t, c, http.MethodPost, s.base+"/api/v1/embed/generate-session", "sk-acme-admin", map[string]any{
+			"deploymentId": 1, "externalId": "jane", "email": "jane@example.test",
+			"userProfile":     map[string]any{"displayName": "Jane Doe", "picture": "https://example.test/broken.png"},
+			"userAttributes":  []map[string]any{{"name": "country", "value": "Germany"}, {"name": "region_ids", "value": []int{1, 2}}},
+			"groups":          []string{"sales"},
+			"securityContext": map[string]any{"team": "emea"},
+		})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		var out struct{ SessionID string }
+		if err := json.Unmarshal(b, &out); err != nil || out.SessionID == "" {
+			t.Fatalf("body %s", b)
+		}
+		sessionID = out.SessionID
+	})
+
+	t.Run("whoami with sessionId then cookie", func(t *testing.T) {
+		jar, _ := cookiejar.New(nil)
+		jc := &http.Client{Jar: jar}
+		resp, b := do(t, jc, http.MethodGet, s.base+"/embed/whoami?sessionId="+sessionID, "", nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		var who map[string]any
+		if err := json.Unmarshal(b, &who); err != nil {
+			t.Fatal(err)
+		}
+		if who["externalId"] != "jane" || who["displayName"] != "Jane Doe" || who["email"] != "jane@example.test" ||
+			who["deploymentId"] != 1.0 || who["creatorMode"] != false {
+			t.Errorf("whoami = %s", b)
+		}
+		if attrs, _ := who["userAttributes"].(map[string]any); attrs["country"] != "Germany" {
+			t.Errorf("userAttributes = %v", who["userAttributes"])
+		}
+		if g, _ := who["groups"].([]any); len(g) != 1 || g[0] != "sales" {
+			t.Errorf("groups = %v", who["groups"])
+		}
+		if sc, _ := who["securityContext"].(map[string]any); sc["team"] != "emea" {
+			t.Errorf("securityContext = %v", who["securityContext"])
+		}
+		// The cookie now authenticates; the used sessionId does not.
+		resp, b = do(t, jc, http.MethodGet, s.base+"/embed/whoami", "", nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("cookie: status %d: %s", resp.StatusCode, b)
+		}
+		resp, _ = do(t, c, http.MethodGet, s.base+"/embed/whoami?sessionId="+sessionID, "", nil)
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("replayed sessionId: status %d, want 401", resp.StatusCode)
+		}
+		// The profile page shows the picture with an initials fallback.
+		resp, b = do(t, jc, http.MethodGet, s.base+"/embed/profile", "", nil)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), ">JD<") ||
+			!strings.Contains(string(b), "https://example.test/broken.png") || !strings.Contains(string(b), "onerror") {
+			t.Errorf("profile: status %d: %s", resp.StatusCode, b)
+		}
+	})
+
+	t.Run("chat answers with real SQL", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, s.base+"/api/v1/public/acme/agents/7/chat/stream-chat-state",
+			strings.NewReader(`{"input":"revenue by country","sessionSettings":{"externalId":"chatter"}}`))
+		req.Header.Set("Authorization", "Api-Key sk-acme-user")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+			t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		var sawSQL, sawState bool
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 8<<20)
+		for sc.Scan() {
+			var m struct {
+				ID       string
+				ToolCall *struct{ Name, Result string }
+			}
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			if m.ToolCall != nil && m.ToolCall.Name == "svcSqlApi" && m.ToolCall.Result != "" {
+				var res struct {
+					Data      [][]any
+					TotalRows int
+					VegaSpec  string
+				}
+				if err := json.Unmarshal([]byte(m.ToolCall.Result), &res); err != nil || len(res.Data) == 0 || res.VegaSpec == "" {
+					t.Errorf("svcSqlApi result %q: %v", m.ToolCall.Result, err)
+				}
+				sawSQL = true
+			}
+			if m.ID == "__state__" {
+				sawState = true
+			}
+		}
+		if !sawSQL || !sawState {
+			t.Errorf("sql %v, state %v", sawSQL, sawState)
+		}
+	})
+}
+
+func TestServerRestartKeepsData(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "embed.db")
+	s := startServer(t, "-db", db)
+	resp, b := do(t, http.DefaultClient, http.MethodPost, s.base+"/api/v1/embed/generate-session", "sk-acme-admin",
+		map[string]any{"deploymentId": 1, "externalId": "restart-user", "groups": []string{"marketing"}})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var out struct{ SessionID string }
+	_ = json.Unmarshal(b, &out)
+	s.shutdown(t)
+
+	s2 := startServer(t, "-db", db) // bootstrap runs again: idempotent
+	resp, b = do(t, http.DefaultClient, http.MethodGet, s2.base+"/embed/whoami?sessionId="+out.SessionID, "", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "marketing") {
+		t.Fatalf("after restart: status %d: %s", resp.StatusCode, b)
+	}
+}
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("EMBED_ADDR", "127.0.0.1:9999")
+	t.Setenv("EMBED_DB", ":memory:")
+	t.Setenv("EMBED_DEV", "true")
+	t.Setenv("EMBED_AGENT_DELAY", "5ms")
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.addr != "127.0.0.1:9999" || o.db != ":memory:" || !o.dev || o.agentDelay != 5*time.Millisecond {
+		t.Errorf("options = %+v", o)
+	}
+	o, err = parseFlags([]string{"-addr", "127.0.0.1:1", "-dev=false"}, io.Discard)
+	if err != nil || o.addr != "127.0.0.1:1" || o.dev {
+		t.Errorf("flags override env: %+v %v", o, err)
+	}
+}
+
+func TestInitials(t *testing.T) {
+	for in, want := range map[string]string{"Jane Doe": "JD", "jane": "J", "": "?", "  anna  maria lee": "AM", "o'brien": "O"} {
+		if got := initials(in); got != want {
+			t.Errorf("initials(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

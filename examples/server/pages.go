@@ -1,0 +1,150 @@
+package main
+
+import (
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"strings"
+	"unicode"
+
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+)
+
+// embedPages serves the host's embed routes of decisions.md §6, behind the
+// embed-session middleware.
+type embedPages struct {
+	st store.Store
+}
+
+type whoami struct {
+	ExternalID      string                     `json:"externalId,omitempty"`
+	InternalID      string                     `json:"internalId,omitempty"`
+	Email           string                     `json:"email"`
+	DisplayName     string                     `json:"displayName"`
+	Picture         string                     `json:"picture"`
+	UserAttributes  map[string]json.RawMessage `json:"userAttributes"`
+	Groups          []string                   `json:"groups"`
+	SecurityContext json.RawMessage            `json:"securityContext"`
+	DeploymentID    int64                      `json:"deploymentId"`
+	CreatorMode     bool                       `json:"creatorMode"`
+	EmbedTenantName string                     `json:"embedTenantName"`
+}
+
+func (p *embedPages) load(r *http.Request) (whoami, error) {
+	es, ok := middleware.EmbedSessionFromContext(r.Context())
+	if !ok {
+		return whoami{}, wire.Errorf(http.StatusUnauthorized, "no embed session")
+	}
+	s, u := es.Session, es.User
+	scope := store.TenantWide(s.AccountID)
+	if s.CreatorMode {
+		scope.EmbedTenantID = s.EmbedTenantID
+	}
+	w := whoami{
+		ExternalID:      u.ExternalID,
+		InternalID:      u.InternalID,
+		Email:           u.Email,
+		DisplayName:     u.DisplayName,
+		Picture:         u.Picture,
+		UserAttributes:  map[string]json.RawMessage{},
+		Groups:          []string{},
+		SecurityContext: u.SecurityContext,
+		DeploymentID:    s.DeploymentID,
+		CreatorMode:     s.CreatorMode,
+		EmbedTenantName: s.EmbedTenantName,
+	}
+	if w.SecurityContext == nil {
+		w.SecurityContext = json.RawMessage("{}")
+	}
+	attrs, err := p.st.AttributeValues(r.Context(), u.ID, scope)
+	if err != nil {
+		return whoami{}, err
+	}
+	for _, a := range attrs {
+		w.UserAttributes[a.Name] = a.Value
+	}
+	groups, err := p.st.Memberships(r.Context(), u.ID, scope)
+	if err != nil {
+		return whoami{}, err
+	}
+	for _, g := range groups {
+		w.Groups = append(w.Groups, g.Name)
+	}
+	return w, nil
+}
+
+func (p *embedPages) whoami(w http.ResponseWriter, r *http.Request) {
+	who, err := p.load(r)
+	if err != nil {
+		wire.WriteError(w, r, nil, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, who)
+}
+
+var profileTmpl = template.Must(template.New("profile").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="referrer" content="no-referrer">
+<title>{{.Name}}</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2rem; }
+.card { display: flex; align-items: center; gap: 1rem; }
+.avatar { width: 64px; height: 64px; border-radius: 50%; object-fit: cover; }
+.initials { width: 64px; height: 64px; border-radius: 50%; background: #4f46e5; color: #fff;
+  display: flex; align-items: center; justify-content: center; font-size: 1.5rem; font-weight: 600; }
+.name { font-size: 1.25rem; }
+</style>
+</head>
+<body>
+<div class="card">
+{{if .Picture}}<img class="avatar" id="avatar" src="{{.Picture}}" alt="{{.Name}}"
+  onerror="this.hidden=true;document.getElementById('initials').hidden=false">
+<div class="initials" id="initials" hidden>{{.Initials}}</div>
+{{else}}<div class="initials" id="initials">{{.Initials}}</div>{{end}}
+<div class="name" id="display-name">{{.Name}}</div>
+</div>
+</body>
+</html>
+`))
+
+func (p *embedPages) profile(w http.ResponseWriter, r *http.Request) {
+	who, err := p.load(r)
+	if err != nil {
+		wire.WriteError(w, r, nil, err)
+		return
+	}
+	name := who.DisplayName
+	if name == "" {
+		name = who.ExternalID + who.InternalID
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; img-src http: https: data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
+	_ = profileTmpl.Execute(w, struct {
+		Name, Picture, Initials string
+	}{name, who.Picture, initials(name)})
+}
+
+// initials returns up to two initials of a display name: "Jane Doe" → "JD".
+func initials(name string) string {
+	var out []rune
+	for _, f := range strings.FieldsFunc(name, func(r rune) bool { return unicode.IsSpace(r) || r == '-' || r == '_' || r == '.' || r == '@' }) {
+		for _, r := range f {
+			if unicode.IsLetter(r) || unicode.IsDigit(r) {
+				out = append(out, unicode.ToUpper(r))
+				break
+			}
+		}
+		if len(out) == 2 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return "?"
+	}
+	return string(out)
+}
