@@ -41,7 +41,17 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	preq := req.provision()
+	tk := tenantKey{acct.ID, req.EmbedTenantName}
+	if tk.name == "" {
+		tk.name = store.DefaultEmbedTenant
+	}
+	if h.o.cacheTTL > 0 {
+		if et, ok := h.tenants.Load(tk); ok {
+			preq.KnownEmbedTenant = et.(store.EmbedTenant)
+		}
+	}
 	now := h.o.now()
+	var tenant store.EmbedTenant
 	maxUsers := h.maxUsers(acct)
 	sid := secret.New()
 	sidHash := secret.Hash(sid.Reveal())
@@ -50,6 +60,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		tenant = res.EmbedTenant
 		etName := res.EmbedTenant.Name
 		if etName == "" {
 			// Not needed by this request (no creator mode, no name): the
@@ -70,6 +81,10 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		wire.WriteError(w, r, h.o.log, err)
 		return
+	}
+	if h.o.cacheTTL > 0 && tenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
+		// Committed, and embed tenants are never deleted: keep it.
+		h.tenants.Store(tk, tenant)
 	}
 	wire.WriteJSON(w, http.StatusOK, SessionResponse{SessionID: sid.Reveal()})
 }

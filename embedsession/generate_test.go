@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
@@ -527,5 +528,36 @@ func TestStoreUnavailable(t *testing.T) {
 				t.Errorf("%s %s = %d %s, want 503", c.method, c.path, r.Status, r.Raw)
 			}
 		}
+	})
+}
+
+// TestCacheTTL runs creator-mode flows with WithCacheTTL: cached keys,
+// deployments and embed tenants give the same results, and a tenant created
+// by a failed request is not remembered.
+func TestCacheTTL(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		s := apitest.New(t, tg, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
+		// a failed first request in a new tenant: rolled back, not cached
+		checkRejection(t, s, rejection{body: body("c", obj{"creatorMode": true, "embedTenantName": "cache-t",
+			"groupDefinitions": []any{obj{"name": "g"}}, "groups": []string{"g", "missing"}}), status: 400, msg: "Groups with names missing not found", exact: true})
+		if c := s.Catalog(t, apitest.Account, "cache-t"); c.Exists {
+			t.Fatal("tenant of a failed request exists")
+		}
+		for i := range 3 {
+			sid := s.GenerateSession(t, body("c", obj{"creatorMode": true, "embedTenantName": "cache-t",
+				"groupDefinitions": []any{obj{"name": "g"}}, "groups": []string{"g"}}))
+			if who := s.Whoami(t, sid); who.EmbedTenantName != "cache-t" || len(who.Groups) != 1 {
+				t.Fatalf("request %d: whoami = %+v", i, who)
+			}
+		}
+		s.GenerateSession(t, body("c", obj{"creatorMode": true, "embedTenantName": "cache-t",
+			"userAttributeDefinitions": []any{obj{"name": "a", "type": "string"}}}))
+		checkRejection(t, s, rejection{body: body("c", obj{"creatorMode": true, "embedTenantName": "cache-t",
+			"userAttributeDefinitions": []any{obj{"name": "a", "type": "number"}}}), status: 409, msg: "cannot change type", exact: true})
+		// the same tenant name in another account is another tenant
+		checkRejection(t, s, rejection{key: apitest.OtherAdminKey, body: body("c", obj{"embedTenantName": "cache-t", "groups": []string{"g"}}),
+			status: 400, msg: "Groups with names g not found", exact: true})
+		checkRejection(t, s, rejection{body: obj{"deploymentId": 2, "externalId": "c"}, status: 404, msg: "deployment not found", exact: true})
+		checkRejection(t, s, rejection{key: "sk-nope", body: body("c", nil), status: 401, msg: "invalid API key", exact: true})
 	})
 }

@@ -18,6 +18,12 @@ type Handler struct {
 	st          store.Store
 	o           options
 	deployments sync.Map // [2]int64{accountID, deploymentID} → expiry time.Time; see WithCacheTTL
+	tenants     sync.Map // tenantKey → store.EmbedTenant, committed ones only; see WithCacheTTL
+}
+
+type tenantKey struct {
+	accountID int64
+	name      string
 }
 
 // NewHandler returns a Handler serving from st.

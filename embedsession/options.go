@@ -90,7 +90,9 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithCacheTTL makes the handler remember resolved API keys (with their
-// account) and existing deployments for d, saving three store reads per
-// generate-session. Changes to keys, accounts or deployments in the store
+// account) and existing deployments for d, and embed tenants once created
+// (they are never deleted), saving up to four store reads per
+// generate-session; on SQLite the embed-tenant read leaves the serialized
+// write transaction. Changes to keys, accounts or deployments in the store
 // are then noticed at most d later. Default: 0, no cache.
 func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }

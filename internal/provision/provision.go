@@ -44,6 +44,12 @@ type Request struct {
 	GroupDefinitions     []store.GroupDef
 	AttributeDefinitions []store.AttributeDef
 
+	// KnownEmbedTenant, when its ID is set and it matches the account and
+	// the requested name, is used instead of looking the embed tenant up
+	// (embed tenants are never deleted, so a caller may cache them). Zero
+	// value: look it up, creating it on first use.
+	KnownEmbedTenant store.EmbedTenant
+
 	// Persistent makes an external user persistent (generate-session, chat
 	// with isEphemeral false); otherwise a new user is ephemeral until
 	// EphemeralExpiresAt.
@@ -401,6 +407,9 @@ func embedTenant(ctx context.Context, tx store.Catalog, acct store.Account, r Re
 	name := r.EmbedTenantName
 	if name == "" {
 		name = store.DefaultEmbedTenant
+	}
+	if k := r.KnownEmbedTenant; k.ID != 0 && k.AccountID == acct.ID && k.Name == name {
+		return k, nil
 	}
 	return tx.EnsureEmbedTenant(ctx, acct.ID, name)
 }
