@@ -1,0 +1,75 @@
+package chatstream_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+)
+
+// fakeDeleter pretends to hold expired users and records its calls.
+type fakeDeleter struct {
+	mu      sync.Mutex
+	expired int
+	calls   []int // limit of each call
+}
+
+func (f *fakeDeleter) DeleteExpiredUsers(_ context.Context, _ time.Time, limit int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, limit)
+	n := min(limit, f.expired)
+	f.expired -= n
+	return n, nil
+}
+
+func (f *fakeDeleter) add(n int) {
+	f.mu.Lock()
+	f.expired += n
+	f.mu.Unlock()
+}
+
+func (f *fakeDeleter) state() (int, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.expired, len(f.calls)
+}
+
+func TestReaperLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeDeleter{expired: 25}
+		r := chatstream.NewReaper(f, time.Minute, chatstream.WithReapBatch(10))
+		r.Start()
+		r.Start() // no second loop
+		synctest.Wait()
+		// At start: batches of 10, 10, 5.
+		if left, calls := f.state(); left != 0 || calls != 3 {
+			t.Fatalf("after start: %d left, %d calls; want 0 and 3", left, calls)
+		}
+		f.add(10)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if left, _ := f.state(); left != 10 {
+			t.Fatalf("reaped before the interval: %d left", left)
+		}
+		time.Sleep(31 * time.Second)
+		synctest.Wait()
+		// 10 is a full batch, so a second call finds nothing.
+		if left, calls := f.state(); left != 0 || calls != 5 {
+			t.Fatalf("after one interval: %d left, %d calls; want 0 and 5", left, calls)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Close(); err != nil { // idempotent
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Minute)
+		if _, calls := f.state(); calls != 5 {
+			t.Errorf("reaper ran after Close: %d calls", calls)
+		}
+	})
+}
