@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,4 +162,27 @@ func BenchmarkOpenStreamHeap(b *testing.B) {
 		tr.CloseIdleConnections()
 		b.StartTimer()
 	}
+}
+
+// BenchmarkParallelTurns runs short turns (one piece) from many concurrent
+// clients and reports turns per second: the ceiling set by the two
+// transactions of a turn (start and end) on the store.
+func BenchmarkParallelTurns(b *testing.B) {
+	e := benchEnv(b, pieces(1))
+	var n atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := n.Add(1)
+			for _, err := range e.client.Stream(b.Context(), acct, agentID, chatstream.Request{Input: "go", SessionSettings: ext(fmt.Sprintf("par-%d", id%100))}) {
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}
+	})
+	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "turns/s")
 }
