@@ -106,13 +106,13 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 			}
 			http.SetCookie(w, o.cookie(r, tok.Reveal(), sess.ExpiresAt))
 			if o.redirect && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-				u := *r.URL
-				q := u.Query()
+				clean := *r.URL
+				q := clean.Query()
 				q.Del(SessionIDParam)
-				u.RawQuery = q.Encode()
-				u.Scheme, u.Host = "", ""
+				clean.RawQuery = q.Encode()
+				clean.Scheme, clean.Host = "", ""
 				w.Header().Set("Cache-Control", "no-store")
-				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+				http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
 				return
 			}
 			w.Header().Set("Cache-Control", "no-store")
