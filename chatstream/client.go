@@ -19,6 +19,7 @@ type APIError struct {
 	Message string
 }
 
+// Error returns the status and the server's message.
 func (e *APIError) Error() string {
 	return fmt.Sprintf("chatstream: HTTP %d: %s", e.Status, e.Message)
 }

@@ -379,6 +379,7 @@ func (e *emitter) over() error {
 	return ErrTurnOver
 }
 
+// Thinking implements [Emitter].
 func (e *emitter) Thinking(text string) error {
 	t := e.t
 	t.mu.Lock()
@@ -394,6 +395,7 @@ func (e *emitter) Thinking(text string) error {
 	return nil
 }
 
+// Content implements [Emitter].
 func (e *emitter) Content(piece string) error {
 	t := e.t
 	t.mu.Lock()
@@ -412,6 +414,7 @@ func (e *emitter) Content(piece string) error {
 	return nil
 }
 
+// ToolCall implements [Emitter].
 func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	if name == "" {
 		return nil, errors.New("chatstream: tool call without a name")
@@ -441,6 +444,7 @@ type toolCall struct {
 	id string
 }
 
+// Result implements [ToolCall].
 func (c *toolCall) Result(v any) error {
 	b, err := marshalNoEscape(v)
 	if err != nil {
@@ -449,6 +453,7 @@ func (c *toolCall) Result(v any) error {
 	return c.end(string(b))
 }
 
+// Fail implements [ToolCall].
 func (c *toolCall) Fail(msg string) error { return c.end(errorResult(msg)) }
 
 func (c *toolCall) end(result string) error {

@@ -222,6 +222,7 @@ type recordedCall struct {
 	i int
 }
 
+// Result records the call's result.
 func (c *recordedCall) Result(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -230,6 +231,7 @@ func (c *recordedCall) Result(v any) error {
 	return c.end(string(b))
 }
 
+// Fail records {"error": msg} as the call's result.
 func (c *recordedCall) Fail(msg string) error {
 	b, _ := json.Marshal(map[string]string{"error": msg})
 	return c.end(string(b))
