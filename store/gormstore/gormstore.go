@@ -68,6 +68,7 @@ type Store struct {
 	slot    chan struct{}
 	readers chan *liteConn
 	nreader int
+	batch   batcher
 
 	migrated  bool
 	closed    atomic.Bool
@@ -374,37 +375,6 @@ func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error
 	if err := tx.Commit(); err != nil {
 		return wrapErr("commit", err)
 	}
-	return nil
-}
-
-func (s *Store) attemptSQLite(ctx, actx context.Context, fn func(tx store.Tx) error) error {
-	w, err := s.acquireWriter(actx)
-	if err != nil {
-		return err
-	}
-	defer s.releaseWriter()
-	bg := context.WithoutCancel(ctx)
-	if _, err := w.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
-		return wrapErr("begin", err)
-	}
-	t := &txn{s: s, ex: w, deadline: actx, shard: -1}
-	committed := false
-	defer func() {
-		t.finished = true
-		if !committed {
-			_, _ = w.ExecContext(bg, "ROLLBACK")
-		}
-	}()
-	if err := fn(t); err != nil {
-		return err
-	}
-	if err := actx.Err(); err != nil {
-		return wrapErr("commit", err)
-	}
-	if _, err := w.ExecContext(bg, "COMMIT"); err != nil {
-		return wrapErr("commit", err)
-	}
-	committed = true
 	return nil
 }
 

@@ -6,9 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
 
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
@@ -194,5 +199,113 @@ func TestQueryTimeoutIsUnavailable(t *testing.T) {
 	close(release)
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("InTx while the writer is held: err = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestPanicInTx checks that a panic in fn reaches the caller of InTx and
+// rolls back its writes without disturbing concurrent transactions (on SQLite
+// they may share a group commit).
+func TestPanicInTx(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			st := testdb.Open(t, backend)
+			ctx := t.Context()
+			a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			panics := make([]any, 16)
+			for i := range 16 {
+				wg.Go(func() {
+					defer func() { panics[i] = recover() }()
+					_ = st.InTx(ctx, func(tx store.Tx) error {
+						if _, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: fmt.Sprint("u", i), Persistent: true, Now: time.Now()}); err != nil {
+							return err
+						}
+						if i%2 == 1 {
+							panic(fmt.Sprint("boom ", i))
+						}
+						return nil
+					})
+				})
+			}
+			wg.Wait()
+			for i := range 16 {
+				_, err := st.UserByExternalID(ctx, a.ID, fmt.Sprint("u", i), time.Now())
+				if i%2 == 1 {
+					if panics[i] != fmt.Sprint("boom ", i) {
+						t.Errorf("InTx %d recovered %v, want its panic", i, panics[i])
+					}
+					if !errors.Is(err, store.ErrNotFound) {
+						t.Errorf("user of a panicking fn: err = %v, want ErrNotFound", err)
+					}
+				} else if err != nil || panics[i] != nil {
+					t.Errorf("InTx %d: panic %v, user err %v", i, panics[i], err)
+				}
+			}
+		})
+	}
+}
+
+// TestMemoryStoresAreSeparate checks that two in-memory stores of one
+// process do not share data.
+func TestMemoryStoresAreSeparate(t *testing.T) {
+	a := testdb.Open(t, testdb.Memory)
+	b := testdb.Open(t, testdb.Memory)
+	if _, err := a.SaveAccount(t.Context(), store.Account{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AccountByName(t.Context(), "acme"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second in-memory store sees the first's account: err = %v", err)
+	}
+}
+
+// TestUnavailable checks that an unreachable PostgreSQL server is reported
+// as ErrUnavailable.
+func TestUnavailable(t *testing.T) {
+	_, err := gormstore.Open("postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2", gormstore.WithQueryTimeout(2*time.Second))
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Open of an unreachable server: err = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestOpenDB checks that a host's GORM handle can back the store and stays
+// open after Close.
+func TestOpenDB(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			dsn := testdb.OpenDSN(t, backend)
+			var dialector gorm.Dialector
+			if backend == testdb.Postgres {
+				dialector = postgres.Open(dsn)
+			} else {
+				dialector = sqlite.Open(dsn)
+			}
+			db, err := gorm.Open(dialector, &gorm.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sqlDB, _ := db.DB()
+			defer sqlDB.Close()
+			if backend == testdb.SQLite {
+				sqlDB.SetMaxOpenConns(2)
+			}
+			st, err := gormstore.OpenDB(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := st.SaveAccount(t.Context(), store.Account{Name: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var name string
+			if err := sqlDB.QueryRow("SELECT name FROM accounts WHERE id = " + fmt.Sprint(a.ID)).Scan(&name); err != nil || name != "acme" {
+				t.Errorf("host handle after Close: %q, %v", name, err)
+			}
+		})
 	}
 }

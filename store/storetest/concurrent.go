@@ -153,6 +153,67 @@ var concurrentRules = []rule{
 		},
 	},
 	{
+		name: "failed transactions among concurrent ones leave nothing behind",
+		doc:  "Atomicity under load: of 32 simultaneous transactions, those whose fn fails keep none of their writes and those that succeed keep all of theirs, whatever the adapter batches underneath.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			gs := f.groups(t, st, f.scope(), "sales")
+			errs := parallel(workers, func(i int) error {
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					up := f.upsert(fmt.Sprint("user-", i))
+					up.MaxUsers = workers
+					u, err := tx.UpsertExternalUser(ctx(t), up)
+					if err != nil {
+						return err
+					}
+					if err := tx.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[0].ID}); err != nil {
+						return err
+					}
+					if err := tx.CreateSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+						return err
+					}
+					if i%2 == 1 {
+						return errBoom
+					}
+					return nil
+				})
+			})
+			for i, err := range errs {
+				if i%2 == 1 {
+					if err != errBoom {
+						t.Errorf("transaction %d: err = %v, want fn's error", i, err)
+					}
+					_, err := st.UserByExternalID(ctx(t), f.account.ID, fmt.Sprint("user-", i), t0)
+					wantErr(t, "user of a failed transaction", err, store.ErrNotFound)
+					_, err = st.ExchangeSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), fmt.Appendf(nil, "tok-%d", i), t0.Add(time.Hour), t0)
+					wantErr(t, "session of a failed transaction", err, store.ErrNotFound)
+					continue
+				}
+				mustNil(t, fmt.Sprint("transaction ", i), err)
+				u, err := st.UserByExternalID(ctx(t), f.account.ID, fmt.Sprint("user-", i), t0)
+				mustNil(t, "user of a committed transaction", err)
+				ms, err := st.Memberships(ctx(t), u.ID, f.scope())
+				mustNil(t, "Memberships", err)
+				if len(ms) != 1 {
+					t.Errorf("user %d has memberships %v", i, groupNames(ms))
+				}
+				_, err = st.ExchangeSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), fmt.Appendf(nil, "tok-%d", i), t0.Add(time.Hour), t0)
+				mustNil(t, "session of a committed transaction", err)
+			}
+			// The failed half gave their places back: 16 more fit under 32.
+			for i := range workers / 2 {
+				up := f.upsert(fmt.Sprint("more-", i))
+				up.MaxUsers = workers
+				_, err := st.UpsertExternalUser(ctx(t), up)
+				mustNil(t, "fill the limit", err)
+			}
+			up := f.upsert("one-too-many")
+			up.MaxUsers = workers
+			_, err := st.UpsertExternalUser(ctx(t), up)
+			wantErr(t, "over the limit", err, store.ErrLimit)
+		},
+	},
+	{
 		name: "concurrent conversions count a user once",
 		doc:  "Many simultaneous upserts that convert one ephemeral user to persistent take one place of the limit, not one each.",
 		fn: func(t *testing.T, st store.Store) {
