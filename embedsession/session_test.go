@@ -140,7 +140,8 @@ func TestTokenExchange(t *testing.T) {
 }
 
 // TestSessionMiddleware covers the embed-session middleware over HTTP: its
-// order (Bearer, cookie, ?sessionId=) and the cookie it sets.
+// order (Bearer, then a fresh ?sessionId=, then the cookie) and the cookie
+// it sets.
 func TestSessionMiddleware(t *testing.T) {
 	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		t.Parallel()
@@ -165,6 +166,7 @@ func TestSessionMiddleware(t *testing.T) {
 		}
 		other := s.Token(t, s.GenerateSession(t, body("mw-other", nil)))
 		fresh := s.GenerateSession(t, body("mw-fresh", nil))
+		fresh2 := s.GenerateSession(t, body("mw-fresh2", nil))
 
 		cases := []struct {
 			name                string
@@ -177,8 +179,9 @@ func TestSessionMiddleware(t *testing.T) {
 			{name: "bearer alone", bearer: tok, status: 200, user: "mw"},
 			{name: "bearer wins over cookie", bearer: other, cookie: tok, status: 200, user: "mw-other"},
 			{name: "invalid bearer is 401 even with a valid cookie", bearer: "bad", cookie: tok, status: 401},
-			{name: "cookie wins over sessionId, which stays unused", cookie: tok, sid: fresh, status: 200, user: "mw"},
-			{name: "invalid cookie falls through to sessionId", cookie: "bad", sid: fresh, status: 200, user: "mw-fresh", token: true},
+			{name: "fresh sessionId wins over cookie", cookie: tok, sid: fresh, status: 200, user: "mw-fresh", token: true},
+			{name: "used sessionId falls back to the cookie", cookie: tok, sid: sid, status: 200, user: "mw"},
+			{name: "invalid cookie with a fresh sessionId", cookie: "bad", sid: fresh2, status: 200, user: "mw-fresh2", token: true},
 			{name: "invalid cookie alone is 401", cookie: "bad", status: 401},
 			{name: "used sessionId is 401", sid: sid, status: 401},
 			{name: "unknown sessionId is 401", sid: "nope", status: 401},

@@ -38,18 +38,19 @@ const SessionIDParam = "sessionId"
 var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Msg: "missing credentials: send Authorization: Bearer <token>, the session cookie, or ?sessionId="}
 
 // Session authenticates the end user on the host's embed routes
-// (decisions.md §3). It accepts, in this order:
+// (decisions.md §3). It accepts:
 //
-//  1. Authorization: Bearer <token>;
-//  2. its own cookie holding a token;
-//  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
+//  1. Authorization: Bearer <token>; an invalid one is 401 whatever else
+//     the request carries;
+//  2. ?sessionId=<id> on first use: it exchanges the single-use id for a
 //     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
 //     configurable), and sets [EmbedSession].Token so that the page can hand
-//     the token to its scripts.
+//     the token to its scripts. A valid sessionId wins over an existing
+//     cookie (it is a newer sign-in, perhaps of another user of the same
+//     browser); a used or expired one falls back to the cookie, so that
+//     reloading the embed URL keeps working;
+//  3. its own cookie holding a token; an invalid cookie is cleared. It puts the [EmbedSession] (the
 //
-// The first credential present decides: an invalid Bearer token is 401 even
-// when a cookie is there; an invalid cookie falls through to ?sessionId= when
-// one is present (and is cleared otherwise). It puts the [EmbedSession] (the
 // grant and its user) in the request context. Anything else is 401.
 //
 // Options read: [WithTokenTTL], [WithCookieName], [WithCookiePath],
@@ -70,7 +71,24 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 				return
 			}
+			// A fresh sessionId is a new sign-in: it wins over an older
+			// cookie, which may belong to another user of the same browser.
+			// A used or expired one (a reload of the embed URL) falls back
+			// to the cookie.
 			sid := r.URL.Query().Get(SessionIDParam)
+			var sidErr error
+			if sid != "" {
+				tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
+				if err == nil {
+					o.serveExchanged(w, r, next, st, tok.Reveal(), sess, now)
+					return
+				}
+				if !errors.Is(err, authn.ErrInvalidSessID) {
+					wire.WriteError(w, r, o.log, err)
+					return
+				}
+				sidErr = err
+			}
 			if c, err := r.Cookie(o.cookieName); err == nil && c.Value != "" {
 				es, err := resolveToken(ctx, st, c.Value, now)
 				if err == nil {
@@ -81,45 +99,45 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 					wire.WriteError(w, r, o.log, err)
 					return
 				}
-				if sid == "" {
-					http.SetCookie(w, o.cookie(r, "", time.Time{}))
-					wire.WriteError(w, r, o.log, err)
-					return
+				http.SetCookie(w, o.cookie(r, "", time.Time{}))
+				if sidErr == nil {
+					sidErr = err
 				}
 			}
-			if sid == "" {
-				wire.WriteError(w, r, o.log, errNoSession)
-				return
+			if sidErr == nil {
+				sidErr = errNoSession
 			}
-			tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
-			if err != nil {
-				wire.WriteError(w, r, o.log, err)
-				return
-			}
-			u, err := st.UserByID(ctx, sess.UserID, now)
-			if err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					err = authn.ErrInvalidSessID
-				}
-				wire.WriteError(w, r, o.log, err)
-				return
-			}
-			http.SetCookie(w, o.cookie(r, tok.Reveal(), sess.ExpiresAt))
-			if o.redirect && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-				clean := *r.URL
-				q := clean.Query()
-				q.Del(SessionIDParam)
-				clean.RawQuery = q.Encode()
-				clean.Scheme, clean.Host = "", ""
-				w.Header().Set("Cache-Control", "no-store")
-				http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
-				return
-			}
-			w.Header().Set("Cache-Control", "no-store")
-			es := EmbedSession{Session: sess, User: u, Token: tok.Reveal()}
-			next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
+			wire.WriteError(w, r, o.log, sidErr)
 		})
 	}
+}
+
+// serveExchanged serves a request whose sessionId was just exchanged for
+// tok: it sets the cookie and hands the token to the handler.
+func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next http.Handler, st SessionStore, tok string, sess store.Session, now time.Time) {
+	ctx := r.Context()
+	u, err := st.UserByID(ctx, sess.UserID, now)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = authn.ErrInvalidSessID
+		}
+		wire.WriteError(w, r, o.log, err)
+		return
+	}
+	http.SetCookie(w, o.cookie(r, tok, sess.ExpiresAt))
+	if o.redirect && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		clean := *r.URL
+		q := clean.Query()
+		q.Del(SessionIDParam)
+		clean.RawQuery = q.Encode()
+		clean.Scheme, clean.Host = "", ""
+		w.Header().Set("Cache-Control", "no-store")
+		http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	es := EmbedSession{Session: sess, User: u, Token: tok}
+	next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 }
 
 // cookie returns the token cookie; an empty value deletes it.

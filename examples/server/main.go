@@ -16,9 +16,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +37,7 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/examples/demoagent"
 	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store/gormstore"
 )
@@ -96,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	cfg := bootstrap.Demo()
 	if o.config != "" {
-		if cfg, err = loadConfig(o.config); err != nil {
+		if cfg, err = bootstrap.Load(o.config); err != nil {
 			return err
 		}
 	}
@@ -116,12 +115,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer agent.Close()
 
-	embed := embedsession.NewHandler(st, embedsession.WithLogger(log))
+	// Keys, accounts and deployments come from the bootstrap config and
+	// change only at a restart, so caching them for a few seconds is safe
+	// and saves store reads on every request.
+	embed := embedsession.NewHandler(st, embedsession.WithLogger(log), embedsession.WithCacheTTL(5*time.Second))
 	chat := chatstream.NewHandler(st, agent, chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log))
 	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
 	reaper.Start()
 
 	r := mux.NewRouter()
+	// Unmatched paths and methods answer JSON errors like every endpoint.
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wire.WriteError(w, r, nil, wire.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
+	})
 	r.Use(middleware.PathValues(mux.Vars))
 	for _, rt := range embed.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
@@ -189,19 +198,4 @@ func redactDSN(dsn string) string {
 		}
 	}
 	return dsn
-}
-
-// loadConfig reads a bootstrap JSON file (decisions.md §6).
-func loadConfig(path string) (bootstrap.Config, error) {
-	var cfg bootstrap.Config
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -275,5 +276,39 @@ func TestInitials(t *testing.T) {
 		if got := initials(in); got != want {
 			t.Errorf("initials(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestServerWithConfigFile(t *testing.T) {
+	cfg := `{"accounts":[{"name":"initech","plan":"premium","useCreatorMode":false,"maxExternalUsers":2,
+	  "apiKeys":[{"key":"sk-initech","admin":true}],"deployments":[{"id":3,"name":"prod"}],
+	  "agents":[{"id":"a1","deploymentId":3}],"userAttributes":[{"name":"country","type":"string"}],
+	  "groups":[{"name":"ops"}],"internalUsers":[{"username":"bob@initech.test"}],"branches":["main"]}]}`
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "-db", ":memory:", "-config", path)
+	c := http.DefaultClient
+	for i, want := range []int{200, 200, 403} { // maxExternalUsers 2
+		resp, b := do(t, c, http.MethodPost, s.base+"/api/v1/embed/generate-session", "sk-initech",
+			map[string]any{"deploymentId": 3, "externalId": "u" + string(rune('a'+i)), "groups": []string{"ops"}})
+		if resp.StatusCode != want {
+			t.Errorf("user %d: status %d (%s), want %d", i, resp.StatusCode, b, want)
+		}
+	}
+	// The demo account does not exist with a config file.
+	resp, _ := do(t, c, http.MethodPost, s.base+"/api/v1/embed/generate-session", "sk-acme-admin", map[string]any{"deploymentId": 1, "externalId": "x"})
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("demo key with a config: status %d, want 401", resp.StatusCode)
+	}
+	// Unknown routes answer JSON.
+	resp, b := do(t, c, http.MethodGet, s.base+"/api/v1/nope", "", nil)
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"error"`) {
+		t.Errorf("unknown route: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	resp, _ = do(t, c, http.MethodGet, s.base+"/api/v1/embed/generate-session", "", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("wrong method: %d", resp.StatusCode)
 	}
 }
