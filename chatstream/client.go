@@ -117,7 +117,7 @@ func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Re
 		}
 		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+		sc.Buffer(make([]byte, 0, 64<<10), 256<<20)
 		for sc.Scan() {
 			b := sc.Bytes()
 			if len(bytes.TrimSpace(b)) == 0 {

@@ -48,7 +48,7 @@ type Handler struct {
 //
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxExternalUsers], [WithLogger], [WithClock].
+// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithLogger], [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log)}
@@ -331,7 +331,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		}
 		if t == nil {
 			var err error
-			if t, err = h.turns.reserve(key, user.ID); err != nil {
+			if t, err = h.turns.reserve(key, user.ID, h.cfg.maxTurnBytes); err != nil {
 				return err
 			}
 		}

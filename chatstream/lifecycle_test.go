@@ -246,3 +246,33 @@ func TestBoundedWrites(t *testing.T) {
 		})
 	}
 }
+
+func TestTurnTooLong(t *testing.T) {
+	var agentErr atomic.Value
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		piece := strings.Repeat("x", 1000)
+		for range 1000 {
+			if err := e.Content(piece); err != nil {
+				agentErr.Store(err)
+				return nil // ignores the error: the turn still ends as failed
+			}
+		}
+		return nil
+	})
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{agent: agent, opts: []chatstream.Option{chatstream.WithMaxTurnBytes(20000)}})
+		msgs := collect(t, e.client, chatstream.Request{Input: "q", SessionSettings: ext("long")})
+		if err, _ := agentErr.Load().(error); !errors.Is(err, chatstream.ErrTurnTooLong) {
+			t.Errorf("agent got %v, want ErrTurnTooLong", err)
+		}
+		if st := last(msgs).State; st == nil || st.Error == "" {
+			t.Errorf("state = %+v, want error", st)
+		}
+		if fa, _ := conv(msgs).FinalAnswer(); len(fa.Content) > 200 {
+			t.Errorf("final message carries %d bytes", len(fa.Content))
+		}
+		if len(msgs) > 30 {
+			t.Errorf("%d lines streamed past a 20 kB cap", len(msgs))
+		}
+	})
+}

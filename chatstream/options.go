@@ -23,6 +23,9 @@ const (
 	// DefaultReapBatch is how many users a [Reaper] deletes per statement
 	// unless [WithReapBatch] says otherwise.
 	DefaultReapBatch = 500
+	// DefaultMaxTurnBytes caps the encoded stream of one turn unless
+	// [WithMaxTurnBytes] says otherwise.
+	DefaultMaxTurnBytes = 64 << 20
 	// shutdownGrace is how long Shutdown waits for agents to return after
 	// cancelling them.
 	shutdownGrace = 5 * time.Second
@@ -41,6 +44,7 @@ type config struct {
 	log                *slog.Logger
 	now                func() time.Time
 	reapBatch          int
+	maxTurnBytes       int
 }
 
 func newConfig(opts []Option) config {
@@ -50,6 +54,7 @@ func newConfig(opts []Option) config {
 		maxExternalUsers: DefaultMaxExternalUsers,
 		now:              time.Now,
 		reapBatch:        DefaultReapBatch,
+		maxTurnBytes:     DefaultMaxTurnBytes,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -128,6 +133,19 @@ func WithReapBatch(n int) Option {
 	return func(c *config) {
 		if n > 0 {
 			c.reapBatch = n
+		}
+	}
+}
+
+// WithMaxTurnBytes caps the encoded size of one turn's stream (every line
+// a rejoining client would replay). Once it is exceeded, the agent's Emitter
+// returns [ErrTurnTooLong] and the turn ends like an agent error, with a
+// short final message. Default: [DefaultMaxTurnBytes] (64 MiB). Values ≤ 0
+// are ignored. Read by [Handler].
+func WithMaxTurnBytes(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxTurnBytes = n
 		}
 	}
 }

@@ -27,6 +27,10 @@ var (
 	// ended (aborted, timed out, shut down or answered). It wraps the cause
 	// when there is one.
 	ErrTurnOver = errors.New("chatstream: turn is over")
+	// ErrTurnTooLong is returned by every Emitter method once the turn's
+	// stream exceeds its cap ([WithMaxTurnBytes]). A turn that hits it
+	// ends like an agent error.
+	ErrTurnTooLong = errors.New("chatstream: the answer is too long")
 )
 
 // Messages shown to the caller when a turn does not end normally. They

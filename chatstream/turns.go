@@ -54,7 +54,7 @@ func newRegistry(log *slog.Logger) *registry {
 // reserve claims the thread key for a new turn of userID. A thread with a
 // turn already reserved or running is 409 for its user and 403 for anyone
 // else; a closing registry is 503.
-func (r *registry) reserve(key turnKey, userID int64) (*turn, error) {
+func (r *registry) reserve(key turnKey, userID int64, maxSize int) (*turn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {
@@ -66,7 +66,7 @@ func (r *registry) reserve(key turnKey, userID int64) (*turn, error) {
 		}
 		return nil, errTurnRunning
 	}
-	t := &turn{reg: r, key: key, userID: userID, done: make(chan struct{})}
+	t := &turn{reg: r, key: key, userID: userID, maxSize: maxSize, done: make(chan struct{})}
 	r.turns[key] = t
 	return t, nil
 }
@@ -197,6 +197,9 @@ type turn struct {
 	mu        sync.Mutex
 	seq       *sequence
 	lines     []line
+	size      int           // bytes in lines
+	maxSize   int           // cap on size for agent events
+	tooLong   bool          // the agent hit maxSize
 	closed    bool          // the log is complete
 	notify    chan struct{} // closed and cleared on append; nil when nobody waits
 	finishing bool          // no more agent events
@@ -205,7 +208,9 @@ type turn struct {
 
 // appendLocked encodes m into the log and wakes the readers.
 func (t *turn) appendLocked(m Message) {
-	t.lines = append(t.lines, line{sort: m.Sort, state: m.ID == StateID, b: encodeLine(&m)})
+	b := encodeLine(&m)
+	t.size += len(b)
+	t.lines = append(t.lines, line{sort: m.Sort, state: m.ID == StateID, b: b})
 	if t.notify != nil {
 		close(t.notify)
 		t.notify = nil
@@ -242,6 +247,12 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 		}
 		err := runAgent(ctx, agent, info, &emitter{t: t})
 		stop()
+		t.mu.Lock()
+		tooLong := t.tooLong
+		t.mu.Unlock()
+		if tooLong && err == nil {
+			err = ErrTurnTooLong
+		}
 		o := outcomeDone
 		switch {
 		case ctx.Err() != nil:
@@ -372,6 +383,18 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 // emitter is the [Emitter] of a turn.
 type emitter struct{ t *turn }
 
+// checkLocked returns the error of an emitter call that must not proceed.
+func (e *emitter) checkLocked() error {
+	if e.t.finishing {
+		return e.over()
+	}
+	if e.t.size > e.t.maxSize {
+		e.t.tooLong = true
+		return ErrTurnTooLong
+	}
+	return nil
+}
+
 func (e *emitter) over() error {
 	if c := context.Cause(e.t.ctx); c != nil {
 		return fmt.Errorf("%w: %w", ErrTurnOver, c)
@@ -384,8 +407,8 @@ func (e *emitter) Thinking(text string) error {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.finishing {
-		return e.over()
+	if err := e.checkLocked(); err != nil {
+		return err
 	}
 	m, ok, err := t.seq.think(text)
 	if err != nil || !ok {
@@ -400,8 +423,8 @@ func (e *emitter) Content(piece string) error {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.finishing {
-		return e.over()
+	if err := e.checkLocked(); err != nil {
+		return err
 	}
 	if piece == "" {
 		return nil
@@ -426,8 +449,8 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.finishing {
-		return nil, e.over()
+	if err := e.checkLocked(); err != nil {
+		return nil, err
 	}
 	id := newID()
 	m, err := t.seq.toolStart(id, name, string(in))
@@ -462,6 +485,10 @@ func (c *toolCall) end(result string) error {
 	defer t.mu.Unlock()
 	if t.finishing {
 		return c.e.over()
+	}
+	if len(result) > t.maxSize {
+		t.tooLong = true
+		return ErrTurnTooLong
 	}
 	m, err := t.seq.toolEnd(c.id, result)
 	if err != nil {
