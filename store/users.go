@@ -42,7 +42,8 @@ type ExternalUserUpsert struct {
 	// existing user (persistent or ephemeral) as it is in that respect.
 	Persistent         bool
 	EphemeralExpiresAt time.Time
-	// MaxUsers is the account's limit of persistent external users.
+	// MaxUsers is the account's limit of persistent external users; 0 or
+	// less means no limit.
 	MaxUsers int
 	Now      time.Time
 }

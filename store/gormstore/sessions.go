@@ -26,11 +26,25 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 	// The conditional update is the single-use check: of concurrent
 	// exchanges exactly one sees used_at NULL (PostgreSQL re-checks it on
 	// the locked row, SQLite serializes writers).
+	mark := "UPDATE sessions SET used_at = ? WHERE hash = ? AND used_at IS NULL AND expires_at > ? AND " + userAlive +
+		" RETURNING " + grantCols
 	var g grantRow
-	n, err := t.find(ctx, op, &g,
-		"UPDATE sessions SET used_at = ? WHERE hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive+
-			" RETURNING "+grantCols,
-		n0, sessionHash, n0, n0)
+	if t.pg() {
+		// One round trip: the token is inserted from the marked row.
+		n, err := t.find(ctx, op, &g,
+			"WITH s AS ("+mark+") INSERT INTO tokens (hash, "+grantCols+`)
+			SELECT ?, account_id, user_id, deployment_id, embed_tenant_id, embed_tenant_name, creator_mode, ?, ? FROM s
+			RETURNING `+grantCols,
+			n0, sessionHash, n0, n0, tokenHash, n0, tokenExpiresAt.UnixNano())
+		if err != nil {
+			return store.Session{}, err
+		}
+		if n == 0 {
+			return store.Session{}, newErr(op, store.ErrNotFound)
+		}
+		return g.session(), nil
+	}
+	n, err := t.find(ctx, op, &g, mark, n0, sessionHash, n0, n0)
 	if err != nil {
 		return store.Session{}, err
 	}

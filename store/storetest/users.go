@@ -202,6 +202,23 @@ var userRules = []rule{
 		},
 	},
 	{
+		name: "MaxUsers of zero means no limit",
+		doc:  "ExternalUserUpsert.MaxUsers <= 0 disables the limit: persistent users are created (and still counted, so a later positive limit applies to all of them).",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			for i := range 3 {
+				up := f.upsert(string(rune('a' + i)))
+				up.MaxUsers = 0
+				_, err := st.UpsertExternalUser(ctx(t), up)
+				mustNil(t, "create without limit", err)
+			}
+			up := f.upsert("d")
+			up.MaxUsers = 3
+			_, err := st.UpsertExternalUser(ctx(t), up)
+			wantErr(t, "create with limit 3 after 3 users", err, store.ErrLimit)
+		},
+	},
+	{
 		name: "expired ephemeral users are invisible and recreated on upsert",
 		doc:  "An ephemeral user is absent from the moment expires_at <= now; an upsert then deletes it with everything it owns and creates a new user.",
 		fn: func(t *testing.T, st store.Store) {
