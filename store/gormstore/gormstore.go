@@ -289,11 +289,16 @@ func (s *Store) Close() error {
 		defer cancel()
 		var errs []error
 		if s.writer != nil {
+			held := false
 			select {
 			case s.slot <- struct{}{}:
+				held = true
 			case <-ctx.Done():
 			}
 			errs = append(errs, s.writer.close())
+			if held {
+				<-s.slot // later acquirers see closed and fail at once
+			}
 		}
 		for range s.nreader {
 			select {

@@ -21,13 +21,14 @@ import (
 //   - ProvisionNewUser: the same, creating a new user every time.
 //   - ExchangeSession: exchange a fresh session id for a token.
 //   - SessionByToken: the read of every embed request.
-//   - ListGroupsLastPage: the last page of 100 among 10,000 groups.
+//   - ListGroupsPages: the first and the last page of 100 among 100,000
+//     groups; with keyset pagination both cost the same.
 func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	b.Run("Provision", func(b *testing.B) { benchProvision(b, open(b), false) })
 	b.Run("ProvisionNewUser", func(b *testing.B) { benchProvision(b, open(b), true) })
 	b.Run("ExchangeSession", func(b *testing.B) { benchExchange(b, open(b)) })
 	b.Run("SessionByToken", func(b *testing.B) { benchSessionByToken(b, open(b)) })
-	b.Run("ListGroupsLastPage", func(b *testing.B) { benchListLastPage(b, open(b)) })
+	b.Run("ListGroupsPages", func(b *testing.B) { benchListPages(b, open(b)) })
 }
 
 func benchSetup(b *testing.B, st store.Store) (store.Account, store.Scope) {
@@ -188,31 +189,57 @@ func benchSessionByToken(b *testing.B, st store.Store) {
 	})
 }
 
-func benchListLastPage(b *testing.B, st store.Store) {
+func benchListPages(b *testing.B, st store.Store) {
 	a, _ := benchSetup(b, st)
 	ctx := b.Context()
 	s := store.TenantWide(a.ID)
-	const total = 10000
-	for i := 0; i < total; i += 500 {
-		defs := make([]store.GroupDef, 500)
-		for j := range defs {
-			defs[j] = store.GroupDef{Name: fmt.Sprintf("g-%06d", i+j)}
-		}
-		if err := st.UpsertGroups(ctx, s, defs); err != nil {
+	const total = 100000
+	for i := 0; i < total; i += 5000 {
+		err := st.InTx(ctx, func(tx store.Tx) error {
+			for j := i; j < i+5000; j += 500 {
+				defs := make([]store.GroupDef, 500)
+				for k := range defs {
+					defs[k] = store.GroupDef{Name: fmt.Sprintf("g-%06d", j+k)}
+				}
+				if err := tx.UpsertGroups(ctx, s, defs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	first, err := st.ListGroups(ctx, s, 0, total)
-	if err != nil || len(first) < 100 {
-		b.Fatalf("ListGroups: %d, %v", len(first), err)
-	}
-	after := first[len(first)-101].ID
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		page, err := st.ListGroups(ctx, s, after, 100)
-		if err != nil || len(page) != 100 {
-			b.Fatalf("last page: %d, %v", len(page), err)
+	// last is the afterID of the last full page of 100.
+	var tail []int64
+	for after := int64(0); ; {
+		page, err := st.ListGroups(ctx, s, after, 1000)
+		if err != nil {
+			b.Fatal(err)
 		}
+		if len(page) == 0 {
+			break
+		}
+		for _, g := range page {
+			tail = append(tail, g.ID)
+		}
+		tail = tail[max(0, len(tail)-101):]
+		after = page[len(page)-1].ID
+	}
+	last := tail[0]
+	for _, c := range []struct {
+		name  string
+		after int64
+	}{{"first", 0}, {"last", last}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				page, err := st.ListGroups(ctx, s, c.after, 100)
+				if err != nil || len(page) != 100 {
+					b.Fatalf("page: %d, %v", len(page), err)
+				}
+			}
+		})
 	}
 }
