@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"encoding/json"
 	"database/sql"
 	"errors"
 	"strconv"
@@ -94,9 +95,11 @@ func (c *liteConn) close() error {
 	return c.conn.Close()
 }
 
-// bind expands list parameters ([]int64, []string) into "(?, ?, ...)" and,
-// for PostgreSQL, numbers the placeholders ($1, $2, ...). A list must not be
-// empty (callers skip the statement instead).
+// bind rewrites list parameters ([]int64, []string, written "IN ?" or
+// "NOT IN ?") into one parameter each, so that a statement's text does not
+// depend on the length of its lists (one prepared statement, no limit on the
+// number of values): SQLite reads a JSON array with json_each, PostgreSQL
+// an array with unnest. For PostgreSQL it also numbers the placeholders.
 func bind(query string, numbered bool, args []any) (string, []any) {
 	lists := false
 	for _, a := range args {
@@ -109,61 +112,61 @@ func bind(query string, numbered bool, args []any) (string, []any) {
 		return query, args
 	}
 	var b strings.Builder
-	b.Grow(len(query) + 16)
+	b.Grow(len(query) + 32)
 	out := args
 	if lists {
-		out = make([]any, 0, len(args)+8)
+		out = make([]any, len(args))
+		copy(out, args)
 	}
-	n, i := 0, 0
-	mark := func() {
-		n++
-		if numbered {
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-		} else {
-			b.WriteByte('?')
-		}
-	}
+	n := 0
 	for j := 0; j < len(query); j++ {
 		ch := query[j]
 		if ch != '?' {
 			b.WriteByte(ch)
 			continue
 		}
-		var a any
-		if i < len(args) {
-			a = args[i]
+		mark := "?"
+		if numbered {
+			mark = "$" + strconv.Itoa(n+1)
 		}
-		i++
+		var a any
+		if n < len(args) {
+			a = args[n]
+		}
 		switch v := a.(type) {
 		case []int64:
-			b.WriteByte('(')
-			for k, x := range v {
-				if k > 0 {
-					b.WriteString(", ")
-				}
-				mark()
-				out = append(out, x)
+			if numbered {
+				b.WriteString("(SELECT unnest(" + mark + "::bigint[]))")
+			} else {
+				b.WriteString("(SELECT value FROM json_each(" + mark + "))")
+				out[n] = jsonInts(v)
 			}
-			b.WriteByte(')')
 		case []string:
-			b.WriteByte('(')
-			for k, x := range v {
-				if k > 0 {
-					b.WriteString(", ")
-				}
-				mark()
-				out = append(out, x)
+			if numbered {
+				b.WriteString("(SELECT unnest(" + mark + "::text[]))")
+			} else {
+				b.WriteString("(SELECT value FROM json_each(" + mark + "))")
+				j, _ := json.Marshal(v) // strings always marshal
+				out[n] = string(j)
 			}
-			b.WriteByte(')')
 		default:
-			mark()
-			if lists {
-				out = append(out, a)
-			}
+			b.WriteString(mark)
 		}
+		n++
 	}
 	return b.String(), out
+}
+
+func jsonInts(v []int64) string {
+	b := make([]byte, 0, 2+8*len(v))
+	b = append(b, '[')
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return string(append(b, ']'))
 }
 
 // scanner is a row struct that lists its fields for Rows.Scan.

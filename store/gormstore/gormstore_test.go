@@ -309,3 +309,67 @@ func TestOpenDB(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoStoresOneFile checks that two stores on one SQLite file (as two
+// processes would have) write concurrently without surfacing busy errors,
+// and that their reapers delete each expired user once.
+func TestTwoStoresOneFile(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.SQLite)
+	ctx := t.Context()
+	var stores [2]*gormstore.Store
+	for i := range stores {
+		st, err := gormstore.Open(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		stores[i] = st
+	}
+	a, err := stores[0].SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 16 {
+		wg.Go(func() {
+			st := stores[g%2]
+			for i := range 10 {
+				_, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{
+					AccountID: a.ID, ExternalID: fmt.Sprintf("u-%d-%d", g, i),
+					EphemeralExpiresAt: now.Add(time.Minute), Now: now,
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent write: %v", err)
+	}
+	var deleted atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			for {
+				n, err := stores[g%2].DeleteExpiredUsers(ctx, now.Add(time.Hour), 7)
+				if err != nil {
+					t.Errorf("DeleteExpiredUsers: %v", err)
+					return
+				}
+				if n == 0 {
+					return
+				}
+				deleted.Add(int64(n))
+			}
+		})
+	}
+	wg.Wait()
+	if deleted.Load() != 160 {
+		t.Errorf("deleted %d users, want 160", deleted.Load())
+	}
+}

@@ -328,8 +328,8 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 			return err
 		}
 	}
-	for chunk := range chunks(clear, batchRows) {
-		if _, err := t.exec(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, chunk); err != nil {
+	if len(clear) > 0 {
+		if _, err := t.exec(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
 			return err
 		}
 	}
@@ -363,28 +363,28 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 	const op = "replace memberships"
 	// Delete the memberships of scope s that are not kept, then insert the
 	// missing ones; groups outside scope s are ignored.
-	del := `DELETE FROM group_members WHERE user_id = ?
-		AND group_id IN (SELECT id FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ?)`
+	// EXISTS, not IN: the user has few memberships, the scope may have
+	// many groups.
+	del := `DELETE FROM group_members WHERE user_id = ? AND EXISTS (SELECT 1 FROM catalog_groups g
+		WHERE g.id = group_members.group_id AND g.account_id = ? AND g.embed_tenant_id = ?)`
 	args := []any{userID, s.AccountID, s.EmbedTenantID}
-	if len(groupIDs) > 0 && len(groupIDs) <= batchRows {
-		del += " AND group_id NOT IN ?"
-		args = append(args, groupIDs)
-		if t.pg() {
-			// One round trip: the delete and the insert touch disjoint rows.
-			_, err := t.exec(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
-				append(args, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
-			return err
-		}
+	if len(groupIDs) == 0 {
+		_, err := t.exec(ctx, op, del, args...)
+		return err
+	}
+	del += " AND group_id NOT IN ?"
+	args = append(args, groupIDs)
+	if t.pg() {
+		// One round trip: the delete and the insert touch disjoint rows.
+		_, err := t.exec(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
+			append(args, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
+		return err
 	}
 	if _, err := t.exec(ctx, op, del, args...); err != nil {
 		return err
 	}
-	for chunk := range chunks(groupIDs, batchRows) {
-		if _, err := t.exec(ctx, op, insertMembers, userID, chunk, s.AccountID, s.EmbedTenantID); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := t.exec(ctx, op, insertMembers, userID, groupIDs, s.AccountID, s.EmbedTenantID)
+	return err
 }
 
 func (t *txn) Memberships(ctx context.Context, userID int64, s store.Scope) ([]store.Group, error) {
