@@ -37,10 +37,11 @@ type Route struct {
 // registry of running turns; call [Handler.Shutdown] (or [Handler.Close])
 // when the server stops. A Handler is safe for concurrent use.
 type Handler struct {
-	st    store.Store
-	agent Agent
-	cfg   config
-	turns *registry
+	st      store.Store
+	agent   Agent
+	cfg     config
+	turns   *registry
+	persist *persister
 }
 
 // NewHandler returns a handler that answers chat requests with agent and
@@ -51,7 +52,7 @@ type Handler struct {
 // [WithMaxExternalUsers], [WithMaxTurnBytes], [WithLogger], [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
-	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log)}
+	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log), persist: &persister{st: st}}
 }
 
 // Routes returns the chat endpoints with authentication applied
@@ -407,9 +408,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err != nil {
 			return err
 		}
-		return h.st.InTx(ctx, func(tx store.Tx) error {
-			return tx.AppendMessages(ctx, acctID, chatID, lastSort, stored)
-		})
+		return h.persist.persist(ctx, acctID, chatID, lastSort, stored)
 	}
 	start := seq.start(newID())
 	t.begin(ctx, h.cfg.turnTimeout, h.agent, info, echo, start)
