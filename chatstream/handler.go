@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -302,10 +303,12 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 	key := turnKey{c.acct.ID, chatID}
 	var (
-		t    *turn
-		seq  *sequence
-		echo Message
-		info Turn
+		t           *turn
+		seq         *sequence
+		echo        Message
+		info        Turn
+		turnUserRow store.User
+		turnScope   store.Scope
 	)
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
 		var (
@@ -371,21 +374,13 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort, stored); err != nil {
 			return err
 		}
-		attrs, err := tx.AttributeValues(ctx, user.ID, scope)
-		if err != nil {
-			return err
-		}
-		groups, err := tx.Memberships(ctx, user.ID, scope)
-		if err != nil {
-			return err
-		}
+		turnUserRow, turnScope = user, scope
 		info = Turn{
 			AccountName:      c.acct.Name,
 			AgentID:          c.agent.ID,
 			ChatID:           chatID,
 			Input:            req.Input,
 			History:          history,
-			User:             turnUser(user, attrs, groups),
 			ActiveBranchName: req.ActiveBranchName,
 			IsDefaultBranch:  req.branchDefault,
 			Branches:         c.acct.Branches,
@@ -401,6 +396,23 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		return
 	}
 
+	// The user's attributes and groups are read after the commit, off the
+	// write path. The turn cannot run without them (they drive row-level
+	// security): if they cannot be read, it ends as an agent error.
+	agent := h.agent
+	attrs, err := h.st.AttributeValues(ctx, turnUserRow.ID, turnScope)
+	var groups []store.Group
+	if err == nil {
+		groups, err = h.st.Memberships(ctx, turnUserRow.ID, turnScope)
+	}
+	if err != nil {
+		readErr := err
+		agent = AgentFunc(func(context.Context, Turn, Emitter) error {
+			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", readErr)
+		})
+	}
+	info.User = turnUser(turnUserRow, attrs, groups)
+
 	t.seq = seq
 	acctID := c.acct.ID
 	t.persist = func(ctx context.Context, lastSort int64, msgs []Message) error {
@@ -411,7 +423,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		return h.persist.persist(ctx, acctID, chatID, lastSort, stored)
 	}
 	start := seq.start(newID())
-	t.begin(ctx, h.cfg.turnTimeout, h.agent, info, echo, start)
+	t.begin(ctx, h.cfg.turnTimeout, agent, info, echo, start)
 
 	lw := newLineWriter(ctx, w)
 	lw.write(encodeLine(ptr(cutoffMessage(chatID, false))))
