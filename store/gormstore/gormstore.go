@@ -58,8 +58,12 @@ type Store struct {
 
 	// owned are the handles Open created and Close closes.
 	owned []*sql.DB
-	// pool runs PostgreSQL statements and transactions.
+	// pool runs PostgreSQL statements and transactions. gate admits at
+	// most as many callers as the pool has connections, in arrival order
+	// (database/sql hands a freed connection to a random waiter, which
+	// stretches the latency tail under load).
 	pool *sql.DB
+	gate chan struct{}
 
 	// SQLite: the writer connection, its FIFO slot (blocked channel senders
 	// are woken in arrival order) and the idle read-only connections (nil
@@ -140,7 +144,7 @@ func openPostgres(dsn string, cfg config) (*Store, error) {
 	sqlDB.SetMaxOpenConns(cfg.maxOpen)
 	sqlDB.SetMaxIdleConns(cfg.maxOpen)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{cfg: cfg, dialect: postgresDialect, pool: sqlDB, owned: []*sql.DB{sqlDB}}
+	s := &Store{cfg: cfg, dialect: postgresDialect, pool: sqlDB, owned: []*sql.DB{sqlDB}, gate: make(chan struct{}, cfg.maxOpen)}
 	return s.init()
 }
 
@@ -257,7 +261,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	s := &Store{cfg: newConfig(opts)}
 	switch db.Dialector.Name() {
 	case "postgres":
-		s.dialect, s.pool = postgresDialect, sqlDB
+		s.dialect, s.pool, s.gate = postgresDialect, sqlDB, make(chan struct{}, s.cfg.maxOpen)
 	case "sqlite", "sqlite3":
 		s.dialect = sqliteDialect
 		if err := s.holdWriter(sqlDB); err != nil {
@@ -359,6 +363,10 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error, exact b
 }
 
 func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error, exact bool) error {
+	if err := s.enter(actx); err != nil {
+		return err
+	}
+	defer s.leave()
 	tx, err := s.pool.BeginTx(actx, nil)
 	if err != nil {
 		return wrapErr("begin", err)
@@ -398,6 +406,18 @@ func (s *Store) acquireWriter(ctx context.Context) (*liteConn, error) {
 
 func (s *Store) releaseWriter() { <-s.slot }
 
+// enter waits for a PostgreSQL connection slot (see Store.gate).
+func (s *Store) enter(ctx context.Context) error {
+	select {
+	case s.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return wrapErr("wait for connection", ctx.Err())
+	}
+}
+
+func (s *Store) leave() { <-s.gate }
+
 // txn runs the store's statements on one connection or transaction.
 type txn struct {
 	s  *Store
@@ -427,6 +447,12 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 	}
 	switch {
 	case s.dialect == postgresDialect:
+		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
+		defer cancel()
+		if err := s.enter(actx); err != nil {
+			return zero, err
+		}
+		defer s.leave()
 		return fn(&txn{s: s, ex: s.pool, shard: -1})
 	case s.readers != nil:
 		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
