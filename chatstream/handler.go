@@ -396,6 +396,10 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		return
 	}
 
+	// Past the commit nothing can fail with an HTTP status: answer at once.
+	lw := newLineWriter(ctx, w)
+	lw.send(cutoffMessage(chatID, false))
+
 	// The user's attributes and groups are read after the commit, off the
 	// write path. The turn cannot run without them (they drive row-level
 	// security): if they cannot be read, it ends as an agent error.
@@ -425,8 +429,6 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	start := seq.start(newID())
 	t.begin(ctx, h.cfg.turnTimeout, agent, info, echo, start)
 
-	lw := newLineWriter(ctx, w)
-	lw.write(encodeLine(ptr(cutoffMessage(chatID, false))))
 	if !t.follow(ctx, lw, 0) && h.cfg.cancelOnDisconnect && ctx.Err() != nil {
 		t.stop(errDisconnected, outcomeAborted)
 	}
