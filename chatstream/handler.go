@@ -404,10 +404,11 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	// write path. The turn cannot run without them (they drive row-level
 	// security): if they cannot be read, it ends as an agent error.
 	agent := h.agent
-	attrs, err := h.st.AttributeValues(ctx, turnUserRow.ID, turnScope)
+	rctx := context.WithoutCancel(ctx) // the turn is the server's now
+	attrs, err := h.st.AttributeValues(rctx, turnUserRow.ID, turnScope)
 	var groups []store.Group
 	if err == nil {
-		groups, err = h.st.Memberships(ctx, turnUserRow.ID, turnScope)
+		groups, err = h.st.Memberships(rctx, turnUserRow.ID, turnScope)
 	}
 	if err != nil {
 		readErr := err
