@@ -576,6 +576,17 @@ func TestSessionToken(t *testing.T) {
 		if err := c.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{}); err != nil {
 			t.Errorf("abort with token: %v", err)
 		}
+		// Another user's token cannot abort or read the thread.
+		other := chatstream.NewClient(e.URL, chatstream.WithBearerToken(e.Token(t, e.GenerateSession(t, map[string]any{"deploymentId": 1, "externalId": "tok-other"}))), chatstream.WithHTTPClient(e.Client()))
+		if err := other.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{}); apiStatus(err) != 403 {
+			t.Errorf("abort by another token: %v, want 403", err)
+		}
+		if _, err := collectErr(ctx, other, chatstream.Request{ChatID: id}); apiStatus(err) != 403 {
+			t.Errorf("state by another token: %v, want 403", err)
+		}
+		if _, err := collectErr(ctx, other, chatstream.Request{ChatID: id, Input: "x"}); apiStatus(err) != 403 {
+			t.Errorf("input by another token: %v, want 403", err)
+		}
 		// A bad token: 401.
 		bad := chatstream.NewClient(e.URL, chatstream.WithBearerToken("nope"), chatstream.WithHTTPClient(e.Client()))
 		if _, err := collectErr(ctx, bad, chatstream.Request{Input: "x"}); apiStatus(err) != 401 {
@@ -620,7 +631,7 @@ func TestTurnIdentity(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{cfg: func(c *bootstrap.Config) {
 			c.Accounts[0].Agents = append(c.Accounts[0].Agents, bootstrap.Agent{ID: "8", DeploymentID: 1})
 			c.Accounts[1].Plan = store.PlanFree
