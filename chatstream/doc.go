@@ -63,7 +63,8 @@
 // and the agent should return. A returned error (or a panic) ends the turn
 // with a final message saying the answer could not be produced and
 // state.error in __state__; the error itself is only logged.
-// [chatstreamtest.ScriptedAgent] replays a fixed script for tests.
+// [github.com/embedkit/embedkit/chatstream/chatstreamtest.ScriptedAgent]
+// replays a fixed script for tests.
 //
 // # The turn model
 //
