@@ -2,11 +2,14 @@ package gormstore
 
 import (
 	"context"
-	"encoding/json"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Statements run through database/sql on the connections GORM opened,
@@ -19,10 +22,67 @@ import (
 // and scanned into the row structs of models.go.
 
 // execer is what a statement runs on: a SQLite connection with its statement
-// cache, a PostgreSQL transaction, or the PostgreSQL pool.
+// cache, or a PostgreSQL connection or transaction used through pgx's own
+// API (database/sql would add a goroutine per query with a cancelable
+// context, and conversions; ~60 us instead of ~80-95 us per round trip).
 type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// run executes a statement and returns the rows it affected.
+	run(ctx context.Context, query string, args []any) (int64, error)
+	// rows executes a statement that returns rows.
+	rows(ctx context.Context, query string, args []any) (rowIter, error)
+}
+
+// rowIter is the part of *sql.Rows and pgx.Rows that find uses.
+type rowIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+func (c *liteConn) run(ctx context.Context, query string, args []any) (int64, error) {
+	res, err := c.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c *liteConn) rows(ctx context.Context, query string, args []any) (rowIter, error) {
+	return c.QueryContext(ctx, query, args...)
+}
+
+// pgxQuerier is satisfied by *pgx.Conn and pgx.Tx.
+type pgxQuerier interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// pgxExec runs statements on a PostgreSQL connection or transaction; pgx
+// prepares and caches each statement per connection.
+type pgxExec struct{ q pgxQuerier }
+
+func (p pgxExec) run(ctx context.Context, query string, args []any) (int64, error) {
+	tag, err := p.q.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (p pgxExec) rows(ctx context.Context, query string, args []any) (rowIter, error) {
+	r, err := p.q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxRows{r}, nil
+}
+
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error {
+	r.Rows.Close()
+	return r.Rows.Err()
 }
 
 // maxCachedStmts bounds the prepared statements kept per SQLite connection;
@@ -182,14 +242,10 @@ func (t *txn) exec(ctx context.Context, op, query string, args ...any) (int64, e
 		return 0, wrapErr(op, err)
 	}
 	defer done()
-	res, err := t.ex.ExecContext(ctx, query, args...)
+	n, err := t.ex.run(ctx, query, args)
 	if t.s.cfg.hook != nil {
 		t.s.cfg.hook(ctx, query)
 	}
-	if err != nil {
-		return 0, wrapErr(op, err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, wrapErr(op, err)
 	}
@@ -205,7 +261,7 @@ func (t *txn) find(ctx context.Context, op string, dest any, query string, args 
 		return 0, wrapErr(op, err)
 	}
 	defer done()
-	rows, err := t.ex.QueryContext(ctx, query, args...)
+	rows, err := t.ex.rows(ctx, query, args)
 	if t.s.cfg.hook != nil {
 		t.s.cfg.hook(ctx, query)
 	}

@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
@@ -363,32 +364,51 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error, exact b
 }
 
 func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error, exact bool) error {
-	if err := s.enter(actx); err != nil {
-		return err
-	}
-	defer s.leave()
-	tx, err := s.pool.BeginTx(actx, nil)
-	if err != nil {
-		return wrapErr("begin", err)
-	}
-	t := &txn{s: s, ex: tx, deadline: actx, exact: exact, shard: -1}
-	defer func() {
-		t.finished = true
-		_ = tx.Rollback() // no-op after Commit
-	}()
-	if err := fn(t); err != nil {
+	return s.withPgx(actx, func(pc *pgx.Conn) error {
+		tx, err := pc.Begin(actx)
+		if err != nil {
+			return wrapErr("begin", err)
+		}
+		t := &txn{s: s, ex: pgxExec{tx}, deadline: actx, exact: exact, shard: -1}
+		defer func() {
+			t.finished = true
+			_ = tx.Rollback(context.WithoutCancel(actx)) // no-op after Commit
+		}()
+		if err := fn(t); err != nil {
+			if t.abort != nil {
+				return t.abort
+			}
+			return err
+		}
 		if t.abort != nil {
 			return t.abort
 		}
+		if err := tx.Commit(actx); err != nil {
+			return wrapErr("commit", err)
+		}
+		return nil
+	})
+}
+
+// withPgx runs fn with a pgx connection of the pool, taken in arrival order
+// (see Store.gate). The error of fn is returned unchanged.
+func (s *Store) withPgx(ctx context.Context, fn func(*pgx.Conn) error) error {
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	if t.abort != nil {
-		return t.abort
+	defer s.leave()
+	conn, err := s.pool.Conn(ctx)
+	if err != nil {
+		return wrapErr("connect", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return wrapErr("commit", err)
-	}
-	return nil
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		c, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			return fmt.Errorf("gormstore: PostgreSQL driver %T is not pgx's stdlib", dc)
+		}
+		return fn(c.Conn())
+	})
 }
 
 func (s *Store) acquireWriter(ctx context.Context) (*liteConn, error) {
@@ -449,11 +469,13 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 	case s.dialect == postgresDialect:
 		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 		defer cancel()
-		if err := s.enter(actx); err != nil {
-			return zero, err
-		}
-		defer s.leave()
-		return fn(&txn{s: s, ex: s.pool, shard: -1})
+		var out T
+		err := s.withPgx(actx, func(pc *pgx.Conn) error {
+			var err error
+			out, err = fn(&txn{s: s, ex: pgxExec{pc}, shard: -1})
+			return err
+		})
+		return out, err
 	case s.readers != nil:
 		actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 		defer cancel()

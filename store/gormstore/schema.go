@@ -3,6 +3,8 @@ package gormstore
 import (
 	"context"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // schema is the DDL of the store, idempotent so that it runs at every open.
@@ -189,20 +191,22 @@ func (s *Store) migrate() error {
 }
 
 func (s *Store) migratePostgres(ctx context.Context) error {
-	tx, err := s.pool.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(7318002119)"); err != nil {
-		return err
-	}
-	// One round trip: pgx sends a statement without arguments with the
-	// simple protocol, which accepts several statements.
-	if _, err := tx.ExecContext(ctx, strings.Join(s.ddl(), ";\n")); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return s.withPgx(ctx, func(pc *pgx.Conn) error {
+		tx, err := pc.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(7318002119)"); err != nil {
+			return err
+		}
+		// One round trip: a statement without arguments goes with the
+		// simple protocol, which accepts several statements.
+		if _, err := tx.Exec(ctx, strings.Join(s.ddl(), ";\n")); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
 }
 
 func (s *Store) migrateSQLite(ctx context.Context) error {

@@ -3,6 +3,8 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +15,8 @@ import (
 // Bench runs the store benchmarks against a store returned by open (called
 // once per sub-benchmark). The parallel cases use b.RunParallel, so
 // -cpu and b.SetParallelism set the number of concurrent clients; Bench
-// sets 16 goroutines per GOMAXPROCS, which is 32 on two cores.
+// sets 16 goroutines per GOMAXPROCS, which is 32 on two cores. The
+// provisioning cases also report the p50 and p99 latency of a transaction.
 //
 //   - Provision: one generate-session transaction (upsert a known user with a
 //     profile, resolve 3 attributes and 2 groups, set the values, replace the
@@ -82,11 +85,15 @@ func benchProvision(b *testing.B, st store.Store, fresh bool) {
 			}
 		}
 	}
+	var lat latencies
 	b.ReportAllocs()
 	b.SetParallelism(16)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
+		var mine []time.Duration
+		defer func() { lat.add(mine) }()
 		for pb.Next() {
+			start := time.Now()
 			n := benchSeq.Add(1)
 			ext := fmt.Sprint("user-", n%benchUsers)
 			if fresh {
@@ -131,8 +138,33 @@ func benchProvision(b *testing.B, st store.Store, fresh bool) {
 				b.Error(err)
 				return
 			}
+			mine = append(mine, time.Since(start))
 		}
 	})
+	lat.report(b)
+}
+
+// latencies collects the durations of the operations of a parallel
+// benchmark and reports their p50 and p99.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d []time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d...)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(b *testing.B) {
+	if len(l.d) == 0 {
+		return
+	}
+	slices.Sort(l.d)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(l.d[len(l.d)/2]), "p50-ms")
+	b.ReportMetric(ms(l.d[len(l.d)*99/100]), "p99-ms")
 }
 
 func benchExchange(b *testing.B, st store.Store) {
