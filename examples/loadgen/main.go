@@ -10,6 +10,11 @@
 //
 //	go run ./examples/loadgen -mode chat -url http://127.0.0.1:8080 -key sk-acme-admin -c 100 -d 10s
 //
+// Open streams plus arrivals (1,000 streams held open, their starts spread
+// over 5 s, and 200 new streams per second measured on their own):
+//
+//	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s
+//
 // The session mode first sends one creator-mode request that defines the
 // attributes and groups it uses in the embed tenant "loadgen-tenant", so it
 // works against any account with the useCreatorMode flag.
@@ -46,6 +51,7 @@ func main() {
 	flag.IntVar(&cfg.users, "users", 1000, "pool of distinct external users")
 	flag.Float64Var(&cfg.rate, "rate", 0, "chat: new streams per second on top of -c open ones (0: closed loop)")
 	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
+	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -70,7 +76,7 @@ type config struct {
 	mode, url, key, account, agent, question string
 	deployment                               int64
 	concurrency, users                       int
-	duration                                 time.Duration
+	duration, ramp                           time.Duration
 	rate                                     float64
 }
 
@@ -218,7 +224,9 @@ type chatLine struct {
 
 type chatStats struct {
 	firstLine, turn latencies
-	lines, errs     atomic.Int64
+	// arrivals: time to first line of the open-loop (-rate) streams alone.
+	arrivals    latencies
+	lines, errs atomic.Int64
 }
 
 func runChat(ctx context.Context, cfg config) error {
@@ -231,10 +239,17 @@ func runChat(ctx context.Context, cfg config) error {
 	start := time.Now()
 	var wg sync.WaitGroup
 	// Closed loop: c streams, each asking again when its turn ends.
-	for range cfg.concurrency {
+	for i := range cfg.concurrency {
 		wg.Go(func() {
+			if cfg.ramp > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(cfg.ramp * time.Duration(i) / time.Duration(cfg.concurrency)):
+				}
+			}
 			for ctx.Err() == nil {
-				chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st)
+				chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, nil)
 			}
 		})
 	}
@@ -248,7 +263,7 @@ func runChat(ctx context.Context, cfg config) error {
 				case <-ctx.Done():
 					return
 				case <-tick.C:
-					wg.Go(func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st) })
+					wg.Go(func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, &st.arrivals) })
 				}
 			}
 		})
@@ -260,10 +275,14 @@ func runChat(ctx context.Context, cfg config) error {
 	fmt.Printf("  lines/s %.0f\n", float64(st.lines.Load())/elapsed.Seconds())
 	fmt.Printf("  time to first line p50 %s  p99 %s  max %s\n", st.firstLine.percentile(0.5), st.firstLine.percentile(0.99), st.firstLine.percentile(1))
 	fmt.Printf("  turn latency       p50 %s  p99 %s  max %s\n", st.turn.percentile(0.5), st.turn.percentile(0.99), st.turn.percentile(1))
+	if cfg.rate > 0 {
+		fmt.Printf("  arrivals (%d): time to first line p50 %s  p99 %s  max %s\n", st.arrivals.count(),
+			st.arrivals.percentile(0.5), st.arrivals.percentile(0.99), st.arrivals.percentile(1))
+	}
 	return nil
 }
 
-func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *chatStats) {
+func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *chatStats, arrival *latencies) {
 	body := map[string]any{
 		"input": cfg.question,
 		"sessionSettings": map[string]any{
@@ -290,6 +309,9 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 	for sc.Scan() {
 		if first {
 			st.firstLine.add(time.Since(t0))
+			if arrival != nil {
+				arrival.add(time.Since(t0))
+			}
 			first = false
 		}
 		st.lines.Add(1)
