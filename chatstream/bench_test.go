@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -185,4 +186,35 @@ func BenchmarkParallelTurns(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "turns/s")
+}
+
+// BenchmarkAbortLatency starts a turn whose agent waits, aborts it, and
+// reports the time from the abort's 204 to the end of the stream (p50, p99).
+func BenchmarkAbortLatency(b *testing.B) {
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("partial "), chatstreamtest.Pause(time.Minute),
+	}}
+	e := benchEnv(b, agent)
+	ctx := b.Context()
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprintf("abort-bench-%d", i)
+		_, wait := streamUntil(b, ctx, e.client, chatstream.Request{Input: "wait", ChatID: id, SessionSettings: ext("abort-bench")},
+			func(m chatstream.Message) bool { return isContent(m) })
+		if err := e.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "abort-bench"}); err != nil {
+			b.Fatal(err)
+		}
+		acked := time.Now()
+		_, end, err := wait()
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The stream may end before the client has read the 204: count 0.
+		lat = append(lat, max(0, end.Sub(acked)))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
