@@ -78,6 +78,105 @@ func (p pgxExec) rows(ctx context.Context, query string, args []any) (rowIter, e
 	return pgxRows{r}, nil
 }
 
+// pgxTx runs the statements of one PostgreSQL transaction on a connection.
+// BEGIN is not sent on its own: it travels in one batch with the first
+// statement, which saves a round trip per transaction.
+type pgxTx struct {
+	conn  *pgx.Conn
+	begun bool
+}
+
+func (p *pgxTx) first(ctx context.Context, query string, args []any) pgx.BatchResults {
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(query, args...)
+	br := p.conn.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return errBatch{err}
+	}
+	p.begun = true
+	return br
+}
+
+func (p *pgxTx) run(ctx context.Context, query string, args []any) (int64, error) {
+	if p.begun {
+		return pgxExec{p.conn}.run(ctx, query, args)
+	}
+	br := p.first(ctx, query, args)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (p *pgxTx) rows(ctx context.Context, query string, args []any) (rowIter, error) {
+	if p.begun {
+		return pgxExec{p.conn}.rows(ctx, query, args)
+	}
+	br := p.first(ctx, query, args)
+	r, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return pgxBatchRows{pgxRows{r}, br}, nil
+}
+
+// commit ends the transaction. A transaction that failed on the server
+// answers COMMIT with ROLLBACK, which is an error here.
+func (p *pgxTx) commit(ctx context.Context) error {
+	if !p.begun {
+		return nil
+	}
+	tag, err := p.conn.Exec(ctx, "COMMIT")
+	p.begun = false
+	if err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+func (p *pgxTx) rollback(ctx context.Context) {
+	if p.begun {
+		p.begun = false
+		_, _ = p.conn.Exec(ctx, "ROLLBACK")
+	}
+}
+
+// pgxBatchRows closes the batch with its rows.
+type pgxBatchRows struct {
+	pgxRows
+	br pgx.BatchResults
+}
+
+func (r pgxBatchRows) Close() error {
+	err := r.pgxRows.Close()
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// errBatch is a pgx.BatchResults that failed before its second statement.
+type errBatch struct{ err error }
+
+func (e errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, e.err }
+func (e errBatch) Query() (pgx.Rows, error)         { return nil, e.err }
+func (e errBatch) QueryRow() pgx.Row                { return errRow{e.err} }
+func (e errBatch) Close() error                     { return nil }
+
+type errRow struct{ err error }
+
+func (e errRow) Scan(...any) error { return e.err }
+
 type pgxRows struct{ pgx.Rows }
 
 func (r pgxRows) Close() error {

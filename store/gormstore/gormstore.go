@@ -323,11 +323,18 @@ func (s *Store) Close() error {
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
 // InTx runs fn in one transaction; see [store.Store.InTx]. On SQLite the
-// transaction waits its turn for the writer connection (FIFO) and starts with
-// BEGIN IMMEDIATE. Transient failures (busy, locked, serialization failure,
-// deadlock) are retried up to [WithMaxRetries] times, calling fn again. Each
-// attempt is bounded by [WithQueryTimeout]: an attempt that runs out of time
-// is rolled back and reported with an error wrapping [store.ErrUnavailable].
+// transaction waits its turn for the writer connection (FIFO) and may share
+// one database transaction, and one commit, with the transactions waiting
+// behind it, each in its own savepoint (see writer.go). Transient failures
+// (busy, locked, serialization failure, deadlock) are retried up to
+// [WithMaxRetries] times, calling fn again. Each attempt is bounded by
+// [WithQueryTimeout]: an attempt that runs out of time is rolled back and
+// reported with an error wrapping [store.ErrUnavailable].
+//
+// On PostgreSQL a statement that fails aborts the transaction: if fn
+// ignores such an error and returns nil, InTx returns an error and commits
+// nothing. On SQLite the failed statement alone is undone and the rest of fn
+// is committed.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
@@ -365,14 +372,11 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error, exact b
 
 func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error, exact bool) error {
 	return s.withPgx(actx, func(pc *pgx.Conn) error {
-		tx, err := pc.Begin(actx)
-		if err != nil {
-			return wrapErr("begin", err)
-		}
-		t := &txn{s: s, ex: pgxExec{tx}, deadline: actx, exact: exact, shard: -1}
+		tx := &pgxTx{conn: pc}
+		t := &txn{s: s, ex: tx, deadline: actx, exact: exact, shard: -1}
 		defer func() {
 			t.finished = true
-			_ = tx.Rollback(context.WithoutCancel(actx)) // no-op after Commit
+			tx.rollback(context.WithoutCancel(actx)) // no-op after commit
 		}()
 		if err := fn(t); err != nil {
 			if t.abort != nil {
@@ -383,7 +387,7 @@ func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error
 		if t.abort != nil {
 			return t.abort
 		}
-		if err := tx.Commit(actx); err != nil {
+		if err := tx.commit(actx); err != nil {
 			return wrapErr("commit", err)
 		}
 		return nil

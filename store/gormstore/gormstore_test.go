@@ -373,3 +373,42 @@ func TestTwoStoresOneFile(t *testing.T) {
 		t.Errorf("deleted %d users, want 160", deleted.Load())
 	}
 }
+
+// TestIgnoredStatementError pins down what happens when fn ignores the
+// error of a failed statement and returns nil: PostgreSQL cannot commit the
+// aborted transaction (InTx reports it, nothing is kept); SQLite undoes the
+// failed statement only.
+func TestIgnoredStatementError(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			st := testdb.Open(t, backend)
+			ctx := t.Context()
+			a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			th := store.Thread{AccountID: a.ID, ChatID: "c", AgentID: "7", UserID: u.ID}
+			err = st.InTx(ctx, func(tx store.Tx) error {
+				if err := tx.CreateThread(ctx, th); err != nil {
+					return err
+				}
+				if err := tx.CreateThread(ctx, th); !errors.Is(err, store.ErrConflict) {
+					t.Errorf("duplicate CreateThread: err = %v, want ErrConflict", err)
+				}
+				return nil // ignores the conflict
+			})
+			_, terr := st.Thread(ctx, a.ID, "c")
+			if backend == testdb.Postgres {
+				if err == nil || !errors.Is(terr, store.ErrNotFound) {
+					t.Errorf("InTx err = %v, thread err = %v; want an error and no thread", err, terr)
+				}
+			} else if err != nil || terr != nil {
+				t.Errorf("InTx err = %v, thread err = %v; want the first thread committed", err, terr)
+			}
+		})
+	}
+}
