@@ -1,0 +1,310 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/embedkit/embedkit/chatstream"
+)
+
+// claimAttempts bounds Claim's retries when the running claim it found
+// ended before it could be read.
+const claimAttempts = 5
+
+// maxWriteBytes splits a large write of lines into several INSERTs of one
+// transaction.
+const maxWriteBytes = 4 << 20
+
+// claimedTurn is a [chatstream.ClaimedTurn] of a [Cluster].
+type claimedTurn struct {
+	c       *Cluster
+	id      string
+	key     chatstream.ThreadKey
+	aborted chan struct{}
+	once    sync.Once
+
+	// Guarded by c.mu.
+	live     bool              // the claim is committed: renew and poll it
+	buf      []chatstream.Line // published, not yet written
+	next     int               // seq of buf[0]
+	released bool
+
+	relOnce sync.Once
+	relErr  error
+}
+
+// Claim implements [chatstream.Cluster]: one INSERT ... ON CONFLICT DO
+// UPDATE that takes the thread when its last claim ended or expired.
+func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64) (chatstream.ClaimedTurn, error) {
+	ct := &claimedTurn{c: c, id: newTurnID(), key: key, aborted: make(chan struct{})}
+	// Registered before the INSERT, so that an abort notification sent
+	// right after the commit finds it.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c.claims[ct.id] = ct
+	c.mu.Unlock()
+
+	drop := func() {
+		c.mu.Lock()
+		delete(c.claims, ct.id)
+		c.mu.Unlock()
+	}
+	for range claimAttempts {
+		var got string
+		err := c.pool.QueryRow(ctx, `INSERT INTO embedkit_turns AS t
+				(account_id, chat_id, turn_id, owner, user_id, claimed_at, heartbeat_at, abort_requested, ended_at)
+			VALUES ($1, $2, $3, $4, $5, now(), now(), false, NULL)
+			ON CONFLICT (account_id, chat_id) DO UPDATE SET
+				turn_id = EXCLUDED.turn_id, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
+				claimed_at = now(), heartbeat_at = now(), abort_requested = false, ended_at = NULL
+			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < now() - make_interval(secs => $6)
+			RETURNING turn_id`,
+			key.AccountID, key.ChatID, ct.id, c.cfg.replicaID, userID, secs(c.cfg.lease)).Scan(&got)
+		if err == nil {
+			c.mu.Lock()
+			ct.live = true
+			c.mu.Unlock()
+			return ct, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			drop()
+			return nil, fmt.Errorf("pgcluster: claim turn: %w", err)
+		}
+		// A claim exists and was live when the INSERT looked.
+		var owner int64
+		var live bool
+		err = c.pool.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $3)
+			FROM embedkit_turns WHERE account_id = $1 AND chat_id = $2`,
+			key.AccountID, key.ChatID, secs(c.cfg.lease)).Scan(&owner, &live)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // deleted meanwhile: try again
+		case err != nil:
+			drop()
+			return nil, fmt.Errorf("pgcluster: read running turn: %w", err)
+		case live:
+			drop()
+			return nil, &chatstream.TurnElsewhereError{UserID: owner}
+		}
+		// It ended or expired meanwhile: try again.
+	}
+	drop()
+	return nil, fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
+}
+
+// Publish implements [chatstream.ClaimedTurn].
+func (ct *claimedTurn) Publish(lines []chatstream.Line) {
+	if len(lines) == 0 {
+		return
+	}
+	c := ct.c
+	c.mu.Lock()
+	if ct.released || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	ct.buf = append(ct.buf, lines...)
+	c.mu.Unlock()
+	signal(c.flushSig)
+}
+
+// Aborted implements [chatstream.ClaimedTurn].
+func (ct *claimedTurn) Aborted() <-chan struct{} { return ct.aborted }
+
+func (ct *claimedTurn) abort() { ct.once.Do(func() { close(ct.aborted) }) }
+
+// Release implements [chatstream.ClaimedTurn]: the remaining lines, an eof
+// row, ended_at and the notification in one transaction.
+func (ct *claimedTurn) Release(ctx context.Context, final []chatstream.Line) error {
+	ct.relOnce.Do(func() { ct.relErr = ct.release(ctx, final) })
+	return ct.relErr
+}
+
+func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) error {
+	c := ct.c
+	c.mu.Lock()
+	ct.released = true
+	delete(c.claims, ct.id) // no more renewal, polls or notifications
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+
+	c.flushMu.Lock() // after any write of this turn's earlier lines
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	p := pending{ct: ct, first: ct.next, lines: append(ct.buf, final...)}
+	ct.buf = nil
+	ct.next += len(p.lines)
+	c.mu.Unlock()
+
+	ended, err := c.writeLines(ctx, []pending{p}, ct)
+	if err != nil {
+		return fmt.Errorf("pgcluster: release turn: %w", err)
+	}
+	if !ended {
+		return fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost)
+	}
+	return nil
+}
+
+// pending are lines of one turn to write, from seq first on.
+type pending struct {
+	ct    *claimedTurn
+	first int
+	lines []chatstream.Line
+}
+
+// flushLoop writes the buffered lines of all claims, at most once per
+// publish interval, until the cluster closes; then it writes them once more.
+func (c *Cluster) flushLoop() {
+	defer c.wg.Done()
+	var last time.Time
+	for {
+		select {
+		case <-c.flushSig:
+		case <-c.ctx.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := c.flush(ctx); err != nil {
+				c.cfg.log.LogAttrs(ctx, slog.LevelWarn, "pgcluster: last write of lines failed",
+					slog.String("replica", c.cfg.replicaID), slog.String("error", err.Error()))
+			}
+			cancel()
+			return
+		}
+		if wait := c.cfg.publishInterval - time.Since(last); wait > 0 && !c.sleep(wait) {
+			continue // closing: the case above writes the rest
+		}
+		last = time.Now()
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		err := c.flush(ctx)
+		cancel()
+		if err != nil {
+			c.warn("pgcluster: write of lines failed; retrying", err)
+			signal(c.flushSig) // the lines went back to their buffers
+		}
+	}
+}
+
+// flush writes the buffered lines of every claim in one transaction; on
+// failure they go back to their buffers.
+func (c *Cluster) flush(ctx context.Context) error {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	var ps []pending
+	for _, ct := range c.claims {
+		if len(ct.buf) > 0 {
+			ps = append(ps, pending{ct: ct, first: ct.next, lines: ct.buf})
+			ct.next += len(ct.buf)
+			ct.buf = nil
+		}
+	}
+	c.mu.Unlock()
+	if len(ps) == 0 {
+		return nil
+	}
+	if _, err := c.writeLines(ctx, ps, nil); err != nil {
+		c.mu.Lock()
+		for _, p := range ps {
+			p.ct.buf = append(p.lines, p.ct.buf...)
+			p.ct.next = p.first
+		}
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// writeLines inserts the lines of ps, and for end its eof row and ended_at,
+// and notifies their readers, in one implicit transaction (one round trip).
+// ended reports whether end's claim was still this process's.
+func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn) (ended bool, err error) {
+	c.flushes.Add(1)
+	var (
+		b       pgx.Batch
+		ids     []string
+		seqs    []int32
+		sorts   []int64
+		states  []bool
+		eofs    []bool
+		datas   [][]byte
+		size    int
+		inserts int
+		turns   []string
+	)
+	queue := func() {
+		if len(ids) == 0 {
+			return
+		}
+		b.Queue(`INSERT INTO embedkit_turn_lines (turn_id, seq, sort, state, eof, data)
+			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::boolean[], $5::boolean[], $6::bytea[])
+			ON CONFLICT (turn_id, seq) DO NOTHING`, ids, seqs, sorts, states, eofs, datas)
+		inserts++
+		ids, seqs, sorts, states, eofs, datas, size = nil, nil, nil, nil, nil, nil, 0
+	}
+	add := func(id string, seq int, l chatstream.Line, eof bool) {
+		ids = append(ids, id)
+		seqs = append(seqs, int32(seq))
+		sorts = append(sorts, l.Sort)
+		states = append(states, l.State)
+		eofs = append(eofs, eof)
+		data := l.Data
+		if data == nil {
+			data = []byte{}
+		}
+		datas = append(datas, data)
+		size += len(data) + 64
+		if size >= maxWriteBytes {
+			queue()
+		}
+	}
+	for _, p := range ps {
+		for i, l := range p.lines {
+			add(p.ct.id, p.first+i, l, false)
+		}
+		if p.ct == end {
+			add(end.id, p.first+len(p.lines), chatstream.Line{}, true)
+		}
+		turns = append(turns, p.ct.id)
+	}
+	queue()
+	if end != nil {
+		b.Queue(`UPDATE embedkit_turns SET ended_at = now(), heartbeat_at = now()
+			WHERE turn_id = $1 AND ended_at IS NULL`, end.id)
+	}
+	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
+
+	br := c.pool.SendBatch(ctx, &b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	for range inserts {
+		if _, err := br.Exec(); err != nil {
+			return false, err
+		}
+	}
+	if end != nil {
+		tag, err := br.Exec()
+		if err != nil {
+			return false, err
+		}
+		ended = tag.RowsAffected() == 1
+	}
+	if _, err := br.Exec(); err != nil {
+		return false, err
+	}
+	return ended, nil
+}

@@ -1,0 +1,48 @@
+// Package pgcluster implements [chatstream.Cluster] on PostgreSQL alone,
+// with pgx: the replicas of a server that share one database share their
+// running chat turns through two tables and LISTEN/NOTIFY, with no other
+// infrastructure.
+//
+//	cl, err := pgcluster.New(ctx, "postgres://app@db/app?sslmode=require",
+//		pgcluster.WithLogger(log))
+//	if err != nil {
+//		return err
+//	}
+//	defer cl.Close() // after the chat handler's Shutdown
+//
+// # How it works
+//
+// New creates, if missing, two tables in the first schema of the DSN's
+// search_path:
+//
+//	embedkit_turns       one row per thread: its last claim (turn id, owner
+//	                     replica, user, heartbeat, abort flag, end time)
+//	embedkit_turn_lines  the running turns' logs: (turn_id, seq) → sort,
+//	                     data; an eof row marks the end of a turn
+//
+// Claim is one INSERT ... ON CONFLICT DO UPDATE that succeeds only when the
+// thread's last claim ended or its heartbeat is older than the lease
+// ([WithLeaseTimeout]); each replica renews all of its claims with one UPDATE
+// per heartbeat ([WithHeartbeat]), so a crashed replica's turns can be taken
+// over once their lease expires. Time is the database's clock (now()), so
+// replicas' clocks do not matter.
+//
+// Abort sets abort_requested and calls pg_notify('embedkit_abort', turn id)
+// in one statement. Every replica keeps one dedicated connection that
+// LISTENs; the owner closes the turn's [chatstream.ClaimedTurn.Aborted] as
+// the notification arrives. A poll of abort requests ([WithPollInterval])
+// catches notifications lost while that connection was down; it is
+// reconnected with backoff and polls at once after reconnecting.
+//
+// Published lines are buffered in memory; one flusher per Cluster writes the
+// buffered lines of all its turns in one multi-row INSERT at most every
+// publish interval ([WithPublishInterval]) and notifies 'embedkit_lines' with
+// the turn ids, which wakes the readers of those turns on every replica
+// ([chatstream.RemoteTurn.Next]), fanned out from the LISTEN connection
+// through channels, with a poll as fallback. Release writes the rest, an eof
+// row and ended_at in one transaction. Lines of ended turns are deleted after
+// [WithRetention] by whichever replica takes an advisory lock first.
+//
+// [WithListen](false) runs without LISTEN, by polling alone, for connection
+// poolers in transaction mode (PgBouncer) that cannot hold a LISTEN.
+package pgcluster

@@ -1,0 +1,161 @@
+package pgcluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	// DefaultHeartbeat is how often a replica renews its claims unless
+	// [WithHeartbeat] says otherwise.
+	DefaultHeartbeat = time.Second
+	// DefaultLeaseTimeout is how long a claim outlives its last heartbeat
+	// unless [WithLeaseTimeout] says otherwise.
+	DefaultLeaseTimeout = 5 * time.Second
+	// DefaultPublishInterval is the least time between two writes of
+	// published lines unless [WithPublishInterval] says otherwise.
+	DefaultPublishInterval = 50 * time.Millisecond
+	// DefaultPollInterval is how often abort requests and idle remote turns
+	// are polled, as a fallback to notifications, unless [WithPollInterval]
+	// says otherwise.
+	DefaultPollInterval = 500 * time.Millisecond
+	// DefaultRetention is how long the lines of an ended turn stay readable
+	// unless [WithRetention] says otherwise.
+	DefaultRetention = time.Minute
+)
+
+// Option configures a [Cluster].
+type Option func(*config)
+
+type config struct {
+	replicaID       string
+	heartbeat       time.Duration
+	lease           time.Duration
+	publishInterval time.Duration
+	pollInterval    time.Duration
+	retention       time.Duration
+	listen          bool
+	log             *slog.Logger
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		heartbeat:       DefaultHeartbeat,
+		lease:           DefaultLeaseTimeout,
+		publishInterval: DefaultPublishInterval,
+		pollInterval:    DefaultPollInterval,
+		retention:       DefaultRetention,
+		listen:          true,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.replicaID == "" {
+		c.replicaID = defaultReplicaID()
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// defaultReplicaID is the host name (when known) and 48 random bits.
+func defaultReplicaID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // never fails (Go 1.24+)
+	id := hex.EncodeToString(b[:])
+	if h, err := os.Hostname(); err == nil && h != "" {
+		if len(h) > 40 {
+			h = h[:40]
+		}
+		id = h + "-" + id
+	}
+	return id
+}
+
+// WithReplicaID names this process in the claims it writes (the owner
+// column) and in the application_name of its LISTEN connection. Each
+// process must have its own. Default: the host name and a random suffix,
+// new at every [New]. An empty id is ignored.
+func WithReplicaID(id string) Option {
+	return func(c *config) {
+		if id != "" {
+			c.replicaID = id
+		}
+	}
+}
+
+// WithHeartbeat sets how often the replica renews all of its live claims
+// (one UPDATE per heartbeat). It must be shorter than the lease timeout.
+// Default: [DefaultHeartbeat] (1 s). Values ≤ 0 are ignored.
+func WithHeartbeat(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.heartbeat = d
+		}
+	}
+}
+
+// WithLeaseTimeout sets how long after its last heartbeat a claim counts as
+// dead (its replica crashed or lost the database): the thread can then run
+// a new turn anywhere, and readers of the dead turn end with
+// [chatstream.ErrTurnLost]. Use the same value on every replica. Default:
+// [DefaultLeaseTimeout] (5 s). Values ≤ 0 are ignored.
+func WithLeaseTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.lease = d
+		}
+	}
+}
+
+// WithPublishInterval sets the least time between two writes of published
+// lines (one multi-row INSERT for all of the replica's turns). Remote
+// readers see lines this much later at most, plus the write. Default:
+// [DefaultPublishInterval] (50 ms). Values ≤ 0 are ignored.
+func WithPublishInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.publishInterval = d
+		}
+	}
+}
+
+// WithPollInterval sets how often the replica polls the abort requests of
+// its turns, and how long a remote reader waits for a notification before
+// it reads again: the fallback when a notification is lost. Default:
+// [DefaultPollInterval] (500 ms). Values ≤ 0 are ignored.
+func WithPollInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.pollInterval = d
+		}
+	}
+}
+
+// WithRetention sets how long the lines of an ended (or dead) turn stay in
+// the database, for readers that joined late. Default: [DefaultRetention]
+// (1 minute). Values ≤ 0 are ignored.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.retention = d
+		}
+	}
+}
+
+// WithListen turns LISTEN on or off. Off, the replica holds no dedicated
+// connection and learns of aborts and new lines by polling alone
+// ([WithPollInterval]); use it behind a pooler in transaction mode
+// (PgBouncer), which cannot hold a LISTEN. Notifications are sent either
+// way. Default: on.
+func WithListen(on bool) Option { return func(c *config) { c.listen = on } }
+
+// WithLogger sets where background failures (heartbeats, writes of lines,
+// the LISTEN connection) are logged. The DSN is never logged. Default:
+// nothing is logged.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }

@@ -1,0 +1,724 @@
+package pgcluster_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/pgcluster"
+	"github.com/embedkit/embedkit/internal/testdb"
+)
+
+// fast are options that keep the tests short.
+var fast = []pgcluster.Option{
+	pgcluster.WithHeartbeat(50 * time.Millisecond),
+	pgcluster.WithLeaseTimeout(500 * time.Millisecond),
+	pgcluster.WithPollInterval(100 * time.Millisecond),
+}
+
+// open returns a cluster on dsn, closed in t.Cleanup.
+func open(t testing.TB, dsn string, opts ...pgcluster.Option) *pgcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgcluster.New(ctx, dsn, append(slices.Clone(fast), opts...)...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// replicas returns two clusters on one fresh schema: two replicas.
+func replicas(t testing.TB, optsA, optsB []pgcluster.Option) (dsn string, a, b *pgcluster.Cluster) {
+	t.Helper()
+	dsn = testdb.OpenDSN(t, testdb.Postgres)
+	a = open(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("a")}, optsA...)...)
+	b = open(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("b")}, optsB...)...)
+	return dsn, a, b
+}
+
+func key(chatID string) chatstream.ThreadKey {
+	return chatstream.ThreadKey{AccountID: 1, ChatID: chatID}
+}
+
+func mkLines(from, n int) []chatstream.Line {
+	out := make([]chatstream.Line, n)
+	for i := range out {
+		s := int64(from + i + 1)
+		out[i] = chatstream.Line{Sort: s, Data: []byte(`{"sort":` + strconv.FormatInt(s, 10) + "}\n")}
+	}
+	return out
+}
+
+// readAll reads rt from line 0 until done or an error.
+func readAll(ctx context.Context, rt chatstream.RemoteTurn) ([]chatstream.Line, error) {
+	var got []chatstream.Line
+	for {
+		lines, done, err := rt.Next(ctx, len(got))
+		got = append(got, lines...)
+		if err != nil || done {
+			return got, err
+		}
+	}
+}
+
+func sameLines(t *testing.T, got, want []chatstream.Line) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("read %d lines, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Sort != want[i].Sort || got[i].State != want[i].State || !bytes.Equal(got[i].Data, want[i].Data) {
+			t.Fatalf("line %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-ch:
+		return time.Since(start)
+	case <-time.After(within):
+		t.Fatalf("%s: not within %v", what, within)
+		return 0
+	}
+}
+
+func TestClaimOnOtherReplicaIsElsewhere(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("A.Claim: %v", err)
+	}
+	for _, user := range []int64{7, 8} {
+		_, err := b.Claim(ctx, key("c1"), user)
+		e, ok := errors.AsType[*chatstream.TurnElsewhereError](err)
+		if !ok || !errors.Is(err, chatstream.ErrTurnElsewhere) {
+			t.Fatalf("B.Claim by user %d: err = %v, want a *TurnElsewhereError", user, err)
+		}
+		if e.UserID != 7 {
+			t.Errorf("B.Claim by user %d: UserID = %d, want 7", user, e.UserID)
+		}
+	}
+	// The same replica cannot claim twice either.
+	if _, err := a.Claim(ctx, key("c1"), 7); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+		t.Errorf("A.Claim again: err = %v, want ErrTurnElsewhere", err)
+	}
+	// Another thread of the account is free.
+	if other, err := b.Claim(ctx, key("c2"), 7); err != nil {
+		t.Errorf("B.Claim of another thread: %v", err)
+	} else {
+		_ = other.Release(ctx, nil)
+	}
+	if err := ct.Release(ctx, mkLines(0, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	next, err := b.Claim(ctx, key("c1"), 8)
+	if err != nil {
+		t.Fatalf("B.Claim after Release: %v", err)
+	}
+	if err := next.Release(ctx, nil); err != nil {
+		t.Fatalf("B.Release: %v", err)
+	}
+	if err := ct.Release(ctx, nil); err != nil {
+		t.Errorf("second Release = %v, want nil", err)
+	}
+}
+
+func TestJoinStreamsLinesInOrder(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	if _, ok, err := b.Join(ctx, key("c1")); ok || err != nil {
+		t.Fatalf("Join without a turn = ok %v, err %v; want false, nil", ok, err)
+	}
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = ok %v, err %v; want a turn", ok, err)
+	}
+	if rt.UserID() != 7 {
+		t.Errorf("UserID = %d, want 7", rt.UserID())
+	}
+
+	// Two readers on B, one on A itself.
+	type result struct {
+		lines []chatstream.Line
+		err   error
+	}
+	results := make(chan result, 3)
+	rtA, ok, err := a.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("A.Join = ok %v, err %v; want a turn", ok, err)
+	}
+	for _, r := range []chatstream.RemoteTurn{rt, rt, rtA} {
+		go func() {
+			lines, err := readAll(ctx, r)
+			results <- result{lines, err}
+		}()
+	}
+
+	var want []chatstream.Line
+	for i := range 40 { // one piece at a time, as an agent streams
+		l := mkLines(i, 1)
+		ct.Publish(l)
+		want = append(want, l...)
+		time.Sleep(2 * time.Millisecond)
+	}
+	final := mkLines(40, 2)
+	final[1].State = true
+	want = append(want, final...)
+	if err := ct.Release(ctx, final); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for range 3 {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("reader: %v", r.err)
+		}
+		sameLines(t, r.lines, want)
+	}
+
+	// A reader that joined before the end reads everything afterwards too.
+	lines, err := readAll(ctx, rt)
+	if err != nil {
+		t.Fatalf("late read: %v", err)
+	}
+	sameLines(t, lines, want)
+	if _, ok, _ := b.Join(ctx, key("c1")); ok {
+		t.Error("Join after Release found a running turn")
+	}
+}
+
+func TestReleaseWithoutLinesEndsEmpty(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = ok %v, err %v", ok, err)
+	}
+	if err := ct.Release(ctx, nil); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	lines, done, err := rt.Next(ctx, 0)
+	if len(lines) != 0 || !done || err != nil {
+		t.Fatalf("Next = %d lines, done %v, err %v; want 0, true, nil", len(lines), done, err)
+	}
+}
+
+func TestAbortOnOtherReplicaClosesAborted(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	if ok, err := b.Abort(ctx, key("c1")); ok || err != nil {
+		t.Fatalf("Abort without a turn = %v, %v; want false, nil", ok, err)
+	}
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ok, err := b.Abort(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Abort = %v, %v; want true, nil", ok, err)
+	}
+	d := waitClosed(t, ct.Aborted(), 5*time.Second, "Aborted after Abort on B")
+	t.Logf("abort reached A %v after B's Abort returned", d)
+	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
+		t.Errorf("second Abort = %v, %v; want true, nil (idempotent)", ok, err)
+	}
+	if err := ct.Release(ctx, mkLines(0, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if ok, err := b.Abort(ctx, key("c1")); ok || err != nil {
+		t.Errorf("Abort after Release = %v, %v; want false, nil", ok, err)
+	}
+	// The next turn of the thread starts unaborted.
+	ct2, err := b.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	select {
+	case <-ct2.Aborted():
+		t.Error("a new claim starts aborted")
+	case <-time.After(300 * time.Millisecond):
+	}
+	_ = ct2.Release(ctx, nil)
+}
+
+func TestAbortOnSameReplica(t *testing.T) {
+	t.Parallel()
+	_, a, _ := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if ok, err := a.Abort(ctx, key("c1")); !ok || err != nil {
+		t.Fatalf("Abort = %v, %v", ok, err)
+	}
+	select {
+	case <-ct.Aborted():
+	default:
+		t.Error("Aborted not closed when Abort returned on the owner")
+	}
+	_ = ct.Release(ctx, nil)
+}
+
+func TestAbortWithoutNotificationsArrivesByPolling(t *testing.T) {
+	t.Parallel()
+	// A does not LISTEN: the abort reaches it through the poll alone.
+	_, a, b := replicas(t, []pgcluster.Option{pgcluster.WithListen(false)}, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
+		t.Fatalf("Abort = %v, %v", ok, err)
+	}
+	d := waitClosed(t, ct.Aborted(), 5*time.Second, "Aborted by polling")
+	t.Logf("abort reached A by polling after %v (poll interval 100ms)", d)
+
+	// Readers without notifications poll too.
+	ct2, err := a.Claim(ctx, key("c2"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	rt, ok, err := a.Join(ctx, key("c2"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	done := make(chan []chatstream.Line, 1)
+	go func() {
+		lines, _ := readAll(ctx, rt)
+		done <- lines
+	}()
+	ct2.Publish(mkLines(0, 3))
+	if err := ct2.Release(ctx, mkLines(3, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case lines := <-done:
+		sameLines(t, lines, mkLines(0, 4))
+	case <-time.After(5 * time.Second):
+		t.Fatal("reader without notifications did not finish")
+	}
+}
+
+func TestAbortAfterListenConnectionDropped(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := replicas(t, []pgcluster.Option{pgcluster.WithReplicaID("a-" + strconv.FormatInt(time.Now().UnixNano(), 36))}, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
+		"embedkit-listen "+a.ReplicaID()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminate A's LISTEN connection: %d terminated, err %v", n, err)
+	}
+	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
+		t.Fatalf("Abort = %v, %v", ok, err)
+	}
+	d := waitClosed(t, ct.Aborted(), 5*time.Second, "Aborted after the LISTEN connection dropped")
+	t.Logf("abort reached A %v after its LISTEN connection was cut", d)
+	_ = ct.Release(ctx, nil)
+
+	// A listens again: the next abort arrives by notification.
+	ct2, err := a.Claim(ctx, key("c2"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+			"embedkit-listen "+a.ReplicaID()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A did not reconnect its LISTEN connection")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ok, err := b.Abort(ctx, key("c2")); !ok || err != nil {
+		t.Fatalf("Abort = %v, %v", ok, err)
+	}
+	waitClosed(t, ct2.Aborted(), 5*time.Second, "Aborted after reconnecting")
+	_ = ct2.Release(ctx, nil)
+}
+
+func TestCrashedReplicaIsTakenOver(t *testing.T) {
+	t.Parallel()
+	short := []pgcluster.Option{pgcluster.WithHeartbeat(50 * time.Millisecond), pgcluster.WithLeaseTimeout(300 * time.Millisecond)}
+	_, a, b := replicas(t, short, short)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ct.Publish(mkLines(0, 2))
+
+	// Heartbeats keep the claim alive well past the lease.
+	time.Sleep(700 * time.Millisecond)
+	if _, err := b.Claim(ctx, key("c1"), 8); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+		t.Fatalf("Claim of a renewed claim: err = %v, want ErrTurnElsewhere", err)
+	}
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+
+	_ = a.Close() // a crash: no Release
+
+	lines, err := readAll(ctx, rt)
+	if !errors.Is(err, chatstream.ErrTurnLost) {
+		t.Fatalf("reader of a dead turn: err = %v, want ErrTurnLost", err)
+	}
+	sameLines(t, lines, mkLines(0, 2))
+
+	var ct2 chatstream.ClaimedTurn
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ct2, err = b.Claim(ctx, key("c1"), 8)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, chatstream.ErrTurnElsewhere) || time.Now().After(deadline) {
+			t.Fatalf("Claim after the lease: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := ct2.Release(ctx, nil); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func TestTakenOverClaimIsAborted(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	// A stalls (say its database connection hung) past the lease, and B
+	// takes the thread over.
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `UPDATE embedkit_turns SET heartbeat_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	ct2, err := b.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	waitClosed(t, ct.Aborted(), 5*time.Second, "Aborted of the claim taken over")
+	if err := ct.Release(ctx, nil); !errors.Is(err, chatstream.ErrTurnLost) {
+		t.Errorf("Release of the claim taken over = %v, want ErrTurnLost", err)
+	}
+	if _, ok, _ := a.Join(ctx, key("c1")); !ok {
+		t.Error("the old owner's Release ended the new turn")
+	}
+	_ = ct2.Release(ctx, nil)
+}
+
+func TestEndedTurnsLinesAreDeleted(t *testing.T) {
+	t.Parallel()
+	dsn, a, _ := replicas(t, []pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)},
+		[]pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)})
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	live, err := a.Claim(ctx, key("c2"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	live.Publish(mkLines(0, 1))
+	if err := ct.Release(ctx, mkLines(0, 3)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	count := func() (total, live int) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE turn_id =
+				(SELECT turn_id FROM embedkit_turns WHERE chat_id = 'c2'))
+			FROM embedkit_turn_lines`).Scan(&total, &live); err != nil {
+			t.Fatal(err)
+		}
+		return total, live
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if total, live := count(); total == 1 && live == 1 {
+			break // only the live turn's line is left
+		}
+		if time.Now().After(deadline) {
+			total, live := count()
+			t.Fatalf("after 5s: %d lines, %d of the live turn; want only the live turn's 1", total, live)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// An idle live turn keeps its lines past the retention.
+	time.Sleep(500 * time.Millisecond)
+	if total, live := count(); total != 1 || live != 1 {
+		t.Fatalf("%d lines, %d of the live turn; want only the live turn's 1", total, live)
+	}
+	_ = live.Release(ctx, nil)
+}
+
+func TestNewIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			c, err := pgcluster.New(t.Context(), dsn, pgcluster.WithReplicaID(fmt.Sprint(i)))
+			if err == nil {
+				err = c.Close()
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("New: %v", err)
+		}
+	}
+}
+
+func TestNewRejectsBadSettings(t *testing.T) {
+	if _, err := pgcluster.New(t.Context(), "postgres://x@127.0.0.1:1/x", pgcluster.WithHeartbeat(time.Second), pgcluster.WithLeaseTimeout(time.Second)); err == nil {
+		t.Error("New with heartbeat = lease: no error")
+	}
+	if _, err := pgcluster.New(t.Context(), "postgres://user:hunter2@[bad"); err == nil || bytes.Contains([]byte(err.Error()), []byte("hunter2")) {
+		t.Errorf("New with a bad DSN = %v, want an error without the password", err)
+	}
+}
+
+func TestClosedCluster(t *testing.T) {
+	t.Parallel()
+	_, a, _ := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	rt, _, err := a.Join(ctx, key("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := rt.Next(ctx, 0)
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, pgcluster.ErrClosed) {
+			t.Errorf("Next blocked at Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next still blocked after Close")
+	}
+	if _, err := a.Claim(ctx, key("c2"), 7); !errors.Is(err, pgcluster.ErrClosed) {
+		t.Errorf("Claim after Close = %v, want ErrClosed", err)
+	}
+	if _, err := a.Abort(ctx, key("c2")); !errors.Is(err, pgcluster.ErrClosed) {
+		t.Errorf("Abort after Close = %v, want ErrClosed", err)
+	}
+	ct.Publish(mkLines(0, 1)) // ignored, no panic
+	if err := ct.Release(ctx, nil); !errors.Is(err, pgcluster.ErrClosed) {
+		t.Errorf("Release after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestCloseLeavesNoGoroutine is not parallel: it counts goroutines.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	ctx := t.Context()
+	before := runtime.NumGoroutine()
+	a, err := pgcluster.New(ctx, dsn, fast...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgcluster.New(ctx, dsn, fast...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _, err := b.Join(ctx, key("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.Publish(mkLines(0, 5))
+	if _, _, err := rt.Next(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Abort(ctx, key("c1")); err != nil {
+		t.Fatal(err)
+	}
+	<-ct.Aborted()
+	if _, err := a.Claim(ctx, key("c2"), 7); err != nil { // left unreleased
+		t.Fatal(err)
+	}
+	_ = ct.Release(ctx, nil)
+	_ = a.Close()
+	_ = b.Close()
+	var after int
+	for range 100 {
+		if after = runtime.NumGoroutine(); after <= before {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("goroutines: %d before New, %d after Close\n%s", before, after, buf[:runtime.Stack(buf, true)])
+}
+
+// TestAbortLatency measures the time from B's Abort returning (the 204) to
+// A's Aborted closing; it reports, it does not assert.
+func TestAbortLatency(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	const n = 200
+	ds := make([]time.Duration, 0, n)
+	for i := range n {
+		k := key("lat-" + strconv.Itoa(i))
+		ct, err := a.Claim(ctx, k, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := b.Abort(ctx, k); !ok || err != nil {
+			t.Fatalf("Abort = %v, %v", ok, err)
+		}
+		ds = append(ds, waitClosed(t, ct.Aborted(), 5*time.Second, "Aborted"))
+		_ = ct.Release(ctx, nil)
+	}
+	p50, p99 := percentiles(ds)
+	t.Logf("cross-replica abort over %d turns: p50 %v, p99 %v, max %v", n, p50, p99, slices.Max(ds))
+}
+
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
+}
+
+// BenchmarkAbortLatency measures, per turn, the time from B's Abort
+// returning to A's Aborted closing, and reports its p50 and p99.
+func BenchmarkAbortLatency(b *testing.B) {
+	_, ra, rb := replicas(b, nil, nil)
+	ctx := b.Context()
+	var ds []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		k := key("bench-" + strconv.Itoa(i))
+		ct, err := ra.Claim(ctx, k, 7)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rb.Abort(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		select {
+		case <-ct.Aborted():
+		case <-time.After(5 * time.Second):
+			b.Fatal("abort did not arrive")
+		}
+		ds = append(ds, time.Since(start))
+		_ = ct.Release(ctx, nil)
+	}
+	p50, p99 := percentiles(ds)
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkJoinLatency measures the time from Publish on A to the line read
+// on B.
+func BenchmarkJoinLatency(b *testing.B) {
+	_, ra, rb := replicas(b, nil, nil)
+	ctx := b.Context()
+	ct, err := ra.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, _, err := rb.Join(ctx, key("c1"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ds []time.Duration
+	pos := 0
+	for b.Loop() {
+		start := time.Now()
+		ct.Publish(mkLines(pos, 1))
+		lines, _, err := rt.Next(ctx, pos)
+		if err != nil || len(lines) != 1 {
+			b.Fatalf("Next = %d lines, %v", len(lines), err)
+		}
+		ds = append(ds, time.Since(start))
+		pos++
+		time.Sleep(50 * time.Millisecond) // an agent's pace; keeps flushes from batching
+	}
+	_ = ct.Release(ctx, nil)
+	p50, p99 := percentiles(ds)
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}
