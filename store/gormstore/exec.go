@@ -78,32 +78,73 @@ func (p pgxExec) rows(ctx context.Context, query string, args []any) (rowIter, e
 	return pgxRows{r}, nil
 }
 
-// pgxTx runs the statements of one PostgreSQL transaction on a connection.
-// BEGIN is not sent on its own: it travels in one batch with the first
-// statement, which saves a round trip per transaction.
+// pgxTx runs the statements of one PostgreSQL transaction on a connection,
+// saving round trips:
+//
+//   - BEGIN is not sent on its own: it travels with the first statement;
+//   - writes whose result fn does not need (queued with txn.execLater) wait
+//     and travel with the next statement, or with COMMIT.
+//
+// Statements of one trip are sent as a pgx batch (a pipeline). An error of
+// a queued write is returned by the call that sends it.
 type pgxTx struct {
-	conn  *pgx.Conn
-	begun bool
+	conn    *pgx.Conn
+	hook    func(context.Context, string)
+	begun   bool
+	pending []pendingStmt
 }
 
-func (p *pgxTx) first(ctx context.Context, query string, args []any) pgx.BatchResults {
+type pendingStmt struct {
+	op, query string
+	args      []any
+}
+
+// send starts a batch with BEGIN (if not sent yet), the queued writes and
+// query (if not empty). It reads the results up to the queued writes and
+// returns the batch positioned at query's result.
+func (p *pgxTx) send(ctx context.Context, query string, args []any) (pgx.BatchResults, error) {
 	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue(query, args...)
-	br := p.conn.SendBatch(ctx, &b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return errBatch{err}
+	if !p.begun {
+		b.Queue("BEGIN")
 	}
-	p.begun = true
-	return br
+	for _, q := range p.pending {
+		b.Queue(q.query, q.args...)
+	}
+	if query != "" {
+		b.Queue(query, args...)
+	}
+	br := p.conn.SendBatch(ctx, &b)
+	if !p.begun {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			p.pending = nil
+			return nil, wrapErr("begin", err)
+		}
+		p.begun = true
+	}
+	pending := p.pending
+	p.pending = nil
+	for _, q := range pending {
+		_, err := br.Exec()
+		if p.hook != nil {
+			p.hook(ctx, q.query)
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, wrapErr(q.op, err)
+		}
+	}
+	return br, nil
 }
 
 func (p *pgxTx) run(ctx context.Context, query string, args []any) (int64, error) {
-	if p.begun {
+	if p.begun && len(p.pending) == 0 {
 		return pgxExec{p.conn}.run(ctx, query, args)
 	}
-	br := p.first(ctx, query, args)
+	br, err := p.send(ctx, query, args)
+	if err != nil {
+		return 0, err
+	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -115,10 +156,13 @@ func (p *pgxTx) run(ctx context.Context, query string, args []any) (int64, error
 }
 
 func (p *pgxTx) rows(ctx context.Context, query string, args []any) (rowIter, error) {
-	if p.begun {
+	if p.begun && len(p.pending) == 0 {
 		return pgxExec{p.conn}.rows(ctx, query, args)
 	}
-	br := p.first(ctx, query, args)
+	br, err := p.send(ctx, query, args)
+	if err != nil {
+		return nil, err
+	}
 	r, err := br.Query()
 	if err != nil {
 		_ = br.Close()
@@ -127,17 +171,30 @@ func (p *pgxTx) rows(ctx context.Context, query string, args []any) (rowIter, er
 	return pgxBatchRows{pgxRows{r}, br}, nil
 }
 
-// commit ends the transaction. A transaction that failed on the server
-// answers COMMIT with ROLLBACK, which is an error here.
+// commit sends the queued writes and COMMIT. A transaction that failed on
+// the server answers COMMIT with ROLLBACK, which is an error here.
 func (p *pgxTx) commit(ctx context.Context) error {
-	if !p.begun {
+	if !p.begun && len(p.pending) == 0 {
 		return nil
 	}
-	tag, err := p.conn.Exec(ctx, "COMMIT")
-	p.begun = false
+	var tag pgconn.CommandTag
+	var err error
+	if len(p.pending) == 0 {
+		tag, err = p.conn.Exec(ctx, "COMMIT")
+	} else {
+		var br pgx.BatchResults
+		if br, err = p.send(ctx, "COMMIT", nil); err != nil {
+			return err
+		}
+		tag, err = br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		return err
 	}
+	p.begun = false
 	if tag.String() == "ROLLBACK" {
 		return pgx.ErrTxCommitRollback
 	}
@@ -145,6 +202,7 @@ func (p *pgxTx) commit(ctx context.Context) error {
 }
 
 func (p *pgxTx) rollback(ctx context.Context) {
+	p.pending = nil
 	if p.begun {
 		p.begun = false
 		_, _ = p.conn.Exec(ctx, "ROLLBACK")
@@ -351,6 +409,24 @@ func (t *txn) exec(ctx context.Context, op, query string, args ...any) (int64, e
 	return n, nil
 }
 
+// execLater runs a write whose result the caller does not need. On
+// PostgreSQL inside a transaction it is queued and sent with the next
+// statement or the commit (one round trip less); its error is then returned
+// by that later call. Elsewhere it runs at once.
+func (t *txn) execLater(ctx context.Context, op, query string, args ...any) error {
+	p, ok := t.ex.(*pgxTx)
+	if !ok {
+		_, err := t.exec(ctx, op, query, args...)
+		return err
+	}
+	query, args = bind(query, true, args)
+	if err := t.check(ctx); err != nil {
+		return wrapErr(op, err)
+	}
+	p.pending = append(p.pending, pendingStmt{op: op, query: query, args: args})
+	return nil
+}
+
 // find runs a query and scans its rows into dest, a scanner (first row) or
 // a collector (every row), returning the number of rows.
 func (t *txn) find(ctx context.Context, op string, dest any, query string, args ...any) (int64, error) {
@@ -395,29 +471,36 @@ func (t *txn) find(ctx context.Context, op string, dest any, query string, args 
 	return n, nil
 }
 
+// check reports why no statement may run now: the store is closed, the
+// transaction is over or must be retried, or a context has ended.
+func (t *txn) check(ctx context.Context) error {
+	if t.s.closed.Load() {
+		return errClosed
+	}
+	if t.finished {
+		return errors.New("transaction already ended (Tx used after InTx returned)")
+	}
+	if t.abort != nil {
+		return t.abort
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.deadline != nil {
+		return t.deadline.Err()
+	}
+	return nil
+}
+
 // begin prepares the context of one statement. On SQLite it checks the
 // caller's context and the transaction deadline, then runs the statement
 // with a context that cannot be canceled (see liteConn.ExecContext). On
 // PostgreSQL it bounds the statement by the query timeout.
 func (t *txn) begin(ctx context.Context) (context.Context, func(), error) {
-	if t.s.closed.Load() {
-		return nil, nil, errClosed
-	}
-	if t.finished {
-		return nil, nil, errors.New("transaction already ended (Tx used after InTx returned)")
-	}
-	if t.abort != nil {
-		return nil, nil, t.abort
+	if err := t.check(ctx); err != nil {
+		return nil, nil, err
 	}
 	if t.s.dialect == sqliteDialect {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-		if t.deadline != nil {
-			if err := t.deadline.Err(); err != nil {
-				return nil, nil, err
-			}
-		}
 		return context.WithoutCancel(ctx), func() {}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.queryTimeout)

@@ -372,7 +372,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error, exact b
 
 func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error, exact bool) error {
 	return s.withPgx(actx, func(pc *pgx.Conn) error {
-		tx := &pgxTx{conn: pc}
+		tx := &pgxTx{conn: pc, hook: s.cfg.hook}
 		t := &txn{s: s, ex: tx, deadline: actx, exact: exact, shard: -1}
 		defer func() {
 			t.finished = true

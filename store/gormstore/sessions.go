@@ -13,11 +13,10 @@ const userAlive = "EXISTS (SELECT 1 FROM users u WHERE u.id = user_id AND (NOT u
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
 	created := nowOr(s.CreatedAt)
-	_, err := t.exec(ctx, "create session",
+	return t.execLater(ctx, "create session",
 		"INSERT INTO sessions (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
 		hash, s.AccountID, s.UserID, s.DeploymentID, s.EmbedTenantID, s.EmbedTenantName, s.CreatorMode,
 		created.UnixNano(), s.ExpiresAt.UnixNano())
-	return err
 }
 
 func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {

@@ -320,7 +320,7 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		for _, v := range chunk {
 			args = append(args, userID, v.AttributeID, string(v.Value))
 		}
-		if _, err := t.exec(ctx, op,
+		if err := t.execLater(ctx, op,
 			"INSERT INTO attribute_values (user_id, attribute_id, value) VALUES "+placeholders(len(chunk), 3)+
 				` ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
 				WHERE attribute_values.value <> excluded.value`,
@@ -329,7 +329,7 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		}
 	}
 	if len(clear) > 0 {
-		if _, err := t.exec(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
+		if err := t.execLater(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
 			return err
 		}
 	}
@@ -369,16 +369,14 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 		WHERE g.id = group_members.group_id AND g.account_id = ? AND g.embed_tenant_id = ?)`
 	args := []any{userID, s.AccountID, s.EmbedTenantID}
 	if len(groupIDs) == 0 {
-		_, err := t.exec(ctx, op, del, args...)
-		return err
+		return t.execLater(ctx, op, del, args...)
 	}
 	del += " AND group_id NOT IN ?"
 	args = append(args, groupIDs)
 	if t.pg() {
-		// One round trip: the delete and the insert touch disjoint rows.
-		_, err := t.exec(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
+		// One statement: the delete and the insert touch disjoint rows.
+		return t.execLater(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
 			append(args, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
-		return err
 	}
 	if _, err := t.exec(ctx, op, del, args...); err != nil {
 		return err
