@@ -140,8 +140,13 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 		return ErrClosed
 	}
 
-	c.flushMu.Lock() // after any write of this turn's earlier lines
-	defer c.flushMu.Unlock()
+	// After any write of this turn's earlier lines.
+	select {
+	case c.writing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("pgcluster: release turn: %w", ctx.Err())
+	}
+	defer func() { <-c.writing }()
 	c.mu.Lock()
 	p := pending{ct: ct, first: ct.next, lines: append(ct.buf, final...)}
 	ct.buf = nil
@@ -199,8 +204,12 @@ func (c *Cluster) flushLoop() {
 // flush writes the buffered lines of every claim in one transaction; on
 // failure they go back to their buffers.
 func (c *Cluster) flush(ctx context.Context) error {
-	c.flushMu.Lock()
-	defer c.flushMu.Unlock()
+	select {
+	case c.writing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.writing }()
 	c.mu.Lock()
 	var ps []pending
 	for _, ct := range c.claims {

@@ -76,7 +76,7 @@ type Cluster struct {
 
 	flushSig chan struct{} // buffered lines wait; cap 1
 	pollSig  chan struct{} // poll aborts now; cap 1
-	flushMu  sync.Mutex    // serializes writes of lines
+	writing  chan struct{} // held (cap 1) by the write of lines in progress
 
 	listening atomic.Bool
 	flushes   atomic.Int64 // writes of lines, for tests
@@ -119,6 +119,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 		cancel:   cancel,
 		flushSig: make(chan struct{}, 1),
 		pollSig:  make(chan struct{}, 1),
+		writing:  make(chan struct{}, 1),
 		claims:   make(map[string]*claimedTurn),
 		waiters:  make(map[string]*waiter),
 	}

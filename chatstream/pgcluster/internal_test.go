@@ -1,0 +1,63 @@
+package pgcluster
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/testdb"
+)
+
+// TestPublishIsBatched checks that lines published one at a time, as an
+// agent streams content pieces, are written at most once per publish
+// interval for all turns together, never once per line.
+func TestPublishIsBatched(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	c, err := New(t.Context(), dsn, WithPublishInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+
+	var turns []chatstream.ClaimedTurn
+	for i := range 3 {
+		ct, err := c.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c" + strconv.Itoa(i)}, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns = append(turns, ct)
+	}
+	before := c.flushes.Load()
+	start := time.Now()
+	const pieces = 300
+	for i := range pieces {
+		for _, ct := range turns {
+			ct.Publish([]chatstream.Line{{Sort: int64(i + 1), Data: []byte("{}\n")}})
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, ct := range turns {
+		if err := ct.Release(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	writes := c.flushes.Load() - before
+	// One write per interval, one more at each end, one per Release.
+	limit := int64(elapsed/(50*time.Millisecond)) + 2 + int64(len(turns))
+	t.Logf("%d lines of %d turns in %v: %d writes (limit %d)", pieces*len(turns), len(turns), elapsed, writes, limit)
+	if writes > limit {
+		t.Errorf("%d writes in %v, want at most %d", writes, elapsed, limit)
+	}
+
+	var n int
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM embedkit_turn_lines WHERE NOT eof`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != pieces*len(turns) {
+		t.Errorf("%d lines stored, want %d", n, pieces*len(turns))
+	}
+}
