@@ -305,6 +305,19 @@ func (s *Store) Close() error {
 				<-s.slot // later acquirers see closed and fail at once
 			}
 		}
+		held := 0
+		if s.gate != nil {
+			// Wait for running PostgreSQL transactions and reads.
+		drain:
+			for range cap(s.gate) {
+				select {
+				case s.gate <- struct{}{}:
+					held++
+				case <-ctx.Done():
+					break drain
+				}
+			}
+		}
 		for range s.nreader {
 			select {
 			case c := <-s.readers:
@@ -314,6 +327,9 @@ func (s *Store) Close() error {
 		}
 		for _, db := range s.owned {
 			errs = append(errs, db.Close())
+		}
+		for range held {
+			<-s.gate // later callers see closed and fail at once
 		}
 		s.closeErr = errors.Join(errs...)
 	})
@@ -434,10 +450,14 @@ func (s *Store) releaseWriter() { <-s.slot }
 func (s *Store) enter(ctx context.Context) error {
 	select {
 	case s.gate <- struct{}{}:
-		return nil
 	case <-ctx.Done():
 		return wrapErr("wait for connection", ctx.Err())
 	}
+	if s.closed.Load() {
+		<-s.gate
+		return errClosed
+	}
+	return nil
 }
 
 func (s *Store) leave() { <-s.gate }
