@@ -100,8 +100,9 @@ type ClaimedTurn interface {
 	// Release publishes final (the turn's last lines, __state__ included),
 	// waits until every line is written, marks the turn ended (its readers
 	// see done) and drops the claim, so that the thread can run its next
-	// turn on any replica. Renewal stops whatever Release returns: on error
-	// the claim expires after the lease. It returns an error wrapping
+	// turn on any replica. It retries failed writes until ctx ends: give ctx
+	// a deadline. Renewal stops whatever Release returns: on error the
+	// claim expires after the lease. It returns an error wrapping
 	// [ErrTurnLost] when the claim was taken over meanwhile. Calls after the
 	// first return nil and do nothing.
 	Release(ctx context.Context, final []Line) error

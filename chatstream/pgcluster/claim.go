@@ -36,7 +36,6 @@ type claimedTurn struct {
 	released bool
 
 	relOnce sync.Once
-	relErr  error
 }
 
 // Claim implements [chatstream.Cluster]: one INSERT ... ON CONFLICT DO
@@ -125,8 +124,9 @@ func (ct *claimedTurn) abort() { ct.once.Do(func() { close(ct.aborted) }) }
 // Release implements [chatstream.ClaimedTurn]: the remaining lines, an eof
 // row, ended_at and the notification in one transaction.
 func (ct *claimedTurn) Release(ctx context.Context, final []chatstream.Line) error {
-	ct.relOnce.Do(func() { ct.relErr = ct.release(ctx, final) })
-	return ct.relErr
+	var err error // nil for the calls after the first
+	ct.relOnce.Do(func() { err = ct.release(ctx, final) })
+	return err
 }
 
 func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) error {
@@ -153,9 +153,23 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 	ct.next += len(p.lines)
 	c.mu.Unlock()
 
-	ended, err := c.writeLines(ctx, []pending{p}, ct)
-	if err != nil {
-		return fmt.Errorf("pgcluster: release turn: %w", err)
+	// Retried until ctx ends: a pooled connection may have died (the write
+	// is idempotent, so a retry after a lost reply does no harm).
+	var (
+		ended bool
+		err   error
+	)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		if ended, err = c.writeLines(ctx, []pending{p}, ct); err == nil {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pgcluster: release turn: %w", err)
+		}
 	}
 	if !ended {
 		return fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost)
@@ -174,7 +188,10 @@ type pending struct {
 // publish interval, until the cluster closes; then it writes them once more.
 func (c *Cluster) flushLoop() {
 	defer c.wg.Done()
-	var last time.Time
+	var (
+		last    time.Time
+		backoff time.Duration // after failed writes
+	)
 	for {
 		select {
 		case <-c.flushSig:
@@ -194,8 +211,19 @@ func (c *Cluster) flushLoop() {
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		err := c.flush(ctx)
 		cancel()
-		if err != nil {
+		if err == nil {
+			if backoff > 0 {
+				c.cfg.log.LogAttrs(c.ctx, slog.LevelInfo, "pgcluster: writes of lines recovered",
+					slog.String("replica", c.cfg.replicaID))
+			}
+			backoff = 0
+			continue
+		}
+		if backoff == 0 { // one warning per run of failures
 			c.warn("pgcluster: write of lines failed; retrying", err)
+		}
+		backoff = min(max(2*backoff, c.cfg.publishInterval), time.Second)
+		if c.sleep(backoff) {
 			signal(c.flushSig) // the lines went back to their buffers
 		}
 	}
@@ -289,8 +317,8 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn
 	}
 	queue()
 	if end != nil {
-		b.Queue(`UPDATE embedkit_turns SET ended_at = now(), heartbeat_at = now()
-			WHERE turn_id = $1 AND ended_at IS NULL`, end.id)
+		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, now()), heartbeat_at = now()
+			WHERE turn_id = $1`, end.id)
 	}
 	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
 

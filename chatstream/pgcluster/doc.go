@@ -44,5 +44,14 @@
 // [WithRetention] by whichever replica takes an advisory lock first.
 //
 // [WithListen](false) runs without LISTEN, by polling alone, for connection
-// poolers in transaction mode (PgBouncer) that cannot hold a LISTEN.
+// poolers in transaction mode (PgBouncer) that cannot hold a LISTEN (add
+// default_query_exec_mode=exec to such a DSN, as for any pgx client there).
+//
+// # Connections
+//
+// A Cluster holds its own pgxpool (size set by the DSN's pool_max_conns,
+// pgx's default otherwise) and one more connection for LISTEN. Its
+// connections show in pg_stat_activity as application_name "embedkit-cluster
+// <replica id>" (unless the DSN sets one) and "embedkit-listen <replica
+// id>".
 package pgcluster

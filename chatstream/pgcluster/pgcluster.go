@@ -102,6 +102,9 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, errors.New("pgcluster: invalid DSN") // the DSN may hold a password: never echo it
 	}
+	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "embedkit-cluster " + cfg.replicaID
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: connect: %w", err)

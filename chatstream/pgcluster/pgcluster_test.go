@@ -380,6 +380,56 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 	_ = ct2.Release(ctx, nil)
 }
 
+func TestSurvivesCutConnections(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := replicas(t, []pgcluster.Option{pgcluster.WithReplicaID("a-" + strconv.FormatInt(time.Now().UnixNano(), 36))}, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	done := make(chan error, 1)
+	var got []chatstream.Line
+	go func() {
+		var err error
+		got, err = readAll(ctx, rt)
+		done <- err
+	}()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	want := mkLines(0, 60)
+	for i := range 3 {
+		ct.Publish(want[i*20 : i*20+20])
+		time.Sleep(30 * time.Millisecond)
+		// Every connection of A, pooled and LISTEN, is cut.
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name IN ($1, $2)`, "embedkit-cluster "+a.ReplicaID(), "embedkit-listen "+a.ReplicaID()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("cut %d connections of A", n)
+	}
+	if err := ct.Release(ctx, mkLines(60, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("reader: %v", err)
+		}
+		sameLines(t, got, append(want, mkLines(60, 1)...))
+	case <-time.After(10 * time.Second):
+		t.Fatal("reader did not finish")
+	}
+}
+
 func TestCrashedReplicaIsTakenOver(t *testing.T) {
 	t.Parallel()
 	short := []pgcluster.Option{pgcluster.WithHeartbeat(50 * time.Millisecond), pgcluster.WithLeaseTimeout(300 * time.Millisecond)}
