@@ -122,7 +122,11 @@ func (s *Store) runGroup(group []*writeReq) {
 			}
 		}
 	}
-	w, err := s.acquireWriter(group[0].actx)
+	// The slot is contended only by migrations, Close and in-memory reads;
+	// each member's own deadline is checked before its fn runs.
+	actx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
+	defer cancel()
+	w, err := s.acquireWriter(actx)
 	if err != nil {
 		fail(err)
 		return
