@@ -168,7 +168,7 @@ func sqliteDSN(dsn string, params ...string) string {
 }
 
 func openSQLite(dsn string, cfg config) (*Store, error) {
-	busy := "_busy_timeout=" + strconv.FormatInt(min(cfg.queryTimeout, 5*time.Second).Milliseconds(), 10)
+	busy := "_busy_timeout=" + strconv.FormatInt(busyTimeout(cfg).Milliseconds(), 10)
 	memory := dsn == ":memory:" || dsn == "file::memory:" || strings.Contains(dsn, "mode=memory")
 	if dsn == ":memory:" || dsn == "file::memory:" {
 		// A unique name keeps the stores of one process apart; the held
@@ -228,6 +228,11 @@ func (s *Store) openConn(db *sql.DB) (*liteConn, error) {
 	return c, nil
 }
 
+// busyTimeout is how long SQLite waits for another process's write lock
+// before reporting busy: half the query timeout, so that InTx can retry once
+// within it, and at most 2.5 s.
+func busyTimeout(cfg config) time.Duration { return min(cfg.queryTimeout/2, 2500*time.Millisecond) }
+
 // holdWriter takes the SQLite writer connection for the store's lifetime and
 // makes sure cascades work on it (foreign keys are a per-connection setting).
 func (s *Store) holdWriter(db *sql.DB) error {
@@ -237,7 +242,7 @@ func (s *Store) holdWriter(db *sql.DB) error {
 	}
 	s.writer = c
 	s.slot = make(chan struct{}, 1)
-	ms := strconv.FormatInt(min(s.cfg.queryTimeout, 5*time.Second).Milliseconds(), 10)
+	ms := strconv.FormatInt(busyTimeout(s.cfg).Milliseconds(), 10)
 	for _, p := range []string{"PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = " + ms} {
 		if _, err := c.conn.ExecContext(context.Background(), p); err != nil {
 			return wrapErr("open", err)
@@ -343,7 +348,8 @@ var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 // one database transaction, and one commit, with the transactions waiting
 // behind it, each in its own savepoint (see writer.go). Transient failures
 // (busy, locked, serialization failure, deadlock) are retried up to
-// [WithMaxRetries] times, calling fn again. Each attempt is bounded by
+// [WithMaxRetries] times, calling fn again, and not after the query timeout
+// has passed since the first attempt. Each attempt is bounded by
 // [WithQueryTimeout]: an attempt that runs out of time is rolled back and
 // reported with an error wrapping [store.ErrUnavailable].
 //
@@ -357,9 +363,10 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 	backoff := time.Millisecond
 	exact := false
+	stop := time.Now().Add(s.cfg.queryTimeout)
 	for attempt := 0; ; attempt++ {
 		err := s.attempt(ctx, fn, exact)
-		if err == nil || !isRetryable(err) || attempt >= s.cfg.maxRetries {
+		if err == nil || !isRetryable(err) || attempt >= s.cfg.maxRetries || time.Now().After(stop) {
 			return err
 		}
 		if errors.Is(err, errNearLimit) {

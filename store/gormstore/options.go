@@ -37,9 +37,10 @@ func WithStatementHook(fn func(ctx context.Context, sql string)) Option {
 }
 
 // WithQueryTimeout bounds every statement and every transaction attempt: a
-// call that cannot get a connection, the SQLite writer slot or an answer
-// within d fails with an error wrapping [store.ErrUnavailable]. A d of zero or
-// less keeps the default of 5 seconds.
+// call that cannot get a connection, the SQLite writer or an answer within d
+// fails with an error wrapping [store.ErrUnavailable]. SQLite waits up to d/2
+// (at most 2.5 s) for another process's write lock. A d of zero or less keeps
+// the default of 5 seconds.
 func WithQueryTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
@@ -77,8 +78,8 @@ func WithReadConns(n int) Option {
 // failed on a transient condition (SQLite busy or locked, PostgreSQL
 // serialization failure or deadlock) before it returns the error, which then
 // wraps [store.ErrUnavailable]. Retries back off from 1 ms to 50 ms and stop
-// when the context ends. A negative n keeps the default of 10; zero disables
-// retries.
+// when the context ends or the query timeout has passed since the first
+// attempt. A negative n keeps the default of 10; zero disables retries.
 func WithMaxRetries(n int) Option {
 	return func(c *config) {
 		if n >= 0 {
