@@ -32,7 +32,8 @@
 // LISTENs; the owner closes the turn's [chatstream.ClaimedTurn.Aborted] as
 // the notification arrives. A poll of abort requests ([WithPollInterval])
 // catches notifications lost while that connection was down; it is
-// reconnected with backoff and polls at once after reconnecting.
+// pinged when idle for 15 s (so a silently dead one is found), reconnected
+// with backoff, and polls at once after reconnecting.
 //
 // Published lines are buffered in memory; one flusher per Cluster writes the
 // buffered lines of all its turns in one multi-row INSERT at most every

@@ -61,3 +61,38 @@ func TestPublishIsBatched(t *testing.T) {
 		t.Errorf("%d lines stored, want %d", n, pieces*len(turns))
 	}
 }
+
+// TestListenConnectionIsPinged checks that an idle LISTEN connection is
+// pinged, and that notifications still arrive between pings.
+func TestListenConnectionIsPinged(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	c, err := New(t.Context(), dsn, func(c *config) { c.listenPing = 20 * time.Millisecond })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.pings.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pings in 5s, want 3", c.pings.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	ct, err := c.Claim(ctx, k, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Abort through the database only, as another replica would.
+	if _, err := c.pool.Exec(ctx, `SELECT pg_notify($1, turn_id) FROM embedkit_turns`, chanAbort); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ct.Aborted():
+	case <-time.After(5 * time.Second):
+		t.Fatal("notification lost between pings")
+	}
+	_ = ct.Release(ctx, nil)
+}

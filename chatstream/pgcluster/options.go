@@ -39,6 +39,7 @@ type config struct {
 	pollInterval    time.Duration
 	retention       time.Duration
 	listen          bool
+	listenPing      time.Duration // idle time before the LISTEN connection is pinged
 	log             *slog.Logger
 }
 
@@ -50,6 +51,7 @@ func newConfig(opts []Option) config {
 		pollInterval:    DefaultPollInterval,
 		retention:       DefaultRetention,
 		listen:          true,
+		listenPing:      15 * time.Second,
 	}
 	for _, o := range opts {
 		o(&c)

@@ -80,6 +80,7 @@ type Cluster struct {
 
 	listening atomic.Bool
 	flushes   atomic.Int64 // writes of lines, for tests
+	pings     atomic.Int64 // pings of the LISTEN connection, for tests
 
 	mu      sync.Mutex
 	claims  map[string]*claimedTurn // by turn id
@@ -411,11 +412,28 @@ func (c *Cluster) listenOnce() (connected bool, err error) {
 	c.wakeAll()
 	signal(c.pollSig)
 	for {
-		n, err := conn.WaitForNotification(c.ctx)
-		if err != nil {
+		// Wait at most listenPing, then ping: a connection that died
+		// silently (a network partition) is found and replaced.
+		wctx, cancel := context.WithTimeout(c.ctx, c.cfg.listenPing)
+		n, err := conn.WaitForNotification(wctx)
+		timedOut := wctx.Err() != nil && c.ctx.Err() == nil
+		cancel()
+		if n != nil {
+			c.dispatch(n)
+		}
+		if err == nil {
+			continue
+		}
+		if !timedOut || conn.IsClosed() {
 			return true, err
 		}
-		c.dispatch(n)
+		pctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return true, fmt.Errorf("ping: %w", err)
+		}
+		c.pings.Add(1)
 	}
 }
 

@@ -140,6 +140,45 @@ func TestClaimOnOtherReplicaIsElsewhere(t *testing.T) {
 	}
 }
 
+func TestSimultaneousClaimsOneWins(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	for round := range 5 {
+		k := key("c" + strconv.Itoa(round))
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			won    []chatstream.ClaimedTurn
+			others int
+		)
+		for i := range 16 {
+			cl := a
+			if i%2 == 1 {
+				cl = b
+			}
+			wg.Go(func() {
+				ct, err := cl.Claim(ctx, k, int64(i))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					won = append(won, ct)
+				case errors.Is(err, chatstream.ErrTurnElsewhere):
+					others++
+				default:
+					t.Errorf("Claim: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(won) != 1 || others != 15 {
+			t.Fatalf("round %d: %d claims won, %d elsewhere; want 1 and 15", round, len(won), others)
+		}
+		_ = won[0].Release(ctx, nil)
+	}
+}
+
 func TestJoinStreamsLinesInOrder(t *testing.T) {
 	t.Parallel()
 	_, a, b := replicas(t, nil, nil)
