@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/embedkit/embedkit/store"
@@ -33,6 +34,29 @@ func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name strin
 	return row.tenant(), nil
 }
 
+// typedRows returns "(?::t1, ?::t2), (?::t1, ?::t2)" for rows rows of the
+// given PostgreSQL types (parameters in VALUES need their types spelled out).
+func typedRows(rows int, types ...string) string {
+	var row strings.Builder
+	row.WriteByte('(')
+	for i, ty := range types {
+		if i > 0 {
+			row.WriteString(", ")
+		}
+		row.WriteString("?::" + ty)
+	}
+	row.WriteByte(')')
+	r := row.String()
+	var b strings.Builder
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r)
+	}
+	return b.String()
+}
+
 // nonEmpty maps an empty description to NULL: descriptions are never cleared.
 func nonEmpty(p *string) any {
 	if p == nil || *p == "" {
@@ -41,8 +65,36 @@ func nonEmpty(p *string) any {
 	return *p
 }
 
+// On PostgreSQL, INSERT ... ON CONFLICT DO UPDATE locks every conflicting
+// row even when its WHERE clause leaves it unchanged, so concurrent requests
+// that resend the same definitions (creator mode is meant to be idempotent)
+// would queue on the catalog rows until each other's commit. There the
+// upserts are one statement of another shape: insert the missing names (ON
+// CONFLICT DO NOTHING locks nothing) and update only the rows that differ.
+
 func (t *txn) UpsertGroups(ctx context.Context, s store.Scope, defs []store.GroupDef) error {
 	now := time.Now().UnixNano()
+	if t.pg() {
+		for chunk := range chunks(defs, batchRows) {
+			args := make([]any, 0, 2*len(chunk)+8)
+			for _, d := range chunk {
+				args = append(args, d.Name, nonEmpty(d.Description))
+			}
+			args = append(args, s.AccountID, s.EmbedTenantID, now, now, now, s.AccountID, s.EmbedTenantID)
+			if _, err := t.exec(ctx, "upsert groups",
+				`WITH v (name, description) AS (VALUES `+typedRows(len(chunk), "text", "text")+`),
+				ins AS (INSERT INTO catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
+					SELECT ?, ?, name, description, ?, ? FROM v
+					ON CONFLICT (account_id, embed_tenant_id, name) DO NOTHING)
+				UPDATE catalog_groups g SET description = v.description, updated_at = ?
+				FROM v WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = v.name
+					AND v.description IS NOT NULL AND g.description IS DISTINCT FROM v.description`,
+				args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for chunk := range chunks(defs, batchRows) {
 		args := make([]any, 0, 6*len(chunk))
 		for _, d := range chunk {
@@ -66,6 +118,34 @@ func (t *txn) UpsertGroups(ctx context.Context, s store.Scope, defs []store.Grou
 
 func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.AttributeDef) error {
 	now := time.Now().UnixNano()
+	if t.pg() {
+		for chunk := range chunks(defs, batchRows) {
+			args := make([]any, 0, 5*len(chunk)+8)
+			for _, d := range chunk {
+				args = append(args, d.Name, string(d.Type), optString(d.DisplayName), optString(d.DefaultValue), nonEmpty(d.Description))
+			}
+			args = append(args, s.AccountID, s.EmbedTenantID, now, now, now, s.AccountID, s.EmbedTenantID)
+			if _, err := t.exec(ctx, "upsert attributes",
+				`WITH v (name, type, display_name, default_value, description) AS (VALUES `+
+					typedRows(len(chunk), "text", "text", "text", "text", "text")+`),
+				ins AS (INSERT INTO catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
+					SELECT ?, ?, name, type, display_name, default_value, description, ?, ? FROM v
+					ON CONFLICT (account_id, embed_tenant_id, name) DO NOTHING)
+				UPDATE catalog_attributes a SET
+					display_name = COALESCE(v.display_name, a.display_name),
+					default_value = COALESCE(v.default_value, a.default_value),
+					description = COALESCE(v.description, a.description),
+					updated_at = ?
+				FROM v WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = v.name AND (
+					(v.display_name IS NOT NULL AND a.display_name IS DISTINCT FROM v.display_name)
+					OR (v.default_value IS NOT NULL AND a.default_value IS DISTINCT FROM v.default_value)
+					OR (v.description IS NOT NULL AND a.description IS DISTINCT FROM v.description))`,
+				args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for chunk := range chunks(defs, batchRows) {
 		args := make([]any, 0, 9*len(chunk))
 		for _, d := range chunk {

@@ -412,3 +412,58 @@ func TestIgnoredStatementError(t *testing.T) {
 		})
 	}
 }
+
+// TestUnchangedDefinitionsDoNotLock checks, on PostgreSQL, that resending
+// unchanged definitions does not wait for another open transaction that
+// resent them too (creator-mode requests are idempotent and concurrent).
+func TestUnchangedDefinitionsDoNotLock(t *testing.T) {
+	st := testdb.Open(t, testdb.Postgres)
+	ctx := t.Context()
+	a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.TenantWide(a.ID)
+	groups := []store.GroupDef{{Name: "sales", Description: new("Sales")}, {Name: "ops"}}
+	attrs := []store.AttributeDef{{Name: "country", Type: store.TypeString, DisplayName: new("Country")}}
+	if err := st.UpsertGroups(ctx, s, groups); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertAttributes(ctx, s, attrs); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.InTx(ctx, func(tx store.Tx) error {
+			if err := tx.UpsertGroups(ctx, s, groups); err != nil {
+				return err
+			}
+			if err := tx.UpsertAttributes(ctx, s, attrs); err != nil {
+				return err
+			}
+			if _, err := tx.GroupsByName(ctx, s, []string{"sales"}); err != nil { // flushes queued writes
+				return err
+			}
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	quick, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err = st.InTx(quick, func(tx store.Tx) error {
+		if err := tx.UpsertGroups(quick, s, groups); err != nil {
+			return err
+		}
+		return tx.UpsertAttributes(quick, s, attrs)
+	})
+	close(release)
+	if err != nil {
+		t.Errorf("second upsert while the first transaction is open: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
