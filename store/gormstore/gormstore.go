@@ -353,6 +353,9 @@ var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 // [WithQueryTimeout]: an attempt that runs out of time is rolled back and
 // reported with an error wrapping [store.ErrUnavailable].
 //
+// The Tx given to fn is not safe for concurrent use: fn must call it from
+// one goroutine at a time.
+//
 // On PostgreSQL a statement that fails aborts the transaction: if fn
 // ignores such an error and returns nil, InTx returns an error and commits
 // nothing. On SQLite the failed statement alone is undone and the rest of fn
