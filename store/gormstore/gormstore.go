@@ -402,7 +402,12 @@ func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error
 		t := &txn{s: s, ex: tx, deadline: actx, exact: exact, shard: -1}
 		defer func() {
 			t.finished = true
-			tx.rollback(context.WithoutCancel(actx)) // no-op after commit
+			// Bounded, as every statement: on a connection that went
+			// silent an unbounded ROLLBACK would hang the caller (pgx
+			// closes the connection when it times out; the pool drops it).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(actx), s.cfg.queryTimeout)
+			defer cancel()
+			tx.rollback(rctx) // no-op after commit
 		}()
 		if err := fn(t); err != nil {
 			if t.abort != nil {
