@@ -31,18 +31,28 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 		return store.Account{}, err
 	}
 	// The rows that count persistent external users (see countPersistent).
+	// Shard 0 starts from the users already there, so that a database
+	// written before the count existed is counted right.
 	shards := 1
 	if t.pg() {
 		shards = slotShards
 	}
-	args := make([]any, 0, 2*shards)
-	for i := range shards {
-		args = append(args, row.ID, i)
-	}
 	if _, err := t.exec(ctx, "save account",
-		"INSERT INTO account_user_slots (account_id, shard) VALUES "+placeholders(shards, 2)+
-			" ON CONFLICT (account_id, shard) DO NOTHING", args...); err != nil {
+		`INSERT INTO account_user_slots (account_id, shard, n)
+		SELECT ?, 0, COUNT(*) FROM users WHERE account_id = ? AND external_id IS NOT NULL AND NOT ephemeral
+		ON CONFLICT (account_id, shard) DO NOTHING`, row.ID, row.ID); err != nil {
 		return store.Account{}, err
+	}
+	if shards > 1 {
+		args := make([]any, 0, 2*(shards-1))
+		for i := 1; i < shards; i++ {
+			args = append(args, row.ID, i)
+		}
+		if _, err := t.exec(ctx, "save account",
+			"INSERT INTO account_user_slots (account_id, shard) VALUES "+placeholders(shards-1, 2)+
+				" ON CONFLICT (account_id, shard) DO NOTHING", args...); err != nil {
+			return store.Account{}, err
+		}
 	}
 	return row.account(), nil
 }
