@@ -42,6 +42,7 @@ const (
 type env struct {
 	*apitest.Server
 	proxy  *faulttest.Proxy // nil on SQLite
+	dsn    string           // what the store opened (the proxy's DSN on PostgreSQL)
 	chat   *chatstream.Handler
 	client *chatstream.Client
 }
@@ -71,6 +72,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 				t.Fatal(err)
 			}
 		}
+		e.dsn = dsn
 		st, err := gormstore.Open(dsn, o.storeOpts...)
 		if err != nil {
 			t.Fatalf("open store: %v", err)
