@@ -1,0 +1,102 @@
+package wire_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+func TestStatus(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		msg    string
+	}{
+		{wire.BadRequest("field x is bad"), 400, "field x is bad"},
+		{fmt.Errorf("wrapped: %w", wire.Errorf(409, "cannot change type")), 409, "cannot change type"},
+		{&http.MaxBytesError{Limit: 1}, 413, "request body too large"},
+		{fmt.Errorf("gormstore: %w: dial refused", store.ErrUnavailable), 503, "service unavailable, try again"},
+		{context.DeadlineExceeded, 503, "service unavailable, try again"},
+		{errors.New("secret password=hunter2 leaked"), 500, "internal error"},
+	}
+	for _, c := range cases {
+		status, msg := wire.Status(c.err)
+		if status != c.status || msg != c.msg {
+			t.Errorf("Status(%v) = %d %q, want %d %q", c.err, status, msg, c.status, c.msg)
+		}
+	}
+}
+
+func TestWriteErrorNeverSendsCauses(t *testing.T) {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/", nil)
+	wire.WriteError(rec, req, nil, &wire.Error{Status: 503, Msg: "unavailable", Err: errors.New("dsn postgres://u:pw@h")})
+	if rec.Code != 503 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("code %d, type %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	if strings.Contains(rec.Body.String(), "pw@") {
+		t.Errorf("body leaks the cause: %s", rec.Body)
+	}
+	var body map[string]string
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body["error"] != "unavailable" {
+		t.Errorf("body = %s (%v)", rec.Body, err)
+	}
+}
+
+type target struct {
+	Name  *string  `json:"name"`
+	Count int      `json:"count"`
+	Tags  []string `json:"tags"`
+	Inner *struct {
+		On bool `json:"on"`
+	} `json:"inner"`
+}
+
+func TestUnmarshalErrors(t *testing.T) {
+	cases := map[string]string{
+		``:                         "request body must be a JSON object",
+		`[]`:                       "request body must be a JSON object",
+		`{"name": 1}`:              "field name has the wrong type: string expected",
+		`{"count": "x"}`:           "field count has the wrong type: number expected",
+		`{"tags": "x"}`:            "field tags has the wrong type: array expected",
+		`{"inner": {"on": "yes"}}`: "field inner.on has the wrong type: boolean expected",
+		`{"name": "a"} {}`:         "request body must hold a single JSON object",
+		`{"name": `:                "malformed JSON: unexpected end of input",
+	}
+	for body, want := range cases {
+		var v target
+		err := wire.Unmarshal([]byte(body), &v)
+		status, msg := wire.Status(err)
+		if status != 400 || msg != want {
+			t.Errorf("Unmarshal(%q) = %d %q, want 400 %q", body, status, msg, want)
+		}
+	}
+	var v target
+	if err := wire.Unmarshal([]byte(`{"name":"a","unknown":[1,2]}`), &v); err != nil || *v.Name != "a" {
+		t.Errorf("unknown fields must be ignored: %v", err)
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	for _, s := range []string{`{}`, `{"name":"x","count":3,"tags":["a"]}`, `{"inner":{"on":true}}`, `[`, `{"count":1e400}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var v target
+		err := wire.Unmarshal(b, &v)
+		if err == nil {
+			return
+		}
+		if status, _ := wire.Status(err); status != 400 {
+			t.Fatalf("Unmarshal(%q) = %v: status %d, want 400", b, err, status)
+		}
+	})
+}
