@@ -83,9 +83,32 @@
 // the number of content pieces. Input for a thread whose turn is running is
 // 409.
 //
-// The running-turn registry is in-process: rejoin and abort reach turns
-// running in the same process. Several replicas need sticky routing by
-// chatId.
+// # Several replicas
+//
+// The running-turn registry is in-process. Replicas that share one
+// PostgreSQL database share their running turns through a [Cluster]
+// ([WithCluster]; package
+// [github.com/embedkit/embedkit/chatstream/pgcluster] implements it with
+// LISTEN/NOTIFY), with no sticky routing: at most one turn runs per thread
+// across all of them (input for a thread whose turn runs elsewhere is 409,
+// or 403 for another user), a request without input on any replica rejoins
+// the turn where it runs, and an abort received by any replica stops it
+// (typically within tens of milliseconds; a poll covers a lost
+// notification). The turn's lines reach the other replicas in batches (one
+// write per publish interval, 50 ms by default). Close the cluster after
+// [Handler.Shutdown]:
+//
+//	cl, err := pgcluster.New(ctx, dsn)
+//	if err != nil {
+//		return err
+//	}
+//	h := chatstream.NewHandler(st, myAgent, chatstream.WithCluster(cl))
+//	// at shutdown:
+//	//	h.Shutdown(ctx)
+//	//	cl.Close()
+//
+// Without a Cluster (the default, and what SQLite needs) rejoin and abort
+// reach turns running in the same process only.
 //
 // # The stream
 //

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/wire"
@@ -50,10 +52,11 @@ type Handler struct {
 //
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithLogger], [WithClock].
+// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithCluster], [WithLogger],
+// [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
-	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log), persist: &persister{st: st}}
+	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}}
 }
 
 // Routes returns the chat endpoints with authentication applied
@@ -80,7 +83,10 @@ func (h *Handler) Abort() http.Handler { return http.HandlerFunc(h.serveAbort) }
 // Shutdown stops accepting new turns (503) and lets running turns finish
 // until ctx ends; it then aborts the remaining ones (their streams end with
 // state.aborted and state.error) and waits a few seconds for their agents to
-// return. It returns nil once every turn goroutine has ended.
+// return. Streams following a turn of another replica end then too, with
+// the thread's stored state. It returns nil once every turn goroutine has
+// ended and every claim of the [Cluster] ([WithCluster]) is released: close
+// the cluster after it.
 func (h *Handler) Shutdown(ctx context.Context) error {
 	return h.turns.shutdown(ctx, shutdownGrace)
 }
@@ -281,6 +287,22 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		t.follow(ctx, lw, after)
 		return
 	}
+	if cl := h.cfg.cluster; cl != nil {
+		rt, ok, err := cl.Join(ctx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID})
+		if err != nil {
+			h.fail(w, r, clusterUnavailable(err))
+			return
+		}
+		if ok {
+			served, err := h.followRemote(ctx, lw, rt, th, after)
+			if err != nil {
+				h.fail(w, r, err)
+			}
+			if served || err != nil {
+				return
+			}
+		}
+	}
 	msgs, err := h.st.Messages(ctx, c.acct.ID, th.ChatID)
 	if err != nil {
 		h.fail(w, r, err)
@@ -289,6 +311,121 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 	history, last := decodeHistory(msgs)
 	lw.write(encodeLine(ptr(cutoffMessage(th.ChatID, false))))
 	lw.send(stateMessage(th.ChatID, max(last, th.LastSort), history))
+}
+
+// Messages of a __state__ that ends a stream of another replica's turn
+// before the turn's own __state__.
+const (
+	errTurnLost       = "the answer was interrupted"
+	errFollowStreamed = "the stream was interrupted: request the chat's state again"
+)
+
+// followRemoteRetries bounds the failed reads of a remote turn in a row
+// before its stream ends.
+const followRemoteRetries = 5
+
+// followRemote writes a turn running on another replica to lw: __cutoff__
+// with state.isStreaming, the turn's lines so far and the live ones
+// (skipping those whose sort is not above after, but never __state__),
+// until the turn's __state__ or the client goes away. When the turn's
+// process stopped before ending it, when reads keep failing, or when a
+// shutdown stops the streams, the stream ends with a __state__ built from
+// the stored history and an error. It reports false, with nothing written,
+// when the turn ended before its first line: the caller serves the
+// thread's stored state then. When it fails before its first line, it
+// returns the error to answer with (503) and writes nothing.
+func (h *Handler) followRemote(ctx context.Context, lw *lineWriter, rt RemoteTurn, th store.Thread, after int64) (served bool, err error) {
+	fctx, cancel := h.turns.followContext(ctx)
+	defer cancel()
+	var (
+		pos      int
+		top      int64 // highest sort read
+		failures int
+		backoff  = 20 * time.Millisecond
+	)
+	for {
+		lines, done, err := rt.Next(fctx, pos)
+		if len(lines) > 0 {
+			if pos == 0 && !lw.write(encodeLine(ptr(cutoffMessage(th.ChatID, true)))) {
+				return true, nil
+			}
+			for _, l := range lines {
+				top = max(top, l.Sort)
+				if (l.Sort > after || l.State) && !lw.write(l.Data) {
+					return true, nil
+				}
+			}
+			if !lw.flush() {
+				return true, nil
+			}
+			pos += len(lines)
+			failures, backoff = 0, 20*time.Millisecond
+		}
+		if err == nil {
+			if done {
+				return pos > 0, nil
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return true, nil // the client went away
+		}
+		var (
+			msg    string
+			status error // the answer when nothing was written yet
+		)
+		switch {
+		case errors.Is(err, ErrTurnLost):
+			msg = errTurnLost
+		case fctx.Err() != nil:
+			msg, status = msgShuttingDown, errShuttingDown
+		default:
+			if failures++; failures < followRemoteRetries && sleepCtx(fctx, backoff) {
+				backoff *= 2
+				continue
+			}
+			msg, status = errFollowStreamed, clusterUnavailable(err)
+		}
+		if pos == 0 {
+			return false, status
+		}
+		if status != nil && fctx.Err() == nil && h.cfg.log != nil {
+			h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "chat stream of another replica's turn failed",
+				slog.String("chatId", th.ChatID), slog.String("error", err.Error()))
+		}
+		h.endFollow(ctx, lw, th, top, msg)
+		return true, nil
+	}
+}
+
+// endFollow ends a stream of another replica's turn that stopped before
+// the turn's __state__: it sends the stored history with errMsg.
+func (h *Handler) endFollow(ctx context.Context, lw *lineWriter, th store.Thread, top int64, errMsg string) {
+	var history []Message
+	last := th.LastSort
+	if msgs, err := h.st.Messages(ctx, th.AccountID, th.ChatID); err == nil {
+		var l int64
+		history, l = decodeHistory(msgs)
+		last = max(last, l)
+	} else if h.cfg.log != nil {
+		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "chat history not read",
+			slog.String("chatId", th.ChatID), slog.String("error", err.Error()))
+	}
+	m := stateMessage(th.ChatID, max(last, top+1), history)
+	m.State.Error = errMsg
+	lw.send(m)
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // serveTurn answers a request with input: it provisions the user, finds or
@@ -330,12 +467,12 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			user, scope = res.User, res.Scope
 		}
 		if t != nil && t.userID != user.ID { // a retry provisioned anew
-			h.turns.release(t)
+			h.turns.release(ctx, t)
 			t = nil
 		}
 		if t == nil {
 			var err error
-			if t, err = h.turns.reserve(key, user.ID, h.cfg.maxTurnBytes); err != nil {
+			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes); err != nil {
 				return err
 			}
 		}
@@ -390,7 +527,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	})
 	if err != nil {
 		if t != nil {
-			h.turns.release(t)
+			h.turns.release(ctx, t)
 		}
 		h.fail(w, r, err)
 		return
@@ -469,6 +606,13 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	}
 	if t, ok := h.turns.running(turnKey{c.acct.ID, th.ChatID}); ok {
 		t.stop(errAborted, outcomeAborted)
+	} else if cl := h.cfg.cluster; cl != nil {
+		// The turn may run on another replica: it stops there shortly
+		// after (or nothing changes when none runs).
+		if _, err := cl.Abort(ctx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID}); err != nil {
+			h.fail(w, r, clusterUnavailable(err))
+			return
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

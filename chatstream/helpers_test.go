@@ -15,6 +15,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/store"
 )
 
 const (
@@ -90,6 +91,9 @@ type envOpts struct {
 	agent chatstream.Agent
 	opts  []chatstream.Option
 	cfg   func(*bootstrap.Config)
+	// store, if set, opens the server's store instead of testdb.Open
+	// (two replicas open one database).
+	store func(t testing.TB, backend string) store.Store
 }
 
 func newEnv(t testing.TB, tg apitest.Target, eo envOpts) *env {
@@ -108,6 +112,9 @@ func newEnv(t testing.TB, tg apitest.Target, eo envOpts) *env {
 	})}
 	if eo.cfg != nil {
 		aopts = append(aopts, apitest.WithConfig(eo.cfg))
+	}
+	if eo.store != nil {
+		aopts = append(aopts, apitest.WithStore(eo.store))
 	}
 	s := apitest.New(t, tg, aopts...)
 	t.Cleanup(func() {

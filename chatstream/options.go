@@ -45,6 +45,7 @@ type config struct {
 	now                func() time.Time
 	reapBatch          int
 	maxTurnBytes       int
+	cluster            Cluster
 }
 
 func newConfig(opts []Option) config {
@@ -149,3 +150,14 @@ func WithMaxTurnBytes(n int) Option {
 		}
 	}
 }
+
+// WithCluster shares running turns with the other replicas of the server
+// that use the same database: a turn runs on one replica at a time per
+// thread (input for a thread whose turn runs elsewhere is 409, or 403 for
+// another user), a stream without input rejoins a turn running on another
+// replica, and an abort received by any replica stops the turn where it
+// runs. pgcluster.New returns one for PostgreSQL. The handler does not close
+// it: the host closes it after [Handler.Shutdown] returns, so that the
+// turns stopped by Shutdown can still release their claims. Default: nil,
+// a single process (what SQLite deployments need). Read by [Handler].
+func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c } }

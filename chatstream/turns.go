@@ -26,8 +26,21 @@ var (
 	errShuttingDown = wire.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
 )
 
-// persistTimeout bounds the write of a turn's final messages.
-const persistTimeout = 10 * time.Second
+// clusterUnavailable is the 503 of a failed [Cluster] call; the cause is
+// logged, never sent.
+func clusterUnavailable(err error) error {
+	return &wire.Error{Status: http.StatusServiceUnavailable, Msg: "the chat service is temporarily unavailable", Err: err}
+}
+
+const (
+	// persistTimeout bounds the write of a turn's final messages, and the
+	// release of its cluster claim.
+	persistTimeout = 10 * time.Second
+	// releaseAfterFailure bounds the release of a claim once the store
+	// failed: the database is probably unreachable, and the claim expires
+	// after its lease anyway.
+	releaseAfterFailure = time.Second
+)
 
 type turnKey struct {
 	accountID int64
@@ -37,7 +50,13 @@ type turnKey struct {
 // registry owns the running turns, at most one per thread, and every
 // goroutine that runs one.
 type registry struct {
-	log *slog.Logger
+	log     *slog.Logger
+	cluster Cluster // nil: a single process
+
+	// halt ends when a shutdown has ended this process's turns: streams
+	// following a turn of another replica end then.
+	halt    context.Context
+	haltNow context.CancelFunc
 
 	mu      sync.Mutex
 	turns   map[turnKey]*turn
@@ -47,20 +66,24 @@ type registry struct {
 	stopped bool          // turns are cancelled as they start
 }
 
-func newRegistry(log *slog.Logger) *registry {
-	return &registry{log: log, turns: make(map[turnKey]*turn)}
+func newRegistry(log *slog.Logger, cluster Cluster) *registry {
+	halt, haltNow := context.WithCancel(context.Background())
+	return &registry{log: log, cluster: cluster, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn)}
 }
 
-// reserve claims the thread key for a new turn of userID. A thread with a
-// turn already reserved or running is 409 for its user and 403 for anyone
-// else; a closing registry is 503.
-func (r *registry) reserve(key turnKey, userID int64, maxSize int) (*turn, error) {
+// reserve claims the thread key for a new turn of userID: in this process,
+// then in the cluster, if any. A thread with a turn already reserved or
+// running, here or on another replica, is 409 for its user and 403 for
+// anyone else; a closing registry is 503, and so is a failed cluster.
+// ctx bounds the cluster's claim, which runs without the registry's lock.
+func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSize int) (*turn, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closing {
+		r.mu.Unlock()
 		return nil, errShuttingDown
 	}
 	if t, ok := r.turns[key]; ok {
+		r.mu.Unlock()
 		if t.userID != userID {
 			return nil, errNotOwner
 		}
@@ -68,17 +91,69 @@ func (r *registry) reserve(key turnKey, userID int64, maxSize int) (*turn, error
 	}
 	t := &turn{reg: r, key: key, userID: userID, maxSize: maxSize, done: make(chan struct{})}
 	r.turns[key] = t
+	r.mu.Unlock()
+	if r.cluster == nil {
+		return t, nil
+	}
+
+	claim, err := r.cluster.Claim(ctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID)
+	if err != nil {
+		r.drop(t)
+		if e, ok := errors.AsType[*TurnElsewhereError](err); ok {
+			if e.UserID != userID {
+				return nil, errNotOwner
+			}
+			return nil, errTurnRunning
+		}
+		return nil, clusterUnavailable(err)
+	}
+	r.mu.Lock()
+	t.claim = claim
+	r.mu.Unlock()
 	return t, nil
 }
 
-// release drops a reservation whose turn never started.
-func (r *registry) release(t *turn) {
+// release drops a reservation whose turn never started, and its claim.
+func (r *registry) release(ctx context.Context, t *turn) {
+	r.mu.Lock()
+	claim, started := t.claim, t.started
+	r.mu.Unlock()
+	if claim != nil && !started {
+		// The claim goes first, so that the thread is free everywhere once
+		// it is free here.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), persistTimeout)
+		if err := claim.Release(ctx, nil); err != nil {
+			r.logReleaseFailure(ctx, t, err)
+		}
+		cancel()
+	}
+	r.drop(t)
+}
+
+// drop removes a reservation whose turn never started.
+func (r *registry) drop(t *turn) {
 	r.mu.Lock()
 	if r.turns[t.key] == t && !t.started {
 		delete(r.turns, t.key)
 		r.wakeLocked()
 	}
 	r.mu.Unlock()
+}
+
+func (r *registry) logReleaseFailure(ctx context.Context, t *turn, err error) {
+	if r.log != nil {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "chat turn not released from the cluster; its claim expires after the lease",
+			slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
+	}
+}
+
+// followContext returns a context for a stream following a turn of another
+// replica: it ends with parent, or once a shutdown has ended this process's
+// turns.
+func (r *registry) followContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(r.halt, func() { cancel(errShutdown) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
 // running returns the started turn of key, if any.
@@ -157,6 +232,8 @@ func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
 	r.mu.Lock()
 	r.closing = true
 	r.mu.Unlock()
+	// Streams of other replicas' turns end once this process's turns have.
+	defer r.haltNow()
 	if r.waitIdle(ctx) {
 		return nil
 	}
@@ -174,13 +251,6 @@ func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
 	return fmt.Errorf("chatstream: agents did not return after shutdown: %w", ctx.Err())
 }
 
-// line is one encoded line of a turn's log.
-type line struct {
-	sort  int64
-	state bool // the __state__ line, always sent
-	b     []byte
-}
-
 // turn is one running turn: its context, its sequence and its append-only
 // log of encoded lines, which any number of streams read.
 type turn struct {
@@ -192,11 +262,15 @@ type turn struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// claim is the turn's claim in the cluster (nil without one). It is
+	// set by reserve before the turn starts and read-only afterwards.
+	claim ClaimedTurn
+
 	persist func(ctx context.Context, lastSort int64, msgs []Message) error
 
 	mu        sync.Mutex
 	seq       *sequence
-	lines     []line
+	lines     []Line
 	size      int           // bytes in lines
 	maxSize   int           // cap on size for agent events
 	tooLong   bool          // the agent hit maxSize
@@ -206,11 +280,25 @@ type turn struct {
 	done      chan struct{} // closed once finished: stored and log closed
 }
 
-// appendLocked encodes m into the log and wakes the readers.
+// appendLocked encodes m into the log, publishes it to the cluster (which
+// never waits) and wakes the readers.
 func (t *turn) appendLocked(m Message) {
-	b := encodeLine(&m)
-	t.size += len(b)
-	t.lines = append(t.lines, line{sort: m.Sort, state: m.ID == StateID, b: b})
+	l := encodeMessage(&m)
+	if t.claim != nil {
+		t.claim.Publish([]Line{l})
+	}
+	t.addLocked(l)
+}
+
+// encodeMessage encodes m as a line of a turn's log.
+func encodeMessage(m *Message) Line {
+	return Line{Sort: m.Sort, State: m.ID == StateID, Data: encodeLine(m)}
+}
+
+// addLocked appends an encoded line to the log and wakes the readers.
+func (t *turn) addLocked(l Line) {
+	t.size += len(l.Data)
+	t.lines = append(t.lines, l)
 	if t.notify != nil {
 		close(t.notify)
 		t.notify = nil
@@ -235,8 +323,25 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	r.mu.Lock()
 	t.started = true
 	r.active++
+	if t.claim != nil {
+		r.active++ // the abort watcher below
+	}
 	stopped := r.stopped
 	r.mu.Unlock()
+
+	if t.claim != nil {
+		// An abort received by another replica (or a claim taken over)
+		// stops the turn here.
+		aborted := t.claim.Aborted()
+		go func() {
+			defer r.ended()
+			select {
+			case <-aborted:
+				t.stop(errAborted, outcomeAborted)
+			case <-t.done:
+			}
+		}()
+	}
 
 	go func() {
 		defer r.ended()
@@ -298,8 +403,9 @@ func (t *turn) stop(cause error, o outcome) {
 }
 
 // finish ends the turn once: it completes the in-process messages, stores
-// them, removes the turn from the registry and closes the log. Later calls
-// wait for the first to complete.
+// them, releases the turn's claim with its last lines, removes the turn from
+// the registry and closes the log. Later calls wait for the first to
+// complete.
 func (t *turn) finish(o outcome) {
 	t.mu.Lock()
 	if t.finishing {
@@ -324,13 +430,28 @@ func (t *turn) finish(o outcome) {
 			st.Error = errStoreFailed
 		}
 	}
-	// Remove before the log closes, so that a client that has read
-	// __state__ can start the next turn at once.
+	final := make([]Line, len(lines))
+	for i := range lines {
+		final[i] = encodeMessage(&lines[i])
+	}
+	// Release and remove before the log closes, so that a client that has
+	// read __state__ can start the next turn at once, on any replica.
+	if t.claim != nil {
+		timeout := persistTimeout
+		if err != nil {
+			timeout = releaseAfterFailure
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), timeout)
+		if err := t.claim.Release(rctx, final); err != nil {
+			t.reg.logReleaseFailure(rctx, t, err)
+		}
+		cancel()
+	}
 	t.reg.remove(t)
 
 	t.mu.Lock()
-	for _, m := range lines {
-		t.appendLocked(m)
+	for _, l := range final {
+		t.addLocked(l)
 	}
 	t.closed = true
 	t.mu.Unlock()
@@ -359,7 +480,7 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 
 		if len(batch) > 0 {
 			for _, l := range batch {
-				if (l.sort > after || l.state) && !lw.write(l.b) {
+				if (l.Sort > after || l.State) && !lw.write(l.Data) {
 					return false
 				}
 			}

@@ -1,0 +1,534 @@
+package chatstream_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/pgcluster"
+	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
+)
+
+// gatedAgent answers "gate:<name>" with "first ", "part ", then waits until
+// the test opens the gate <name> (or the turn ends), then "second". Other
+// inputs go to the test scripts.
+type gatedAgent struct {
+	scripts
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+}
+
+func newGatedAgent() *gatedAgent {
+	return &gatedAgent{scripts: testScripts(), gates: map[string]chan struct{}{}}
+}
+
+func (g *gatedAgent) gate(name string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ch, ok := g.gates[name]
+	if !ok {
+		ch = make(chan struct{})
+		g.gates[name] = ch
+	}
+	return ch
+}
+
+// open lets the turn waiting at gate name go on.
+func (g *gatedAgent) open(name string) {
+	ch := g.gate(name)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (g *gatedAgent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
+	name, ok := strings.CutPrefix(t.Input, "gate:")
+	if !ok {
+		return g.scripts.Answer(ctx, t, e)
+	}
+	for _, p := range []string{"first ", "part "} {
+		if err := e.Content(p); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-g.gate(name):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return e.Content("second")
+}
+
+// pair is two replicas of a server on one fresh PostgreSQL schema: two
+// chatstream handlers behind two httptest servers, each with its own store
+// and its own pgcluster.Cluster.
+type pair struct {
+	a, b   *env
+	ca, cb *pgcluster.Cluster
+	agent  *gatedAgent
+}
+
+type pairOpts struct {
+	clusterA, clusterB []pgcluster.Option
+	handler            []chatstream.Option
+}
+
+// fastCluster are cluster options that keep the lease tests short.
+var fastCluster = []pgcluster.Option{
+	pgcluster.WithHeartbeat(50 * time.Millisecond),
+	pgcluster.WithLeaseTimeout(500 * time.Millisecond),
+	pgcluster.WithPollInterval(100 * time.Millisecond),
+}
+
+func newPair(t testing.TB, po pairOpts) *pair {
+	t.Helper()
+	dsn := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
+	p := &pair{agent: newGatedAgent()}
+	// Clusters are closed after the handlers (cleanups run last first).
+	p.ca = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("a")}, po.clusterA...)...)
+	p.cb = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("b")}, po.clusterB...)...)
+	openStore := func(t testing.TB, _ string) store.Store {
+		st, err := gormstore.Open(dsn)
+		if err != nil {
+			t.Fatalf("open store: %v", err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
+		opts: append([]chatstream.Option{chatstream.WithCluster(p.ca)}, po.handler...)})
+	p.b = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
+		opts: append([]chatstream.Option{chatstream.WithCluster(p.cb)}, po.handler...)})
+	return p
+}
+
+func openCluster(t testing.TB, dsn string, opts ...pgcluster.Option) *pgcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgcluster.New(ctx, dsn, opts...)
+	if err != nil {
+		t.Fatalf("pgcluster.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func isPiece(text string) func(chatstream.Message) bool {
+	return func(m chatstream.Message) bool { return isContent(m) && m.Content == text }
+}
+
+// stateOf returns the thread's stored state as read on e: its __cutoff__
+// and __state__.
+func stateOf(t testing.TB, e *env, chatID, user string) (cutoff, state chatstream.Message) {
+	t.Helper()
+	msgs := collect(t, e.client, chatstream.Request{ChatID: chatID, SessionSettings: ext(user)})
+	if len(msgs) != 2 {
+		t.Fatalf("state of %s: %d lines, want 2", chatID, len(msgs))
+	}
+	return msgs[0], msgs[1]
+}
+
+func TestClusterAbortOnOtherReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    []pgcluster.Option
+	}{
+		{"notification", nil},
+		// A replica that does not LISTEN learns of the abort by its poll:
+		// the fallback for a lost notification.
+		{"poll only", []pgcluster.Option{pgcluster.WithListen(false), pgcluster.WithPollInterval(50 * time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, pairOpts{clusterA: tc.a})
+			ctx := t.Context()
+			id := "abort-" + strings.ReplaceAll(tc.name, " ", "-")
+			_, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("u")}, isPiece("answer"))
+			if err := p.b.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "u"}); err != nil {
+				t.Fatalf("abort on B: %v", err)
+			}
+			acked := time.Now()
+			msgs, end, err := wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := end.Sub(acked); d > 2*time.Second {
+				t.Errorf("A's stream ended %v after B's 204", d)
+			}
+			st := last(msgs)
+			if st.ID != chatstream.StateID || st.State == nil || !st.State.Aborted {
+				t.Fatalf("A's stream ends with %+v, want __state__ aborted", st)
+			}
+			if fa, _ := conv(msgs).FinalAnswer(); fa.Content != "partial answer" || fa.IsInProcess {
+				t.Errorf("final answer on A = %+v, want the partial answer completed", fa)
+			}
+			// The partial answer is stored, as both replicas see it.
+			for _, e := range []*env{p.a, p.b} {
+				cut, state := stateOf(t, e, id, "u")
+				if cut.State.IsStreaming {
+					t.Errorf("cutoff isStreaming after the abort")
+				}
+				if fa, _ := conv(state.State.Messages).FinalAnswer(); fa.Content != "partial answer" {
+					t.Errorf("stored answer = %q, want %q", fa.Content, "partial answer")
+				}
+			}
+			// The thread is free on both replicas at once.
+			if msgs := collect(t, p.b.client, chatstream.Request{Input: "echo:again", ChatID: id, SessionSettings: ext("u")}); last(msgs).State.Error != "" {
+				t.Errorf("next turn on B: %+v", last(msgs).State)
+			}
+		})
+	}
+}
+
+func TestClusterRejoinOnOtherReplica(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	ctx := t.Context()
+	const id, gate = "rejoin-x", "rejoin"
+	got, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "gate:" + gate, ChatID: id, SessionSettings: ext("u")}, isPiece("first "))
+	// The client has everything up to "first " (got may hold more).
+	var resume int64
+	for i, m := range got {
+		if isPiece("first ")(m) {
+			resume, got = m.Sort, got[:i+1]
+			break
+		}
+	}
+
+	_, waitFull := streamUntil(t, ctx, p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("u")}, isPiece("part "))
+	_, waitTail := streamUntil(t, ctx, p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("u"), ResumeAfterSort: &resume}, isPiece("part "))
+	p.agent.open(gate)
+	orig, origEnd, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, fullEnd, err := waitFull()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, _, err := waitTail()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rejoined stream ended %v after the original", fullEnd.Sub(origEnd))
+
+	if !full[0].State.IsStreaming || !tail[0].State.IsStreaming || full[0].State.ChatID != id {
+		t.Fatalf("rejoin cutoffs = %+v, %+v, want isStreaming", full[0].State, tail[0].State)
+	}
+	// The rejoined stream is the original one, line for line.
+	if a, b := jsonOf(t, orig[1:]), jsonOf(t, full[1:]); a != b {
+		t.Errorf("rejoined stream differs from the original:\n orig %s\n full %s", a, b)
+	}
+	var want []chatstream.Message
+	for _, m := range orig[1:] {
+		if m.Sort > resume || m.ID == chatstream.StateID {
+			want = append(want, m)
+		}
+	}
+	if a, b := jsonOf(t, want), jsonOf(t, tail[1:]); a != b {
+		t.Errorf("resumed stream after sort %d:\n want %s\n got  %s", resume, a, b)
+	}
+	wantAns, _ := conv(orig).FinalAnswer()
+	fullAns, _ := conv(full).FinalAnswer()
+	tailAns, _ := conv(append(slices.Clone(got), tail[1:]...)).FinalAnswer()
+	if wantAns.Content != "first part second" || fullAns.Content != wantAns.Content || tailAns.Content != wantAns.Content {
+		t.Errorf("answers: orig %q, full %q, resumed %q", wantAns.Content, fullAns.Content, tailAns.Content)
+	}
+	// Merged deltas rebuild the final message on the rejoined stream.
+	for _, m := range conv(full).History() {
+		if m.Role == chatstream.RoleAssistant && m.ToolCall == nil && m.Content != wantAns.Content {
+			t.Errorf("rebuilt message %q, want %q", m.Content, wantAns.Content)
+		}
+	}
+	// The stored state on B is the original __state__.
+	_, state := stateOf(t, p.b, id, "u")
+	if a, b := jsonOf(t, last(orig).State.Messages), jsonOf(t, state.State.Messages); a != b {
+		t.Errorf("stored history on B:\n %s\nwant\n %s", b, a)
+	}
+	// The thread is free everywhere once __state__ was read: no 409 on B.
+	if _, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "echo:next", ChatID: id, SessionSettings: ext("u")}); err != nil {
+		t.Errorf("next turn on B right after __state__: %v", err)
+	}
+}
+
+func TestClusterConflicts(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	ctx := t.Context()
+	const id, gate = "conflict-x", "conflict"
+	_, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "gate:" + gate, ChatID: id, SessionSettings: ext("u")}, isPiece("part "))
+
+	t.Run("input on B for A's running turn is 409", func(t *testing.T) {
+		_, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "more", ChatID: id, SessionSettings: ext("u")})
+		if apiStatus(err) != http.StatusConflict {
+			t.Errorf("err = %v, want 409", err)
+		}
+	})
+	t.Run("input of another user on B is 403", func(t *testing.T) {
+		_, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "mine", ChatID: id, SessionSettings: ext("intruder")})
+		if apiStatus(err) != http.StatusForbidden {
+			t.Errorf("err = %v, want 403", err)
+		}
+	})
+	t.Run("abort and rejoin of another user on B are 403", func(t *testing.T) {
+		if err := p.b.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "intruder"}); apiStatus(err) != http.StatusForbidden {
+			t.Errorf("abort err = %v, want 403", err)
+		}
+		if _, err := collectErr(ctx, p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("intruder")}); apiStatus(err) != http.StatusForbidden {
+			t.Errorf("rejoin err = %v, want 403", err)
+		}
+	})
+	t.Run("a new chat on B is not blocked", func(t *testing.T) {
+		if msgs := collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "conflict-other", SessionSettings: ext("u")}); last(msgs).State.Error != "" {
+			t.Errorf("state %+v", last(msgs).State)
+		}
+	})
+	p.agent.open(gate)
+	msgs, _, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := last(msgs).State; st == nil || st.Aborted || st.Error != "" {
+		t.Errorf("A's turn ended with %+v, want a plain end", st)
+	}
+
+	t.Run("abort on B of an idle thread is 204 and changes nothing", func(t *testing.T) {
+		_, before := stateOf(t, p.a, id, "u")
+		if err := p.b.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "u"}); err != nil {
+			t.Fatalf("abort: %v", err)
+		}
+		_, after := stateOf(t, p.a, id, "u")
+		if a, b := jsonOf(t, before), jsonOf(t, after); a != b {
+			t.Errorf("state changed:\n %s\n %s", a, b)
+		}
+		// The next turn is not aborted by the earlier request.
+		if msgs := collect(t, p.a.client, chatstream.Request{Input: "echo:later", ChatID: id, SessionSettings: ext("u")}); last(msgs).State.Aborted {
+			t.Errorf("next turn aborted")
+		}
+	})
+	t.Run("abort on B of an unknown chat is 404", func(t *testing.T) {
+		if err := p.b.client.Abort(ctx, acct, agentID, "no-such-chat", chatstream.SessionSettings{ExternalID: "u"}); apiStatus(err) != http.StatusNotFound {
+			t.Errorf("err = %v, want 404", err)
+		}
+	})
+}
+
+// TestClusterTurnLost: the replica running a turn loses the cluster (here
+// its Cluster is closed, as if it crashed): a stream rejoined on another
+// replica ends, after the lease, with the stored history and state.error,
+// and the thread can run a new turn there.
+func TestClusterTurnLost(t *testing.T) {
+	p := newPair(t, pairOpts{clusterA: fastCluster, clusterB: fastCluster})
+	ctx := t.Context()
+	const id, gate = "lost-x", "lost"
+	_, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "gate:" + gate, ChatID: id, SessionSettings: ext("u")}, isPiece("part "))
+	_, waitB := streamUntil(t, ctx, p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("u")}, isPiece("part "))
+	if err := p.ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	msgsB, _, err := waitB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := last(msgsB)
+	if st.ID != chatstream.StateID || st.State == nil || st.State.Error == "" {
+		t.Fatalf("B's stream ends with %+v, want __state__ with an error", st)
+	}
+	if n := len(st.State.Messages); n != 1 || st.State.Messages[0].Role != chatstream.RoleUser {
+		t.Errorf("state messages = %s, want the stored user echo", jsonOf(t, st.State.Messages))
+	}
+	// A's own stream ends normally: its turn ran on.
+	p.agent.open(gate)
+	msgsA, _, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fa, _ := conv(msgsA).FinalAnswer(); fa.Content != "first part second" {
+		t.Errorf("answer on A = %q", fa.Content)
+	}
+	// The dead claim has expired: B runs the next turn.
+	if msgs := collect(t, p.b.client, chatstream.Request{Input: "echo:after", ChatID: id, SessionSettings: ext("u")}); last(msgs).State.Error != "" {
+		t.Errorf("next turn on B: %+v", last(msgs).State)
+	}
+}
+
+// TestClusterShutdownEndsRemoteStreams: Shutdown of a replica ends its
+// streams of turns running elsewhere with the stored state; the turn runs
+// on.
+func TestClusterShutdownEndsRemoteStreams(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	ctx := t.Context()
+	const id, gate = "shutdown-x", "shutdown"
+	_, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "gate:" + gate, ChatID: id, SessionSettings: ext("u")}, isPiece("part "))
+	_, waitB := streamUntil(t, ctx, p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("u")}, isPiece("part "))
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := p.b.h.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown of B: %v", err)
+	}
+	msgsB, _, err := waitB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := last(msgsB).State; st == nil || st.Error == "" {
+		t.Errorf("B's stream ends with %+v, want __state__ with an error", st)
+	}
+	p.agent.open(gate)
+	msgsA, _, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := last(msgsA).State; st == nil || st.Aborted || st.Error != "" {
+		t.Errorf("A's turn ended with %+v", st)
+	}
+}
+
+func TestClusterNoGoroutineLeak(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	ctx := t.Context()
+	idle := func() {
+		for _, e := range []*env{p.a, p.b} {
+			e.Client().CloseIdleConnections()
+		}
+	}
+	round := func(n int) {
+		id := "leak-" + string(rune('a'+n))
+		// A completed turn on A, rejoined on B.
+		gate := "leak-" + id
+		_, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "gate:" + gate, ChatID: id, SessionSettings: ext("leak")}, isPiece("part "))
+		_, waitB := streamUntil(t, ctx, p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("leak")}, isPiece("part "))
+		// 409 on B: a claim refused inside the transaction.
+		if _, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "x", ChatID: id, SessionSettings: ext("leak")}); apiStatus(err) != http.StatusConflict {
+			t.Errorf("input on B: %v, want 409", err)
+		}
+		p.agent.open(gate)
+		wait()
+		waitB()
+		// A turn on B aborted from A.
+		_, wait = streamUntil(t, ctx, p.b.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("leak")}, isPiece("answer"))
+		if err := p.a.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "leak"}); err != nil {
+			t.Fatal(err)
+		}
+		wait()
+	}
+	// Warm up the pools, then take the baseline.
+	round(0)
+	idle()
+	time.Sleep(100 * time.Millisecond)
+	base := runtime.NumGoroutine()
+	for i := 1; i <= 3; i++ {
+		round(i)
+	}
+	// A running turn stopped by Shutdown, followed from the other replica.
+	_, wait := streamUntil(t, ctx, p.a.client, chatstream.Request{Input: "slow", ChatID: "leak-shutdown", SessionSettings: ext("leak")}, isPiece("answer"))
+	_, waitB := streamUntil(t, ctx, p.b.client, chatstream.Request{ChatID: "leak-shutdown", SessionSettings: ext("leak")}, isPiece("answer"))
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := p.a.h.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	wait()
+	msgsB, _, _ := waitB()
+	if st := last(msgsB).State; st == nil || !st.Aborted {
+		t.Errorf("B's rejoined stream after A's shutdown ends with %+v, want aborted", st)
+	}
+	idle()
+	waitGoroutines(t, base)
+}
+
+// BenchmarkCrossReplicaAbort starts a turn on replica A whose agent waits,
+// aborts it on replica B, and reports the time from B's 204 to the end of
+// A's stream (p50, p99). PostgreSQL only; default cluster options.
+func BenchmarkCrossReplicaAbort(b *testing.B) {
+	p := newPair(b, pairOpts{})
+	ctx := b.Context()
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprintf("xabort-%d", i)
+		_, wait := streamUntil(b, ctx, p.a.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("bench")}, isPiece("answer"))
+		if err := p.b.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+		acked := time.Now()
+		msgs, end, err := wait()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st := last(msgs).State; st == nil || !st.Aborted {
+			b.Fatalf("stream %d ends with %+v", i, st)
+		}
+		lat = append(lat, max(0, end.Sub(acked)))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkCrossReplicaRejoinLag streams a paced turn on replica A while a
+// stream on replica B rejoins it, and reports how much later each live line
+// reaches B's client than A's (p50, p99). Default cluster options (lines
+// written every 50 ms).
+func BenchmarkCrossReplicaRejoinLag(b *testing.B) {
+	p := newPair(b, pairOpts{})
+	ctx := b.Context()
+	var lag []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		id := fmt.Sprintf("xlag-%d", i)
+		arrived := func(c *chatstream.Client, req chatstream.Request, started chan<- struct{}) map[int64]time.Time {
+			at := map[int64]time.Time{}
+			once := sync.Once{}
+			for m, err := range c.Stream(ctx, acct, agentID, req) {
+				if err != nil {
+					b.Error(err)
+					break
+				}
+				if _, ok := at[m.Sort]; !ok && m.ID != chatstream.CutoffID {
+					at[m.Sort] = time.Now()
+				}
+				if started != nil && isContent(m) {
+					once.Do(func() { close(started) })
+				}
+			}
+			return at
+		}
+		started := make(chan struct{})
+		var onA map[int64]time.Time
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			onA = arrived(p.a.client, chatstream.Request{Input: "paced", ChatID: id, SessionSettings: ext("bench")}, started)
+		}()
+		<-started
+		joined := time.Now()
+		onB := arrived(p.b.client, chatstream.Request{ChatID: id, SessionSettings: ext("bench")}, nil)
+		<-done
+		for s, ta := range onA {
+			if tb, ok := onB[s]; ok && ta.After(joined) {
+				lag = append(lag, max(0, tb.Sub(ta)))
+			}
+		}
+	}
+	if len(lag) == 0 {
+		b.Fatal("no live line measured")
+	}
+	slices.Sort(lag)
+	b.ReportMetric(float64(lag[len(lag)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lag[len(lag)*99/100].Microseconds())/1000, "p99-ms")
+}
