@@ -6,6 +6,11 @@
 //	go run ./examples/server -db :memory: -dev  # in memory, thinking streamed
 //	go run ./examples/server -db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
+// With a PostgreSQL DSN several processes can serve one database behind a
+// load balancer, with no sticky sessions: chat turns are shared through
+// pgcluster (an abort or a rejoin reaches the turn on whichever process runs
+// it). SQLite is single-process.
+//
 // Flags and their environment variables:
 //
 //	-addr         EMBED_ADDR         listen address (127.0.0.1:8080)
@@ -28,12 +33,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/examples/demoagent"
 	"github.com/embedkit/embedkit/internal/bootstrap"
@@ -119,7 +126,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// change only at a restart, so caching them for a few seconds is safe
 	// and saves store reads on every request.
 	embed := embedsession.NewHandler(st, embedsession.WithLogger(log), embedsession.WithCacheTTL(5*time.Second))
-	chat := chatstream.NewHandler(st, agent, chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log))
+	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log)}
+	// On PostgreSQL, running chat turns are shared with the other
+	// processes on the database; SQLite stays single-process.
+	var cluster *pgcluster.Cluster
+	if isPostgres(o.db) {
+		if cluster, err = pgcluster.New(ctx, o.db, pgcluster.WithLogger(log)); err != nil {
+			return fmt.Errorf("chat cluster: %w", err)
+		}
+		// Closed after chat.Shutdown below, which releases the claims.
+		defer cluster.Close()
+		chatOpts = append(chatOpts, chatstream.WithCluster(cluster))
+	}
+	chat := chatstream.NewHandler(st, agent, chatOpts...)
 	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
 	reaper.Start()
 
@@ -162,6 +181,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), redactDSN(o.db))
+	if cluster != nil {
+		fmt.Fprintf(stdout, "chat turns shared with the other replicas on this database (replica %s)\n", cluster.ReplicaID())
+	}
 	if o.config == "" {
 		fmt.Fprintln(stdout, "demo account \"acme\": admin API key sk-acme-admin, user API key sk-acme-user")
 		fmt.Fprintln(stdout, "try: curl -s -X POST http://"+ln.Addr().String()+"/api/v1/embed/generate-session -H 'Authorization: Api-Key sk-acme-admin' -H 'Content-Type: application/json' -d '{\"deploymentId\":1,\"externalId\":\"jane\"}'")
@@ -183,10 +205,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { chatErr <- chat.Shutdown(shutdownCtx) }()
 	err = srv.Shutdown(shutdownCtx)
 	err = errors.Join(err, <-chatErr, reaper.Close())
+	if cluster != nil {
+		err = errors.Join(err, cluster.Close())
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// isPostgres reports whether db is a PostgreSQL DSN (as gormstore.Open
+// decides).
+func isPostgres(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "host=")
 }
 
 // redactDSN hides a PostgreSQL password in the start-up line.
