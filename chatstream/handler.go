@@ -288,7 +288,9 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		return
 	}
 	if cl := h.cfg.cluster; cl != nil {
-		rt, ok, err := cl.Join(ctx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID})
+		jctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+		rt, ok, err := cl.Join(jctx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID})
+		cancel()
 		if err != nil {
 			h.fail(w, r, clusterUnavailable(err))
 			return
@@ -609,7 +611,10 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	} else if cl := h.cfg.cluster; cl != nil {
 		// The turn may run on another replica: it stops there shortly
 		// after (or nothing changes when none runs).
-		if _, err := cl.Abort(ctx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID}); err != nil {
+		actx, cancel := context.WithTimeout(ctx, clusterTimeout)
+		_, err := cl.Abort(actx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID})
+		cancel()
+		if err != nil {
 			h.fail(w, r, clusterUnavailable(err))
 			return
 		}

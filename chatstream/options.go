@@ -158,6 +158,7 @@ func WithMaxTurnBytes(n int) Option {
 // replica, and an abort received by any replica stops the turn where it
 // runs. pgcluster.New returns one for PostgreSQL. The handler does not close
 // it: the host closes it after [Handler.Shutdown] returns, so that the
-// turns stopped by Shutdown can still release their claims. Default: nil,
-// a single process (what SQLite deployments need). Read by [Handler].
+// turns stopped by Shutdown can still release their claims. A request's
+// calls to the cluster are bounded by 5 seconds (then 503). Default: nil, a
+// single process (what SQLite deployments need). Read by [Handler].
 func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c } }

@@ -40,6 +40,9 @@ const (
 	// failed: the database is probably unreachable, and the claim expires
 	// after its lease anyway.
 	releaseAfterFailure = time.Second
+	// clusterTimeout bounds a request's Claim, Join and Abort, so that an
+	// unreachable database is a prompt 503, never a hang.
+	clusterTimeout = 5 * time.Second
 )
 
 type turnKey struct {
@@ -96,7 +99,9 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 		return t, nil
 	}
 
-	claim, err := r.cluster.Claim(ctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID)
+	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID)
+	cancel()
 	if err != nil {
 		r.drop(t)
 		if e, ok := errors.AsType[*TurnElsewhereError](err); ok {

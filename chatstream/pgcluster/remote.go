@@ -84,16 +84,20 @@ func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bo
 		// Watch before reading, so that a notification sent between the
 		// read and the wait is not missed.
 		w, ch := c.watch(rt.id)
-		lines, done, err := rt.read(ctx, from)
+		// Each look is bounded: a connection that died silently must not
+		// hold the reader until its ctx ends.
+		qctx, cancel := context.WithTimeout(ctx, opTimeout)
+		lines, done, err := rt.read(qctx, from)
 		if err == nil && len(lines) == 0 && !done {
 			var live bool
-			if live, err = rt.live(ctx); err == nil && !live {
+			if live, err = rt.live(qctx); err == nil && !live {
 				// It ended (or died) after the read: read once more.
-				if lines, done, err = rt.read(ctx, from); err == nil && !done {
+				if lines, done, err = rt.read(qctx, from); err == nil && !done {
 					err = chatstream.ErrTurnLost
 				}
 			}
 		}
+		cancel()
 		if err != nil || len(lines) > 0 || done {
 			c.unwatch(rt.id, w)
 			if err != nil {
