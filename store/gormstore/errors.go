@@ -122,7 +122,7 @@ func classify(err error) (kind error, retry bool) {
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
 		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, net.ErrClosed):
+		errors.Is(err, net.ErrClosed), errors.Is(err, pgconn.ErrConnClosed):
 		return store.ErrUnavailable, false
 	}
 	var ce *pgconn.ConnectError

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -465,5 +466,47 @@ func TestUnchangedDefinitionsDoNotLock(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGoexitInTx checks that a fn that never returns because it calls
+// runtime.Goexit (as t.Fatal does) rolls back its writes and does not stall
+// concurrent transactions.
+func TestGoexitInTx(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			st := testdb.Open(t, backend)
+			ctx := t.Context()
+			a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, 16)
+			for i := range 16 {
+				wg.Go(func() {
+					errs[i] = st.InTx(ctx, func(tx store.Tx) error {
+						if _, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: fmt.Sprint("u", i), Persistent: true, Now: time.Now()}); err != nil {
+							return err
+						}
+						if i%4 == 1 {
+							runtime.Goexit()
+						}
+						return nil
+					})
+				})
+			}
+			wg.Wait()
+			for i := range 16 {
+				_, err := st.UserByExternalID(ctx, a.ID, fmt.Sprint("u", i), time.Now())
+				if i%4 == 1 {
+					if !errors.Is(err, store.ErrNotFound) {
+						t.Errorf("user of a fn that exited: err = %v, want ErrNotFound", err)
+					}
+				} else if err != nil || errs[i] != nil {
+					t.Errorf("InTx %d: %v, user: %v", i, errs[i], err)
+				}
+			}
+		})
 	}
 }
