@@ -354,7 +354,11 @@ var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 // reported with an error wrapping [store.ErrUnavailable].
 //
 // The Tx given to fn is not safe for concurrent use: fn must call it from
-// one goroutine at a time.
+// one goroutine at a time. On SQLite fn may run on the goroutine of another
+// caller of InTx (the leader of its commit group), so it must not depend on
+// which goroutine runs it: a panic in fn is raised again in its own caller,
+// but t.Fatal (runtime.Goexit) inside fn ends the leader's goroutine; the
+// store survives that, the leader's caller does not.
 //
 // On PostgreSQL a statement that fails aborts the transaction: if fn
 // ignores such an error and returns nil, InTx returns an error and commits
