@@ -319,6 +319,18 @@ func TestClusterConflicts(t *testing.T) {
 			t.Errorf("next turn aborted")
 		}
 	})
+	t.Run("input of another user on B for the idle thread is 403 and frees its claim", func(t *testing.T) {
+		// The claim succeeds (no turn runs), the thread check then fails:
+		// the claim is released with the reservation.
+		if _, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "mine", ChatID: id, SessionSettings: ext("intruder")}); apiStatus(err) != http.StatusForbidden {
+			t.Errorf("err = %v, want 403", err)
+		}
+		for _, e := range []*env{p.a, p.b} {
+			if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:free", ChatID: id, SessionSettings: ext("u")}); err != nil {
+				t.Errorf("owner's next turn: %v", err)
+			}
+		}
+	})
 	t.Run("abort on B of an unknown chat is 404", func(t *testing.T) {
 		if err := p.b.client.Abort(ctx, acct, agentID, "no-such-chat", chatstream.SessionSettings{ExternalID: "u"}); apiStatus(err) != http.StatusNotFound {
 			t.Errorf("err = %v, want 404", err)
@@ -417,6 +429,10 @@ func TestClusterNoGoroutineLeak(t *testing.T) {
 		p.agent.open(gate)
 		wait()
 		waitB()
+		// 403 on B after a successful claim: the claim is released.
+		if _, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "x", ChatID: id, SessionSettings: ext("leak-other")}); apiStatus(err) != http.StatusForbidden {
+			t.Errorf("input of another user on B: %v, want 403", err)
+		}
 		// A turn on B aborted from A.
 		_, wait = streamUntil(t, ctx, p.b.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("leak")}, isPiece("answer"))
 		if err := p.a.client.Abort(ctx, acct, agentID, id, chatstream.SessionSettings{ExternalID: "leak"}); err != nil {
