@@ -9,6 +9,10 @@
 //		return err
 //	}
 //	defer cl.Close() // after the chat handler's Shutdown
+//	chat := chatstream.NewHandler(st, agent, chatstream.WithCluster(cl))
+//
+// Every replica of the server does the same with the same database; no
+// sticky routing is needed.
 //
 // # How it works
 //
