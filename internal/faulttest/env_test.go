@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -41,14 +42,16 @@ const (
 // mounted.
 type env struct {
 	*apitest.Server
-	proxy  *faulttest.Proxy // nil on SQLite
-	dsn    string           // what the store opened (the proxy's DSN on PostgreSQL)
-	chat   *chatstream.Handler
-	client *chatstream.Client
+	proxy   *faulttest.Proxy // nil on SQLite
+	dsn     string           // what the store opened (the proxy's DSN on PostgreSQL)
+	appName string           // application_name of the store's PostgreSQL sessions
+	chat    *chatstream.Handler
+	client  *chatstream.Client
 }
 
 type envOpts struct {
 	backend   string
+	appName   string // PostgreSQL application_name of the store's sessions
 	agent     chatstream.Agent
 	storeOpts []gormstore.Option
 	chatOpts  []chatstream.Option
@@ -71,6 +74,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 			if dsn, err = faulttest.ProxiedDSN(dsn, e.proxy.Addr()); err != nil {
 				t.Fatal(err)
 			}
+			if o.appName != "" {
+				dsn += "&application_name=" + o.appName
+				e.appName = o.appName
+			}
 		}
 		e.dsn = dsn
 		st, err := gormstore.Open(dsn, o.storeOpts...)
@@ -80,8 +87,17 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Cleanup(func() { _ = st.Close() })
 		return st
 	}
+	// Server-side errors (causes of 5xx, turns not stored) are shown when
+	// the test fails.
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
 	routes := func(s *apitest.Server) []apitest.Route {
-		e.chat = chatstream.NewHandler(s.Store, o.agent, append([]chatstream.Option{chatstream.WithClock(s.Now)}, o.chatOpts...)...)
+		e.chat = chatstream.NewHandler(s.Store, o.agent, append([]chatstream.Option{chatstream.WithClock(s.Now), chatstream.WithLogger(log)}, o.chatOpts...)...)
 		var rs []apitest.Route
 		for _, r := range e.chat.Routes() {
 			rs = append(rs, apitest.Route(r))
@@ -89,7 +105,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		return rs
 	}
 	e.Server = apitest.New(t, apitest.Target{Backend: o.backend, Router: apitest.ServeMux},
-		apitest.WithStore(open), apitest.WithRoutes(routes))
+		apitest.WithStore(open), apitest.WithRoutes(routes), apitest.WithEmbedOptions(embedsession.WithLogger(log)))
 	t.Cleanup(func() {
 		if err := e.chat.Close(); err != nil {
 			t.Errorf("chat handler Close: %v", err)
@@ -306,4 +322,22 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func is503(err error) bool {
 	e, ok := errors.AsType[*chatstream.APIError](err)
 	return ok && e.Status == http.StatusServiceUnavailable
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

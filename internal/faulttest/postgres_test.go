@@ -2,8 +2,12 @@ package faulttest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,63 +15,200 @@ import (
 	"github.com/embedkit/embedkit/internal/faulttest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/jackc/pgx/v5"
 )
 
 func newPostgresEnv(t *testing.T) *env {
 	t.Helper()
 	skipWithoutPostgres(t)
 	return newEnv(t, envOpts{
+		appName:   "embedkit-faulttest-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		backend:   testdb.Postgres,
 		agent:     testAgent,
 		storeOpts: []gormstore.Option{gormstore.WithQueryTimeout(queryTimeout)},
 	})
 }
 
-// TestPostgresStoppedDuringLoad stops PostgreSQL (connections closed, new
-// ones refused) for a second in the middle of a load run of 8 concurrent
-// generate-session clients: every request is answered 200 or 503 JSON
-// without hanging, the service recovers by itself when PostgreSQL returns,
-// and every acknowledged write is stored (all or nothing for the others).
-func TestPostgresStoppedDuringLoad(t *testing.T) {
-	e := newPostgresEnv(t)
-	stop := make(chan struct{})
-	done := make(chan []*genReq)
-	go func() { done <- e.load(t.Context(), 8, stop) }()
+// TestPostgresFaultDuringLoad takes PostgreSQL away in the middle of a load
+// run of 8 concurrent generate-session clients and 4 chat clients:
+//
+//   - "stopped": for a second every connection is closed and new ones are
+//     refused, as when PostgreSQL is stopped, then it returns;
+//   - "restarted": for a second the server terminates the store's sessions
+//     again and again (FATAL 57P01, what a restart or crash does to them)
+//     while accepting new ones.
+//
+// Every request is answered 200 or 503 JSON without hanging (chat: 503
+// before the stream, or a stream that ends well-formed), the service
+// recovers by itself, and nothing acknowledged is lost: each 200's user,
+// attribute, group and sessionId (exchanged for a token), each started
+// turn's user echo and each answer whose __state__ reported no error.
+// Requests answered 503 left all of their writes or none.
+func TestPostgresFaultDuringLoad(t *testing.T) {
+	skipWithoutPostgres(t)
+	for _, fault := range []string{"stopped", "restarted"} {
+		t.Run(fault, func(t *testing.T) {
+			e := newPostgresEnv(t)
+			stop := make(chan struct{})
+			done := make(chan []*genReq)
+			go func() { done <- e.load(t.Context(), 8, stop) }()
+			chats := make(chan []*chatTurn)
+			go func() { chats <- e.chatLoad(t, 4, stop) }()
 
-	time.Sleep(700 * time.Millisecond)
-	e.proxy.Cut()
-	cut := time.Now()
-	time.Sleep(time.Second)
-	if err := e.proxy.Restore(); err != nil {
-		t.Fatal(err)
+			time.Sleep(700 * time.Millisecond)
+			cut := time.Now()
+			switch fault {
+			case "stopped":
+				e.proxy.Cut()
+				time.Sleep(time.Second)
+				if err := e.proxy.Restore(); err != nil {
+					t.Fatal(err)
+				}
+			case "restarted":
+				for time.Since(cut) < time.Second {
+					e.terminateBackends(t)
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			restored := time.Now()
+			time.Sleep(1500 * time.Millisecond)
+			close(stop)
+			all := <-done
+			turns := <-chats
+
+			counts, slowest := checkAnswers(t, all)
+			var during, before, after int
+			for _, g := range all {
+				switch {
+				case g.status == http.StatusServiceUnavailable:
+					during++
+				case g.status == http.StatusOK && g.end.Before(cut):
+					before++
+				case g.status == http.StatusOK && g.start.After(restored):
+					after++
+				}
+			}
+			if before == 0 || during == 0 || after == 0 {
+				t.Errorf("200s before the fault: %d, 503s: %d, 200s started after it: %d; want each > 0", before, during, after)
+			}
+			rec, ok := recovery(all, restored)
+			if !ok {
+				rec = e.probe(t, restored)
+			}
+			t.Logf("generate-session %v over %d requests; slowest 503 %v (query timeout %v); first success %v after PostgreSQL returned",
+				counts, len(all), slowest.Round(time.Millisecond), queryTimeout, rec.Round(time.Millisecond))
+			e.checkDurable(t, all)
+			e.checkTurns(t, turns)
+		})
 	}
-	restored := time.Now()
-	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	all := <-done
+}
 
-	counts, slowest := checkAnswers(t, all)
-	var during, before, after int
-	for _, g := range all {
+// terminateBackends ends the server sessions of the env's store (found by
+// the application_name newPostgresEnv gives them) from a direct connection.
+func (e *env) terminateBackends(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, os.Getenv(testdb.EnvPostgresDSN))
+	if err != nil {
+		t.Fatalf("admin connection: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", e.appName); err != nil {
+		t.Fatalf("terminate backends: %v", err)
+	}
+}
+
+// chatTurn is one chat turn of a load run and how it ended.
+type chatTurn struct {
+	chatID   string
+	status   int    // 200 once the stream started, 503 before
+	stateErr string // state.error of a stream that started
+	err      error
+}
+
+// chatLoad runs clients chat clients in closed loops, a new thread per
+// turn, until stop is closed.
+func (e *env) chatLoad(t *testing.T, clients int, stop <-chan struct{}) []*chatTurn {
+	var (
+		mu  sync.Mutex
+		all []*chatTurn
+		wg  sync.WaitGroup
+	)
+	for c := range clients {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ct := &chatTurn{chatID: fmt.Sprintf("turn-%d-%d", c, i)}
+				msgs, err := collect(t, e, chatstream.Request{Input: "q", ChatID: ct.chatID,
+					SessionSettings: &chatstream.SessionSettings{ExternalID: fmt.Sprintf("chatter-%d", c)}})
+				switch {
+				case is503(err):
+					ct.status = http.StatusServiceUnavailable
+				case err != nil:
+					ct.err = err
+				default:
+					ct.status = http.StatusOK
+					if _, st := checkEnd(t, ct.chatID, msgs, nil); st != nil {
+						ct.stateErr = st.Error
+					}
+				}
+				mu.Lock()
+				all = append(all, ct)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return all
+}
+
+// checkTurns checks the chat turns of a load run once the database is
+// back: only 200 or 503, and every started turn's echo and every answer
+// reported without error are stored.
+func (e *env) checkTurns(t *testing.T, turns []*chatTurn) {
+	t.Helper()
+	counts := map[string]int{}
+	for _, ct := range turns {
 		switch {
-		case g.status == http.StatusServiceUnavailable:
-			during++
-		case g.status == http.StatusOK && g.end.Before(cut):
-			before++
-		case g.status == http.StatusOK && g.start.After(restored):
-			after++
+		case ct.err != nil:
+			counts["failed"]++
+			t.Errorf("chat %s: %v, want 200 or 503", ct.chatID, ct.err)
+			continue
+		case ct.status == http.StatusServiceUnavailable:
+			counts["503"]++
+			continue
+		case ct.stateErr != "":
+			counts["200, state.error"]++
+		default:
+			counts["200"]++
+		}
+		msgs, err := e.Store.Messages(t.Context(), e.Accounts[acct].ID, ct.chatID)
+		if err != nil {
+			t.Errorf("chat %s: history: %v", ct.chatID, err)
+			continue
+		}
+		var echo, answer bool
+		for _, m := range msgs {
+			var cm chatstream.Message
+			if json.Unmarshal(m.Body, &cm) != nil {
+				continue
+			}
+			echo = echo || cm.Role == chatstream.RoleUser && cm.Content == "q"
+			answer = answer || cm.Role == chatstream.RoleAssistant && cm.Content == "ok"
+		}
+		if !echo {
+			t.Errorf("chat %s: the user echo of a started turn is not stored", ct.chatID)
+		}
+		if ct.stateErr == "" && !answer {
+			t.Errorf("chat %s: an answer reported without error is not stored", ct.chatID)
 		}
 	}
-	if before == 0 || during == 0 || after == 0 {
-		t.Errorf("200s before the cut: %d, 503s: %d, 200s started after the restore: %d; want each > 0", before, during, after)
-	}
-	rec, ok := recovery(all, restored)
-	if !ok {
-		rec = e.probe(t, restored)
-	}
-	t.Logf("statuses %v over %d requests; slowest 503 %v (query timeout %v); first success %v after PostgreSQL returned",
-		counts, len(all), slowest.Round(time.Millisecond), queryTimeout, rec.Round(time.Millisecond))
-	e.checkDurable(t, all)
+	t.Logf("chat turns %v", counts)
 }
 
 // TestPostgresBlackHole makes the network to PostgreSQL drop everything:
