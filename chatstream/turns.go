@@ -36,10 +36,11 @@ const (
 	// persistTimeout bounds the write of a turn's final messages, and the
 	// release of its cluster claim.
 	persistTimeout = 10 * time.Second
-	// releaseAfterFailure bounds the release of a claim once the store
-	// failed: the database is probably unreachable, and the claim expires
+	// releaseQuick bounds the release of a claim after a failure (the
+	// store failed, or the request did before its turn started), so that
+	// an unreachable database does not hold the answer: the claim expires
 	// after its lease anyway.
-	releaseAfterFailure = time.Second
+	releaseQuick = time.Second
 	// clusterTimeout bounds a request's Claim, Join and Abort, so that an
 	// unreachable database is a prompt 503, never a hang.
 	clusterTimeout = 5 * time.Second
@@ -126,7 +127,7 @@ func (r *registry) release(ctx context.Context, t *turn) {
 	if claim != nil && !started {
 		// The claim goes first, so that the thread is free everywhere once
 		// it is free here.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), persistTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseQuick)
 		if err := claim.Release(ctx, nil); err != nil {
 			r.logReleaseFailure(ctx, t, err)
 		}
@@ -444,7 +445,7 @@ func (t *turn) finish(o outcome) {
 	if t.claim != nil {
 		timeout := persistTimeout
 		if err != nil {
-			timeout = releaseAfterFailure
+			timeout = releaseQuick
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), timeout)
 		if err := t.claim.Release(rctx, final); err != nil {
