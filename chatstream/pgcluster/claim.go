@@ -39,7 +39,9 @@ type claimedTurn struct {
 }
 
 // Claim implements [chatstream.Cluster]: one INSERT ... ON CONFLICT DO
-// UPDATE that takes the thread when its last claim ended or expired.
+// UPDATE that takes the thread when its last claim ended or expired, or was
+// left behind by this replica (a release that failed while the database was
+// away): the caller runs no turn of the thread, so such a claim is stale.
 func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64) (chatstream.ClaimedTurn, error) {
 	ct := &claimedTurn{c: c, id: newTurnID(), key: key, aborted: make(chan struct{})}
 	// Registered before the INSERT, so that an abort notification sent
@@ -48,6 +50,14 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
+	}
+	for _, other := range c.claims {
+		if other.key == key {
+			// The caller runs a turn of this thread already (the registry
+			// prevents this; be safe anyway).
+			c.mu.Unlock()
+			return nil, &chatstream.TurnElsewhereError{UserID: userID}
+		}
 	}
 	c.claims[ct.id] = ct
 	c.mu.Unlock()
@@ -66,6 +76,10 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 				turn_id = EXCLUDED.turn_id, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
 				claimed_at = now(), heartbeat_at = now(), abort_requested = false, ended_at = NULL
 			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < now() - make_interval(secs => $6)
+				-- A claim of this replica that it no longer holds (its
+				-- release failed, e.g. while the database was away) is
+				-- stale: this replica runs no turn of the thread.
+				OR t.owner = EXCLUDED.owner
 			RETURNING turn_id`,
 			key.AccountID, key.ChatID, ct.id, c.cfg.replicaID, userID, secs(c.cfg.lease)).Scan(&got)
 		if err == nil {
