@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -95,4 +96,49 @@ func TestListenConnectionIsPinged(t *testing.T) {
 		t.Fatal("notification lost between pings")
 	}
 	_ = ct.Release(ctx, nil)
+}
+
+// TestOwnStaleClaimIsTakenOver checks that a claim this replica left behind
+// (its release failed while the database was away) does not block the
+// thread on this replica, while other replicas still respect it until its
+// lease expires.
+func TestOwnStaleClaimIsTakenOver(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	ctx := t.Context()
+	a, err := New(ctx, dsn, WithReplicaID("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := New(ctx, dsn, WithReplicaID("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "stale"}
+	ct, err := a.Claim(ctx, k, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a failed release leaves: the claim row stays live in the
+	// database, but the replica no longer holds it.
+	a.mu.Lock()
+	delete(a.claims, ct.(*claimedTurn).id)
+	a.mu.Unlock()
+
+	if _, err := b.Claim(ctx, k, 7); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+		t.Errorf("claim on another replica = %v, want ErrTurnElsewhere until the lease expires", err)
+	}
+	again, err := a.Claim(ctx, k, 7)
+	if err != nil {
+		t.Fatalf("claim on the same replica = %v, want the stale claim taken over", err)
+	}
+	if _, err := a.Claim(ctx, k, 7); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+		t.Errorf("second claim while holding one = %v, want ErrTurnElsewhere", err)
+	}
+	if err := again.Release(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 }
