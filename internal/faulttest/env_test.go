@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/faulttest"
@@ -52,6 +53,7 @@ type env struct {
 type envOpts struct {
 	backend   string
 	appName   string // PostgreSQL application_name of the store's sessions
+	cluster   bool   // chat turns shared through a pgcluster on the same DSN
 	agent     chatstream.Agent
 	storeOpts []gormstore.Option
 	chatOpts  []chatstream.Option
@@ -97,7 +99,18 @@ func newEnv(t *testing.T, o envOpts) *env {
 		}
 	})
 	routes := func(s *apitest.Server) []apitest.Route {
-		e.chat = chatstream.NewHandler(s.Store, o.agent, append([]chatstream.Option{chatstream.WithClock(s.Now), chatstream.WithLogger(log)}, o.chatOpts...)...)
+		opts := []chatstream.Option{chatstream.WithClock(s.Now), chatstream.WithLogger(log)}
+		if o.cluster {
+			ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
+			defer cancel()
+			cl, err := pgcluster.New(ctx, e.dsn, pgcluster.WithLogger(log))
+			if err != nil {
+				t.Fatalf("pgcluster: %v", err)
+			}
+			t.Cleanup(func() { _ = cl.Close() }) // runs after the handler's Close
+			opts = append(opts, chatstream.WithCluster(cl))
+		}
+		e.chat = chatstream.NewHandler(s.Store, o.agent, append(opts, o.chatOpts...)...)
 		var rs []apitest.Route
 		for _, r := range e.chat.Routes() {
 			rs = append(rs, apitest.Route(r))

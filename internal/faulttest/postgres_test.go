@@ -18,10 +18,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-func newPostgresEnv(t *testing.T) *env {
+func newPostgresEnv(t *testing.T) *env { return newPostgresEnvCluster(t, false) }
+
+// newPostgresEnvCluster is newPostgresEnv with chat turns shared through a
+// pgcluster (on the same proxied DSN) when cluster is set.
+func newPostgresEnvCluster(t *testing.T, cluster bool) *env {
 	t.Helper()
 	skipWithoutPostgres(t)
 	return newEnv(t, envOpts{
+		cluster:   cluster,
 		appName:   "embedkit-faulttest-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		backend:   testdb.Postgres,
 		agent:     testAgent,
@@ -46,9 +51,16 @@ func newPostgresEnv(t *testing.T) *env {
 // Requests answered 503 left all of their writes or none.
 func TestPostgresFaultDuringLoad(t *testing.T) {
 	skipWithoutPostgres(t)
-	for _, fault := range []string{"stopped", "restarted"} {
-		t.Run(fault, func(t *testing.T) {
-			e := newPostgresEnv(t)
+	for _, tc := range []struct {
+		fault   string
+		cluster bool
+	}{{"stopped", false}, {"restarted", false}, {"stopped", true}} {
+		name, fault := tc.fault, tc.fault
+		if tc.cluster {
+			name += " with cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newPostgresEnvCluster(t, tc.cluster)
 			stop := make(chan struct{})
 			done := make(chan []*genReq)
 			go func() { done <- e.load(t.Context(), 8, stop) }()
@@ -259,11 +271,22 @@ func TestPostgresBlackHole(t *testing.T) {
 // __state__, here with state.error because the answer cannot be stored), a
 // new turn meanwhile is a 503, and after the return new turns work and the
 // acknowledged user echo of the interrupted turns is in the history.
+//
+// With a pgcluster, the claims of the interrupted turns cannot be released
+// while the database is away; the replica takes over its own stale claims,
+// so the threads are free at once when it returns (no 409).
 func TestPostgresGoneUnderOpenStreams(t *testing.T) {
 	skipWithoutPostgres(t)
-	for _, fault := range []string{"refused", "black hole"} {
-		t.Run(fault, func(t *testing.T) {
-			e := newPostgresEnv(t)
+	for _, tc := range []struct {
+		fault   string
+		cluster bool
+	}{{"refused", false}, {"black hole", false}, {"refused", true}} {
+		name, fault := tc.fault, tc.fault
+		if tc.cluster {
+			name += " with cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newPostgresEnvCluster(t, tc.cluster)
 			const n = 4
 			streams := make([]*stream, n)
 			for i := range streams {
