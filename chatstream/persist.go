@@ -2,6 +2,7 @@ package chatstream
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/embedkit/embedkit/store"
@@ -85,7 +86,10 @@ func (p *persister) write(ctx context.Context, batch []*persistJob) {
 		}
 		return nil
 	})
-	if err != nil && len(batch) > 1 {
+	// A batch that failed for a turn of its own is retried turn by turn; an
+	// unreachable database fails them all alike, so a retry would only wait
+	// the query timeout once more per turn.
+	if err != nil && len(batch) > 1 && !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
 		// One bad turn must not fail the others: store them one by one.
 		for _, j := range batch {
 			j.err = p.st.InTx(ctx, func(tx store.Tx) error {
