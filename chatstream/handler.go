@@ -63,7 +63,8 @@ func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 // (middleware.APIKeyOrToken: Authorization: Api-Key <key>, or Bearer <token>
 // of an embed session).
 func (h *Handler) Routes() []Route {
-	auth := middleware.APIKeyOrToken(h.st, middleware.WithClock(h.cfg.now), middleware.WithLogger(h.cfg.log))
+	auth := middleware.APIKeyOrToken(h.st, middleware.WithClock(h.cfg.now), middleware.WithLogger(h.cfg.log),
+		middleware.WithKeyCache(h.cfg.keyCacheTTL))
 	return []Route{
 		{Method: http.MethodPost, Pattern: StreamPattern, Handler: auth(h.Stream())},
 		{Method: http.MethodPost, Pattern: AbortPattern, Handler: auth(h.Abort())},

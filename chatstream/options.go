@@ -46,6 +46,7 @@ type config struct {
 	reapBatch          int
 	maxTurnBytes       int
 	cluster            Cluster
+	keyCacheTTL        time.Duration
 }
 
 func newConfig(opts []Option) config {
@@ -162,3 +163,9 @@ func WithMaxTurnBytes(n int) Option {
 // calls to the cluster are bounded by 5 seconds (then 503). Default: nil, a
 // single process (what SQLite deployments need). Read by [Handler].
 func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c } }
+
+// WithKeyCache makes the handler's authentication remember a resolved API
+// key (its account and admin flag) for ttl, saving two store reads per
+// request (see middleware.WithKeyCache). A key removed, or an account
+// changed, in the store is noticed at most ttl later. Default: 0, no cache.
+func WithKeyCache(ttl time.Duration) Option { return func(c *config) { c.keyCacheTTL = ttl } }
