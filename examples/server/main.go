@@ -126,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// change only at a restart, so caching them for a few seconds is safe
 	// and saves store reads on every request.
 	embed := embedsession.NewHandler(st, embedsession.WithLogger(log), embedsession.WithCacheTTL(5*time.Second))
-	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log), chatstream.WithKeyCache(5*time.Second)}
+	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log), chatstream.WithKeyCache(5 * time.Second)}
 	// On PostgreSQL, running chat turns are shared with the other
 	// processes on the database; SQLite stays single-process.
 	var cluster *pgcluster.Cluster
