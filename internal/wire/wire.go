@@ -83,16 +83,19 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 
 // WriteJSON writes v as JSON with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<key>" stays readable; the body is JSON, never HTML
+	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":"internal error"}`)
+		buf.Reset()
+		buf.WriteString(`{"error":"internal error"}` + "\n")
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(buf.Bytes())
 }
 
 // DecodeJSON reads r's body (at most [MaxBodyBytes]) into v, which must be a
