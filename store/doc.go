@@ -15,5 +15,6 @@
 //     busy state, serialization failures) themselves.
 //
 // Adapters: [github.com/embedkit/embedkit/store/gormstore] (SQLite and
-// PostgreSQL through GORM).
+// PostgreSQL through GORM) and [github.com/embedkit/embedkit/store/memstore]
+// (in memory, no cgo). Both pass [github.com/embedkit/embedkit/store/storetest].
 package store
