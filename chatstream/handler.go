@@ -7,11 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/embedkit/embedkit/internal/provision"
@@ -167,23 +164,6 @@ func checkTokenUser(es *middleware.EmbedSession, s *SessionSettings) error {
 	return errOtherUser
 }
 
-// readBody reads a JSON request body of at most wire.MaxBodyBytes.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, wire.BadRequest("Content-Type must be application/json")
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, err
-		}
-		return nil, &wire.Error{Status: http.StatusBadRequest, Msg: "could not read request body", Err: err}
-	}
-	return body, nil
-}
 
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	wire.WriteError(w, r, h.cfg.log, err)
@@ -195,7 +175,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := wire.ReadBody(w, r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -589,7 +569,7 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := wire.ReadBody(w, r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
