@@ -164,7 +164,6 @@ func checkTokenUser(es *middleware.EmbedSession, s *SessionSettings) error {
 	return errOtherUser
 }
 
-
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	wire.WriteError(w, r, h.cfg.log, err)
 }
