@@ -123,6 +123,9 @@ func (h *Handler) authorize(r *http.Request) (caller, error) {
 		return caller{}, errNoCredentials
 	}
 	if name := r.PathValue("accountName"); acct.Name != name {
+		if !wire.ValidText(name) {
+			return caller{}, errAccountGone
+		}
 		if _, err := h.st.AccountByName(ctx, name); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return caller{}, errAccountGone
@@ -134,7 +137,11 @@ func (h *Handler) authorize(r *http.Request) (caller, error) {
 	if !acct.Plan.HasChat() {
 		return caller{}, errNoChatPlan
 	}
-	ag, err := h.st.Agent(ctx, acct.ID, r.PathValue("agentId"))
+	agentID := r.PathValue("agentId")
+	if !wire.ValidText(agentID) {
+		return caller{}, errAgentGone
+	}
+	ag, err := h.st.Agent(ctx, acct.ID, agentID)
 	if errors.Is(err, store.ErrNotFound) {
 		return caller{}, errAgentGone
 	}

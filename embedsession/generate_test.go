@@ -472,7 +472,7 @@ func TestGenerateSessionProvisions(t *testing.T) {
 				body: body("type-change", obj{"creatorMode": true, "embedTenantName": "never-made",
 					"userAttributeDefinitions": []any{obj{"name": "a", "type": "string"}},
 					"userAttributes":           attrs("a", 1)}),
-				status: 400, msg: "userAttributes",
+				status: 400, msg: "attribute \"a\"",
 			})
 			if c := s.Catalog(t, apitest.Account, "never-made"); c.Exists {
 				t.Fatalf("embed tenant created by a failed request: %+v", c)

@@ -18,6 +18,10 @@ func (h *Handler) userOp(w http.ResponseWriter, r *http.Request, op func(ctx con
 	ctx := r.Context()
 	acct, _, _ := middleware.AccountFromContext(ctx)
 	ext := r.PathValue("externalId")
+	if !wire.ValidText(ext) {
+		wire.WriteError(w, r, h.o.log, errUserNotFound)
+		return
+	}
 	now := h.o.now()
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
 		u, err := tx.UserByExternalID(ctx, acct.ID, ext, now)

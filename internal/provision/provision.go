@@ -9,12 +9,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -75,6 +77,13 @@ type Result struct {
 	Scope store.Scope
 }
 
+// maxName bounds ids and names (externalId, internalId, group and
+// attribute names), so that error messages quoting them stay small.
+const maxName = 255
+
+// maxListed bounds the unresolved group names quoted in one message.
+const maxListed = 50
+
 var tenantNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{3,34}[a-z0-9]$`)
 
 // ValidEmbedTenantName reports whether name follows the spec's rules:
@@ -93,12 +102,16 @@ func (r *Request) Validate(prefix string) error {
 		return wire.BadRequest("exactly one of %sexternalId or %sinternalId is allowed, not both", prefix, prefix)
 	}
 	if r.ExternalID != "" {
-		if r.ExternalID != strings.ToLower(strings.TrimSpace(r.ExternalID)) || strings.ContainsAny(r.ExternalID, " \t\r\n") {
+		if r.ExternalID != strings.ToLower(strings.TrimSpace(r.ExternalID)) ||
+			strings.IndexFunc(r.ExternalID, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0 {
 			return wire.BadRequest("%sexternalId must be lowercase and trimmed, without spaces", prefix)
 		}
-		if len(r.ExternalID) > 255 {
-			return wire.BadRequest("%sexternalId must be at most 255 characters", prefix)
+		if len(r.ExternalID) > maxName {
+			return wire.BadRequest("%sexternalId must be at most %d characters", prefix, maxName)
 		}
+	}
+	if len(r.InternalID) > maxName {
+		return wire.BadRequest("%sinternalId must be at most %d characters", prefix, maxName)
 	}
 	if r.InternalID != "" {
 		forbidden := []struct {
@@ -148,8 +161,23 @@ func (r *Request) Validate(prefix string) error {
 	}
 	clear(seen)
 	for i, g := range r.Groups {
-		if g == "" {
-			return wire.BadRequest("%sgroups[%d] must not be empty", prefix, i)
+		if g == "" || len(g) > maxName {
+			return wire.BadRequest("%sgroups[%d] must be 1 to %d characters", prefix, i, maxName)
+		}
+	}
+	for i, a := range r.Attributes {
+		if len(a.Name) > maxName {
+			return wire.BadRequest("%suserAttributes[%d].name must be at most %d characters", prefix, i, maxName)
+		}
+	}
+	for i, d := range r.GroupDefinitions {
+		if len(d.Name) > maxName {
+			return wire.BadRequest("%sgroupDefinitions[%d].name must be at most %d characters", prefix, i, maxName)
+		}
+	}
+	for i, d := range r.AttributeDefinitions {
+		if len(d.Name) > maxName {
+			return wire.BadRequest("%suserAttributeDefinitions[%d].name must be at most %d characters", prefix, i, maxName)
 		}
 	}
 
@@ -336,7 +364,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		v := store.AttributeValue{AttributeID: def.ID}
 		if kind != "" {
 			if !fits(kind, def.Type) {
-				return Result{}, wire.BadRequest("userAttributes: value of %q must be of type %s", in.Name, def.Type)
+				return Result{}, wire.BadRequest("the value of attribute %q must be of type %s", in.Name, def.Type)
 			}
 			v.Value = compact(in.Value)
 		}
@@ -363,6 +391,9 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 			}
 		}
 		if len(missing) > 0 {
+			if len(missing) > maxListed {
+				missing = append(missing[:maxListed:maxListed], fmt.Sprintf("and %d more", len(missing)-maxListed))
+			}
 			return Result{}, wire.BadRequest("Groups with names %s not found", strings.Join(missing, ", "))
 		}
 	}

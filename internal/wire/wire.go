@@ -13,6 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -132,6 +134,10 @@ func Unmarshal(body []byte, v any) error {
 	if trimmed[0] != '{' {
 		return BadRequest("request body must be a JSON object")
 	}
+	if hasNULEscape(trimmed) {
+		// PostgreSQL text cannot hold NUL; refuse it alike on every backend.
+		return BadRequest("strings must not contain the NUL character (\\u0000)")
+	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
@@ -179,4 +185,31 @@ func jsonKind(k string) string {
 		return "number"
 	}
 	return k
+}
+
+// hasNULEscape reports whether a JSON text holds the escape \u0000 (a
+// backslash itself escaped, as in "\\u0000", does not count).
+func hasNULEscape(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(`u0000`))
+		if j < 0 {
+			return false
+		}
+		j += i
+		n := 0 // backslashes right before
+		for k := j - 1; k >= 0 && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 1 {
+			return true
+		}
+		i = j + 5
+	}
+}
+
+// ValidText reports whether s can be stored as text by every backend: valid
+// UTF-8 without NUL. Handlers check path parameters with it and answer a
+// value that fails as not found.
+func ValidText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

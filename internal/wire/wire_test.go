@@ -100,3 +100,25 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestNULIsRefused(t *testing.T) {
+	for body, ok := range map[string]bool{
+		`{"name":"a\u0000b"}`:    false,
+		`{"name":"a\\\u0000b"}`:  false, // an escaped backslash, then the escape
+		`{"name":"a\\u0000b"}`:   true,  // the text \u0000
+		`{"name":"u0000"}`:       true,
+		`{"name":"\\\\u0000"}`:   true,
+		`{"tags":["x\u0000"]}`:   false,
+		`{"name":"\u00001"}`:     false,
+		`{"name":"plain\u0001"}`: true,
+	} {
+		var v target
+		err := wire.Unmarshal([]byte(body), &v)
+		if (err == nil) != ok {
+			t.Errorf("Unmarshal(%s) = %v, want ok %v", body, err, ok)
+		}
+	}
+	if wire.ValidText("a\x00b") || wire.ValidText("\xff") || !wire.ValidText("jane-ß") {
+		t.Error("ValidText")
+	}
+}

@@ -1,0 +1,59 @@
+package embedsession_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/internal/apitest"
+)
+
+// TestTextThatNoBackendStores covers input that one backend could store and
+// another could not (PostgreSQL text holds no NUL, nor invalid UTF-8): it is
+// a 4xx on every backend, never a 500.
+func TestTextThatNoBackendStores(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		t.Parallel()
+		s := apitest.New(t, tg)
+		gen := "/api/v1/embed/generate-session"
+		for _, raw := range []string{
+			`{"deploymentId":1,"externalId":"a\u0000b"}`,
+			`{"deploymentId":1,"externalId":"nul","email":"x\u0000@y"}`,
+			`{"deploymentId":1,"externalId":"nul","groups":["\u0000"]}`,
+			`{"deploymentId":1,"internalId":"alice\u0000"}`,
+			`{"deploymentId":1,"externalId":"nul","creatorMode":true,"embedTenantName":"tenant-nul","groupDefinitions":[{"name":"g","description":"\u0000"}]}`,
+		} {
+			if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, raw); status != http.StatusBadRequest {
+				t.Errorf("%s: %d %v, want 400", raw, status, out)
+			}
+		}
+		// An escaped backslash before u0000 is ordinary text.
+		if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, `{"deploymentId":1,"externalId":"bs","email":"a\\u0000b"}`); status != http.StatusOK {
+			t.Errorf("escaped backslash: %d %v, want 200", status, out)
+		}
+		for _, path := range []string{"/api/v1/embed/users/a%00b/sessions", "/api/v1/embed/users/a%00b", "/api/v1/embed/users/%ff%fe"} {
+			if status, out := s.Do(t, http.MethodDelete, path, apitest.AdminKey, nil); status != http.StatusNotFound {
+				t.Errorf("DELETE %s: %d %v, want 404", path, status, out)
+			}
+		}
+		for _, id := range []string{"a\u00a0b", "a\u2003b", "a\u000bb", "a\u0085b"} {
+			if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, body(id, nil)); status != http.StatusBadRequest {
+				t.Errorf("externalId %q: %d %v, want 400", id, status, out)
+			}
+		}
+		// Messages quoting names stay small.
+		long := strings.Repeat("g", 100000)
+		if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, body("long", obj{"groups": []string{long}})); status != http.StatusBadRequest || len(out["error"].(string)) > 200 {
+			t.Errorf("long group name: %d, message of %d bytes", status, len(out["error"].(string)))
+		}
+		many := make([]string, 200)
+		for i := range many {
+			many[i] = fmt.Sprintf("unknown-group-%03d", i)
+		}
+		if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, body("many", obj{"groups": many})); status != http.StatusBadRequest ||
+			!strings.HasSuffix(out["error"].(string), "and 150 more not found") {
+			t.Errorf("many unknown groups: %d %.200v", status, out["error"])
+		}
+	})
+}
