@@ -338,13 +338,18 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 			return Result{}, err
 		}
 	}
+	var groupNames []string
+	if r.GroupsSent && len(r.Groups) > 0 {
+		groupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
+	}
+	// Both kinds of names in one store call (one round trip on PostgreSQL).
+	foundAttrs, foundGroups, err := tx.CatalogByName(ctx, res.Scope, attrNames, groupNames)
+	if err != nil {
+		return Result{}, err
+	}
 	if len(attrNames) > 0 {
-		found, err := tx.AttributesByName(ctx, res.Scope, attrNames)
-		if err != nil {
-			return Result{}, err
-		}
-		attrs = make(map[string]store.Attribute, len(found))
-		for _, a := range found {
+		attrs = make(map[string]store.Attribute, len(foundAttrs))
+		for _, a := range foundAttrs {
 			attrs[a.Name] = a
 		}
 		for _, d := range r.AttributeDefinitions {
@@ -372,18 +377,13 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	}
 
 	var groupIDs []int64
-	if r.GroupsSent && len(r.Groups) > 0 {
-		names := slices.Compact(slices.Sorted(slices.Values(r.Groups)))
-		found, err := tx.GroupsByName(ctx, res.Scope, names)
-		if err != nil {
-			return Result{}, err
-		}
-		byName := make(map[string]int64, len(found))
-		for _, g := range found {
+	if len(groupNames) > 0 {
+		byName := make(map[string]int64, len(foundGroups))
+		for _, g := range foundGroups {
 			byName[g.Name] = g.ID
 		}
 		var missing []string
-		for _, n := range names {
+		for _, n := range groupNames {
 			if id, ok := byName[n]; ok {
 				groupIDs = append(groupIDs, id)
 			} else {

@@ -220,6 +220,20 @@ func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []st
 	return read(s, ctx, func(d *db) ([]store.Attribute, error) { return d.attributesByName(sc, names) })
 }
 
+// CatalogByName implements [store.Catalog].
+func (s *Store) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
+	var groups []store.Group
+	attrs, err := read(s, ctx, func(d *db) ([]store.Attribute, error) {
+		a, err := d.attributesByName(sc, attrNames)
+		if err != nil {
+			return nil, err
+		}
+		groups, err = d.groupsByName(sc, groupNames)
+		return a, err
+	})
+	return attrs, groups, err
+}
+
 // ListGroups implements [store.Catalog]. A page costs O(log n + limit).
 func (s *Store) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
 	return read(s, ctx, func(d *db) ([]store.Group, error) { return d.listGroups(sc, afterID, limit) })
@@ -262,6 +276,19 @@ func (t *txView) GroupsByName(ctx context.Context, sc store.Scope, names []strin
 
 func (t *txView) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
 	return call(t, ctx, func(d *db) ([]store.Attribute, error) { return d.attributesByName(sc, names) })
+}
+
+func (t *txView) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
+	var groups []store.Group
+	attrs, err := call(t, ctx, func(d *db) ([]store.Attribute, error) {
+		a, err := d.attributesByName(sc, attrNames)
+		if err != nil {
+			return nil, err
+		}
+		groups, err = d.groupsByName(sc, groupNames)
+		return a, err
+	})
+	return attrs, groups, err
 }
 
 func (t *txView) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
