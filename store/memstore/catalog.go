@@ -223,12 +223,8 @@ func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []st
 // CatalogByName implements [store.Catalog].
 func (s *Store) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
 	var groups []store.Group
-	attrs, err := read(s, ctx, func(d *db) ([]store.Attribute, error) {
-		a, err := d.attributesByName(sc, attrNames)
-		if err != nil {
-			return nil, err
-		}
-		groups, err = d.groupsByName(sc, groupNames)
+	attrs, err := read(s, ctx, func(d *db) (a []store.Attribute, err error) {
+		a, groups, err = d.catalogByName(sc, attrNames, groupNames)
 		return a, err
 	})
 	return attrs, groups, err
@@ -280,12 +276,8 @@ func (t *txView) AttributesByName(ctx context.Context, sc store.Scope, names []s
 
 func (t *txView) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
 	var groups []store.Group
-	attrs, err := call(t, ctx, func(d *db) ([]store.Attribute, error) {
-		a, err := d.attributesByName(sc, attrNames)
-		if err != nil {
-			return nil, err
-		}
-		groups, err = d.groupsByName(sc, groupNames)
+	attrs, err := call(t, ctx, func(d *db) (a []store.Attribute, err error) {
+		a, groups, err = d.catalogByName(sc, attrNames, groupNames)
 		return a, err
 	})
 	return attrs, groups, err
@@ -305,4 +297,13 @@ func (t *txView) DeleteGroup(ctx context.Context, sc store.Scope, id int64) erro
 
 func (t *txView) DeleteAttribute(ctx context.Context, sc store.Scope, id int64) error {
 	return call0(t, ctx, func(d *db) error { return d.deleteAttribute(sc, id) })
+}
+
+func (d *db) catalogByName(sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
+	attrs, err := d.attributesByName(sc, attrNames)
+	if err != nil {
+		return nil, nil, err
+	}
+	groups, err := d.groupsByName(sc, groupNames)
+	return attrs, groups, err
 }
