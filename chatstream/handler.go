@@ -175,21 +175,28 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	wire.WriteError(w, r, h.cfg.log, err)
 }
 
-func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
+// admit authorizes a request and decodes its body with decode; a token's
+// caller may omit sessionSettings, and settings it sends must name the
+// token's user.
+func admit[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode func([]byte, bool) (T, error), settings func(T) *SessionSettings) (caller, T, error) {
+	var zero T
 	c, err := h.authorize(r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return c, zero, err
 	}
 	body, err := wire.ReadBody(w, r)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return c, zero, err
 	}
-	req, err := decodeChatRequest(body, c.es == nil)
-	if err == nil {
-		err = checkTokenUser(c.es, req.SessionSettings)
+	req, err := decode(body, c.es == nil)
+	if err != nil {
+		return c, zero, err
 	}
+	return c, req, checkTokenUser(c.es, settings(req))
+}
+
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
+	c, req, err := admit(h, w, r, decodeChatRequest, func(q chatRequest) *SessionSettings { return q.SessionSettings })
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -570,20 +577,7 @@ func (h *Handler) maxUsers(a store.Account) int {
 
 func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	c, err := h.authorize(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	body, err := wire.ReadBody(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	req, err := decodeAbortRequest(body, c.es == nil)
-	if err == nil {
-		err = checkTokenUser(c.es, req.SessionSettings)
-	}
+	c, req, err := admit(h, w, r, decodeAbortRequest, func(q AbortRequest) *SessionSettings { return q.SessionSettings })
 	if err != nil {
 		h.fail(w, r, err)
 		return
