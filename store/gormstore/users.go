@@ -69,11 +69,11 @@ func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 // transaction created it first (nothing is then changed).
 func (t *txn) insertExternalUser(ctx context.Context, u store.ExternalUserUpsert, now int64) (store.User, bool, error) {
 	const op = "upsert external user"
-	if u.Persistent {
-		if err := t.countPersistent(ctx, u.AccountID, u.MaxUsers); err != nil {
-			return store.User{}, false, err
-		}
-	}
+	// Insert first, count second: on PostgreSQL the INSERT waits for a
+	// concurrent uncommitted insert of the same external id and then skips,
+	// so a simultaneous first request never takes (and is never refused)
+	// a place that the user it names already holds. A refused count rolls
+	// the insert back with the transaction.
 	var expires any
 	if !u.Persistent {
 		expires = nanos(u.EphemeralExpiresAt)
@@ -91,12 +91,12 @@ func (t *txn) insertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 		return store.User{}, false, err
 	}
 	if n == 0 {
-		if u.Persistent {
-			if err := t.uncount(ctx, u.AccountID); err != nil {
-				return store.User{}, false, err
-			}
-		}
 		return store.User{}, false, nil
+	}
+	if u.Persistent {
+		if err := t.countPersistent(ctx, u.AccountID, u.MaxUsers); err != nil {
+			return store.User{}, false, err
+		}
 	}
 	return row.user(), true, nil
 }
