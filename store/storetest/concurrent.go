@@ -66,6 +66,28 @@ var concurrentRules = []rule{
 		},
 	},
 	{
+		name: "simultaneous first upserts at a limit of one all succeed",
+		doc:  "Users contract: a user holds one place of the limit; simultaneous first calls for one externalId with MaxUsers 1 all succeed (none is refused for a place its own user holds).",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			errs := parallel(workers, func(i int) error {
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					up := f.upsert("only")
+					up.MaxUsers = 1
+					_, err := tx.UpsertExternalUser(ctx(t), up)
+					return err
+				})
+			})
+			for i, err := range errs {
+				mustNil(t, fmt.Sprint("upsert ", i), err)
+			}
+			up := f.upsert("second")
+			up.MaxUsers = 1
+			_, err := st.UpsertExternalUser(ctx(t), up)
+			wantErr(t, "a second user", err, store.ErrLimit)
+		},
+	},
+	{
 		name: "simultaneous first upserts in transactions yield one user",
 		doc:  "The same rule inside InTx with more writes per transaction (as generate-session does): every transaction commits and they share one user.",
 		fn: func(t *testing.T, st store.Store) {
