@@ -112,10 +112,6 @@ type Catalog interface {
 	GroupsByName(ctx context.Context, s Scope, names []string) ([]Group, error)
 	// AttributesByName is GroupsByName for attribute definitions.
 	AttributesByName(ctx context.Context, s Scope, names []string) ([]Attribute, error)
-	// CatalogByName is AttributesByName and GroupsByName in one call, for a
-	// request that resolves both: one statement (one round trip) where the
-	// adapter can.
-	CatalogByName(ctx context.Context, s Scope, attrNames, groupNames []string) ([]Attribute, []Group, error)
 
 	// ListGroups returns at most limit groups of s with ID greater than
 	// afterID, in increasing ID order (keyset pagination: every page costs

@@ -22,6 +22,7 @@ type Tx interface {
 	Accounts
 	Users
 	Catalog
+	Provisioning
 	Sessions
 	Threads
 }

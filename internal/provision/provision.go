@@ -342,14 +342,30 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	if r.GroupsSent && len(r.Groups) > 0 {
 		groupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
 	}
-	// Both kinds of names in one store call (one round trip on PostgreSQL).
-	foundAttrs, foundGroups, err := tx.CatalogByName(ctx, res.Scope, attrNames, groupNames)
+	up := store.ExternalUserUpsert{
+		AccountID:          acct.ID,
+		ExternalID:         r.ExternalID,
+		Email:              r.Email,
+		DisplayName:        r.DisplayName,
+		Picture:            r.Picture,
+		SecurityContext:    r.SecurityContext,
+		Persistent:         r.Persistent,
+		EphemeralExpiresAt: r.EphemeralExpiresAt,
+		MaxUsers:           maxUsers,
+		Now:                now,
+	}
+	if string(up.SecurityContext) == "null" {
+		up.SecurityContext = json.RawMessage("{}")
+	}
+	// The names and a returning user's update in one store call (one round
+	// trip on PostgreSQL); a validation failure below rolls the update back.
+	found, err := tx.Lookup(ctx, store.Lookup{Scope: res.Scope, AttrNames: attrNames, GroupNames: groupNames, ReturningUser: &up})
 	if err != nil {
 		return Result{}, err
 	}
 	if len(attrNames) > 0 {
-		attrs = make(map[string]store.Attribute, len(foundAttrs))
-		for _, a := range foundAttrs {
+		attrs = make(map[string]store.Attribute, len(found.Attributes))
+		for _, a := range found.Attributes {
 			attrs[a.Name] = a
 		}
 		for _, d := range r.AttributeDefinitions {
@@ -378,8 +394,8 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 
 	var groupIDs []int64
 	if len(groupNames) > 0 {
-		byName := make(map[string]int64, len(foundGroups))
-		for _, g := range foundGroups {
+		byName := make(map[string]int64, len(found.Groups))
+		for _, g := range found.Groups {
 			byName[g.Name] = g.ID
 		}
 		var missing []string
@@ -398,27 +414,15 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		}
 	}
 
-	up := store.ExternalUserUpsert{
-		AccountID:          acct.ID,
-		ExternalID:         r.ExternalID,
-		Email:              r.Email,
-		DisplayName:        r.DisplayName,
-		Picture:            r.Picture,
-		SecurityContext:    r.SecurityContext,
-		Persistent:         r.Persistent,
-		EphemeralExpiresAt: r.EphemeralExpiresAt,
-		MaxUsers:           maxUsers,
-		Now:                now,
-	}
-	if string(up.SecurityContext) == "null" {
-		up.SecurityContext = json.RawMessage("{}")
-	}
-	u, err := tx.UpsertExternalUser(ctx, up)
-	if errors.Is(err, store.ErrLimit) {
-		return Result{}, wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers)
-	}
-	if err != nil {
-		return Result{}, err
+	u := found.User
+	if !found.UserUpdated {
+		u, err = tx.UpsertExternalUser(ctx, up)
+		if errors.Is(err, store.ErrLimit) {
+			return Result{}, wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers)
+		}
+		if err != nil {
+			return Result{}, err
+		}
 	}
 	res.User = u
 	if len(values) > 0 {

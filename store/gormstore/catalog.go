@@ -199,39 +199,6 @@ func (t *txn) AttributesByName(ctx context.Context, s store.Scope, names []strin
 	return attributes(rows), nil
 }
 
-func (t *txn) CatalogByName(ctx context.Context, s store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
-	if len(attrNames) == 0 || len(groupNames) == 0 {
-		attrs, err := t.AttributesByName(ctx, s, attrNames)
-		if err != nil {
-			return nil, nil, err
-		}
-		groups, err := t.GroupsByName(ctx, s, groupNames)
-		return attrs, groups, err
-	}
-	// One statement: groups come back as attribute-shaped rows of kind 'g'.
-	var rows catalogRows
-	if _, err := t.find(ctx, "catalog by name", &rows,
-		"SELECT 'a' AS kind, "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"+
-			" UNION ALL SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, '' AS display_name, '' AS default_value,"+
-			" COALESCE(description, '') AS description, created_at, updated_at FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
-		s.AccountID, s.EmbedTenantID, attrNames, s.AccountID, s.EmbedTenantID, groupNames); err != nil {
-		return nil, nil, err
-	}
-	var (
-		attrs  []store.Attribute
-		groups []store.Group
-	)
-	for _, r := range rows {
-		if r.Kind == "g" {
-			groups = append(groups, groupRow{ID: r.ID, AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID, Name: r.Name,
-				Description: r.Description, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}.group())
-		} else {
-			attrs = append(attrs, r.attributeRow.attribute())
-		}
-	}
-	return attrs, groups, nil
-}
-
 func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -316,17 +283,6 @@ func (s *Store) GroupsByName(ctx context.Context, sc store.Scope, names []string
 // AttributesByName implements [store.Catalog].
 func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
 	return read(ctx, s, func(t *txn) ([]store.Attribute, error) { return t.AttributesByName(ctx, sc, names) })
-}
-
-// CatalogByName implements [store.Catalog] in one statement.
-func (s *Store) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
-	var groups []store.Group
-	attrs, err := read(ctx, s, func(t *txn) ([]store.Attribute, error) {
-		a, g, err := t.CatalogByName(ctx, sc, attrNames, groupNames)
-		groups = g
-		return a, err
-	})
-	return attrs, groups, err
 }
 
 // ListGroups implements [store.Catalog].

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -56,6 +57,7 @@ func (c *liteConn) rows(ctx context.Context, query string, args []any) (rowIter,
 type pgxQuerier interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // pgxExec runs statements on a PostgreSQL connection or transaction; pgx
@@ -100,9 +102,9 @@ type pendingStmt struct {
 }
 
 // send starts a batch with BEGIN (if not sent yet), the queued writes and
-// query (if not empty). It reads the results up to the queued writes and
-// returns the batch positioned at query's result.
-func (p *pgxTx) send(ctx context.Context, query string, args []any) (pgx.BatchResults, error) {
+// queries. It reads the results up to the queued writes and returns the
+// batch positioned at the first query's result.
+func (p *pgxTx) send(ctx context.Context, queries ...pendingStmt) (pgx.BatchResults, error) {
 	var b pgx.Batch
 	if !p.begun {
 		b.Queue("BEGIN")
@@ -110,8 +112,8 @@ func (p *pgxTx) send(ctx context.Context, query string, args []any) (pgx.BatchRe
 	for _, q := range p.pending {
 		b.Queue(q.query, q.args...)
 	}
-	if query != "" {
-		b.Queue(query, args...)
+	for _, q := range queries {
+		b.Queue(q.query, q.args...)
 	}
 	br := p.conn.SendBatch(ctx, &b)
 	if !p.begun {
@@ -141,7 +143,7 @@ func (p *pgxTx) run(ctx context.Context, query string, args []any) (int64, error
 	if p.begun && len(p.pending) == 0 {
 		return pgxExec{p.conn}.run(ctx, query, args)
 	}
-	br, err := p.send(ctx, query, args)
+	br, err := p.send(ctx, pendingStmt{query: query, args: args})
 	if err != nil {
 		return 0, err
 	}
@@ -159,7 +161,7 @@ func (p *pgxTx) rows(ctx context.Context, query string, args []any) (rowIter, er
 	if p.begun && len(p.pending) == 0 {
 		return pgxExec{p.conn}.rows(ctx, query, args)
 	}
-	br, err := p.send(ctx, query, args)
+	br, err := p.send(ctx, pendingStmt{query: query, args: args})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +185,7 @@ func (p *pgxTx) commit(ctx context.Context) error {
 		tag, err = p.conn.Exec(ctx, "COMMIT")
 	} else {
 		var br pgx.BatchResults
-		if br, err = p.send(ctx, "COMMIT", nil); err != nil {
+		if br, err = p.send(ctx, pendingStmt{query: "COMMIT"}); err != nil {
 			return err
 		}
 		tag, err = br.Exec()
@@ -443,6 +445,11 @@ func (t *txn) find(ctx context.Context, op string, dest any, query string, args 
 	if err != nil {
 		return 0, wrapErr(op, err)
 	}
+	return scanRows(op, rows, dest)
+}
+
+// scanRows scans rows into dest (see find) and closes them.
+func scanRows(op string, rows rowIter, dest any) (int64, error) {
 	defer rows.Close()
 	var n int64
 	for rows.Next() {
@@ -469,6 +476,72 @@ func (t *txn) find(ctx context.Context, op string, dest any, query string, args 
 		return 0, wrapErr(op, err)
 	}
 	return n, nil
+}
+
+// query is one statement of findAll: its text, arguments and destination.
+type query struct {
+	dest any
+	sql  string
+	args []any
+}
+
+// findAll runs independent queries, each as find would, and returns the
+// number of rows of each. On PostgreSQL they travel in one round trip (with
+// BEGIN and the queued writes, inside a transaction); on SQLite, where a
+// statement costs no round trip, they run one after the other.
+func (t *txn) findAll(ctx context.Context, op string, queries ...query) ([]int64, error) {
+	counts := make([]int64, len(queries))
+	if !t.pg() || len(queries) == 1 {
+		for i, q := range queries {
+			n, err := t.find(ctx, op, q.dest, q.sql, q.args...)
+			if err != nil {
+				return nil, err
+			}
+			counts[i] = n
+		}
+		return counts, nil
+	}
+	stmts := make([]pendingStmt, len(queries))
+	for i, q := range queries {
+		stmts[i].query, stmts[i].args = bind(q.sql, true, q.args)
+	}
+	ctx, done, err := t.begin(ctx)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	defer done()
+	var br pgx.BatchResults
+	switch ex := t.ex.(type) {
+	case *pgxTx:
+		if br, err = ex.send(ctx, stmts...); err != nil {
+			return nil, wrapErr(op, err)
+		}
+	case pgxExec:
+		var b pgx.Batch
+		for _, st := range stmts {
+			b.Queue(st.query, st.args...)
+		}
+		br = ex.q.SendBatch(ctx, &b)
+	default:
+		return nil, fmt.Errorf("gormstore: %s: no batches on %T", op, t.ex)
+	}
+	for i, st := range stmts {
+		rows, err := br.Query()
+		if t.s.cfg.hook != nil {
+			t.s.cfg.hook(ctx, st.query)
+		}
+		if err == nil {
+			counts[i], err = scanRows(op, pgxRows{rows}, queries[i].dest)
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, wrapErr(op, err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, wrapErr(op, err)
+	}
+	return counts, nil
 }
 
 // check reports why no statement may run now: the store is closed, the

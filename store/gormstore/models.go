@@ -326,18 +326,3 @@ func (r *countRows) add() []any {
 	*r = append(*r, countRow{})
 	return (&(*r)[len(*r)-1]).dest()
 }
-
-// catalogRow is a row of CatalogByName: an attribute, or a group (kind "g")
-// in attribute shape.
-type catalogRow struct {
-	Kind string
-	attributeRow
-}
-
-type catalogRows []catalogRow
-
-func (r *catalogRows) add() []any {
-	*r = append(*r, catalogRow{})
-	row := &(*r)[len(*r)-1]
-	return append([]any{&row.Kind}, row.attributeRow.dest()...)
-}

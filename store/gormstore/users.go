@@ -17,19 +17,10 @@ const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
 	const op = "upsert external user"
 	now := nowOr(u.Now).UnixNano()
-	// Fast path, one statement: a visible user that this upsert leaves
-	// persistent or ephemeral as it is (the common case of a returning user).
-	cond, args := "NOT ephemeral", []any{}
-	if !u.Persistent {
-		cond, args = visible, []any{now}
-	}
+	// Fast path, one statement: a returning user.
 	var out userRow
-	n, err := t.find(ctx, op, &out,
-		`UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
-		picture = COALESCE(?, picture), security_context = COALESCE(?, security_context), updated_at = ?
-		WHERE account_id = ? AND external_id = ? AND `+cond+` RETURNING `+userCols,
-		append([]any{optString(u.Email), optString(u.DisplayName), optString(u.Picture), rawOrNil(u.SecurityContext), now,
-			u.AccountID, u.ExternalID}, args...)...)
+	q, args := returningUpdate(u, now)
+	n, err := t.find(ctx, op, &out, q, args...)
 	if err != nil {
 		return store.User{}, err
 	}
@@ -63,6 +54,21 @@ func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 		}
 	}
 	return store.User{}, newErr(op, store.ErrConflict)
+}
+
+// returningUpdate is the statement that applies u to a returning user: a
+// visible one that u leaves persistent or ephemeral as it is. It returns the
+// updated user, or no row.
+func returningUpdate(u store.ExternalUserUpsert, now int64) (string, []any) {
+	cond, extra := "NOT ephemeral", []any{}
+	if !u.Persistent {
+		cond, extra = visible, []any{now}
+	}
+	return `UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
+		picture = COALESCE(?, picture), security_context = COALESCE(?, security_context), updated_at = ?
+		WHERE account_id = ? AND external_id = ? AND ` + cond + ` RETURNING ` + userCols,
+		append([]any{optString(u.Email), optString(u.DisplayName), optString(u.Picture), rawOrNil(u.SecurityContext), now,
+			u.AccountID, u.ExternalID}, extra...)
 }
 
 // insertExternalUser creates the user; ok is false when a concurrent

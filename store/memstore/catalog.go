@@ -220,16 +220,6 @@ func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []st
 	return read(s, ctx, func(d *db) ([]store.Attribute, error) { return d.attributesByName(sc, names) })
 }
 
-// CatalogByName implements [store.Catalog].
-func (s *Store) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
-	var groups []store.Group
-	attrs, err := read(s, ctx, func(d *db) (a []store.Attribute, err error) {
-		a, groups, err = d.catalogByName(sc, attrNames, groupNames)
-		return a, err
-	})
-	return attrs, groups, err
-}
-
 // ListGroups implements [store.Catalog]. A page costs O(log n + limit).
 func (s *Store) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
 	return read(s, ctx, func(d *db) ([]store.Group, error) { return d.listGroups(sc, afterID, limit) })
@@ -274,15 +264,6 @@ func (t *txView) AttributesByName(ctx context.Context, sc store.Scope, names []s
 	return call(t, ctx, func(d *db) ([]store.Attribute, error) { return d.attributesByName(sc, names) })
 }
 
-func (t *txView) CatalogByName(ctx context.Context, sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
-	var groups []store.Group
-	attrs, err := call(t, ctx, func(d *db) (a []store.Attribute, err error) {
-		a, groups, err = d.catalogByName(sc, attrNames, groupNames)
-		return a, err
-	})
-	return attrs, groups, err
-}
-
 func (t *txView) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
 	return call(t, ctx, func(d *db) ([]store.Group, error) { return d.listGroups(sc, afterID, limit) })
 }
@@ -297,13 +278,4 @@ func (t *txView) DeleteGroup(ctx context.Context, sc store.Scope, id int64) erro
 
 func (t *txView) DeleteAttribute(ctx context.Context, sc store.Scope, id int64) error {
 	return call0(t, ctx, func(d *db) error { return d.deleteAttribute(sc, id) })
-}
-
-func (d *db) catalogByName(sc store.Scope, attrNames, groupNames []string) ([]store.Attribute, []store.Group, error) {
-	attrs, err := d.attributesByName(sc, attrNames)
-	if err != nil {
-		return nil, nil, err
-	}
-	groups, err := d.groupsByName(sc, groupNames)
-	return attrs, groups, err
 }

@@ -11,53 +11,6 @@ import (
 
 var catalogRules = []rule{
 	{
-		name: "CatalogByName resolves attributes and groups of one scope",
-		doc:  "CatalogByName returns what AttributesByName and GroupsByName return for the same names: existing names of the scope only, every field filled; either list may be empty.",
-		fn: func(t *testing.T, st store.Store) {
-			f := newFixture(t, st, "acme")
-			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-cat")
-			mustNil(t, "EnsureEmbedTenant", err)
-			s := store.Scope{AccountID: f.account.ID, EmbedTenantID: et.ID}
-			mustNil(t, "UpsertGroups", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "sales", Description: ptr("Sales team")}, {Name: "ops"}}))
-			mustNil(t, "UpsertAttributes", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
-				{Name: "country", Type: store.TypeString, DisplayName: ptr("Country")}, {Name: "level", Type: store.TypeNumber}}))
-			other := f.scope()
-			mustNil(t, "UpsertGroups other scope", st.UpsertGroups(ctx(t), other, []store.GroupDef{{Name: "marketing"}}))
-
-			wantAttrs, err := st.AttributesByName(ctx(t), s, []string{"country", "level", "missing"})
-			mustNil(t, "AttributesByName", err)
-			wantGroups, err := st.GroupsByName(ctx(t), s, []string{"sales", "marketing", "missing"})
-			mustNil(t, "GroupsByName", err)
-			attrs, groups, err := st.CatalogByName(ctx(t), s, []string{"country", "level", "missing"}, []string{"sales", "marketing", "missing"})
-			mustNil(t, "CatalogByName", err)
-			byID := func(a, b store.Attribute) int { return int(a.ID - b.ID) }
-			gByID := func(a, b store.Group) int { return int(a.ID - b.ID) }
-			slices.SortFunc(attrs, byID)
-			slices.SortFunc(wantAttrs, byID)
-			slices.SortFunc(groups, gByID)
-			slices.SortFunc(wantGroups, gByID)
-			if fmt.Sprint(attrs) != fmt.Sprint(wantAttrs) || len(attrs) != 2 {
-				t.Errorf("attributes = %+v, want %+v", attrs, wantAttrs)
-			}
-			if fmt.Sprint(groups) != fmt.Sprint(wantGroups) || len(groups) != 1 {
-				t.Errorf("groups = %+v, want %+v (marketing is of another scope)", groups, wantGroups)
-			}
-			attrs, groups, err = st.CatalogByName(ctx(t), s, nil, []string{"ops"})
-			mustNil(t, "CatalogByName groups only", err)
-			if len(attrs) != 0 || len(groups) != 1 || groups[0].Name != "ops" {
-				t.Errorf("groups only: %v %v", attrs, groups)
-			}
-			err = st.InTx(ctx(t), func(tx store.Tx) error {
-				attrs, groups, err = tx.CatalogByName(ctx(t), s, []string{"level"}, nil)
-				return err
-			})
-			mustNil(t, "CatalogByName in a transaction", err)
-			if len(attrs) != 1 || attrs[0].Type != store.TypeNumber || len(groups) != 0 {
-				t.Errorf("attributes only: %v %v", attrs, groups)
-			}
-		},
-	},
-	{
 		name: "EnsureEmbedTenant creates once per account",
 		doc:  "An embed tenant is created on first use and returned unchanged afterwards; EmbedTenantByName of a missing name, or of another account, is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {

@@ -1,0 +1,55 @@
+package gormstore
+
+import (
+	"context"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// Lookup implements [store.Provisioning]: its statements (at most three: the
+// returning user's update, the attributes, the groups) travel in one round
+// trip on PostgreSQL, with BEGIN when it opens a transaction.
+func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
+	const op = "lookup"
+	var (
+		user  userRow
+		attrs attributeRows
+		grps  groupRows
+		qs    = make([]query, 0, 3)
+	)
+	if u := l.ReturningUser; u != nil {
+		q, args := returningUpdate(*u, nowOr(u.Now).UnixNano())
+		qs = append(qs, query{&user, q, args})
+	}
+	if len(l.AttrNames) > 0 {
+		qs = append(qs, query{&attrs,
+			"SELECT " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
+			[]any{l.Scope.AccountID, l.Scope.EmbedTenantID, l.AttrNames}})
+	}
+	if len(l.GroupNames) > 0 {
+		qs = append(qs, query{&grps,
+			"SELECT " + groupCols + " FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
+			[]any{l.Scope.AccountID, l.Scope.EmbedTenantID, l.GroupNames}})
+	}
+	if len(qs) == 0 {
+		return store.LookupResult{}, nil
+	}
+	counts, err := t.findAll(ctx, op, qs...)
+	if err != nil {
+		return store.LookupResult{}, err
+	}
+	res := store.LookupResult{Attributes: attributes(attrs), Groups: groups(grps)}
+	if l.ReturningUser != nil && counts[0] > 0 {
+		res.User, res.UserUpdated = user.user(), true
+	}
+	return res, nil
+}
+
+// Lookup implements [store.Provisioning]. With a ReturningUser it runs in a
+// transaction of its own.
+func (s *Store) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
+	if l.ReturningUser == nil {
+		return read(ctx, s, func(t *txn) (store.LookupResult, error) { return t.Lookup(ctx, l) })
+	}
+	return write(ctx, s, func(t *txn) (store.LookupResult, error) { return t.Lookup(ctx, l) })
+}
