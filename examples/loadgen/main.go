@@ -48,6 +48,7 @@ func main() {
 	flag.Int64Var(&cfg.deployment, "deployment", 1, "deployment id (session)")
 	flag.IntVar(&cfg.concurrency, "c", 32, "concurrent clients (session) or open streams (chat)")
 	flag.DurationVar(&cfg.duration, "d", 10*time.Second, "duration of the run")
+	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "session: run this long before measuring (connections dialed, caches filled); not counted")
 	flag.IntVar(&cfg.users, "users", 1000, "pool of distinct external users")
 	flag.Float64Var(&cfg.rate, "rate", 0, "chat: new streams per second on top of -c open ones (0: closed loop)")
 	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
@@ -76,7 +77,7 @@ type config struct {
 	mode, url, key, account, agent, question string
 	deployment                               int64
 	concurrency, users                       int
-	duration, ramp                           time.Duration
+	duration, ramp, warmup                   time.Duration
 	rate                                     float64
 }
 
@@ -166,12 +167,13 @@ func runSession(ctx context.Context, cfg config) error {
 		return fmt.Errorf("setup request: %d %s", resp.StatusCode, b)
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	ctx, cancel := context.WithTimeout(ctx, cfg.warmup+cfg.duration)
 	defer cancel()
 	var lat latencies
 	var errs, next atomic.Int64
 	statuses := sync.Map{}
-	start := time.Now()
+	// Requests that start before measuring does are sent but not counted.
+	start := time.Now().Add(cfg.warmup)
 	var wg sync.WaitGroup
 	for range cfg.concurrency {
 		wg.Go(func() {
@@ -179,6 +181,7 @@ func runSession(ctx context.Context, cfg config) error {
 				u := int(next.Add(1)) % cfg.users
 				body, _ := json.Marshal(sessionBody(cfg, u))
 				t0 := time.Now()
+				measured := !t0.Before(start)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url+"/api/v1/embed/generate-session", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Api-Key "+cfg.key)
@@ -197,16 +200,18 @@ func runSession(ctx context.Context, cfg config) error {
 					v.(*atomic.Int64).Add(1)
 					continue
 				}
-				lat.add(time.Since(t0))
+				if measured {
+					lat.add(time.Since(t0))
+				}
 			}
 		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	n := lat.count()
-	fmt.Printf("generate-session: %d ok, %d errors in %s with %d clients\n", n, errs.Load(), elapsed.Round(time.Millisecond), cfg.concurrency)
+	fmt.Printf("generate-session: %d ok, %d errors in %s with %d clients (after a %s warm-up)\n", n, errs.Load(), elapsed.Round(time.Millisecond), cfg.concurrency, cfg.warmup)
 	fmt.Printf("  throughput %.0f req/s\n", float64(n)/elapsed.Seconds())
-	fmt.Printf("  latency p50 %s  p99 %s  max %s\n", lat.percentile(0.5), lat.percentile(0.99), lat.percentile(1))
+	fmt.Printf("  latency p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", lat.percentile(0.5), lat.percentile(0.9), lat.percentile(0.99), lat.percentile(0.999), lat.percentile(1))
 	statuses.Range(func(k, v any) bool {
 		fmt.Printf("  status %d: %d\n", k, v.(*atomic.Int64).Load())
 		return true
