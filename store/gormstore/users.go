@@ -326,10 +326,20 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		for _, v := range chunk {
 			args = append(args, userID, v.AttributeID, string(v.Value))
 		}
+		// Unchanged values are filtered out before the upsert: ON CONFLICT
+		// DO UPDATE locks (writes) the conflicting row even when its WHERE
+		// leaves it as it is, and most requests repeat a user's values.
+		rows := "(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TEXT))"
+		if len(chunk) > 1 {
+			rows += ", " + placeholders(len(chunk)-1, 3)
+		}
 		if err := t.execLater(ctx, op,
-			"INSERT INTO attribute_values (user_id, attribute_id, value) VALUES "+placeholders(len(chunk), 3)+
-				` ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
-				WHERE attribute_values.value <> excluded.value`,
+			`INSERT INTO attribute_values (user_id, attribute_id, value)
+			SELECT v.column1, v.column2, v.column3 FROM (VALUES `+rows+`) AS v
+			WHERE NOT EXISTS (SELECT 1 FROM attribute_values o
+				WHERE o.user_id = v.column1 AND o.attribute_id = v.column2 AND o.value = v.column3)
+			ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
+			WHERE attribute_values.value <> excluded.value`,
 			args...); err != nil {
 			return err
 		}
