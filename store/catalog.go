@@ -102,7 +102,7 @@ type Catalog interface {
 	UpsertGroups(ctx context.Context, s Scope, defs []GroupDef) error
 	// UpsertAttributes creates missing attributes and updates the optional
 	// fields of existing ones. It never changes the type of an existing
-	// attribute: callers compare types (see AttributesByName) and treat a
+	// attribute: callers compare types (see Lookup) and treat a
 	// difference as a conflict. One batched statement; names distinct.
 	UpsertAttributes(ctx context.Context, s Scope, defs []AttributeDef) error
 
