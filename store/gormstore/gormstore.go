@@ -400,16 +400,21 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error, exact b
 	return s.attemptSQLite(ctx, actx, fn)
 }
 
+// rollbackTimeout bounds a PostgreSQL ROLLBACK (see attemptPostgres).
+const rollbackTimeout = time.Second
+
 func (s *Store) attemptPostgres(actx context.Context, fn func(tx store.Tx) error, exact bool) error {
 	return s.withPgx(actx, func(pc *pgx.Conn) error {
 		tx := &pgxTx{conn: pc, hook: s.cfg.hook}
 		t := &txn{s: s, ex: tx, deadline: actx, exact: exact, shard: -1}
 		defer func() {
 			t.finished = true
-			// Bounded, as every statement: on a connection that went
-			// silent an unbounded ROLLBACK would hang the caller (pgx
-			// closes the connection when it times out; the pool drops it).
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(actx), s.cfg.queryTimeout)
+			// Bounded, as every statement, and shorter: on a connection
+			// that went silent an unbounded ROLLBACK would hang the caller,
+			// and one as long as a statement would double the wait for its
+			// 503. When it times out pgx closes the connection (the pool
+			// drops it), which rolls the transaction back on the server.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(actx), min(s.cfg.queryTimeout, rollbackTimeout))
 			defer cancel()
 			tx.rollback(rctx) // no-op after commit
 		}()
