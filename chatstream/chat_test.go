@@ -13,6 +13,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
 )
 
@@ -220,6 +221,50 @@ func TestDevelopmentModeThinking(t *testing.T) {
 		}
 		if !sawThinking {
 			t.Error("no thinking line in development mode")
+		}
+	})
+}
+
+// TestThinkingOnlyInDevelopmentMode: a server outside development mode
+// sends no thinking, not even the thinking that turns run in development
+// mode stored in the thread's history.
+func TestThinkingOnlyInDevelopmentMode(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		var shared store.Store
+		open := func(t testing.TB, backend string) store.Store {
+			if shared == nil {
+				shared = testdb.Open(t, backend)
+			}
+			return shared
+		}
+		dev := newEnv(t, tg, envOpts{store: open, opts: []chatstream.Option{chatstream.WithDevelopment(true)}})
+		plain := newEnv(t, tg, envOpts{store: open})
+		first := collect(t, dev.client, chatstream.Request{Input: "q", SessionSettings: ext("thinker")})
+		chatID := first[0].State.ChatID
+		var stored bool
+		for _, m := range last(first).State.Messages {
+			stored = stored || m.Thinking != nil
+		}
+		if !stored {
+			t.Fatal("development mode kept no thinking in the history")
+		}
+		for name, req := range map[string]chatstream.Request{
+			"state":    {ChatID: chatID, SessionSettings: ext("thinker")},
+			"new turn": {Input: "q", ChatID: chatID, SessionSettings: ext("thinker")},
+		} {
+			for _, m := range collect(t, plain.client, req) {
+				if m.Thinking != nil {
+					t.Errorf("%s: line %s has thinking %q", name, m.ID, *m.Thinking)
+				}
+				if m.State == nil {
+					continue
+				}
+				for _, h := range m.State.Messages {
+					if h.Thinking != nil {
+						t.Errorf("%s: history message %s has thinking %q", name, h.ID, *h.Thinking)
+					}
+				}
+			}
 		}
 	})
 }
@@ -673,6 +718,10 @@ func TestErrors(t *testing.T) {
 			{"no sessionSettings", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x"}, 400},
 			{"both ids", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "internalId": apitest.InternalUser}}, 400},
 			{"attributes with internalId", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "userAttributes": []any{map[string]any{"name": "country", "value": "DE"}}}}, 400},
+			{"roles with internalId", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "roles": []any{"admin"}}}, 400},
+			{"abort roles with internalId", abortPath(acct, agentID), apitest.AdminKey, map[string]any{"chatId": "owned", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "roles": []any{"admin"}}}, 400},
+			{"attribute without value", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "userAttributes": []any{map[string]any{"name": "country"}}}}, 400},
+			{"ttl fraction", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "ephemeralTtlSeconds": 1.5}}, 400},
 			{"unknown internal user", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": "ghost@acme.test"}}, 400},
 			{"unknown attribute", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "userAttributes": []any{map[string]any{"name": "nope", "value": "DE"}}}}, 400},
 			{"unknown group", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "groups": []any{"nope"}}}, 400},

@@ -264,7 +264,7 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		// first input.
 		id := newID()
 		lw.write(encodeLine(ptr(cutoffMessage(id, false))))
-		lw.send(stateMessage(id, 0, nil))
+		lw.send(stateMessage(id, 0, nil, h.cfg.dev))
 		return
 	}
 	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
@@ -306,7 +306,7 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 	}
 	history, last := decodeHistory(msgs)
 	lw.write(encodeLine(ptr(cutoffMessage(th.ChatID, false))))
-	lw.send(stateMessage(th.ChatID, max(last, th.LastSort), history))
+	lw.send(stateMessage(th.ChatID, max(last, th.LastSort), history, h.cfg.dev))
 }
 
 // Messages of a __state__ that ends a stream of another replica's turn
@@ -407,7 +407,7 @@ func (h *Handler) endFollow(ctx context.Context, lw *lineWriter, th store.Thread
 		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "chat history not read",
 			slog.String("chatId", th.ChatID), slog.String("error", err.Error()))
 	}
-	m := stateMessage(th.ChatID, max(last, top+1), history)
+	m := stateMessage(th.ChatID, max(last, top+1), history, h.cfg.dev)
 	m.State.Error = errMsg
 	lw.send(m)
 }

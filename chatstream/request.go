@@ -94,9 +94,8 @@ func (a *UserAttribute) UnmarshalJSON(b []byte) error {
 	if raw.Name != nil {
 		a.Name = *raw.Name
 	}
-	if raw.Value == nil {
-		raw.Value = json.RawMessage("null")
-	}
+	// An omitted value stays a nil RawMessage, which validation refuses
+	// (null, which clears, must be sent as such).
 	a.Value = raw.Value
 	return nil
 }
@@ -158,6 +157,9 @@ func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 	if err := validateSettings(req.SessionSettings, needSettings); err != nil {
 		return chatRequest{}, err
 	}
+	if err := refuseRoles(body, req.SessionSettings); err != nil {
+		return chatRequest{}, err
+	}
 	out := chatRequest{Request: req, branchDefault: req.ActiveBranchName == ""}
 	if req.IsDefaultBranch != nil {
 		out.branchDefault = *req.IsDefaultBranch
@@ -180,7 +182,29 @@ func decodeAbortRequest(body []byte, needSettings bool) (AbortRequest, error) {
 	if err := validateSettings(req.SessionSettings, needSettings); err != nil {
 		return AbortRequest{}, err
 	}
+	if err := refuseRoles(body, req.SessionSettings); err != nil {
+		return AbortRequest{}, err
+	}
 	return req, nil
+}
+
+// refuseRoles applies the rule "with internalId, roles ... cannot be
+// specified": the body's sessionSettings.roles, which embedkit has no use
+// for otherwise (unknown fields are ignored), is a 400 next to internalId.
+func refuseRoles(body []byte, s *SessionSettings) error {
+	if s == nil || s.InternalID == "" || !bytes.Contains(body, []byte(`"roles"`)) {
+		return nil
+	}
+	var raw struct {
+		SessionSettings map[string]json.RawMessage `json:"sessionSettings"`
+	}
+	if json.Unmarshal(body, &raw) != nil {
+		return nil
+	}
+	if _, ok := raw.SessionSettings["roles"]; ok {
+		return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
+	}
+	return nil
 }
 
 // hasKey reports whether the top-level JSON object body has key with a

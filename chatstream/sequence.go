@@ -181,7 +181,7 @@ func (s *sequence) finish(o outcome) (lines []Message, store []Message, lastSort
 	s.done = append(s.done, final)
 	lines = append(lines, final)
 
-	st := &State{ChatID: s.chatID, Messages: sortedHistory(s.history)}
+	st := &State{ChatID: s.chatID, Messages: sortedHistory(s.history, s.dev)}
 	switch o {
 	case outcomeError:
 		st.Error = errAgentFailed
@@ -198,10 +198,17 @@ func (s *sequence) finish(o outcome) (lines []Message, store []Message, lastSort
 	return lines, s.done, state.Sort
 }
 
-// sortedHistory orders history by sort; entries are in final form.
-func sortedHistory(h []Message) []Message {
+// sortedHistory orders history by sort; entries are in final form. Outside
+// development mode it leaves out the thinking that turns run in development
+// mode stored.
+func sortedHistory(h []Message, dev bool) []Message {
 	out := slices.Clone(h)
 	slices.SortStableFunc(out, func(a, b Message) int { return cmp.Compare(a.Sort, b.Sort) })
+	if !dev {
+		for i := range out {
+			out[i].Thinking = nil
+		}
+	}
 	if out == nil {
 		out = []Message{}
 	}
@@ -215,9 +222,9 @@ func cutoffMessage(chatID string, streaming bool) Message {
 }
 
 // stateMessage is the __state__ line of a stream without a turn.
-func stateMessage(chatID string, lastSort int64, history []Message) Message {
+func stateMessage(chatID string, lastSort int64, history []Message, dev bool) Message {
 	return Message{ID: StateID, Role: RoleAssistant, Sort: max(lastSort, 1),
-		State: &State{ChatID: chatID, Messages: sortedHistory(history)}}
+		State: &State{ChatID: chatID, Messages: sortedHistory(history, dev)}}
 }
 
 // errorResult is the toolCall.result of a failed call: {"error": msg}.

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -151,11 +152,24 @@ func Unmarshal(body []byte, v any) error {
 	return nil
 }
 
+func isInteger(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
 func decodeError(err error) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		field := te.Field
 		if field == "" {
 			return BadRequest("request body must be a JSON object")
+		}
+		if strings.HasPrefix(te.Value, "number") && isInteger(te.Type.Kind()) {
+			// A number, but a fraction or out of range.
+			return BadRequest("field %s must be a whole number within range", field)
 		}
 		return BadRequest("field %s has the wrong type: %s expected", field, jsonKind(te.Type.Kind().String()))
 	}

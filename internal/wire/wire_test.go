@@ -66,6 +66,8 @@ func TestUnmarshalErrors(t *testing.T) {
 		`[]`:                       "request body must be a JSON object",
 		`{"name": 1}`:              "field name has the wrong type: string expected",
 		`{"count": "x"}`:           "field count has the wrong type: number expected",
+		`{"count": 1.5}`:           "field count must be a whole number within range",
+		`{"count": 1e30}`:          "field count must be a whole number within range",
 		`{"tags": "x"}`:            "field tags has the wrong type: array expected",
 		`{"inner": {"on": "yes"}}`: "field inner.on has the wrong type: boolean expected",
 		`{"name": "a"} {}`:         "request body must hold a single JSON object",
