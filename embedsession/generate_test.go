@@ -433,7 +433,7 @@ func TestGenerateSessionProvisions(t *testing.T) {
 				t.Fatalf("catalog = %+v", c2)
 			}
 		})
-		t.Run("descriptions update when supplied and are never cleared", func(t *testing.T) {
+		t.Run("descriptions update when supplied; group descriptions are never cleared", func(t *testing.T) {
 			def := func(g, a obj) obj {
 				return body("desc", obj{"creatorMode": true, "embedTenantName": "desc-tenant",
 					"groupDefinitions": []any{g}, "userAttributeDefinitions": []any{a}})
@@ -448,6 +448,13 @@ func TestGenerateSessionProvisions(t *testing.T) {
 			c = s.Catalog(t, apitest.Account, "desc-tenant")
 			if c.Groups["g"] != "two" || c.Attributes["a"] != "string|A|dv|d2" {
 				t.Fatalf("supplied fields not updated: %+v", c)
+			}
+			// Empty strings are supplied values: they clear an attribute's
+			// optional fields, but a group description is never cleared.
+			s.GenerateSession(t, def(obj{"name": "g", "description": ""}, obj{"name": "a", "type": "string", "displayName": "", "defaultValue": "", "description": ""}))
+			c = s.Catalog(t, apitest.Account, "desc-tenant")
+			if c.Groups["g"] != "two" || c.Attributes["a"] != "string|||" {
+				t.Fatalf("empty strings: %+v", c)
 			}
 		})
 		t.Run("cannot change type is 409 and nothing is upserted", func(t *testing.T) {

@@ -57,7 +57,8 @@ func typedRows(rows int, types ...string) string {
 	return b.String()
 }
 
-// nonEmpty maps an empty description to NULL: descriptions are never cleared.
+// nonEmpty maps an empty group description to NULL: group descriptions are
+// never cleared.
 func nonEmpty(p *string) any {
 	if p == nil || *p == "" {
 		return nil
@@ -122,7 +123,7 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 		for chunk := range chunks(defs, batchRows) {
 			args := make([]any, 0, 5*len(chunk)+8)
 			for _, d := range chunk {
-				args = append(args, d.Name, string(d.Type), optString(d.DisplayName), optString(d.DefaultValue), nonEmpty(d.Description))
+				args = append(args, d.Name, string(d.Type), optString(d.DisplayName), optString(d.DefaultValue), optString(d.Description))
 			}
 			args = append(args, s.AccountID, s.EmbedTenantID, now, now, now, s.AccountID, s.EmbedTenantID)
 			if _, err := t.exec(ctx, "upsert attributes",
@@ -150,7 +151,7 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 		args := make([]any, 0, 9*len(chunk))
 		for _, d := range chunk {
 			args = append(args, s.AccountID, s.EmbedTenantID, d.Name, string(d.Type),
-				optString(d.DisplayName), optString(d.DefaultValue), nonEmpty(d.Description), now, now)
+				optString(d.DisplayName), optString(d.DefaultValue), optString(d.Description), now, now)
 		}
 		// One statement. The type of an existing attribute is never
 		// changed; nil fields keep the stored value; updated_at moves only

@@ -58,8 +58,7 @@ func (d *db) upsertAttributes(s store.Scope, defs []store.AttributeDef) error {
 	now := d.now(zeroTime)
 	for _, def := range defs {
 		if id, ok := d.attributeByKey[scopeKey{s, def.Name}]; ok {
-			// The type is never changed; nil fields keep the stored values;
-			// an empty description does not clear the stored one.
+			// The type is never changed; nil fields keep the stored values.
 			a := d.attributes[id]
 			b := a
 			if def.DisplayName != nil {
@@ -68,8 +67,8 @@ func (d *db) upsertAttributes(s store.Scope, defs []store.AttributeDef) error {
 			if def.DefaultValue != nil {
 				b.DefaultValue = *def.DefaultValue
 			}
-			if desc := deref(def.Description); desc != "" {
-				b.Description = desc
+			if def.Description != nil {
+				b.Description = *def.Description
 			}
 			if b != a {
 				b.UpdatedAt = now

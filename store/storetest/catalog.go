@@ -11,6 +11,30 @@ import (
 
 var catalogRules = []rule{
 	{
+		name: "empty strings clear attribute fields, never group descriptions",
+		doc:  "A non-nil empty DisplayName, DefaultValue or Description is a value and clears the attribute's field; an empty group Description leaves the stored one.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			s := f.scope()
+			mustNil(t, "UpsertGroups", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "g", Description: ptr("kept")}}))
+			mustNil(t, "UpsertAttributes", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+				{Name: "a", Type: store.TypeString, DisplayName: ptr("A"), DefaultValue: ptr("x"), Description: ptr("d")}}))
+			mustNil(t, "UpsertGroups empty", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "g", Description: ptr("")}}))
+			mustNil(t, "UpsertAttributes empty", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+				{Name: "a", Type: store.TypeString, DisplayName: ptr(""), DefaultValue: ptr(""), Description: ptr("")}}))
+			gs, err := st.GroupsByName(ctx(t), s, []string{"g"})
+			mustNil(t, "GroupsByName", err)
+			if len(gs) != 1 || gs[0].Description != "kept" {
+				t.Errorf("group = %+v, want description kept", gs)
+			}
+			as, err := st.AttributesByName(ctx(t), s, []string{"a"})
+			mustNil(t, "AttributesByName", err)
+			if len(as) != 1 || as[0].DisplayName != "" || as[0].DefaultValue != "" || as[0].Description != "" {
+				t.Errorf("attribute = %+v, want its optional fields cleared", as)
+			}
+		},
+	},
+	{
 		name: "EnsureEmbedTenant creates once per account",
 		doc:  "An embed tenant is created on first use and returned unchanged afterwards; EmbedTenantByName of a missing name, or of another account, is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
