@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -137,6 +139,12 @@ func Unmarshal(body []byte, v any) error {
 	}
 	if hasNULEscape(trimmed) {
 		// PostgreSQL text cannot hold NUL; refuse it alike on every backend.
+		var doc any
+		if json.Unmarshal(trimmed, &doc) == nil {
+			if field, ok := nulField(doc, ""); ok {
+				return BadRequest("field %s must not contain the NUL character (\\u0000)", field)
+			}
+		}
 		return BadRequest("strings must not contain the NUL character (\\u0000)")
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
@@ -199,6 +207,36 @@ func jsonKind(k string) string {
 		return "number"
 	}
 	return k
+}
+
+// nulField returns the path ("userProfile.displayName", "groups[2]") of the
+// first string of a decoded JSON document, in key order, that holds NUL; a
+// key that holds NUL names itself.
+func nulField(v any, path string) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return path, strings.IndexByte(x, 0) >= 0
+	case []any:
+		for i, e := range x {
+			if p, ok := nulField(e, fmt.Sprintf("%s[%d]", path, i)); ok {
+				return p, true
+			}
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if strings.IndexByte(k, 0) >= 0 {
+				return strings.ReplaceAll(p, "\x00", `\u0000`), true
+			}
+			if p, ok := nulField(x[k], p); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
 
 // hasNULEscape reports whether a JSON text holds the escape \u0000 (a

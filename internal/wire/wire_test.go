@@ -120,6 +120,17 @@ func TestNULIsRefused(t *testing.T) {
 			t.Errorf("Unmarshal(%s) = %v, want ok %v", body, err, ok)
 		}
 	}
+	for body, want := range map[string]string{
+		`{"name":"a\u0000b"}`:                "field name must not contain the NUL character (\\u0000)",
+		`{"tags":["x","y\u0000"]}`:           "field tags[1] must not contain the NUL character (\\u0000)",
+		`{"inner":{"on":true,"k\u0000":1}}`:  "field inner.k\\u0000 must not contain the NUL character (\\u0000)",
+		`{"name":"a\u0000b","tags":["\u0000`: "strings must not contain the NUL character (\\u0000)", // malformed: no field to name
+	} {
+		var v target
+		if _, msg := wire.Status(wire.Unmarshal([]byte(body), &v)); msg != want {
+			t.Errorf("Unmarshal(%s): %q, want %q", body, msg, want)
+		}
+	}
 	if wire.ValidText("a\x00b") || wire.ValidText("\xff") || !wire.ValidText("jane-ß") {
 		t.Error("ValidText")
 	}
