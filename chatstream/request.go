@@ -140,7 +140,7 @@ func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 	if err := wire.Unmarshal(body, &req); err != nil {
 		return chatRequest{}, err
 	}
-	if req.ChatID != "" || hasKey(body, "chatId") {
+	if req.ChatID != "" || wire.HasKey(body, "chatId") {
 		if !ValidChatID(req.ChatID) {
 			return chatRequest{}, wire.BadRequest("chatId must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
 		}
@@ -205,20 +205,6 @@ func refuseRoles(body []byte, s *SessionSettings) error {
 		return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
 	}
 	return nil
-}
-
-// hasKey reports whether the top-level JSON object body has key with a
-// non-null value (so that "chatId": "" is told from an omitted chatId).
-func hasKey(body []byte, key string) bool {
-	if !bytes.Contains(body, []byte(key)) {
-		return false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return false
-	}
-	v, ok := m[key]
-	return ok && string(bytes.TrimSpace(v)) != "null"
 }
 
 func validateSettings(s *SessionSettings, need bool) error {

@@ -12,7 +12,10 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-var errDeploymentNotFound = wire.Errorf(http.StatusNotFound, "deployment not found")
+var (
+	errDeploymentNotFound = wire.Errorf(http.StatusNotFound, "deployment not found")
+	errEmptyTenantName    = wire.BadRequest("embedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit")
+)
 
 // generateSession serves POST /api/v1/embed/generate-session: decode and
 // validate, check the deployment, then provision the user and store a new
@@ -24,9 +27,19 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, r, h.o.log, authn.ErrMissingAPIKey)
 		return
 	}
-	var req SessionRequest
-	if err := wire.DecodeJSON(w, r, &req); err != nil {
+	body, err := wire.ReadBody(w, r)
+	if err != nil {
 		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	var req SessionRequest
+	if err := wire.Unmarshal(body, &req); err != nil {
+		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	if req.EmbedTenantName == "" && wire.HasKey(body, "embedTenantName") {
+		// An empty name is not the omitted one: names are 5 to 36 characters.
+		wire.WriteError(w, r, h.o.log, errEmptyTenantName)
 		return
 	}
 	if err := req.Validate(); err != nil {
@@ -55,7 +68,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	maxUsers := h.maxUsers(acct)
 	sid := secret.New()
 	sidHash := secret.Hash(sid.Reveal())
-	err := h.st.InTx(ctx, func(tx store.Tx) error {
+	err = h.st.InTx(ctx, func(tx store.Tx) error {
 		res, err := provision.Apply(ctx, tx, acct, preq, maxUsers, now)
 		if err != nil {
 			return err

@@ -103,6 +103,7 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "group description as number names the field", body: body("keeper", obj{"creatorMode": true, "embedTenantName": "tenant-x", "groupDefinitions": []any{obj{"name": "g", "description": 5}}}), status: 400, msg: "groupDefinitions"},
 			{name: "email as number names the field", body: body("keeper", obj{"email": 5}), status: 400, msg: "email"},
 			// deployment
+			{name: "empty embedTenantName is 400", body: body("keeper", obj{"embedTenantName": ""}), status: 400, msg: "embedTenantName must be"},
 			{name: "deploymentId is required", body: obj{"externalId": "keeper"}, status: 400, msg: "deploymentId"},
 			{name: "unknown deployment is 404", body: obj{"deploymentId": 99, "externalId": "keeper"}, status: 404, msg: "deployment not found", exact: true},
 			{name: "deployment of another account is 404", body: obj{"deploymentId": 2, "externalId": "keeper"}, status: 404, msg: "deployment not found", exact: true},
@@ -164,9 +165,11 @@ func TestGenerateSessionRejects(t *testing.T) {
 		for field, v := range map[string]any{
 			"groups": []string{}, "userAttributes": []any{}, "groupDefinitions": []any{},
 			"userAttributeDefinitions": []any{}, "securityContext": obj{}, "userProfile": obj{"displayName": "A"},
+			"userProfile ": obj{}, // an empty profile is sent too (the space keeps the key distinct)
 		} {
+			field = strings.TrimSpace(field)
 			cases = append(cases, rejection{
-				name:   "internalId forbids " + field,
+				name:   "internalId forbids " + field + " " + fmt.Sprint(v),
 				body:   obj{"deploymentId": 1, "internalId": apitest.InternalUser, "creatorMode": true, "embedTenantName": "tenant-x", field: v},
 				status: 400, msg: field + " is not allowed with internalId",
 			})
@@ -359,6 +362,15 @@ func TestGenerateSessionProvisions(t *testing.T) {
 			sid := s.GenerateSession(t, obj{"deploymentId": 1, "internalId": apitest.InternalUser, "email": "ignored@x.test"})
 			if who := s.Whoami(t, sid); who.InternalID != apitest.InternalUser || who.ExternalID != "" {
 				t.Fatalf("whoami = %+v", who)
+			}
+		})
+		t.Run("internal user: a forbidden field sent as null counts as omitted", func(t *testing.T) {
+			s.GenerateSession(t, obj{"deploymentId": 1, "internalId": apitest.InternalUser, "groups": nil, "userAttributes": nil,
+				"groupDefinitions": nil, "userAttributeDefinitions": nil, "securityContext": nil, "userProfile": nil})
+		})
+		t.Run("a whole number written with a fraction or exponent is a number", func(t *testing.T) {
+			for _, raw := range []string{`{"deploymentId":1.0,"externalId":"float-id"}`, `{"deploymentId":1e0,"externalId":"float-id"}`} {
+				s.GenerateSession(t, raw)
 			}
 		})
 		t.Run("internal user in creator mode with an embed tenant", func(t *testing.T) {

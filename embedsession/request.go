@@ -136,6 +136,7 @@ func (r *SessionRequest) provision() provision.Request {
 	}
 	if r.UserProfile != nil {
 		p.DisplayName, p.Picture = r.UserProfile.DisplayName, r.UserProfile.Picture
+		p.ProfileSent = true
 	}
 	if r.UserAttributes != nil {
 		p.Attributes = make([]provision.AttributeInput, len(r.UserAttributes))

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -31,6 +30,9 @@ type Request struct {
 	Email       *string
 	DisplayName *string
 	Picture     *string
+	// ProfileSent tells a userProfile object that was sent, even empty,
+	// from an omitted (or null) one.
+	ProfileSent bool
 	// Attributes are the userAttributes entries; nil when the field was
 	// omitted.
 	Attributes []AttributeInput
@@ -81,9 +83,6 @@ type Result struct {
 // attribute names), so that error messages quoting them stay small.
 const maxName = 255
 
-// maxListed bounds the unresolved group names quoted in one message.
-const maxListed = 50
-
 var tenantNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{3,34}[a-z0-9]$`)
 
 // ValidEmbedTenantName reports whether name follows the spec's rules:
@@ -93,7 +92,8 @@ func ValidEmbedTenantName(name string) bool { return tenantNameRE.MatchString(na
 
 // Validate checks the rules that need no database and returns a 400
 // *wire.Error naming the field. prefix is prepended to field names
-// ("sessionSettings." for chat). An email sent with internalId is ignored.
+// ("sessionSettings." for chat). An email sent with internalId is ignored,
+// and so is a field it forbids sent as null (null counts as omitted).
 func (r *Request) Validate(prefix string) error {
 	switch {
 	case r.ExternalID == "" && r.InternalID == "":
@@ -122,8 +122,8 @@ func (r *Request) Validate(prefix string) error {
 			{"userAttributes", r.Attributes != nil},
 			{"groupDefinitions", r.GroupDefinitions != nil},
 			{"userAttributeDefinitions", r.AttributeDefinitions != nil},
-			{"securityContext", r.SecurityContext != nil},
-			{"userProfile", r.DisplayName != nil || r.Picture != nil},
+			{"securityContext", r.SecurityContext != nil && strings.TrimSpace(string(r.SecurityContext)) != "null"},
+			{"userProfile", r.ProfileSent || r.DisplayName != nil || r.Picture != nil},
 		}
 		for _, f := range forbidden {
 			if f.sent {
@@ -407,9 +407,6 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 			}
 		}
 		if len(missing) > 0 {
-			if len(missing) > maxListed {
-				missing = append(missing[:maxListed:maxListed], fmt.Sprintf("and %d more", len(missing)-maxListed))
-			}
 			return Result{}, wire.BadRequest("Groups with names %s not found", strings.Join(missing, ", "))
 		}
 	}

@@ -13,9 +13,11 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -149,7 +151,17 @@ func Unmarshal(body []byte, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+		te, ok := errors.AsType[*json.UnmarshalTypeError](err)
+		if !ok || !strings.HasPrefix(te.Value, "number") || !isInteger(te.Type.Kind()) {
+			return decodeError(err)
+		}
+		// An integer field got 1.0 or 1e3: JSON has one number type, and
+		// some encoders write whole numbers so. Decode again with whole
+		// numbers written as integers; a fraction still fails.
+		dec = json.NewDecoder(bytes.NewReader(wholeNumbersAsIntegers(trimmed)))
+		if err := dec.Decode(v); err != nil {
+			return decodeError(err)
+		}
 	}
 	if dec.More() {
 		return BadRequest("request body must hold a single JSON object")
@@ -207,6 +219,60 @@ func jsonKind(k string) string {
 		return "number"
 	}
 	return k
+}
+
+// wholeNumbersAsIntegers rewrites the numbers of a JSON text that have a
+// fraction or exponent but a whole value within ±2^53 (1.0, 1e3, -2.50e1)
+// as integers; strings and other numbers are copied as they are.
+func wholeNumbersAsIntegers(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			j := i + 1
+			for j < len(b) && b[j] != '"' {
+				if b[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j+1, len(b))
+			out = append(out, b[i:j]...)
+			i = j
+		case c == '-' || ('0' <= c && c <= '9'):
+			j := i + 1
+			for j < len(b) && strings.IndexByte("0123456789.eE+-", b[j]) >= 0 {
+				j++
+			}
+			num := b[i:j]
+			if bytes.ContainsAny(num, ".eE") {
+				if f, err := strconv.ParseFloat(string(num), 64); err == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+					num = strconv.AppendInt(nil, int64(f), 10)
+				}
+			}
+			out = append(out, num...)
+			i = j
+		default:
+			out = append(out, c)
+			i++
+		}
+	}
+	return out
+}
+
+// HasKey reports whether the top-level JSON object body has key with a
+// non-null value (so that "chatId": "" is told from an omitted chatId).
+func HasKey(body []byte, key string) bool {
+	if !bytes.Contains(body, []byte(key)) {
+		return false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return false
+	}
+	v, ok := m[key]
+	return ok && string(bytes.TrimSpace(v)) != "null"
 }
 
 // nulField returns the path ("userProfile.displayName", "groups[2]") of the

@@ -67,6 +67,7 @@ func TestUnmarshalErrors(t *testing.T) {
 		`{"name": 1}`:              "field name has the wrong type: string expected",
 		`{"count": "x"}`:           "field count has the wrong type: number expected",
 		`{"count": 1.5}`:           "field count must be a whole number within range",
+		`{"count": 1e19}`:          "field count must be a whole number within range",
 		`{"count": 1e30}`:          "field count must be a whole number within range",
 		`{"tags": "x"}`:            "field tags has the wrong type: array expected",
 		`{"inner": {"on": "yes"}}`: "field inner.on has the wrong type: boolean expected",
@@ -79,6 +80,15 @@ func TestUnmarshalErrors(t *testing.T) {
 		status, msg := wire.Status(err)
 		if status != 400 || msg != want {
 			t.Errorf("Unmarshal(%q) = %d %q, want 400 %q", body, status, msg, want)
+		}
+	}
+	for body, want := range map[string]int{`{"count": 1.0}`: 1, `{"count": 3e2, "name": "1.5e1"}`: 300, `{"count": -2.50e1}`: -25} {
+		var v target
+		if err := wire.Unmarshal([]byte(body), &v); err != nil || v.Count != want {
+			t.Errorf("Unmarshal(%s) = %v, count %d, want %d", body, err, v.Count, want)
+		}
+		if v.Name != nil && *v.Name != "1.5e1" {
+			t.Errorf("a string was rewritten: %q", *v.Name)
 		}
 	}
 	var v target
