@@ -501,6 +501,14 @@ type txn struct {
 	exact bool
 	// shard is the count shard of the transaction, -1 until chosen.
 	shard int
+	// notReturning is the external user a Lookup of this transaction found
+	// no returning user for; UpsertExternalUser then skips the same update.
+	notReturning userKey
+}
+
+type userKey struct {
+	accountID  int64
+	externalID string
 }
 
 var _ store.Tx = (*txn)(nil)

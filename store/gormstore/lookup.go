@@ -39,8 +39,12 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 		return store.LookupResult{}, err
 	}
 	res := store.LookupResult{Attributes: attributes(attrs), Groups: groups(grps)}
-	if l.ReturningUser != nil && counts[0] > 0 {
-		res.User, res.UserUpdated = user.user(), true
+	if u := l.ReturningUser; u != nil {
+		if counts[0] > 0 {
+			res.User, res.UserUpdated = user.user(), true
+		} else {
+			t.notReturning = userKey{u.AccountID, u.ExternalID}
+		}
 	}
 	return res, nil
 }

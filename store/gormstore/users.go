@@ -17,15 +17,19 @@ const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
 	const op = "upsert external user"
 	now := nowOr(u.Now).UnixNano()
-	// Fast path, one statement: a returning user.
-	var out userRow
-	q, args := returningUpdate(u, now)
-	n, err := t.find(ctx, op, &out, q, args...)
-	if err != nil {
-		return store.User{}, err
-	}
-	if n > 0 {
-		return out.user(), nil
+	// Fast path, one statement: a returning user (unless a Lookup of this
+	// transaction just tried the same statement; a user created since then
+	// by a concurrent transaction is found below).
+	if (t.notReturning != userKey{u.AccountID, u.ExternalID}) {
+		var out userRow
+		q, args := returningUpdate(u, now)
+		n, err := t.find(ctx, op, &out, q, args...)
+		if err != nil {
+			return store.User{}, err
+		}
+		if n > 0 {
+			return out.user(), nil
+		}
 	}
 	// Two rounds at most: a concurrent first upsert of the same external id
 	// can win the insert, after which the update path applies.
