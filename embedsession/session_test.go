@@ -140,8 +140,8 @@ func TestTokenExchange(t *testing.T) {
 }
 
 // TestSessionMiddleware covers the embed-session middleware over HTTP: its
-// order (Bearer, then a fresh ?sessionId=, then the cookie) and the cookie
-// it sets.
+// order (Bearer, then its cookie, then ?sessionId= on first use:
+// decisions.md §3) and the cookie it sets.
 func TestSessionMiddleware(t *testing.T) {
 	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		t.Parallel()
@@ -179,8 +179,9 @@ func TestSessionMiddleware(t *testing.T) {
 			{name: "bearer alone", bearer: tok, status: 200, user: "mw"},
 			{name: "bearer wins over cookie", bearer: other, cookie: tok, status: 200, user: "mw-other"},
 			{name: "invalid bearer is 401 even with a valid cookie", bearer: "bad", cookie: tok, status: 401},
-			{name: "fresh sessionId wins over cookie", cookie: tok, sid: fresh, status: 200, user: "mw-fresh", token: true},
-			{name: "used sessionId falls back to the cookie", cookie: tok, sid: sid, status: 200, user: "mw"},
+			{name: "valid cookie wins over a fresh sessionId", cookie: tok, sid: fresh, status: 200, user: "mw"},
+			{name: "the sessionId the cookie won over is still unused", sid: fresh, status: 200, user: "mw-fresh", token: true},
+			{name: "valid cookie with a used sessionId", cookie: tok, sid: sid, status: 200, user: "mw"},
 			{name: "invalid cookie with a fresh sessionId", cookie: "bad", sid: fresh2, status: 200, user: "mw-fresh2", token: true},
 			{name: "invalid cookie alone is 401", cookie: "bad", status: 401},
 			{name: "used sessionId is 401", sid: sid, status: 401},

@@ -38,20 +38,20 @@ const SessionIDParam = "sessionId"
 var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Msg: "missing credentials: send Authorization: Bearer <token>, the session cookie, or ?sessionId="}
 
 // Session authenticates the end user on the host's embed routes
-// (decisions.md §3). It accepts:
+// (decisions.md §3). It accepts, in this order:
 //
 //  1. Authorization: Bearer <token>; an invalid one is 401 whatever else
 //     the request carries;
-//  2. ?sessionId=<id> on first use: it exchanges the single-use id for a
+//  2. its own cookie holding a valid token; a ?sessionId= sent with it is
+//     left unused (an invalid cookie is cleared and the request goes on to
+//     the next step);
+//  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
 //     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
 //     configurable), and sets [EmbedSession].Token so that the page can hand
-//     the token to its scripts. A valid sessionId wins over an existing
-//     cookie (it is a newer sign-in, perhaps of another user of the same
-//     browser); a used or expired one falls back to the cookie, so that
-//     reloading the embed URL keeps working;
-//  3. its own cookie holding a token; an invalid cookie is cleared. It puts the [EmbedSession] (the
+//     the token to its scripts.
 //
-// grant and its user) in the request context. Anything else is 401.
+// It puts the [EmbedSession] (the grant and its user) in the request
+// context. Anything else is 401.
 //
 // Options read: [WithTokenTTL], [WithCookieName], [WithCookiePath],
 // [WithCookieSameSite], [WithSecureCookie], [WithRedirectAfterExchange],
@@ -71,24 +71,6 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 				return
 			}
-			// A fresh sessionId is a new sign-in: it wins over an older
-			// cookie, which may belong to another user of the same browser.
-			// A used or expired one (a reload of the embed URL) falls back
-			// to the cookie.
-			sid := r.URL.Query().Get(SessionIDParam)
-			var sidErr error
-			if sid != "" {
-				tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
-				if err == nil {
-					o.serveExchanged(w, r, next, st, tok.Reveal(), sess, now)
-					return
-				}
-				if !errors.Is(err, authn.ErrInvalidSessID) {
-					wire.WriteError(w, r, o.log, err)
-					return
-				}
-				sidErr = err
-			}
 			if c, err := r.Cookie(o.cookieName); err == nil && c.Value != "" {
 				es, err := resolveToken(ctx, st, c.Value, now)
 				if err == nil {
@@ -100,14 +82,22 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 					return
 				}
 				http.SetCookie(w, o.cookie(r, "", time.Time{}))
-				if sidErr == nil {
-					sidErr = err
+				if r.URL.Query().Get(SessionIDParam) == "" {
+					wire.WriteError(w, r, o.log, err)
+					return
 				}
 			}
-			if sidErr == nil {
-				sidErr = errNoSession
+			sid := r.URL.Query().Get(SessionIDParam)
+			if sid == "" {
+				wire.WriteError(w, r, o.log, errNoSession)
+				return
 			}
-			wire.WriteError(w, r, o.log, sidErr)
+			tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
+			if err != nil {
+				wire.WriteError(w, r, o.log, err)
+				return
+			}
+			o.serveExchanged(w, r, next, st, tok.Reveal(), sess, now)
 		})
 	}
 }
