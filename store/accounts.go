@@ -63,7 +63,9 @@ type Accounts interface {
 	AccountByID(ctx context.Context, id int64) (Account, error)
 	AccountByName(ctx context.Context, name string) (Account, error)
 
-	// SaveAPIKey stores k, or updates its admin flag when its hash exists.
+	// SaveAPIKey stores k, or updates its admin flag when its hash exists
+	// for the same account. A key belongs to one account: a hash stored for
+	// another account is [ErrConflict], and nothing changes.
 	SaveAPIKey(ctx context.Context, k APIKey) error
 	// APIKeyByHash returns [ErrNotFound] for an unknown hash. Callers still
 	// compare the returned hash in constant time.

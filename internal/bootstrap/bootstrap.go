@@ -7,6 +7,7 @@ package bootstrap
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -112,8 +113,10 @@ func Decode(r io.Reader) (Config, error) {
 	return c, c.Validate()
 }
 
-// Validate checks names, plans and attribute types.
+// Validate checks names, plans, attribute types, and that no key is listed
+// for two accounts.
 func (c Config) Validate() error {
+	keyOwner := make(map[string]string) // key -> account name
 	for i, a := range c.Accounts {
 		if a.Name == "" {
 			return fmt.Errorf("bootstrap: accounts[%d].name is required", i)
@@ -130,6 +133,10 @@ func (c Config) Validate() error {
 			if k.Key == "" {
 				return fmt.Errorf("bootstrap: account %q: apiKeys[%d].key is required", a.Name, j)
 			}
+			if owner, ok := keyOwner[k.Key]; ok && owner != a.Name {
+				return fmt.Errorf("bootstrap: account %q: apiKeys[%d] is also a key of account %q (a key belongs to one account)", a.Name, j, owner)
+			}
+			keyOwner[k.Key] = a.Name
 		}
 		for _, at := range a.UserAttributes {
 			if at.Name == "" || !at.Type.Valid() {
@@ -175,8 +182,11 @@ func Apply(ctx context.Context, st store.Store, cfg Config) error {
 			if err != nil {
 				return fmt.Errorf("bootstrap: account %q: %w", ca.Name, err)
 			}
-			for _, k := range ca.APIKeys {
+			for j, k := range ca.APIKeys {
 				if err := tx.SaveAPIKey(ctx, store.APIKey{Hash: secret.Hash(k.Key), AccountID: acct.ID, Admin: k.Admin}); err != nil {
+					if errors.Is(err, store.ErrConflict) {
+						return fmt.Errorf("bootstrap: account %q: apiKeys[%d]: the key belongs to another account (a key belongs to one account)", ca.Name, j)
+					}
 					return fmt.Errorf("bootstrap: account %q: api key: %w", ca.Name, err)
 				}
 			}

@@ -48,6 +48,7 @@ func TestValidate(t *testing.T) {
 		{"bad attribute type", `{"accounts":[{"name":"a","userAttributes":[{"name":"x","type":"date"}]}]}`},
 		{"empty key", `{"accounts":[{"name":"a","apiKeys":[{"key":""}]}]}`},
 		{"negative limit", `{"accounts":[{"name":"a","maxExternalUsers":-1}]}`},
+		{"one key for two accounts", `{"accounts":[{"name":"a","apiKeys":[{"key":"k"}]},{"name":"b","apiKeys":[{"key":"k","admin":true}]}]}`},
 		{"malformed", `{`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -96,6 +97,22 @@ func TestApplyIsIdempotent(t *testing.T) {
 			if _, err := st.InternalUser(ctx, acct.ID, "alice@acme.test"); err != nil {
 				t.Error(err)
 			}
+			t.Run("a key of another account is refused and kept as it is", func(t *testing.T) {
+				cfg := bootstrap.Config{Accounts: []bootstrap.Account{{Name: "zz", APIKeys: []bootstrap.APIKey{{Key: "sk-acme-admin"}}}}}
+				err := bootstrap.Apply(ctx, st, cfg)
+				if !errors.Is(err, store.ErrConflict) && (err == nil || !strings.Contains(err.Error(), "another account")) {
+					t.Fatalf("err = %v, want a refusal", err)
+				}
+				if strings.Contains(err.Error(), "sk-acme-admin") {
+					t.Errorf("the key appears in the error: %v", err)
+				}
+				if k, err := st.APIKeyByHash(ctx, secret.Hash("sk-acme-admin")); err != nil || !k.Admin || k.AccountID != acct.ID {
+					t.Errorf("key = %+v, %v; want acme's admin key unchanged", k, err)
+				}
+				if _, err := st.AccountByName(ctx, "zz"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("account zz = %v, want none (the config applies all or nothing)", err)
+				}
+			})
 			t.Run("changed attribute type is a conflict", func(t *testing.T) {
 				cfg := bootstrap.Demo()
 				cfg.Accounts[0].UserAttributes[0].Type = store.TypeNumber

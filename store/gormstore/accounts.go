@@ -82,11 +82,19 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 }
 
 func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
-	_, err := t.exec(ctx, "save api key",
+	const op = "save api key"
+	n, err := t.exec(ctx, op,
 		`INSERT INTO api_keys (hash, account_id, admin) VALUES (?, ?, ?)
-		ON CONFLICT (hash) DO UPDATE SET admin = excluded.admin`,
+		ON CONFLICT (hash) DO UPDATE SET admin = excluded.admin
+		WHERE api_keys.account_id = excluded.account_id`,
 		k.Hash, k.AccountID, k.Admin)
-	return err
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return newErr(op, store.ErrConflict) // the key belongs to another account
+	}
+	return nil
 }
 
 func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {

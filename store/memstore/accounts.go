@@ -59,6 +59,9 @@ func (d *db) needAccount(op string, id int64) error {
 func (d *db) saveAPIKey(k store.APIKey) error {
 	key := string(k.Hash)
 	if old, ok := d.apiKeys[key]; ok {
+		if old.AccountID != k.AccountID {
+			return conflict("save api key: the key belongs to another account")
+		}
 		old.Admin = k.Admin
 		set(d, d.apiKeys, key, old)
 		return nil

@@ -48,7 +48,7 @@ var accountRules = []rule{
 	},
 	{
 		name: "API keys are found by hash and updated in place",
-		doc:  "SaveAPIKey stores a key by its hash and updates the admin flag of an existing hash; an unknown hash is ErrNotFound.",
+		doc:  "SaveAPIKey stores a key by its hash and updates the admin flag of an existing hash; an unknown hash is ErrNotFound; a hash of another account is ErrConflict and changes nothing.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			h := bytes.Repeat([]byte{0xab}, 32)
@@ -66,6 +66,15 @@ var accountRules = []rule{
 			}
 			_, err = st.APIKeyByHash(ctx(t), bytes.Repeat([]byte{0xcd}, 32))
 			wantErr(t, "APIKeyByHash unknown", err, store.ErrNotFound)
+
+			other := newFixture(t, st, "other")
+			err = st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: other.account.ID})
+			wantErr(t, "SaveAPIKey of another account's key", err, store.ErrConflict)
+			k, err = st.APIKeyByHash(ctx(t), h)
+			mustNil(t, "APIKeyByHash after the conflict", err)
+			if k.AccountID != f.account.ID || !k.Admin {
+				t.Errorf("key changed by a refused SaveAPIKey: %+v", k)
+			}
 		},
 	},
 	{
