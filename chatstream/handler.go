@@ -230,8 +230,8 @@ func (h *Handler) lookupUser(ctx context.Context, c caller, s *SessionSettings) 
 }
 
 // threadOf returns the thread chatID after checking that it belongs to the
-// caller's agent (else 404) and to the user named by the request (else
-// 403). The thread is read before the user, so that a thread created
+// caller's agent (else 404), to a visible user (else 404) and to the user
+// named by the request (else 403). The thread is read before the user, so that a thread created
 // together with its user is never seen without it.
 func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, s *SessionSettings) (store.Thread, error) {
 	th, err := h.st.Thread(ctx, c.acct.ID, chatID)
@@ -249,6 +249,13 @@ func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, s *Sess
 		return store.Thread{}, err
 	}
 	if !known || th.UserID != user.ID {
+		// The thread of an expired ephemeral user is as invisible as its
+		// owner (decisions.md §5) until the reaper deletes both: 404.
+		if _, err := h.st.UserByID(ctx, th.UserID, h.cfg.now()); errors.Is(err, store.ErrNotFound) {
+			return store.Thread{}, errChatGone
+		} else if err != nil {
+			return store.Thread{}, err
+		}
 		return store.Thread{}, errNotOwner
 	}
 	return th, nil
