@@ -147,8 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wire.WriteError(w, r, nil, wire.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", strings.Join(allowedMethods(r, req), ", "))
+		wire.WriteError(w, req, nil, wire.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", req.Method, req.URL.Path))
 	})
 	r.Use(middleware.PathValues(mux.Vars))
 	for _, rt := range embed.Routes() {
@@ -164,7 +165,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
-	}).Methods(http.MethodGet)
+	}).Methods(http.MethodGet, http.MethodHead)
 
 	srv := &http.Server{
 		Handler:           http.MaxBytesHandler(r, 1<<20),
@@ -197,13 +198,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case <-ctx.Done():
 	}
 	fmt.Fprintln(stdout, "shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// Running turns may finish until the deadline, then they are aborted;
-	// their streams end, so the HTTP server can drain.
+	// Running turns may finish for 30 s, then they are aborted; their
+	// streams end, so the HTTP server can drain: it gets 10 s more than the
+	// turns, so that streams ended at the deadline are not counted as a
+	// failed shutdown.
+	turnsCtx, cancelTurns := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelTurns()
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancelHTTP()
 	chatErr := make(chan error, 1)
-	go func() { chatErr <- chat.Shutdown(shutdownCtx) }()
-	err = srv.Shutdown(shutdownCtx)
+	go func() { chatErr <- chat.Shutdown(turnsCtx) }()
+	err = srv.Shutdown(httpCtx)
 	err = errors.Join(err, <-chatErr, reaper.Close())
 	if cluster != nil {
 		err = errors.Join(err, cluster.Close())
@@ -229,4 +234,19 @@ func redactDSN(dsn string) string {
 		}
 	}
 	return dsn
+}
+
+// allowedMethods lists the methods that router serves at req's path, for
+// the Allow header of a 405.
+func allowedMethods(router *mux.Router, req *http.Request) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := req.Clone(req.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if router.Match(probe, &match) && match.MatchErr == nil {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }

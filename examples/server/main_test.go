@@ -127,6 +127,9 @@ func TestServerContract(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
+		if resp, _ := do(t, c, http.MethodHead, s.base+"/healthz", "", nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("HEAD: status %d", resp.StatusCode)
+		}
 	})
 
 	var sessionID string
@@ -308,7 +311,11 @@ func TestServerWithConfigFile(t *testing.T) {
 		t.Errorf("unknown route: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
 	resp, _ = do(t, c, http.MethodGet, s.base+"/api/v1/embed/generate-session", "", nil)
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("wrong method: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("wrong method: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	resp, _ = do(t, c, http.MethodPost, s.base+"/api/v1/embed-tenants/some-tenant/groups/1", "", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "DELETE" {
+		t.Errorf("wrong method on a path with parameters: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 }
