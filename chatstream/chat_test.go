@@ -813,6 +813,29 @@ func TestEphemeralUsers(t *testing.T) {
 	})
 }
 
+// TestExpiredOwnersThreadWithInput: before the reaper runs, the thread of
+// an expired ephemeral user is free for a request with input, by the same
+// externalId (a new user) or by another user alike: a new thread.
+func TestExpiredOwnersThreadWithInput(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{})
+		ttl := int64(60)
+		for owner, next := range map[string]string{"x1": "x1", "x3": "x2"} {
+			chatID := "x-chat-" + next
+			collect(t, e.client, chatstream.Request{Input: "echo:a", ChatID: chatID,
+				SessionSettings: &chatstream.SessionSettings{ExternalID: owner, EphemeralTTLSeconds: &ttl}})
+			e.Advance(61 * time.Second)
+			msgs := collect(t, e.client, chatstream.Request{Input: "echo:b", ChatID: chatID, SessionSettings: ext(next)})
+			if hist := last(msgs).State.Messages; len(hist) != 2 || hist[0].Content != "echo:b" {
+				t.Errorf("%s: history = %+v, want a new thread", next, hist)
+			}
+			if st := collect(t, e.client, chatstream.Request{ChatID: chatID, SessionSettings: ext(next)}); len(last(st).State.Messages) != 2 {
+				t.Errorf("%s: the new thread is not the caller's", next)
+			}
+		}
+	})
+}
+
 func TestExternalUserLimit(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{cfg: func(c *bootstrap.Config) { c.Accounts[0].MaxExternalUsers = 2 }})

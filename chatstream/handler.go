@@ -480,6 +480,18 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 		}
 		th, err := tx.Thread(ctx, c.acct.ID, chatID)
+		if err == nil && th.UserID != user.ID {
+			// The thread of an expired ephemeral user is as invisible as
+			// its owner: the id is free. Do the reaper's work now.
+			if _, uerr := tx.UserByID(ctx, th.UserID, now); errors.Is(uerr, store.ErrNotFound) {
+				if err := tx.DeleteUser(ctx, th.UserID); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				err = store.ErrNotFound
+			} else if uerr != nil {
+				return uerr
+			}
+		}
 		var history []Message
 		switch {
 		case errors.Is(err, store.ErrNotFound):
