@@ -190,7 +190,8 @@ func decodeAbortRequest(body []byte, needSettings bool) (AbortRequest, error) {
 
 // refuseRoles applies the rule "with internalId, roles ... cannot be
 // specified": the body's sessionSettings.roles, which embedkit has no use
-// for otherwise (unknown fields are ignored), is a 400 next to internalId.
+// for otherwise (unknown fields are ignored), is a 400 next to internalId;
+// null counts as omitted, as for the other fields internalId forbids.
 func refuseRoles(body []byte, s *SessionSettings) error {
 	if s == nil || s.InternalID == "" || !bytes.Contains(body, []byte(`"roles"`)) {
 		return nil
@@ -201,7 +202,7 @@ func refuseRoles(body []byte, s *SessionSettings) error {
 	if json.Unmarshal(body, &raw) != nil {
 		return nil
 	}
-	if _, ok := raw.SessionSettings["roles"]; ok {
+	if v, ok := raw.SessionSettings["roles"]; ok && string(bytes.TrimSpace(v)) != "null" {
 		return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
 	}
 	return nil

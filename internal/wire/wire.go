@@ -13,7 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"math"
+	"math/big"
 	"net/http"
 	"reflect"
 	"slices"
@@ -144,24 +144,35 @@ func Unmarshal(body []byte, v any) error {
 		var doc any
 		if json.Unmarshal(trimmed, &doc) == nil {
 			if field, ok := nulField(doc, ""); ok {
+				if len(field) > 255 {
+					field = strings.ToValidUTF8(field[:255], "") + "…"
+				}
 				return BadRequest("field %s must not contain the NUL character (\\u0000)", field)
 			}
 		}
 		return BadRequest("strings must not contain the NUL character (\\u0000)")
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if err := dec.Decode(v); err != nil {
+	// JSON has one number type and some encoders write whole numbers as
+	// 1.0 or 1e3: an integer field that gets one is decoded again with that
+	// number (and no other) written as an integer. A fraction still fails.
+	doc := trimmed
+	var dec *json.Decoder
+	for range maxIntegerRewrites + 1 {
+		dec = json.NewDecoder(bytes.NewReader(doc))
+		err := dec.Decode(v)
+		if err == nil {
+			break
+		}
 		te, ok := errors.AsType[*json.UnmarshalTypeError](err)
-		if !ok || !strings.HasPrefix(te.Value, "number") || !isInteger(te.Type.Kind()) {
+		if !ok || !isInteger(te.Type.Kind()) {
 			return decodeError(err)
 		}
-		// An integer field got 1.0 or 1e3: JSON has one number type, and
-		// some encoders write whole numbers so. Decode again with whole
-		// numbers written as integers; a fraction still fails.
-		dec = json.NewDecoder(bytes.NewReader(wholeNumbersAsIntegers(trimmed)))
-		if err := dec.Decode(v); err != nil {
+		fixed, ok := wholeNumberAt(doc, te)
+		if !ok {
 			return decodeError(err)
 		}
+		doc = fixed
+		reflect.ValueOf(v).Elem().SetZero()
 	}
 	if dec.More() {
 		return BadRequest("request body must hold a single JSON object")
@@ -221,58 +232,73 @@ func jsonKind(k string) string {
 	return k
 }
 
-// wholeNumbersAsIntegers rewrites the numbers of a JSON text that have a
-// fraction or exponent but a whole value within ±2^53 (1.0, 1e3, -2.50e1)
-// as integers; strings and other numbers are copied as they are.
-func wholeNumbersAsIntegers(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	for i := 0; i < len(b); {
-		c := b[i]
-		switch {
-		case c == '"':
-			j := i + 1
-			for j < len(b) && b[j] != '"' {
-				if b[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			j = min(j+1, len(b))
-			out = append(out, b[i:j]...)
-			i = j
-		case c == '-' || ('0' <= c && c <= '9'):
-			j := i + 1
-			for j < len(b) && strings.IndexByte("0123456789.eE+-", b[j]) >= 0 {
-				j++
-			}
-			num := b[i:j]
-			if bytes.ContainsAny(num, ".eE") {
-				if f, err := strconv.ParseFloat(string(num), 64); err == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
-					num = strconv.AppendInt(nil, int64(f), 10)
-				}
-			}
-			out = append(out, num...)
-			i = j
-		default:
-			out = append(out, c)
-			i++
+// maxIntegerRewrites bounds the integer fields of one body that may be
+// written 1.0 or 1e3 (each costs a decode).
+const maxIntegerRewrites = 8
+
+// wholeNumberAt returns doc with the number that te reports (it ends at
+// te.Offset) written as an integer, when its value is exactly a whole
+// number that fits an int64; ok is false otherwise.
+func wholeNumberAt(doc []byte, te *json.UnmarshalTypeError) ([]byte, bool) {
+	lit, ok := strings.CutPrefix(te.Value, "number ")
+	end := int(te.Offset)
+	start := end - len(lit)
+	if !ok || start < 0 || end > len(doc) || string(doc[start:end]) != lit || len(lit) > 64 {
+		return nil, false
+	}
+	if i := strings.IndexAny(lit, "eE"); i >= 0 {
+		// Bound the exponent before big.Rat expands it.
+		if exp, err := strconv.Atoi(lit[i+1:]); err != nil || exp < -40 || exp > 40 {
+			return nil, false
 		}
 	}
-	return out
+	var r big.Rat
+	if _, ok := r.SetString(lit); !ok || !r.IsInt() || !r.Num().IsInt64() {
+		return nil, false
+	}
+	out := make([]byte, 0, len(doc))
+	out = append(out, doc[:start]...)
+	out = strconv.AppendInt(out, r.Num().Int64(), 10)
+	return append(out, doc[end:]...), true
 }
 
-// HasKey reports whether the top-level JSON object body has key with a
-// non-null value (so that "chatId": "" is told from an omitted chatId).
+// HasKey reports whether the top-level JSON object body has key (in any
+// case, as encoding/json matches names) with a non-null value, so that
+// "chatId": "" is told from an omitted chatId. key is ASCII.
 func HasKey(body []byte, key string) bool {
-	if !bytes.Contains(body, []byte(key)) {
+	if !containsFold(body, key) {
 		return false
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil {
 		return false
 	}
+	// Matched as encoding/json matches field names: an exact key first,
+	// else any case.
 	v, ok := m[key]
+	if !ok {
+		for k, kv := range m {
+			if strings.EqualFold(k, key) {
+				v, ok = kv, true
+				break
+			}
+		}
+	}
 	return ok && string(bytes.TrimSpace(v)) != "null"
+}
+
+// containsFold reports whether b holds the ASCII string s in any case.
+func containsFold(b []byte, s string) bool {
+	if s == "" || bytes.Contains(b, []byte(s)) {
+		return true
+	}
+	first := s[0] | 0x20
+	for i := 0; i+len(s) <= len(b); i++ {
+		if b[i]|0x20 == first && bytes.EqualFold(b[i:i+len(s)], []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // nulField returns the path ("userProfile.displayName", "groups[2]") of the

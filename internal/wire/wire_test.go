@@ -62,17 +62,20 @@ type target struct {
 
 func TestUnmarshalErrors(t *testing.T) {
 	cases := map[string]string{
-		``:                         "request body must be a JSON object",
-		`[]`:                       "request body must be a JSON object",
-		`{"name": 1}`:              "field name has the wrong type: string expected",
-		`{"count": "x"}`:           "field count has the wrong type: number expected",
-		`{"count": 1.5}`:           "field count must be a whole number within range",
-		`{"count": 1e19}`:          "field count must be a whole number within range",
-		`{"count": 1e30}`:          "field count must be a whole number within range",
-		`{"tags": "x"}`:            "field tags has the wrong type: array expected",
-		`{"inner": {"on": "yes"}}`: "field inner.on has the wrong type: boolean expected",
-		`{"name": "a"} {}`:         "request body must hold a single JSON object",
-		`{"name": `:                "malformed JSON: unexpected end of input",
+		``:                                  "request body must be a JSON object",
+		`[]`:                                "request body must be a JSON object",
+		`{"name": 1}`:                       "field name has the wrong type: string expected",
+		`{"count": "x"}`:                    "field count has the wrong type: number expected",
+		`{"count": 1.5}`:                    "field count must be a whole number within range",
+		`{"count": 1e19}`:                   "field count must be a whole number within range",
+		`{"count": 0.99999999999999999999}`: "field count must be a whole number within range",
+		`{"count": 1e-999999999}`:           "field count must be a whole number within range",
+		`{"count": 1e999999999}`:            "field count must be a whole number within range",
+		`{"count": 1e30}`:                   "field count must be a whole number within range",
+		`{"tags": "x"}`:                     "field tags has the wrong type: array expected",
+		`{"inner": {"on": "yes"}}`:          "field inner.on has the wrong type: boolean expected",
+		`{"name": "a"} {}`:                  "request body must hold a single JSON object",
+		`{"name": `:                         "malformed JSON: unexpected end of input",
 	}
 	for body, want := range cases {
 		var v target
@@ -82,7 +85,7 @@ func TestUnmarshalErrors(t *testing.T) {
 			t.Errorf("Unmarshal(%q) = %d %q, want 400 %q", body, status, msg, want)
 		}
 	}
-	for body, want := range map[string]int{`{"count": 1.0}`: 1, `{"count": 3e2, "name": "1.5e1"}`: 300, `{"count": -2.50e1}`: -25} {
+	for body, want := range map[string]int{`{"count": 1.0}`: 1, `{"count": 3e2, "name": "1.5e1"}`: 300, `{"count": -2.50e1}`: -25, `{"count": 1e16}`: 1e16} {
 		var v target
 		if err := wire.Unmarshal([]byte(body), &v); err != nil || v.Count != want {
 			t.Errorf("Unmarshal(%s) = %v, count %d, want %d", body, err, v.Count, want)
@@ -90,6 +93,13 @@ func TestUnmarshalErrors(t *testing.T) {
 		if v.Name != nil && *v.Name != "1.5e1" {
 			t.Errorf("a string was rewritten: %q", *v.Name)
 		}
+	}
+	var raw struct {
+		Count int             `json:"count"`
+		Raw   json.RawMessage `json:"raw"`
+	}
+	if err := wire.Unmarshal([]byte(`{"raw": [3.0, 1e1], "count": 2.0}`), &raw); err != nil || raw.Count != 2 || string(raw.Raw) != `[3.0, 1e1]` {
+		t.Errorf("only the integer field's number is rewritten: %v %d %s", err, raw.Count, raw.Raw)
 	}
 	var v target
 	if err := wire.Unmarshal([]byte(`{"name":"a","unknown":[1,2]}`), &v); err != nil || *v.Name != "a" {
@@ -143,5 +153,20 @@ func TestNULIsRefused(t *testing.T) {
 	}
 	if wire.ValidText("a\x00b") || wire.ValidText("\xff") || !wire.ValidText("jane-ß") {
 		t.Error("ValidText")
+	}
+}
+
+func TestHasKey(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"chatId":""}`:   true,
+		`{"ChatID":""}`:   true,
+		`{"chatId":null}`: false,
+		`{"other":1}`:     false,
+		`{"x":"chatId"}`:  false,
+		`{`:               false,
+	} {
+		if got := wire.HasKey([]byte(body), "chatId"); got != want {
+			t.Errorf("HasKey(%s) = %v, want %v", body, got, want)
+		}
 	}
 }
