@@ -138,9 +138,9 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 					description = COALESCE(v.description, a.description),
 					updated_at = ?
 				FROM v WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = v.name AND (
-					(v.display_name IS NOT NULL AND a.display_name IS DISTINCT FROM v.display_name)
-					OR (v.default_value IS NOT NULL AND a.default_value IS DISTINCT FROM v.default_value)
-					OR (v.description IS NOT NULL AND a.description IS DISTINCT FROM v.description))`,
+					COALESCE(a.display_name, '') <> COALESCE(v.display_name, a.display_name, '')
+					OR COALESCE(a.default_value, '') <> COALESCE(v.default_value, a.default_value, '')
+					OR COALESCE(a.description, '') <> COALESCE(v.description, a.description, ''))`,
 				args...); err != nil {
 				return err
 			}
@@ -155,7 +155,7 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 		}
 		// One statement. The type of an existing attribute is never
 		// changed; nil fields keep the stored value; updated_at moves only
-		// when a value changes.
+		// when a value visibly changes (NULL and '' both read as "").
 		if _, err := t.exec(ctx, "upsert attributes",
 			`INSERT INTO catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
 			VALUES `+placeholders(len(chunk), 9)+`
@@ -164,9 +164,9 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 				default_value = COALESCE(excluded.default_value, catalog_attributes.default_value),
 				description = COALESCE(excluded.description, catalog_attributes.description),
 				updated_at = excluded.updated_at
-			WHERE (excluded.display_name IS NOT NULL AND (catalog_attributes.display_name IS NULL OR catalog_attributes.display_name <> excluded.display_name))
-				OR (excluded.default_value IS NOT NULL AND (catalog_attributes.default_value IS NULL OR catalog_attributes.default_value <> excluded.default_value))
-				OR (excluded.description IS NOT NULL AND (catalog_attributes.description IS NULL OR catalog_attributes.description <> excluded.description))`,
+			WHERE COALESCE(catalog_attributes.display_name, '') <> COALESCE(excluded.display_name, catalog_attributes.display_name, '')
+				OR COALESCE(catalog_attributes.default_value, '') <> COALESCE(excluded.default_value, catalog_attributes.default_value, '')
+				OR COALESCE(catalog_attributes.description, '') <> COALESCE(excluded.description, catalog_attributes.description, '')`,
 			args...); err != nil {
 			return err
 		}

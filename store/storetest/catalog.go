@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -31,6 +32,19 @@ var catalogRules = []rule{
 			mustNil(t, "AttributesByName", err)
 			if len(as) != 1 || as[0].DisplayName != "" || as[0].DefaultValue != "" || as[0].Description != "" {
 				t.Errorf("attribute = %+v, want its optional fields cleared", as)
+			}
+			// An empty string over a field that was never set changes
+			// nothing visible, so UpdatedAt stays.
+			mustNil(t, "UpsertAttributes bare", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{{Name: "b", Type: store.TypeString}}))
+			before, err := st.AttributesByName(ctx(t), s, []string{"b"})
+			mustNil(t, "AttributesByName b", err)
+			time.Sleep(2 * time.Millisecond) // UpdatedAt has a finer resolution on every adapter
+			mustNil(t, "UpsertAttributes empty over unset", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+				{Name: "b", Type: store.TypeString, DisplayName: ptr(""), DefaultValue: ptr(""), Description: ptr("")}}))
+			after, err := st.AttributesByName(ctx(t), s, []string{"b"})
+			mustNil(t, "AttributesByName b again", err)
+			if !after[0].UpdatedAt.Equal(before[0].UpdatedAt) {
+				t.Errorf("UpdatedAt moved from %v to %v though nothing visible changed", before[0].UpdatedAt, after[0].UpdatedAt)
 			}
 		},
 	},
