@@ -187,22 +187,23 @@ func runSession(ctx context.Context, cfg config) error {
 				req.Header.Set("Authorization", "Api-Key "+cfg.key)
 				resp, err := client.Do(req)
 				if err != nil {
-					if ctx.Err() == nil {
+					if ctx.Err() == nil && measured {
 						errs.Add(1)
 					}
 					continue
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if !measured {
+					continue
+				}
 				if resp.StatusCode != http.StatusOK {
 					errs.Add(1)
 					v, _ := statuses.LoadOrStore(resp.StatusCode, new(atomic.Int64))
 					v.(*atomic.Int64).Add(1)
 					continue
 				}
-				if measured {
-					lat.add(time.Since(t0))
-				}
+				lat.add(time.Since(t0))
 			}
 		})
 	}
