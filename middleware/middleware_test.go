@@ -309,6 +309,17 @@ func TestSession(t *testing.T) {
 		if !strings.Contains(got.header.Get("Set-Cookie"), "HttpOnly") {
 			t.Errorf("no cookie set before redirect")
 		}
+		// A valid cookie wins over a sessionId, which is left unused; the
+		// redirect drops it from the address bar all the same.
+		f.addSession("sid-5", now.Add(time.Minute))
+		got = serve(h, req("/embed/x?sessionId=sid-5", "", tok))
+		if got.status != http.StatusSeeOther || got.header.Get("Location") != "/embed/x" || got.header.Get("Set-Cookie") != "" {
+			t.Errorf("cookie with a sessionId: %d Location %q Set-Cookie %q, want a 303 to /embed/x and no new cookie",
+				got.status, got.header.Get("Location"), got.header.Get("Set-Cookie"))
+		}
+		if got := serve(h, req("/embed/x?sessionId=sid-5", "", "")); got.status != http.StatusSeeOther || got.header.Get("Set-Cookie") == "" {
+			t.Errorf("the sessionId left unused by the cookie: %d, want exchanged", got.status)
+		}
 	})
 }
 

@@ -111,7 +111,8 @@ func WithSecureCookie(secure bool) Option { return func(o *options) { o.secure =
 // WithRedirectAfterExchange makes [Session] answer a GET or HEAD request
 // whose ?sessionId= it has just exchanged with a 303 redirect to the same URL
 // without the sessionId, once the cookie is set, so the used id leaves the
-// address bar. The token is then available only through the cookie.
+// address bar. The token is then available only through the cookie. A
+// ?sessionId= left unused because a valid cookie won is dropped alike.
 // Default: the request is served directly, with [EmbedSession].Token set.
 func WithRedirectAfterExchange() Option { return func(o *options) { o.redirect = true } }
 

@@ -74,6 +74,9 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 			if c, err := r.Cookie(o.cookieName); err == nil && c.Value != "" {
 				es, err := resolveToken(ctx, st, c.Value, now)
 				if err == nil {
+					if o.redirectWithoutSessionID(w, r) {
+						return // the unused sessionId leaves the address bar too
+					}
 					next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 					return
 				}
@@ -102,6 +105,23 @@ func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
 	}
 }
 
+// redirectWithoutSessionID answers a GET or HEAD that carries ?sessionId=
+// with a 303 to the same URL without it, when [WithRedirectAfterExchange]
+// is on, and reports whether it did.
+func (o *options) redirectWithoutSessionID(w http.ResponseWriter, r *http.Request) bool {
+	if !o.redirect || (r.Method != http.MethodGet && r.Method != http.MethodHead) || !r.URL.Query().Has(SessionIDParam) {
+		return false
+	}
+	clean := *r.URL
+	q := clean.Query()
+	q.Del(SessionIDParam)
+	clean.RawQuery = q.Encode()
+	clean.Scheme, clean.Host = "", ""
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
+	return true
+}
+
 // serveExchanged serves a request whose sessionId was just exchanged for
 // tok: it sets the cookie and hands the token to the handler.
 func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next http.Handler, st SessionStore, tok string, sess store.Session, now time.Time) {
@@ -115,14 +135,7 @@ func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next ht
 		return
 	}
 	http.SetCookie(w, o.cookie(r, tok, sess.ExpiresAt))
-	if o.redirect && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		clean := *r.URL
-		q := clean.Query()
-		q.Del(SessionIDParam)
-		clean.RawQuery = q.Encode()
-		clean.Scheme, clean.Host = "", ""
-		w.Header().Set("Cache-Control", "no-store")
-		http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
+	if o.redirectWithoutSessionID(w, r) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
