@@ -251,14 +251,28 @@ func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, s *Sess
 	if !known || th.UserID != user.ID {
 		// The thread of an expired ephemeral user is as invisible as its
 		// owner (decisions.md §5) until the reaper deletes both: 404.
-		if _, err := h.st.UserByID(ctx, th.UserID, h.cfg.now()); errors.Is(err, store.ErrNotFound) {
-			return store.Thread{}, errChatGone
-		} else if err != nil {
+		gone, err := ownerGone(ctx, h.st, th, h.cfg.now())
+		if err != nil {
 			return store.Thread{}, err
+		}
+		if gone {
+			return store.Thread{}, errChatGone
 		}
 		return store.Thread{}, errNotOwner
 	}
 	return th, nil
+}
+
+// ownerGone reports whether the owner of th is no longer visible at now:
+// an expired ephemeral user that the reaper has not deleted yet.
+func ownerGone(ctx context.Context, users interface {
+	UserByID(context.Context, int64, time.Time) (store.User, error)
+}, th store.Thread, now time.Time) (bool, error) {
+	_, err := users.UserByID(ctx, th.UserID, now)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	return false, err
 }
 
 // serveState answers a request without input: the thread's state, or the
@@ -483,13 +497,15 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err == nil && th.UserID != user.ID {
 			// The thread of an expired ephemeral user is as invisible as
 			// its owner: the id is free. Do the reaper's work now.
-			if _, uerr := tx.UserByID(ctx, th.UserID, now); errors.Is(uerr, store.ErrNotFound) {
+			gone, gerr := ownerGone(ctx, tx, th, now)
+			if gerr != nil {
+				return gerr
+			}
+			if gone {
 				if err := tx.DeleteUser(ctx, th.UserID); err != nil && !errors.Is(err, store.ErrNotFound) {
 					return err
 				}
 				err = store.ErrNotFound
-			} else if uerr != nil {
-				return uerr
 			}
 		}
 		var history []Message

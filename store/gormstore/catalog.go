@@ -174,14 +174,19 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 	return nil
 }
 
+// The catalog entries of a scope by name: account_id, embed_tenant_id, and a
+// list of names. GroupsByName, AttributesByName and Lookup run them.
+const (
+	groupsByNameSQL     = "SELECT " + groupCols + " FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	attributesByNameSQL = "SELECT " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+)
+
 func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) ([]store.Group, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
 	var rows groupRows
-	if _, err := t.find(ctx, "groups by name", &rows,
-		"SELECT "+groupCols+" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
-		s.AccountID, s.EmbedTenantID, names); err != nil {
+	if _, err := t.find(ctx, "groups by name", &rows, groupsByNameSQL, s.AccountID, s.EmbedTenantID, names); err != nil {
 		return nil, err
 	}
 	return groups(rows), nil
@@ -192,9 +197,7 @@ func (t *txn) AttributesByName(ctx context.Context, s store.Scope, names []strin
 		return nil, nil
 	}
 	var rows attributeRows
-	if _, err := t.find(ctx, "attributes by name", &rows,
-		"SELECT "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
-		s.AccountID, s.EmbedTenantID, names); err != nil {
+	if _, err := t.find(ctx, "attributes by name", &rows, attributesByNameSQL, s.AccountID, s.EmbedTenantID, names); err != nil {
 		return nil, err
 	}
 	return attributes(rows), nil

@@ -22,14 +22,10 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 		qs = append(qs, query{&user, q, args})
 	}
 	if len(l.AttrNames) > 0 {
-		qs = append(qs, query{&attrs,
-			"SELECT " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
-			[]any{l.Scope.AccountID, l.Scope.EmbedTenantID, l.AttrNames}})
+		qs = append(qs, query{&attrs, attributesByNameSQL, []any{l.Scope.AccountID, l.Scope.EmbedTenantID, l.AttrNames}})
 	}
 	if len(l.GroupNames) > 0 {
-		qs = append(qs, query{&grps,
-			"SELECT " + groupCols + " FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?",
-			[]any{l.Scope.AccountID, l.Scope.EmbedTenantID, l.GroupNames}})
+		qs = append(qs, query{&grps, groupsByNameSQL, []any{l.Scope.AccountID, l.Scope.EmbedTenantID, l.GroupNames}})
 	}
 	if len(qs) == 0 {
 		return store.LookupResult{}, nil
