@@ -101,21 +101,24 @@ func benchProvision(b *testing.B, st store.Store, fresh bool) {
 			}
 			now := time.Now()
 			err := st.InTx(ctx, func(tx store.Tx) error {
-				u, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{
+				// As a generate-session: the names and a returning user's
+				// update in one Lookup, then the upsert of a user it did not
+				// update.
+				up := store.ExternalUserUpsert{
 					AccountID: a.ID, ExternalID: ext, Email: ptr(ext + "@x.test"), DisplayName: ptr("User " + ext),
 					Picture: ptr("https://x.test/p.png"), Persistent: true, MaxUsers: 1 << 30, Now: now,
-				})
+				}
+				found, err := tx.Lookup(ctx, store.Lookup{Scope: s, AttrNames: attrNames, GroupNames: groupNames, ReturningUser: &up})
 				if err != nil {
 					return err
 				}
-				as, err := tx.AttributesByName(ctx, s, attrNames)
-				if err != nil {
-					return err
+				u := found.User
+				if !found.UserUpdated {
+					if u, err = tx.UpsertExternalUser(ctx, up); err != nil {
+						return err
+					}
 				}
-				gs, err := tx.GroupsByName(ctx, s, groupNames)
-				if err != nil {
-					return err
-				}
+				as, gs := found.Attributes, found.Groups
 				vals := make([]store.AttributeValue, len(as))
 				for i, at := range as {
 					vals[i] = store.AttributeValue{AttributeID: at.ID, Value: values[i]}
