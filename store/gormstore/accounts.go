@@ -92,7 +92,7 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 		return err
 	}
 	if n == 0 {
-		return newErr(op, store.ErrConflict) // the key belongs to another account
+		return t.fail(newErr(op, store.ErrConflict)) // the key belongs to another account
 	}
 	return nil
 }
