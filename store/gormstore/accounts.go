@@ -171,7 +171,7 @@ func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements [store.Accounts].
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	return read(ctx, s, func(t *txn) (store.APIKey, error) { return t.APIKeyByHash(ctx, hash) })
+	return readPrimary(ctx, s, func(t *txn) (store.APIKey, error) { return t.APIKeyByHash(ctx, hash) })
 }
 
 // SaveDeployment implements [store.Accounts].

@@ -99,7 +99,7 @@ func (s *Store) ExchangeSession(ctx context.Context, sessionHash, tokenHash []by
 
 // SessionByToken implements [store.Sessions].
 func (s *Store) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
-	return read(ctx, s, func(t *txn) (store.Session, error) { return t.SessionByToken(ctx, tokenHash, now) })
+	return readPrimary(ctx, s, func(t *txn) (store.Session, error) { return t.SessionByToken(ctx, tokenHash, now) })
 }
 
 // RevokeUserSessions implements [store.Sessions] in its own transaction.

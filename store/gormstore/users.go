@@ -481,12 +481,12 @@ func (s *Store) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpse
 
 // UserByExternalID implements [store.Users].
 func (s *Store) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
-	return read(ctx, s, func(t *txn) (store.User, error) { return t.UserByExternalID(ctx, accountID, externalID, now) })
+	return readPrimary(ctx, s, func(t *txn) (store.User, error) { return t.UserByExternalID(ctx, accountID, externalID, now) })
 }
 
 // UserByID implements [store.Users].
 func (s *Store) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return read(ctx, s, func(t *txn) (store.User, error) { return t.UserByID(ctx, id, now) })
+	return readPrimary(ctx, s, func(t *txn) (store.User, error) { return t.UserByID(ctx, id, now) })
 }
 
 // SaveInternalUser implements [store.Users].
