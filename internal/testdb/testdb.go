@@ -73,23 +73,32 @@ func Open(t testing.TB, backend string, opts ...gormstore.Option) *gormstore.Sto
 // github.com/embedkit/embedkit/store/gormstore/sqlite.Open.
 func OpenGorm(t testing.TB, backend string, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
+	dsn := OpenDSN(t, backend)
+	if backend == Memory {
+		dsn = fmt.Sprintf("file:testdb-%s?mode=memory&cache=shared", randomName())
+	}
+	return OpenGormDSN(t, dsn, cfg)
+}
+
+// OpenGormDSN is [OpenGorm] on the database dsn names (see [OpenStore]).
+func OpenGormDSN(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
 	if cfg == nil {
 		cfg = &gorm.Config{Logger: logger.Discard}
 	}
-	dsn := OpenDSN(t, backend)
 	var d gorm.Dialector
 	conns := 8
-	switch backend {
-	case Postgres:
+	switch {
+	case IsPostgres(dsn):
 		d = gormpostgres.Open(dsn)
-	case Memory:
-		d, conns = sqlite.Dialector(fmt.Sprintf("file:testdb-%s?mode=memory&cache=shared", randomName())), 1
+	case strings.Contains(dsn, "mode=memory"):
+		d, conns = sqlite.Dialector(dsn), 1
 	default:
 		d, conns = sqlite.Dialector(dsn), 5
 	}
 	db, err := gorm.Open(d, cfg)
 	if err != nil {
-		t.Fatalf("testdb: open %s: %v", backend, err)
+		t.Fatalf("testdb: open %s: %v", dsn, err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
