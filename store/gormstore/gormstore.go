@@ -36,7 +36,7 @@ type Store struct {
 	// group commit queue. poolReads is set when reads outside transactions
 	// may use other connections of the pool (a file database whose pool
 	// allows more than one connection); otherwise they wait for the writer.
-	writer    *sql.Conn
+	writer    pinnedConn
 	slot      chan struct{}
 	batch     batcher
 	poolReads bool
@@ -126,9 +126,9 @@ func (s *Store) holdWriter() error {
 	if err != nil {
 		return wrapErr("open", err)
 	}
-	s.writer = c
+	s.writer = pinnedConn{c}
 	s.slot = make(chan struct{}, 1)
-	w := s.on(context.Background(), c)
+	w := s.on(context.Background(), s.writer)
 	ms := strconv.FormatInt(busyTimeout(s.cfg).Milliseconds(), 10)
 	for _, p := range []string{"PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = " + ms} {
 		if err := w.Exec(p).Error; err != nil {
@@ -142,6 +142,22 @@ func (s *Store) holdWriter() error {
 	s.poolReads = file != "" && s.sqlDB.Stats().MaxOpenConnections != 1
 	return nil
 }
+
+// pinnedConn is the SQLite writer connection. It tells GORM's plugins that
+// it is a transaction (gorm.TxCommitter): the connection-switching plugins
+// (gorm.io/plugin/dbresolver) leave such statements where they are, as they
+// must, since the writer connection holds the per-connection settings and,
+// in memory, the database itself. Commit and Rollback are never called on
+// it: transactions on it begin with BeginTx, which returns a *sql.Tx.
+type pinnedConn struct{ *sql.Conn }
+
+var errPinned = errors.New("gormstore: the SQLite writer connection is not a transaction")
+
+// Commit implements gorm.TxCommitter; it is never called.
+func (pinnedConn) Commit() error { return errPinned }
+
+// Rollback implements gorm.TxCommitter; it is never called.
+func (pinnedConn) Rollback() error { return errPinned }
 
 // on returns the store's handle bound to ctx and, when pool is not nil, to
 // one connection or transaction.
@@ -163,7 +179,7 @@ func (s *Store) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
 		defer cancel()
 		var errs []error
-		if s.writer != nil {
+		if s.writer.Conn != nil {
 			held := false
 			select {
 			case s.slot <- struct{}{}:
