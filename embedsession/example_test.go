@@ -13,6 +13,7 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store/gormstore"
 )
 
@@ -136,7 +137,7 @@ func ExampleClient() {
 	fmt.Println(err == nil && tok.Token != "")
 
 	_, err = c.GenerateSession(ctx, embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane", Groups: embedsession.Groups("nope")})
-	var apiErr *embedsession.APIError
+	var apiErr *httperr.Error
 	if errors.As(err, &apiErr) {
 		fmt.Println(apiErr.Status, apiErr.Message)
 	}
