@@ -14,9 +14,9 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 const (
@@ -91,7 +91,7 @@ type env struct {
 type envOpts struct {
 	agent chatstream.Agent
 	opts  []chatstream.Option
-	cfg   func(*bootstrap.Config)
+	cfg   func(*operator.Config)
 	// store, if set, opens the server's store instead of testdb.Open
 	// (two replicas open one database).
 	store func(t testing.TB, backend string) store.Store

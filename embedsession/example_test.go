@@ -11,10 +11,10 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // Example_serveMux mounts the embed-session API on http.ServeMux, with a
@@ -25,7 +25,7 @@ func Example_serveMux() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 
@@ -65,7 +65,7 @@ func Example_gorilla() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 
@@ -107,7 +107,7 @@ func ExampleClient() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 	sm := http.NewServeMux()

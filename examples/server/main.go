@@ -43,10 +43,10 @@ import (
 	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/examples/demoagent"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 func main() {
@@ -100,9 +100,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	cfg := bootstrap.Demo()
+	cfg := operator.DemoConfig()
 	if o.config != "" {
-		if cfg, err = bootstrap.Load(o.config); err != nil {
+		if cfg, err = operator.LoadConfig(o.config); err != nil {
 			return err
 		}
 	}
@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(ctx, st, cfg); err != nil {
+	if err := operator.New(st).Apply(ctx, cfg); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 
