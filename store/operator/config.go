@@ -52,7 +52,8 @@ type Account struct {
 	APIKeys []APIKey `json:"apiKeys"`
 	// Deployments are created or renamed; none is removed.
 	Deployments []Deployment `json:"deployments"`
-	// Agents are created or moved to another deployment; none is removed.
+	// Agents are created or moved to another deployment, which must be
+	// listed in Deployments or exist already; none is removed.
 	Agents []Agent `json:"agents"`
 	// UserAttributes are account-wide attribute definitions, created or
 	// updated; a stored type is never changed (that is an error).

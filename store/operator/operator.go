@@ -178,7 +178,7 @@ func saveAccount(ctx context.Context, tx store.Tx, a Account, origin store.KeyOr
 		}
 	}
 	for _, ag := range a.Agents {
-		if err := tx.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: ag.ID, DeploymentID: ag.DeploymentID}); err != nil {
+		if err := saveAgent(ctx, tx, acct.ID, ag); err != nil {
 			return fail(fmt.Sprintf("agent %q", ag.ID), err)
 		}
 	}
@@ -194,6 +194,14 @@ func saveAccount(ctx context.Context, tx store.Tx, a Account, origin store.KeyOr
 		}
 	}
 	return acct, nil
+}
+
+// saveAgent saves an agent whose deployment exists.
+func saveAgent(ctx context.Context, tx store.Tx, accountID int64, a Agent) error {
+	if _, err := tx.Deployment(ctx, accountID, a.DeploymentID); err != nil {
+		return fmt.Errorf("deployment %d: %w", a.DeploymentID, err)
+	}
+	return tx.SaveAgent(ctx, store.Agent{AccountID: accountID, ID: a.ID, DeploymentID: a.DeploymentID})
 }
 
 func saveKey(ctx context.Context, tx store.Tx, accountID int64, k APIKey, origin store.KeyOrigin, now time.Time) error {
@@ -389,10 +397,10 @@ func (o *Operator) SaveAgent(ctx context.Context, account string, a Agent) error
 		return fmt.Errorf("operator: agent id: %w", err)
 	}
 	return o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {
-		if _, err := tx.Deployment(ctx, acct.ID, a.DeploymentID); err != nil {
-			return fmt.Errorf("operator: account %q: agent %q: deployment %d: %w", account, a.ID, a.DeploymentID, err)
+		if err := saveAgent(ctx, tx, acct.ID, a); err != nil {
+			return fmt.Errorf("operator: account %q: agent %q: %w", account, a.ID, err)
 		}
-		return tx.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: a.ID, DeploymentID: a.DeploymentID})
+		return nil
 	})
 }
 

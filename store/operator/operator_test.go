@@ -236,3 +236,20 @@ func TestSetUpATenant(t *testing.T) {
 		}
 	})
 }
+
+func TestApplyAgentNeedsDeployment(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		cfg := operator.Config{Accounts: []operator.Account{{Name: "acme", Agents: []operator.Agent{{ID: "7", DeploymentID: 2}}}}}
+		if err := operator.New(st).Apply(ctx, cfg); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("agent of a missing deployment: %v, want ErrNotFound", err)
+		}
+		if _, err := st.AccountByName(ctx, "acme"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the refused configuration wrote the account: %v", err)
+		}
+		cfg.Accounts[0].Deployments = []operator.Deployment{{ID: 2, Name: "staging"}}
+		if err := operator.New(st).Apply(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
