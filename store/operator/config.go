@@ -219,10 +219,27 @@ func (a Account) Validate() error {
 		}
 		seen[string(h)] = true
 	}
+	deps := make(map[int64]bool)
 	for j, d := range a.Deployments {
 		if d.ID <= 0 {
 			return fail("account %q: deployments[%d].id must be a positive number", a.Name, j)
 		}
+		if deps[d.ID] {
+			return fail("account %q: deployments[%d]: id %d is listed twice", a.Name, j, d.ID)
+		}
+		deps[d.ID] = true
+	}
+	if err := unique(a.Agents, func(ag Agent) string { return ag.ID }); err != nil {
+		return fail("account %q: agents: %v", a.Name, err)
+	}
+	if err := unique(a.UserAttributes, func(at Attribute) string { return at.Name }); err != nil {
+		return fail("account %q: userAttributes: %v", a.Name, err)
+	}
+	if err := unique(a.Groups, func(g Group) string { return g.Name }); err != nil {
+		return fail("account %q: groups: %v", a.Name, err)
+	}
+	if err := unique(a.InternalUsers, func(u InternalUser) string { return u.Username }); err != nil {
+		return fail("account %q: internalUsers: %v", a.Name, err)
 	}
 	for j, ag := range a.Agents {
 		if err := checkName(ag.ID); err != nil {
@@ -249,6 +266,19 @@ func (a Account) Validate() error {
 		if err := checkName(u.Username); err != nil {
 			return fail("account %q: internalUsers[%d].username: %v", a.Name, j, err)
 		}
+	}
+	return nil
+}
+
+// unique reports the first name that key gives to two items.
+func unique[T any](items []T, key func(T) string) error {
+	seen := make(map[string]bool, len(items))
+	for j, it := range items {
+		k := key(it)
+		if seen[k] {
+			return fmt.Errorf("[%d]: %q is listed twice", j, k)
+		}
+		seen[k] = true
 	}
 	return nil
 }

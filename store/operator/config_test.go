@@ -59,6 +59,9 @@ func TestValidate(t *testing.T) {
 		{"deployment id 0", `{"accounts":[{"name":"a","deployments":[{"id":0}]}]}`},
 		{"agent without deployment", `{"accounts":[{"name":"a","agents":[{"id":"7"}]}]}`},
 		{"group without name", `{"accounts":[{"name":"a","groups":[{}]}]}`},
+		{"attribute twice", `{"accounts":[{"name":"a","userAttributes":[{"name":"c","type":"string"},{"name":"c","type":"number"}]}]}`},
+		{"group twice", `{"accounts":[{"name":"a","groups":[{"name":"g"},{"name":"g"}]}]}`},
+		{"deployment twice", `{"accounts":[{"name":"a","deployments":[{"id":1},{"id":1}]}]}`},
 		{"long name", `{"accounts":[{"name":"` + strings.Repeat("x", 256) + `"}]}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

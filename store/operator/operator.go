@@ -427,6 +427,9 @@ func (o *Operator) SaveGroups(ctx context.Context, account string, groups []Grou
 			return fmt.Errorf("operator: groups[%d].name: %w", j, err)
 		}
 	}
+	if err := unique(groups, func(g Group) string { return g.Name }); err != nil {
+		return fmt.Errorf("operator: groups: %w", err)
+	}
 	return o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {
 		return saveGroups(ctx, tx, acct.ID, groups)
 	})
@@ -444,6 +447,9 @@ func (o *Operator) SaveAttributes(ctx context.Context, account string, attrs []A
 		if !a.Type.Valid() {
 			return fmt.Errorf("operator: attribute %q: type must be string, number, string_array or number_array", a.Name)
 		}
+	}
+	if err := unique(attrs, func(a Attribute) string { return a.Name }); err != nil {
+		return fmt.Errorf("operator: userAttributes: %w", err)
 	}
 	return o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {
 		return saveAttributes(ctx, tx, acct.ID, attrs)
