@@ -169,11 +169,19 @@ var apiKeyColumns = []struct{ name, def string }{
 	{"created_at", "BIGINT NOT NULL DEFAULT 0"},
 }
 
-// addAPIKeyColumnsPostgres returns the statements that add apiKeyColumns.
+// addAPIKeyColumnsPostgres returns the statements that add the missing
+// apiKeyColumns. Each ALTER TABLE runs only when its column is missing, so
+// that a start against an up-to-date database takes no lock on api_keys
+// (ADD COLUMN IF NOT EXISTS would take an exclusive one every time).
 func addAPIKeyColumnsPostgres() []string {
 	out := make([]string, len(apiKeyColumns))
 	for i, c := range apiKeyColumns {
-		out[i] = "ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS " + c.name + " " + c.def
+		out[i] = `DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'api_keys' AND column_name = '` + c.name + `') THEN
+		ALTER TABLE api_keys ADD COLUMN ` + c.name + " " + c.def + `;
+	END IF;
+END $$`
 	}
 	return out
 }
