@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -154,6 +155,69 @@ CREATE TABLE IF NOT EXISTS thread_messages (
 CREATE INDEX IF NOT EXISTS thread_messages_sort ON thread_messages (account_id, chat_id, sort);
 `
 
+// --- Added by the API-key lifecycle (operator branch) ---------------------
+//
+// apiKeyColumns are the columns of api_keys added after the table's first
+// release: who manages the key (origin: 'api' or 'config'), a label and the
+// creation time. migrate adds those missing to an existing database. Keys
+// stored before origin existed were created by the bootstrap configuration,
+// the one documented way then, so they default to 'config': a configuration
+// that no longer lists them removes them.
+var apiKeyColumns = []struct{ name, def string }{
+	{"origin", "TEXT NOT NULL DEFAULT 'config'"},
+	{"name", "TEXT NOT NULL DEFAULT ''"},
+	{"created_at", "BIGINT NOT NULL DEFAULT 0"},
+}
+
+// addAPIKeyColumnsPostgres returns the statements that add the missing
+// apiKeyColumns. Each ALTER TABLE runs only when its column is missing, so
+// that a start against an up-to-date database takes no lock on api_keys
+// (ADD COLUMN IF NOT EXISTS would take an exclusive one every time).
+func addAPIKeyColumnsPostgres() []string {
+	out := make([]string, len(apiKeyColumns))
+	for i, c := range apiKeyColumns {
+		out[i] = `DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'api_keys' AND column_name = '` + c.name + `') THEN
+		ALTER TABLE api_keys ADD COLUMN ` + c.name + " " + c.def + `;
+	END IF;
+END $$`
+	}
+	return out
+}
+
+// addAPIKeyColumnsSQLite adds the apiKeyColumns that api_keys lacks
+// (SQLite's ALTER TABLE has no IF NOT EXISTS).
+func addAPIKeyColumnsSQLite(ctx context.Context, c *sql.Conn) error {
+	rows, err := c.QueryContext(ctx, "SELECT name FROM pragma_table_info('api_keys')")
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, col := range apiKeyColumns {
+		if !have[col.name] {
+			if _, err := c.ExecContext(ctx, "ALTER TABLE api_keys ADD COLUMN "+col.name+" "+col.def); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// --- End of the API-key lifecycle addition --------------------------------
+
 func (s *Store) ddl() []string {
 	id, blob := "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB"
 	if s.dialect == postgresDialect {
@@ -202,7 +266,7 @@ func (s *Store) migratePostgres(ctx context.Context) error {
 		}
 		// One round trip: a statement without arguments goes with the
 		// simple protocol, which accepts several statements.
-		if _, err := tx.Exec(ctx, strings.Join(s.ddl(), ";\n")); err != nil {
+		if _, err := tx.Exec(ctx, strings.Join(append(s.ddl(), addAPIKeyColumnsPostgres()...), ";\n")); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -224,6 +288,10 @@ func (s *Store) migrateSQLite(ctx context.Context) error {
 			_, _ = c.ExecContext(context.Background(), "ROLLBACK")
 			return err
 		}
+	}
+	if err := addAPIKeyColumnsSQLite(ctx, c); err != nil {
+		_, _ = c.ExecContext(context.Background(), "ROLLBACK")
+		return err
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
 		_, _ = c.ExecContext(context.Background(), "ROLLBACK")
