@@ -1,6 +1,6 @@
 module github.com/embedkit/embedkit
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/gorilla/mux v1.8.1

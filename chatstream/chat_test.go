@@ -12,9 +12,9 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 func TestMessageSequence(t *testing.T) {
@@ -680,10 +680,10 @@ func TestTurnIdentity(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: func(c *bootstrap.Config) {
-			c.Accounts[0].Agents = append(c.Accounts[0].Agents, bootstrap.Agent{ID: "8", DeploymentID: 1})
+		e := newEnv(t, tg, envOpts{cfg: func(c *operator.Config) {
+			c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
 			c.Accounts[1].Plan = store.PlanFree
-			c.Accounts[1].Agents = append(c.Accounts[1].Agents, bootstrap.Agent{ID: "1", DeploymentID: 1})
+			c.Accounts[1].Agents = append(c.Accounts[1].Agents, operator.Agent{ID: "1", DeploymentID: 1})
 		}})
 		ctx := t.Context()
 		owned := collect(t, e.client, chatstream.Request{Input: "echo:mine", ChatID: "owned", SessionSettings: ext("owner")})
@@ -838,7 +838,7 @@ func TestExpiredOwnersThreadWithInput(t *testing.T) {
 
 func TestExternalUserLimit(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: func(c *bootstrap.Config) { c.Accounts[0].MaxExternalUsers = 2 }})
+		e := newEnv(t, tg, envOpts{cfg: func(c *operator.Config) { c.Accounts[0].MaxExternalUsers = 2 }})
 		ctx := t.Context()
 		f := false
 		for _, id := range []string{"p1", "p2"} {

@@ -11,18 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/embedkit/embedkit/middleware/httperr"
 )
-
-// APIError is an HTTP error answered by the chat API ({"error": msg}).
-type APIError struct {
-	Status  int
-	Message string
-}
-
-// Error returns the status and the server's message.
-func (e *APIError) Error() string {
-	return fmt.Sprintf("chatstream: HTTP %d: %s", e.Status, e.Message)
-}
 
 // Client calls the chat API over HTTP. A Client is safe for concurrent use.
 type Client struct {
@@ -96,17 +87,11 @@ func (c *Client) post(ctx context.Context, u string, body any) (*http.Response, 
 
 func readAPIError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(b, &body) != nil || body.Error == "" {
-		body.Error = http.StatusText(resp.StatusCode)
-	}
-	return &APIError{Status: resp.StatusCode, Message: body.Error}
+	return httperr.Parse(resp.StatusCode, b)
 }
 
 // Stream sends req and yields the stream's messages as they arrive. An HTTP
-// error is yielded once as an [*APIError]; a broken stream as its error.
+// error is yielded once as an [*httperr.Error]; a broken stream as its error.
 // The response body is closed when the loop ends or breaks.
 func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Request) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {

@@ -2,7 +2,6 @@ package chatstream_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore/sqlite"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // revenueAgent is an Agent written as a function: one tool call, then the
@@ -36,20 +36,17 @@ var revenueAgent = chatstream.AgentFunc(func(ctx context.Context, t chatstream.T
 	return nil
 })
 
-// seed creates an account "acme" with API key "sk-acme" and agent "7".
+// seed sets up the account "acme" with the API key "sk-acme" and agent "7"
+// through the operator API (see docs/operator.md).
 func seed(ctx context.Context, st store.Store) error {
-	acct, err := st.SaveAccount(ctx, store.Account{Name: "acme", Plan: store.PlanEnterprise})
-	if err != nil {
-		return err
-	}
-	h := sha256.Sum256([]byte("sk-acme"))
-	if err := st.SaveAPIKey(ctx, store.APIKey{Hash: h[:], AccountID: acct.ID}); err != nil {
-		return err
-	}
-	if err := st.SaveDeployment(ctx, store.Deployment{AccountID: acct.ID, ID: 1, Name: "production"}); err != nil {
-		return err
-	}
-	return st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "7", DeploymentID: 1})
+	_, err := operator.New(st).SaveAccount(ctx, operator.Account{
+		Name:        "acme",
+		Plan:        store.PlanEnterprise, // chat needs premium or enterprise
+		APIKeys:     []operator.APIKey{{Key: "sk-acme"}},
+		Deployments: []operator.Deployment{{ID: 1, Name: "production"}},
+		Agents:      []operator.Agent{{ID: "7", DeploymentID: 1}},
+	})
+	return err
 }
 
 // Example mounts the chat routes on an http.ServeMux, streams one turn with

@@ -471,10 +471,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		)
 		if c.es != nil {
 			user = c.es.User
-			scope = store.TenantWide(c.acct.ID)
-			if c.es.Session.CreatorMode && c.es.Session.EmbedTenantID != 0 {
-				scope.EmbedTenantID = c.es.Session.EmbedTenantID
-			}
+			scope = c.es.Session.Scope()
 		} else {
 			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 			res, err := provision.Apply(ctx, tx, c.acct, p, h.maxUsers(c.acct), now)

@@ -14,8 +14,9 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
-	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 const (
@@ -90,7 +91,7 @@ type env struct {
 type envOpts struct {
 	agent chatstream.Agent
 	opts  []chatstream.Option
-	cfg   func(*bootstrap.Config)
+	cfg   func(*operator.Config)
 	// store, if set, opens the server's store instead of testdb.Open
 	// (two replicas open one database).
 	store func(t testing.TB, backend string) store.Store
@@ -165,9 +166,9 @@ func last(msgs []chatstream.Message) chatstream.Message {
 	return msgs[len(msgs)-1]
 }
 
-// apiStatus returns the status of an *APIError, or 0.
+// apiStatus returns the status of an *httperr.Error, or 0.
 func apiStatus(err error) int {
-	if e, ok := errors.AsType[*chatstream.APIError](err); ok {
+	if e, ok := errors.AsType[*httperr.Error](err); ok {
 		return e.Status
 	}
 	return 0

@@ -1,8 +1,11 @@
 package chatstream
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/embedkit/embedkit/middleware"
 )
 
 // Defaults of the handler's options.
@@ -166,6 +169,14 @@ func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c 
 
 // WithKeyCache makes the handler's authentication remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request (see middleware.WithKeyCache). A key removed, or an account
-// changed, in the store is noticed at most ttl later. Default: 0, no cache.
-func WithKeyCache(ttl time.Duration) Option { return func(c *config) { c.keyCacheTTL = ttl } }
+// request (see middleware.WithKeyCache). A key revoked through this process
+// is refused at once; a key removed by another process, or an account
+// changed, is noticed at most ttl later. ttl must be between 0 and
+// middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics otherwise. Default:
+// 0, no cache.
+func WithKeyCache(ttl time.Duration) Option {
+	if ttl < 0 || ttl > middleware.MaxKeyCacheTTL {
+		panic(fmt.Sprintf("chatstream.WithKeyCache: ttl %v is outside 0 to middleware.MaxKeyCacheTTL (%v)", ttl, middleware.MaxKeyCacheTTL))
+	}
+	return func(c *config) { c.keyCacheTTL = ttl }
+}

@@ -134,7 +134,7 @@ type chatRequest struct {
 }
 
 // decodeChatRequest decodes and validates a chat request body. needSettings
-// is true with an API key. Every error is a 4xx *wire.Error.
+// is true with an API key. Every error is a 4xx *httperr.Error.
 func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 	var req Request
 	if err := wire.Unmarshal(body, &req); err != nil {

@@ -29,7 +29,7 @@ var (
 // clusterUnavailable is the 503 of a failed [Cluster] call; the cause is
 // logged, never sent.
 func clusterUnavailable(err error) error {
-	return &wire.Error{Status: http.StatusServiceUnavailable, Msg: "the chat service is temporarily unavailable", Err: err}
+	return &wire.Error{Status: http.StatusServiceUnavailable, Message: "the chat service is temporarily unavailable", Err: err}
 }
 
 const (

@@ -14,9 +14,9 @@ import (
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 func benchClient() *http.Client {
@@ -32,8 +32,8 @@ func BenchmarkGenerateSession(b *testing.B) {
 	for _, name := range []string{"sqlite", "sqlite/cached", "postgres", "postgres/cached"} {
 		backend, cached, _ := strings.Cut(name, "/")
 		b.Run(name, func(b *testing.B) {
-			opts := []apitest.Option{apitest.WithConfig(func(c *bootstrap.Config) {
-				c.Accounts[0].UserAttributes = append(c.Accounts[0].UserAttributes, bootstrap.Attribute{Name: "plan", Type: store.TypeString})
+			opts := []apitest.Option{apitest.WithConfig(func(c *operator.Config) {
+				c.Accounts[0].UserAttributes = append(c.Accounts[0].UserAttributes, operator.Attribute{Name: "plan", Type: store.TypeString})
 			})}
 			if cached != "" {
 				opts = append(opts, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))

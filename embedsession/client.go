@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/embedkit/embedkit/middleware/httperr"
 )
 
 // Client calls the embed-session API from Go: a server-side caller that
@@ -42,20 +44,8 @@ func NewClient(baseURL, apiKey string, opts ...ClientOption) *Client {
 	return c
 }
 
-// APIError is an error answer of the API: its HTTP status and the message
-// of its {"error": ...} body.
-type APIError struct {
-	Status  int
-	Message string
-}
-
-// Error returns "embedsession: <status>: <message>".
-func (e *APIError) Error() string {
-	return fmt.Sprintf("embedsession: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
-}
-
 // GenerateSession provisions the user of req and returns a new sessionId to
-// place in the embed URL. Failures answered by the server are *[APIError].
+// place in the embed URL. Failures answered by the server are *[httperr.Error].
 func (c *Client) GenerateSession(ctx context.Context, req SessionRequest) (string, error) {
 	var out SessionResponse
 	if err := c.do(ctx, http.MethodPost, PathGenerateSession, req, &out); err != nil {
@@ -155,13 +145,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("embedsession: read response: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = http.StatusText(resp.StatusCode)
-		}
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
+		return httperr.Parse(resp.StatusCode, b)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil

@@ -8,12 +8,12 @@ import (
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
-	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // limitConfig sets acme's limit of persistent external users.
 func limitConfig(n int) apitest.Option {
-	return apitest.WithConfig(func(c *bootstrap.Config) { c.Accounts[0].MaxExternalUsers = n })
+	return apitest.WithConfig(func(c *operator.Config) { c.Accounts[0].MaxExternalUsers = n })
 }
 
 // parallel sends n generate-session requests at once, body(i) each, and

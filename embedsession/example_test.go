@@ -11,9 +11,10 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store/gormstore/sqlite"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // Example_serveMux mounts the embed-session API on http.ServeMux, with a
@@ -24,7 +25,7 @@ func Example_serveMux() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 
@@ -64,7 +65,7 @@ func Example_gorilla() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 
@@ -106,7 +107,7 @@ func ExampleClient() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 	sm := http.NewServeMux()
@@ -136,7 +137,7 @@ func ExampleClient() {
 	fmt.Println(err == nil && tok.Token != "")
 
 	_, err = c.GenerateSession(ctx, embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane", Groups: embedsession.Groups("nope")})
-	var apiErr *embedsession.APIError
+	var apiErr *httperr.Error
 	if errors.As(err, &apiErr) {
 		fmt.Println(apiErr.Status, apiErr.Message)
 	}

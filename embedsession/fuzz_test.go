@@ -40,7 +40,7 @@ func FuzzDecodeSessionRequest(f *testing.F) {
 		if we.Status < 400 || we.Status > 499 {
 			t.Fatalf("rejection status %d: %v", we.Status, err)
 		}
-		if we.Msg == "" {
+		if we.Message == "" {
 			t.Fatal("empty message")
 		}
 	})

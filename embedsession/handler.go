@@ -77,7 +77,8 @@ const (
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 func (h *Handler) Routes() []Route {
-	mo := []middleware.Option{middleware.WithLogger(h.o.log), middleware.WithKeyCache(h.o.cacheTTL)}
+	mo := []middleware.Option{middleware.WithLogger(h.o.log), middleware.WithClock(h.o.now),
+		middleware.WithKeyCache(min(h.o.cacheTTL, middleware.MaxKeyCacheTTL))}
 	key := middleware.APIKey(h.st, mo...)
 	optKey := middleware.APIKey(h.st, append(mo, middleware.Optional())...)
 	admin := func(f http.HandlerFunc) http.Handler { return key(middleware.RequireAdmin(f)) }

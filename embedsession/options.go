@@ -93,6 +93,9 @@ func WithClock(now func() time.Time) Option {
 // account) and existing deployments for d, and embed tenants once created
 // (they are never deleted), saving up to four store reads per
 // generate-session; on SQLite the embed-tenant read leaves the serialized
-// write transaction. Changes to keys, accounts or deployments in the store
-// are then noticed at most d later. Default: 0, no cache.
+// write transaction. Changes to accounts or deployments in the store are
+// then noticed at most d later. API keys are cached for d or
+// middleware.MaxKeyCacheTTL (5 s), whichever is shorter: a key revoked
+// through this process is refused at once, one revoked by another process
+// within that time. Default: 0, no cache.
 func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }

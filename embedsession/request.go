@@ -113,8 +113,10 @@ func Value(v any) json.RawMessage {
 func String(s string) *string { return &s }
 
 // Validate checks the rules of the request that need no database, as the
-// handler does, and returns an error naming the offending field. A request
-// that passes may still fail on the server (unknown names, limits, flags).
+// handler does, and returns an error naming the offending field: an
+// *[github.com/embedkit/embedkit/middleware/httperr.Error] with status 400, whose Message is the text the server
+// would answer. A request that passes may still fail on the server (unknown
+// names, limits, flags).
 func (r *SessionRequest) Validate() error {
 	if r.DeploymentID <= 0 {
 		return wire.BadRequest("deploymentId is required and must be a positive number")

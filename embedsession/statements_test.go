@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/embedkit/embedkit/internal/apitest"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // TestStatementCount checks that a generate-session issues a bounded number
@@ -31,10 +31,10 @@ func TestStatementCount(t *testing.T) {
 				mu.Unlock()
 			})
 		})
-		extra := apitest.WithConfig(func(c *bootstrap.Config) {
+		extra := apitest.WithConfig(func(c *operator.Config) {
 			for i := range 10 {
-				c.Accounts[0].UserAttributes = append(c.Accounts[0].UserAttributes, bootstrap.Attribute{Name: fmt.Sprintf("attr%d", i), Type: store.TypeString})
-				c.Accounts[0].Groups = append(c.Accounts[0].Groups, bootstrap.Group{Name: fmt.Sprintf("grp%d", i)})
+				c.Accounts[0].UserAttributes = append(c.Accounts[0].UserAttributes, operator.Attribute{Name: fmt.Sprintf("attr%d", i), Type: store.TypeString})
+				c.Accounts[0].Groups = append(c.Accounts[0].Groups, operator.Group{Name: fmt.Sprintf("grp%d", i)})
 			}
 		})
 		s := apitest.New(t, tg, hook, extra)

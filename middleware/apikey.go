@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/keyrevoke"
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -61,6 +62,7 @@ type cachedKey struct {
 	acct    store.Account
 	admin   bool
 	expires time.Time
+	gen     uint64 // keyrevoke generation read before the lookup
 }
 
 // keyCache remembers resolved keys by their hash; see [WithKeyCache].
@@ -72,16 +74,18 @@ func (o *options) resolveKey(ctx context.Context, st APIKeyStore, key string) (s
 		return authn.APIKey(ctx, st, key)
 	}
 	h := string(secret.Hash(key))
-	now := time.Now()
+	now := o.now()
 	if v, ok := o.keys.m.Load(h); ok {
-		if c := v.(cachedKey); now.Before(c.expires) {
+		// A key revoked by this process is refused at once.
+		if c := v.(cachedKey); now.Before(c.expires) && keyrevoke.Valid(h, c.gen) {
 			return c.acct, c.admin, nil
 		}
 		o.keys.m.Delete(h)
 	}
+	gen := keyrevoke.Gen()
 	acct, admin, err := authn.APIKey(ctx, st, key)
 	if err == nil {
-		o.keys.m.Store(h, cachedKey{acct, admin, now.Add(o.keyCacheTTL)})
+		o.keys.m.Store(h, cachedKey{acct, admin, now.Add(o.keyCacheTTL), gen})
 	}
 	return acct, admin, err
 }

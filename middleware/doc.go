@@ -12,8 +12,11 @@
 //   - [PathValues] copies a router's path parameters (gorilla/mux's
 //     mux.Vars) into r.PathValue, which embedkit's handlers read.
 //
-// Every error response is {"error": "<message>"} with the status of
-// decisions.md §2; a credential never appears in a response or a log line.
+// Every error response is {"error": "<message>"}, written by package
+// [github.com/embedkit/embedkit/middleware/httperr], which host middleware
+// uses to answer in the same format; a credential never appears in a
+// response or a log line. A page behind [Session] reads the user's
+// attributes and groups with [EmbedSession.AttributesAndGroups].
 //
 // Mounting on gorilla/mux:
 //

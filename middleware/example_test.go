@@ -10,9 +10,9 @@ import (
 	"net/http/httptest"
 
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store/gormstore/sqlite"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // ExampleSession protects a host page of an embed: the first request brings
@@ -24,7 +24,7 @@ func ExampleSession() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(context.Background(), st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(context.Background(), operator.DemoConfig()); err != nil {
 		log.Fatal(err)
 	}
 	sm := http.NewServeMux()

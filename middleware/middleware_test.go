@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -186,7 +187,7 @@ func TestAPIKey(t *testing.T) {
 
 func TestKeyCache(t *testing.T) {
 	f := newFake()
-	h := middleware.APIKey(f, middleware.WithKeyCache(time.Minute))(http.HandlerFunc(echo))
+	h := middleware.APIKey(f, middleware.WithKeyCache(middleware.MaxKeyCacheTTL))(http.HandlerFunc(echo))
 	for _, key := range []string{"sk-user", "sk-user", "sk-user", "sk-nope", "sk-nope"} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("Authorization", "Api-Key "+key)
@@ -201,6 +202,53 @@ func TestKeyCache(t *testing.T) {
 	if f.lookups != 3 {
 		t.Errorf("store lookups = %d, want 3 (one for the cached valid key, one per invalid request)", f.lookups)
 	}
+}
+
+// A key removed from the store is refused once the cache entry's lifetime,
+// measured on the middleware's clock, has passed.
+func TestKeyCacheLifetime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	f := newFake()
+	h := middleware.APIKey(f, middleware.WithClock(clock), middleware.WithKeyCache(middleware.MaxKeyCacheTTL))(http.HandlerFunc(echo))
+	call := func() int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Api-Key sk-user")
+		return serve(h, r).status
+	}
+	if got := call(); got != 200 {
+		t.Fatalf("status = %d, want 200", got)
+	}
+	f.mu.Lock()
+	delete(f.keys, string(secret.Hash("sk-user"))) // removed by another process
+	f.mu.Unlock()
+	mu.Lock()
+	now = now.Add(middleware.MaxKeyCacheTTL - time.Millisecond)
+	mu.Unlock()
+	if got := call(); got != 200 {
+		t.Errorf("within the cache lifetime: status = %d, want 200 (served from the cache)", got)
+	}
+	mu.Lock()
+	now = now.Add(time.Millisecond)
+	mu.Unlock()
+	if got := call(); got != 401 {
+		t.Errorf("at the end of the cache lifetime: status = %d, want 401", got)
+	}
+}
+
+func TestWithKeyCacheBounds(t *testing.T) {
+	for _, ttl := range []time.Duration{-time.Second, middleware.MaxKeyCacheTTL + time.Nanosecond, time.Hour} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "MaxKeyCacheTTL") {
+					t.Errorf("WithKeyCache(%v): recovered %v, want a panic naming MaxKeyCacheTTL", ttl, r)
+				}
+			}()
+			middleware.WithKeyCache(ttl)
+		}()
+	}
+	middleware.WithKeyCache(0) // no cache: allowed
 }
 
 func TestSession(t *testing.T) {

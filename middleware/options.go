@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -53,7 +54,7 @@ func newOptions(opts []Option) options {
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithClock sets the clock used to check expiry. Default: time.Now. Read by
-// [Session] and [APIKeyOrToken].
+// [Session], [APIKeyOrToken], and by the key cache of [WithKeyCache].
 func WithClock(now func() time.Time) Option {
 	return func(o *options) {
 		if now != nil {
@@ -116,9 +117,22 @@ func WithSecureCookie(secure bool) Option { return func(o *options) { o.secure =
 // Default: the request is served directly, with [EmbedSession].Token set.
 func WithRedirectAfterExchange() Option { return func(o *options) { o.redirect = true } }
 
+// MaxKeyCacheTTL is the longest [WithKeyCache] accepts: a key revoked by
+// another process (another replica sharing the database) is refused at most
+// this long after its revocation.
+const MaxKeyCacheTTL = 5 * time.Second
+
 // WithKeyCache makes [APIKey] and [APIKeyOrToken] remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
 // request. Only valid keys are cached, so the cache is bounded by the number
-// of keys in use. A key removed, or an account changed, in the store is
-// noticed at most ttl later. Default: 0, no cache.
-func WithKeyCache(ttl time.Duration) Option { return func(o *options) { o.keyCacheTTL = ttl } }
+// of keys in use. A key revoked through this process (the operator package,
+// or the bootstrap configuration) is refused at once; a key removed by
+// another process, or an account changed, is noticed at most ttl later. The
+// cache reads the clock of [WithClock]. ttl must be between 0 and
+// [MaxKeyCacheTTL]; WithKeyCache panics otherwise. Default: 0, no cache.
+func WithKeyCache(ttl time.Duration) Option {
+	if ttl < 0 || ttl > MaxKeyCacheTTL {
+		panic(fmt.Sprintf("middleware.WithKeyCache: ttl %v is outside 0 to MaxKeyCacheTTL (%v): a revoked key must stop working within %v on every replica", ttl, MaxKeyCacheTTL, MaxKeyCacheTTL))
+	}
+	return func(o *options) { o.keyCacheTTL = ttl }
+}

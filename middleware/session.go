@@ -35,7 +35,7 @@ type AuthStore interface {
 // an embed URL.
 const SessionIDParam = "sessionId"
 
-var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Msg: "missing credentials: send Authorization: Bearer <token>, the session cookie, or ?sessionId="}
+var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missing credentials: send Authorization: Bearer <token>, the session cookie, or ?sessionId="}
 
 // Session authenticates the end user on the host's embed routes
 // (decisions.md §3). It accepts, in this order:
@@ -216,7 +216,7 @@ func APIKeyOrToken(st AuthStore, opts ...Option) func(http.Handler) http.Handler
 				next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 			default:
 				wire.WriteError(w, r, o.log, &wire.Error{Status: http.StatusUnauthorized,
-					Msg: "missing credentials: send Authorization: Api-Key <key> or Authorization: Bearer <token>"})
+					Message: "missing credentials: send Authorization: Api-Key <key> or Authorization: Bearer <token>"})
 			}
 		})
 	}

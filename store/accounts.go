@@ -38,7 +38,29 @@ type APIKey struct {
 	Hash      []byte // SHA-256 of the key
 	AccountID int64
 	Admin     bool
+	// Origin says who manages the key; empty is stored as [OriginAPI].
+	Origin KeyOrigin
+	// Name is an optional label for people (never the key itself).
+	Name string
+	// CreatedAt is kept from the call that created the key; later saves do
+	// not change it. Zero when the creator did not say.
+	CreatedAt time.Time
 }
+
+// KeyOrigin says who manages an API key, so that the bootstrap
+// configuration can remove the keys it no longer lists without touching the
+// others.
+type KeyOrigin string
+
+// The origins of an API key.
+const (
+	// OriginAPI marks a key created through the Go API (or by SaveAPIKey
+	// without an origin): the bootstrap configuration never removes it.
+	OriginAPI KeyOrigin = "api"
+	// OriginConfig marks a key listed by the bootstrap configuration: a
+	// later configuration of its account that no longer lists it removes it.
+	OriginConfig KeyOrigin = "config"
+)
 
 // Deployment is something a session grants access to.
 type Deployment struct {
@@ -63,13 +85,21 @@ type Accounts interface {
 	AccountByID(ctx context.Context, id int64) (Account, error)
 	AccountByName(ctx context.Context, name string) (Account, error)
 
-	// SaveAPIKey stores k, or updates its admin flag when its hash exists
-	// for the same account. A key belongs to one account: a hash stored for
-	// another account is [ErrConflict], and nothing changes.
+	// SaveAPIKey stores k, or updates its admin flag, origin and name when
+	// its hash exists for the same account (CreatedAt is kept). A key
+	// belongs to one account: a hash stored for another account is
+	// [ErrConflict], and nothing changes.
 	SaveAPIKey(ctx context.Context, k APIKey) error
 	// APIKeyByHash returns [ErrNotFound] for an unknown hash. Callers still
 	// compare the returned hash in constant time.
 	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
+	// APIKeys returns the account's keys ordered by CreatedAt, then hash;
+	// none is an empty result, not an error.
+	APIKeys(ctx context.Context, accountID int64) ([]APIKey, error)
+	// DeleteAPIKey deletes the account's key with this hash, so that it
+	// stops authenticating at once. A hash that is unknown or belongs to
+	// another account is [ErrNotFound], and nothing changes.
+	DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error
 
 	// SaveDeployment creates or renames a deployment. Idempotent.
 	SaveDeployment(ctx context.Context, d Deployment) error

@@ -14,6 +14,10 @@
 //     fn is committed or none is. Adapters retry transient failures (SQLite's
 //     busy state, serialization failures) themselves.
 //
+// Hosts set their tenants up (accounts, API keys, deployments, agents,
+// account-wide definitions) with [github.com/embedkit/embedkit/store/operator],
+// which works on any adapter.
+//
 // Adapters: [github.com/embedkit/embedkit/store/gormstore] (SQLite and
 // PostgreSQL through GORM) and [github.com/embedkit/embedkit/store/memstore]
 // (in memory, no cgo). Both pass [github.com/embedkit/embedkit/store/storetest].

@@ -19,6 +19,18 @@ type Session struct {
 	ExpiresAt       time.Time
 }
 
+// Scope returns the catalog scope whose attribute values and groups apply
+// to the session's user: the embed tenant's for a creator-mode session with
+// an embed tenant, else the account-wide one. Row security and pages that
+// show the user's attributes read this scope, and only this one.
+func (s Session) Scope() Scope {
+	sc := TenantWide(s.AccountID)
+	if s.CreatorMode {
+		sc.EmbedTenantID = s.EmbedTenantID
+	}
+	return sc
+}
+
 // Sessions reads and writes single-use session ids and the tokens they are
 // exchanged for.
 type Sessions interface {

@@ -43,9 +43,9 @@ import (
 	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/examples/demoagent"
-	"github.com/embedkit/embedkit/internal/bootstrap"
-	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/middleware/httperr"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 func main() {
@@ -99,9 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	cfg := bootstrap.Demo()
+	cfg := operator.DemoConfig()
 	if o.config != "" {
-		if cfg, err = bootstrap.Load(o.config); err != nil {
+		if cfg, err = operator.LoadConfig(o.config); err != nil {
 			return err
 		}
 	}
@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(ctx, st, cfg); err != nil {
+	if err := operator.New(st).Apply(ctx, cfg); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 
@@ -121,9 +121,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer agent.Close()
 
-	// Keys, accounts and deployments come from the bootstrap config and
-	// change only at a restart, so caching them for a few seconds is safe
-	// and saves store reads on every request.
+	// Accounts and deployments come from the bootstrap config and change
+	// only at a restart, so caching them for a few seconds is safe and
+	// saves store reads on every request. A key revoked through
+	// store/operator is refused at once by this process, and by the other
+	// replicas once their key caches expire (at most 5 s).
 	embed := embedsession.NewHandler(st, embedsession.WithLogger(log), embedsession.WithCacheTTL(5*time.Second))
 	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log), chatstream.WithKeyCache(5 * time.Second)}
 	// On PostgreSQL, running chat turns are shared with the other
@@ -144,11 +146,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r := mux.NewRouter()
 	// Unmatched paths and methods answer JSON errors like every endpoint.
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+		httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", strings.Join(allowedMethods(r, req), ", "))
-		wire.WriteError(w, req, nil, wire.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", req.Method, req.URL.Path))
+		httperr.Write(w, req, nil, httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", req.Method, req.URL.Path))
 	})
 	r.Use(middleware.PathValues(mux.Vars))
 	for _, rt := range embed.Routes() {

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
 )
 
-// embedPages serves the host's embed routes of decisions.md §6, behind the
-// embed-session middleware.
+// embedPages serves the host's embed pages (/embed/whoami, /embed/profile),
+// behind the embed-session middleware.
 type embedPages struct {
 	st store.Store
 }
@@ -35,13 +35,9 @@ type whoami struct {
 func (p *embedPages) load(r *http.Request) (whoami, error) {
 	es, ok := middleware.EmbedSessionFromContext(r.Context())
 	if !ok {
-		return whoami{}, wire.Errorf(http.StatusUnauthorized, "no embed session")
+		return whoami{}, httperr.Errorf(http.StatusUnauthorized, "no embed session")
 	}
 	s, u := es.Session, es.User
-	scope := store.TenantWide(s.AccountID)
-	if s.CreatorMode {
-		scope.EmbedTenantID = s.EmbedTenantID
-	}
 	w := whoami{
 		ExternalID:      u.ExternalID,
 		InternalID:      u.InternalID,
@@ -58,16 +54,14 @@ func (p *embedPages) load(r *http.Request) (whoami, error) {
 	if w.SecurityContext == nil {
 		w.SecurityContext = json.RawMessage("{}")
 	}
-	attrs, err := p.st.AttributeValues(r.Context(), u.ID, scope)
+	// The attributes and groups of the session's scope: the embed
+	// tenant's for a creator-mode session, else the account's.
+	attrs, groups, err := es.AttributesAndGroups(r.Context(), p.st)
 	if err != nil {
 		return whoami{}, err
 	}
 	for _, a := range attrs {
 		w.UserAttributes[a.Name] = a.Value
-	}
-	groups, err := p.st.Memberships(r.Context(), u.ID, scope)
-	if err != nil {
-		return whoami{}, err
 	}
 	for _, g := range groups {
 		w.Groups = append(w.Groups, g.Name)
@@ -78,10 +72,17 @@ func (p *embedPages) load(r *http.Request) (whoami, error) {
 func (p *embedPages) whoami(w http.ResponseWriter, r *http.Request) {
 	who, err := p.load(r)
 	if err != nil {
-		wire.WriteError(w, r, nil, err)
+		httperr.Write(w, r, nil, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, who)
+	b, err := json.Marshal(who)
+	if err != nil {
+		httperr.Write(w, r, nil, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(append(b, '\n'))
 }
 
 var profileTmpl = template.Must(template.New("profile").Parse(`<!doctype html>
@@ -114,7 +115,7 @@ body { font-family: system-ui, sans-serif; margin: 2rem; }
 func (p *embedPages) profile(w http.ResponseWriter, r *http.Request) {
 	who, err := p.load(r)
 	if err != nil {
-		wire.WriteError(w, r, nil, err)
+		httperr.Write(w, r, nil, err)
 		return
 	}
 	name := who.DisplayName

@@ -20,6 +20,7 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware/httperr"
 )
 
 // envRunServer makes the test binary run the example server's main instead
@@ -220,7 +221,7 @@ func TestReplicas(t *testing.T) {
 		waitFor(t, linesA, "A's stream", isLiveContent)
 		// Input for the running turn is 409 on B too.
 		for _, err := range clientB.Stream(ctx, "acme", "7", chatstream.Request{Input: "more", ChatID: id, SessionSettings: &user}) {
-			if e, ok := errors.AsType[*chatstream.APIError](err); !ok || e.Status != http.StatusConflict {
+			if e, ok := errors.AsType[*httperr.Error](err); !ok || e.Status != http.StatusConflict {
 				t.Errorf("input on B while A runs: %v, want 409", err)
 			}
 			break

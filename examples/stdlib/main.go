@@ -19,7 +19,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/examples/demoagent"
-	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 func main() {
@@ -42,7 +42,7 @@ func run(addr, db string) error {
 		return err
 	}
 	defer st.Close()
-	if err := bootstrap.Apply(ctx, st, bootstrap.Demo()); err != nil {
+	if err := operator.New(st).Apply(ctx, operator.DemoConfig()); err != nil {
 		return err
 	}
 	agent, err := demoagent.New()

@@ -29,11 +29,11 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // Keys and names of the seeded accounts.
@@ -101,7 +101,7 @@ type Route struct {
 type Option func(*config)
 
 type config struct {
-	cfg         bootstrap.Config
+	cfg         operator.Config
 	embedOpts   []embedsession.Option
 	sessionOpts []middleware.Option
 	routes      []func(s *Server) []Route
@@ -111,7 +111,7 @@ type config struct {
 
 // WithConfig lets fn change the bootstrap configuration before it is
 // applied (for example a small maxExternalUsers).
-func WithConfig(fn func(*bootstrap.Config)) Option { return func(c *config) { fn(&c.cfg) } }
+func WithConfig(fn func(*operator.Config)) Option { return func(c *config) { fn(&c.cfg) } }
 
 // WithEmbedOptions adds options to the embedsession handler (after the
 // server's clock).
@@ -164,17 +164,17 @@ type Server struct {
 // [WithConfig]: the demo account and a second account, OtherAccount
 // (premium, useCreatorMode off), with the same catalog names, deployments 1
 // and 2, and the internal user bob@globex.test.
-func Config() bootstrap.Config {
-	cfg := bootstrap.Demo()
-	cfg.Accounts = append(cfg.Accounts, bootstrap.Account{
+func Config() operator.Config {
+	cfg := operator.DemoConfig()
+	cfg.Accounts = append(cfg.Accounts, operator.Account{
 		Name:           OtherAccount,
 		Plan:           store.PlanPremium,
 		UseCreatorMode: false,
-		APIKeys:        []bootstrap.APIKey{{Key: OtherAdminKey, Admin: true}, {Key: OtherUserKey}},
-		Deployments:    []bootstrap.Deploy{{ID: 1, Name: "production"}, {ID: 2, Name: "staging"}},
-		UserAttributes: []bootstrap.Attribute{{Name: "country", Type: store.TypeString}},
-		Groups:         []bootstrap.Group{{Name: "sales"}},
-		InternalUsers:  []bootstrap.Internal{{Username: "bob@globex.test"}},
+		APIKeys:        []operator.APIKey{{Key: OtherAdminKey, Admin: true}, {Key: OtherUserKey}},
+		Deployments:    []operator.Deployment{{ID: 1, Name: "production"}, {ID: 2, Name: "staging"}},
+		UserAttributes: []operator.Attribute{{Name: "country", Type: store.TypeString}},
+		Groups:         []operator.Group{{Name: "sales"}},
+		InternalUsers:  []operator.InternalUser{{Username: "bob@globex.test"}},
 	})
 	return cfg
 }
@@ -194,7 +194,7 @@ func New(t testing.TB, tg Target, opts ...Option) *Server {
 	}
 	st := c.storeOpen(t, tg.Backend)
 	ctx := context.Background()
-	if err := bootstrap.Apply(ctx, st, c.cfg); err != nil {
+	if err := operator.New(st).Apply(ctx, c.cfg); err != nil {
 		t.Fatalf("apitest: bootstrap: %v", err)
 	}
 	s := &Server{Target: tg, Store: st, Accounts: map[string]store.Account{}, now: time.Now().UTC().Truncate(time.Millisecond)}

@@ -40,10 +40,6 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, r, nil, wire.Errorf(http.StatusUnauthorized, "no embed session"))
 		return
 	}
-	scope := store.TenantWide(es.Session.AccountID)
-	if es.Session.CreatorMode {
-		scope.EmbedTenantID = es.Session.EmbedTenantID
-	}
 	u := es.User
 	who := Whoami{
 		UserID: u.ID, ExternalID: u.ExternalID, InternalID: u.InternalID, Email: u.Email,
@@ -52,18 +48,13 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 		EmbedTenantName: es.Session.EmbedTenantName, Token: es.Token,
 		UserAttributes: map[string]json.RawMessage{}, Groups: []string{},
 	}
-	attrs, err := s.Store.AttributeValues(r.Context(), u.ID, scope)
+	attrs, groups, err := es.AttributesAndGroups(r.Context(), s.Store)
 	if err != nil {
 		wire.WriteError(w, r, nil, err)
 		return
 	}
 	for _, a := range attrs {
 		who.UserAttributes[a.Name] = a.Value
-	}
-	groups, err := s.Store.Memberships(r.Context(), u.ID, scope)
-	if err != nil {
-		wire.WriteError(w, r, nil, err)
-		return
 	}
 	for _, g := range groups {
 		who.Groups = append(who.Groups, g.Name)

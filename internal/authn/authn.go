@@ -49,10 +49,10 @@ func Authorization(r *http.Request) (scheme, cred string, ok bool) {
 
 // Errors of this package: generic, never echoing a credential.
 var (
-	ErrMissingAPIKey = &wire.Error{Status: http.StatusUnauthorized, Msg: "missing API key: send Authorization: Api-Key <key>"}
-	ErrInvalidAPIKey = &wire.Error{Status: http.StatusUnauthorized, Msg: "invalid API key"}
-	ErrInvalidToken  = &wire.Error{Status: http.StatusUnauthorized, Msg: "invalid or expired token"}
-	ErrInvalidSessID = &wire.Error{Status: http.StatusUnauthorized, Msg: "invalid, expired or already used sessionId"}
+	ErrMissingAPIKey = &wire.Error{Status: http.StatusUnauthorized, Message: "missing API key: send Authorization: Api-Key <key>"}
+	ErrInvalidAPIKey = &wire.Error{Status: http.StatusUnauthorized, Message: "invalid API key"}
+	ErrInvalidToken  = &wire.Error{Status: http.StatusUnauthorized, Message: "invalid or expired token"}
+	ErrInvalidSessID = &wire.Error{Status: http.StatusUnauthorized, Message: "invalid, expired or already used sessionId"}
 )
 
 // APIKey resolves a raw API key to its account and admin flag. An unknown

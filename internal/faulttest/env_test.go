@@ -22,6 +22,7 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/faulttest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore"
 )
@@ -333,7 +334,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 // is503 reports whether err is a chatstream API error with status 503.
 func is503(err error) bool {
-	e, ok := errors.AsType[*chatstream.APIError](err)
+	e, ok := errors.AsType[*httperr.Error](err)
 	return ok && e.Status == http.StatusServiceUnavailable
 }
 

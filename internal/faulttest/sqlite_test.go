@@ -12,6 +12,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store/gormstore"
 
 	_ "github.com/mattn/go-sqlite3"
@@ -69,7 +70,7 @@ func TestSQLiteConcurrentLoad(t *testing.T) {
 					msgs = append(msgs, m)
 				}
 				cancel()
-				if ae, ok := err.(*chatstream.APIError); ok {
+				if ae, ok := err.(*httperr.Error); ok {
 					count("chat", ae.Status)
 					t.Errorf("chat: %v, want 200", err)
 					continue

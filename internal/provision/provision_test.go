@@ -58,7 +58,7 @@ func TestValidate(t *testing.T) {
 				return
 			}
 			we, isWire := errors.AsType[*wire.Error](err)
-			if !isWire || we.Status != 400 || !strings.Contains(we.Msg, c.msg) {
+			if !isWire || we.Status != 400 || !strings.Contains(we.Message, c.msg) {
 				t.Fatalf("Validate = %v, want a 400 containing %q", err, c.msg)
 			}
 		})

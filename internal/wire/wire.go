@@ -6,7 +6,6 @@ package wire
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,69 +20,35 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/middleware/httperr"
 )
 
 // MaxBodyBytes caps request bodies (decisions.md §6: 1 MiB).
 const MaxBodyBytes = 1 << 20
 
-// Error is an error with the HTTP status and the client-facing message it
-// maps to. Err, if set, is the cause; it is logged, never sent.
-type Error struct {
-	Status int
-	Msg    string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	if e.Err != nil {
-		return e.Msg + ": " + e.Err.Error()
-	}
-	return e.Msg
-}
-
-func (e *Error) Unwrap() error { return e.Err }
+// Error is the public error type, [httperr.Error]: an HTTP status, the
+// client-facing message and an optional cause that is logged, never sent.
+type Error = httperr.Error
 
 // Errorf returns an *Error with status and a formatted message.
 func Errorf(status int, format string, args ...any) *Error {
-	return &Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+	return httperr.Errorf(status, format, args...)
 }
 
 // BadRequest returns a 400 *Error.
 func BadRequest(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, format, args...)
+	return httperr.Errorf(http.StatusBadRequest, format, args...)
 }
 
-// Status returns the HTTP status and client message err maps to.
-func Status(err error) (int, string) {
-	if e, ok := errors.AsType[*Error](err); ok {
-		return e.Status, e.Msg
-	}
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return http.StatusRequestEntityTooLarge, "request body too large"
-	}
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusServiceUnavailable, "service unavailable, try again"
-	}
-	if errors.Is(err, context.Canceled) {
-		// The client went away; the status is never seen.
-		return 499, "request canceled"
-	}
-	return http.StatusInternalServerError, "internal error"
-}
+// Status returns the HTTP status and client message err maps to
+// ([httperr.Status]).
+func Status(err error) (int, string) { return httperr.Status(err) }
 
-// WriteError writes err as {"error": msg} with its status. Causes of 5xx
-// errors are logged on log (if non-nil), never sent.
+// WriteError writes err as {"error": msg} with its status
+// ([httperr.Write]). Causes of 5xx errors are logged on log (if non-nil),
+// never sent.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	status, msg := Status(err)
-	if status >= 500 && log != nil {
-		log.LogAttrs(r.Context(), slog.LevelError, "request failed",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", status), slog.String("error", err.Error()))
-	}
-	WriteJSON(w, status, struct {
-		Error string `json:"error"`
-	}{msg})
+	httperr.Write(w, r, log, err)
 }
 
 // WriteJSON writes v as JSON with status.
@@ -124,7 +89,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, err
 		}
-		return nil, &Error{Status: http.StatusBadRequest, Msg: "could not read request body", Err: err}
+		return nil, &Error{Status: http.StatusBadRequest, Message: "could not read request body", Err: err}
 	}
 	return body, nil
 }

@@ -38,7 +38,7 @@ func TestStatus(t *testing.T) {
 func TestWriteErrorNeverSendsCauses(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
-	wire.WriteError(rec, req, nil, &wire.Error{Status: 503, Msg: "unavailable", Err: errors.New("dsn postgres://u:pw@h")})
+	wire.WriteError(rec, req, nil, &wire.Error{Status: 503, Message: "unavailable", Err: errors.New("dsn postgres://u:pw@h")})
 	if rec.Code != 503 || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("code %d, type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}

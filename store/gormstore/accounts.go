@@ -81,34 +81,6 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 	return row.account(), nil
 }
 
-func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
-	const op = "save api key"
-	n, err := t.exec(ctx, op,
-		`INSERT INTO api_keys (hash, account_id, admin) VALUES (?, ?, ?)
-		ON CONFLICT (hash) DO UPDATE SET admin = excluded.admin
-		WHERE api_keys.account_id = excluded.account_id`,
-		k.Hash, k.AccountID, k.Admin)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return t.fail(newErr(op, store.ErrConflict)) // the key belongs to another account
-	}
-	return nil
-}
-
-func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	var row apiKeyRow
-	n, err := t.find(ctx, "api key", &row, "SELECT hash, account_id, admin FROM api_keys WHERE hash = ?", hash)
-	if err != nil {
-		return store.APIKey{}, err
-	}
-	if n == 0 {
-		return store.APIKey{}, newErr("api key", store.ErrNotFound)
-	}
-	return store.APIKey{Hash: row.Hash, AccountID: row.AccountID, Admin: row.Admin}, nil
-}
-
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
 	_, err := t.exec(ctx, "save deployment",
 		`INSERT INTO deployments (account_id, id, name) VALUES (?, ?, ?)
@@ -162,16 +134,6 @@ func (s *Store) AccountByID(ctx context.Context, id int64) (store.Account, error
 // AccountByName implements [store.Accounts].
 func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
 	return read(ctx, s, func(t *txn) (store.Account, error) { return t.AccountByName(ctx, name) })
-}
-
-// SaveAPIKey implements [store.Accounts].
-func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
-	return write0(ctx, s, func(t *txn) error { return t.SaveAPIKey(ctx, k) })
-}
-
-// APIKeyByHash implements [store.Accounts].
-func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	return readPrimary(ctx, s, func(t *txn) (store.APIKey, error) { return t.APIKeyByHash(ctx, hash) })
 }
 
 // SaveDeployment implements [store.Accounts].

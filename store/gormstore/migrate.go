@@ -22,6 +22,7 @@ type migration struct {
 
 var migrations = []migration{
 	{1, "create embedkit's tables", createTables},
+	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
 }
 
 // migrationLock is the key of the PostgreSQL advisory lock held while

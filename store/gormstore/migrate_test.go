@@ -51,6 +51,7 @@ func TestMigrateFromRelease(t *testing.T) {
 					t.Fatalf("open %d: %v", open, err)
 				}
 				checkReleaseData(t, st, releaseTokens[backend])
+				checkReleaseKeys(t, st)
 				if err := st.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -60,8 +61,10 @@ func TestMigrateFromRelease(t *testing.T) {
 			if err := db.WithContext(ctx).Find(&versions).Error; err != nil {
 				t.Fatal(err)
 			}
-			if len(versions) != 1 || versions[0].Version != 1 {
-				t.Errorf("schema versions = %+v, want version 1 once", versions)
+			// Version 1 is the release's schema; version 2 adds the API
+			// keys' origin, name and creation time.
+			if len(versions) != 2 || versions[0].Version != 1 || versions[1].Version != 2 {
+				t.Errorf("schema versions = %+v, want versions 1 and 2 once each", versions)
 			}
 			// Counts through the exported models, as a host would query.
 			counts := map[any]int64{&gormstore.User{}: 26, &gormstore.Session{}: 38, &gormstore.Token{}: 2,

@@ -39,16 +39,6 @@ func (r accountRow) account() store.Account {
 	return a
 }
 
-type apiKeyRow struct {
-	Hash      []byte
-	AccountID int64
-	Admin     bool
-}
-
-func (r *apiKeyRow) dest() []any {
-	return []any{&r.Hash, &r.AccountID, &r.Admin}
-}
-
 type deploymentRow struct {
 	AccountID int64
 	ID        int64

@@ -37,9 +37,17 @@ func (AccountUserSlot) TableName() string { return "account_user_slots" }
 
 // APIKey is the hash of an API key (table api_keys).
 type APIKey struct {
-	Hash      []byte   `gorm:"column:hash;primaryKey"`
-	AccountID int64    `gorm:"column:account_id;not null;index:api_keys_account"`
-	Admin     bool     `gorm:"column:admin;not null;default:false"`
+	Hash      []byte `gorm:"column:hash;primaryKey"`
+	AccountID int64  `gorm:"column:account_id;not null;index:api_keys_account"`
+	Admin     bool   `gorm:"column:admin;not null;default:false"`
+	// Origin says who manages the key: "api" (the Go API) or "config"
+	// (the bootstrap configuration, which removes the keys it no longer
+	// lists). Keys stored before the column existed count as "config".
+	Origin string `gorm:"column:origin;not null;default:config"`
+	// Name is the key's label ("" when it has none).
+	Name string `gorm:"column:name;not null;default:''"`
+	// CreatedAt is 0 for keys stored before the column existed.
+	CreatedAt int64    `gorm:"column:created_at;not null;default:0;autoCreateTime:false"`
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"slices"
 
@@ -58,11 +59,14 @@ func (d *db) needAccount(op string, id int64) error {
 
 func (d *db) saveAPIKey(k store.APIKey) error {
 	key := string(k.Hash)
+	if k.Origin == "" {
+		k.Origin = store.OriginAPI
+	}
 	if old, ok := d.apiKeys[key]; ok {
 		if old.AccountID != k.AccountID {
 			return conflict("save api key: the key belongs to another account")
 		}
-		old.Admin = k.Admin
+		old.Admin, old.Origin, old.Name = k.Admin, k.Origin, k.Name
 		set(d, d.apiKeys, key, old)
 		return nil
 	}
@@ -81,6 +85,32 @@ func (d *db) apiKeyByHash(hash []byte) (store.APIKey, error) {
 	}
 	k.Hash = slices.Clone(k.Hash)
 	return k, nil
+}
+
+func (d *db) listAPIKeys(accountID int64) ([]store.APIKey, error) {
+	out := []store.APIKey{}
+	for _, k := range d.apiKeys {
+		if k.AccountID == accountID {
+			k.Hash = slices.Clone(k.Hash)
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.APIKey) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.Hash, b.Hash)
+	})
+	return out, nil
+}
+
+func (d *db) deleteAPIKey(accountID int64, hash []byte) error {
+	k, ok := d.apiKeys[string(hash)]
+	if !ok || k.AccountID != accountID {
+		return notFound("delete api key")
+	}
+	del(d, d.apiKeys, string(hash))
+	return nil
 }
 
 func (d *db) saveDeployment(dep store.Deployment) error {
@@ -142,6 +172,16 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	return read(s, ctx, func(d *db) (store.APIKey, error) { return d.apiKeyByHash(hash) })
 }
 
+// APIKeys implements [store.Accounts].
+func (s *Store) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
+	return read(s, ctx, func(d *db) ([]store.APIKey, error) { return d.listAPIKeys(accountID) })
+}
+
+// DeleteAPIKey implements [store.Accounts].
+func (s *Store) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
+	return write0(s, ctx, func(d *db) error { return d.deleteAPIKey(accountID, hash) })
+}
+
 // SaveDeployment implements [store.Accounts]. An unknown account is
 // [store.ErrNotFound].
 func (s *Store) SaveDeployment(ctx context.Context, dep store.Deployment) error {
@@ -182,6 +222,14 @@ func (t *txView) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 
 func (t *txView) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
 	return call(t, ctx, func(d *db) (store.APIKey, error) { return d.apiKeyByHash(hash) })
+}
+
+func (t *txView) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
+	return call(t, ctx, func(d *db) ([]store.APIKey, error) { return d.listAPIKeys(accountID) })
+}
+
+func (t *txView) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
+	return call0(t, ctx, func(d *db) error { return d.deleteAPIKey(accountID, hash) })
 }
 
 func (t *txView) SaveDeployment(ctx context.Context, dep store.Deployment) error {

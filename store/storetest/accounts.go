@@ -2,13 +2,89 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/store"
 )
 
 var accountRules = []rule{
+	{
+		name: "API keys keep origin, name and creation time",
+		doc:  "SaveAPIKey stores Origin (empty as OriginAPI), Name and CreatedAt; saving the hash again updates admin, origin and name and keeps CreatedAt.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			h := bytes.Repeat([]byte{0x11}, 32)
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID, Name: "ci", CreatedAt: t0}))
+			k, err := st.APIKeyByHash(ctx(t), h)
+			mustNil(t, "APIKeyByHash", err)
+			if k.Origin != store.OriginAPI || k.Name != "ci" || !k.CreatedAt.Equal(t0) {
+				t.Errorf("key = %+v, want origin api, name ci, created %v", k, t0)
+			}
+			mustNil(t, "SaveAPIKey again", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID, Admin: true,
+				Origin: store.OriginConfig, Name: "", CreatedAt: t0.Add(time.Hour)}))
+			k, err = st.APIKeyByHash(ctx(t), h)
+			mustNil(t, "APIKeyByHash", err)
+			if k.Origin != store.OriginConfig || k.Name != "" || !k.Admin || !k.CreatedAt.Equal(t0) {
+				t.Errorf("key = %+v, want admin config key created %v", k, t0)
+			}
+		},
+	},
+	{
+		name: "APIKeys lists an account's keys in creation order",
+		doc:  "APIKeys returns the keys of one account only, ordered by CreatedAt then hash; an account without keys gets an empty list.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			other := newFixture(t, st, "other")
+			list, err := st.APIKeys(ctx(t), f.account.ID)
+			mustNil(t, "APIKeys", err)
+			if len(list) != 0 {
+				t.Fatalf("APIKeys of an account without keys = %+v", list)
+			}
+			h1, h2, h3 := bytes.Repeat([]byte{3}, 32), bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h1, AccountID: f.account.ID, CreatedAt: t0}))
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h2, AccountID: f.account.ID, Admin: true, Origin: store.OriginConfig, CreatedAt: t0.Add(time.Second)}))
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h3, AccountID: other.account.ID, CreatedAt: t0}))
+			list, err = st.APIKeys(ctx(t), f.account.ID)
+			mustNil(t, "APIKeys", err)
+			if len(list) != 2 || !bytes.Equal(list[0].Hash, h1) || !bytes.Equal(list[1].Hash, h2) ||
+				list[1].Origin != store.OriginConfig || !list[1].Admin || list[0].AccountID != f.account.ID {
+				t.Errorf("APIKeys = %+v, want h1 then h2 of account %d", list, f.account.ID)
+			}
+		},
+	},
+	{
+		name: "DeleteAPIKey removes one key of its account",
+		doc:  "DeleteAPIKey deletes the key at once (APIKeyByHash is then ErrNotFound); a hash unknown or of another account is ErrNotFound and changes nothing; inside a rolled-back transaction nothing is deleted.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			other := newFixture(t, st, "other")
+			h, keep := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{8}, 32)
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID}))
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: keep, AccountID: f.account.ID}))
+			wantErr(t, "DeleteAPIKey of another account", st.DeleteAPIKey(ctx(t), other.account.ID, h), store.ErrNotFound)
+			wantErr(t, "DeleteAPIKey unknown", st.DeleteAPIKey(ctx(t), f.account.ID, bytes.Repeat([]byte{9}, 32)), store.ErrNotFound)
+			boom := errors.New("boom")
+			err := st.InTx(ctx(t), func(tx store.Tx) error {
+				mustNil(t, "DeleteAPIKey in tx", tx.DeleteAPIKey(ctx(t), f.account.ID, h))
+				return boom
+			})
+			wantErr(t, "InTx", err, boom)
+			_, err = st.APIKeyByHash(ctx(t), h)
+			mustNil(t, "APIKeyByHash after a rolled-back delete", err)
+			mustNil(t, "DeleteAPIKey", st.DeleteAPIKey(ctx(t), f.account.ID, h))
+			_, err = st.APIKeyByHash(ctx(t), h)
+			wantErr(t, "APIKeyByHash after DeleteAPIKey", err, store.ErrNotFound)
+			wantErr(t, "DeleteAPIKey twice", st.DeleteAPIKey(ctx(t), f.account.ID, h), store.ErrNotFound)
+			list, err := st.APIKeys(ctx(t), f.account.ID)
+			mustNil(t, "APIKeys", err)
+			if len(list) != 1 || !bytes.Equal(list[0].Hash, keep) {
+				t.Errorf("APIKeys after delete = %+v, want only the other key", list)
+			}
+		},
+	},
 	{
 		name: "SaveAccount creates then updates by name",
 		doc:  "SaveAccount is idempotent by name: a second call keeps the ID and overwrites plan, flags, limit and branches.",

@@ -1,4 +1,4 @@
-package bootstrap_test
+package operator_test
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
-// demoJSON is the bootstrap document of decisions.md §6, verbatim.
+// demoJSON is the example server's bootstrap document, as documented.
 const demoJSON = `{
   "accounts": [{
     "name": "acme",
@@ -32,12 +32,12 @@ const demoJSON = `{
 }`
 
 func TestDecodeMatchesDemo(t *testing.T) {
-	cfg, err := bootstrap.Decode(strings.NewReader(demoJSON))
+	cfg, err := operator.DecodeConfig(strings.NewReader(demoJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(cfg, bootstrap.Demo()) {
-		t.Errorf("decoded §6 document = %+v\nwant Demo() = %+v", cfg, bootstrap.Demo())
+	if !reflect.DeepEqual(cfg, operator.DemoConfig()) {
+		t.Errorf("decoded document = %+v\nwant DemoConfig() = %+v", cfg, operator.DemoConfig())
 	}
 }
 
@@ -50,10 +50,27 @@ func TestValidate(t *testing.T) {
 		{"negative limit", `{"accounts":[{"name":"a","maxExternalUsers":-1}]}`},
 		{"one key for two accounts", `{"accounts":[{"name":"a","apiKeys":[{"key":"k"}]},{"name":"b","apiKeys":[{"key":"k","admin":true}]}]}`},
 		{"malformed", `{`},
+		{"key and keyHash", `{"accounts":[{"name":"a","apiKeys":[{"key":"k","keyHash":"` + strings.Repeat("ab", 32) + `"}]}]}`},
+		{"short keyHash", `{"accounts":[{"name":"a","apiKeys":[{"keyHash":"abcd"}]}]}`},
+		{"keyHash not hex", `{"accounts":[{"name":"a","apiKeys":[{"keyHash":"` + strings.Repeat("zz", 32) + `"}]}]}`},
+		{"one key twice", `{"accounts":[{"name":"a","apiKeys":[{"key":"k"},{"keyHash":"` + operator.HashKey("k") + `"}]}]}`},
+		{"one key hashed for two accounts", `{"accounts":[{"name":"a","apiKeys":[{"key":"k"}]},{"name":"b","apiKeys":[{"keyHash":"` + operator.HashKey("k") + `"}]}]}`},
+		{"account twice", `{"accounts":[{"name":"a"},{"name":"a"}]}`},
+		{"deployment id 0", `{"accounts":[{"name":"a","deployments":[{"id":0}]}]}`},
+		{"agent without deployment", `{"accounts":[{"name":"a","agents":[{"id":"7"}]}]}`},
+		{"group without name", `{"accounts":[{"name":"a","groups":[{}]}]}`},
+		{"attribute twice", `{"accounts":[{"name":"a","userAttributes":[{"name":"c","type":"string"},{"name":"c","type":"number"}]}]}`},
+		{"group twice", `{"accounts":[{"name":"a","groups":[{"name":"g"},{"name":"g"}]}]}`},
+		{"deployment twice", `{"accounts":[{"name":"a","deployments":[{"id":1},{"id":1}]}]}`},
+		{"long name", `{"accounts":[{"name":"` + strings.Repeat("x", 256) + `"}]}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := bootstrap.Decode(strings.NewReader(c.json)); err == nil {
-				t.Error("accepted")
+			_, err := operator.DecodeConfig(strings.NewReader(c.json))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if strings.Contains(err.Error(), `"k"`) {
+				t.Errorf("the key appears in the error: %v", err)
 			}
 		})
 	}
@@ -65,7 +82,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 			st := testdb.Open(t, backend)
 			ctx := context.Background()
 			for range 2 {
-				if err := bootstrap.Apply(ctx, st, bootstrap.Demo()); err != nil {
+				if err := operator.New(st).Apply(ctx, operator.DemoConfig()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -98,8 +115,8 @@ func TestApplyIsIdempotent(t *testing.T) {
 				t.Error(err)
 			}
 			t.Run("a key of another account is refused and kept as it is", func(t *testing.T) {
-				cfg := bootstrap.Config{Accounts: []bootstrap.Account{{Name: "zz", APIKeys: []bootstrap.APIKey{{Key: "sk-acme-admin"}}}}}
-				err := bootstrap.Apply(ctx, st, cfg)
+				cfg := operator.Config{Accounts: []operator.Account{{Name: "zz", APIKeys: []operator.APIKey{{Key: "sk-acme-admin"}}}}}
+				err := operator.New(st).Apply(ctx, cfg)
 				if !errors.Is(err, store.ErrConflict) && (err == nil || !strings.Contains(err.Error(), "another account")) {
 					t.Fatalf("err = %v, want a refusal", err)
 				}
@@ -114,9 +131,9 @@ func TestApplyIsIdempotent(t *testing.T) {
 				}
 			})
 			t.Run("changed attribute type is a conflict", func(t *testing.T) {
-				cfg := bootstrap.Demo()
+				cfg := operator.DemoConfig()
 				cfg.Accounts[0].UserAttributes[0].Type = store.TypeNumber
-				if err := bootstrap.Apply(ctx, st, cfg); !errors.Is(err, store.ErrConflict) {
+				if err := operator.New(st).Apply(ctx, cfg); !errors.Is(err, store.ErrConflict) {
 					t.Errorf("err = %v, want ErrConflict", err)
 				}
 			})

@@ -1,0 +1,61 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/memstore"
+)
+
+// A creator-mode session reads the embed tenant's attributes and groups,
+// any other session the account-wide ones.
+func TestAttributesAndGroups(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	acct, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, err := st.EnsureEmbedTenant(ctx, acct.ID, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: acct.ID, ExternalID: "jane", Persistent: true, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, scoped := store.TenantWide(acct.ID), store.Scope{AccountID: acct.ID, EmbedTenantID: tenant.ID}
+	for sc, country := range map[store.Scope]string{wide: `"DE"`, scoped: `"FR"`} {
+		if err := st.UpsertAttributes(ctx, sc, []store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.UpsertGroups(ctx, sc, []store.GroupDef{{Name: "g" + country[1:3]}}); err != nil {
+			t.Fatal(err)
+		}
+		as, _ := st.AttributesByName(ctx, sc, []string{"country"})
+		gs, _ := st.GroupsByName(ctx, sc, []string{"g" + country[1:3]})
+		if err := st.SetAttributeValues(ctx, u.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(country)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.ReplaceMemberships(ctx, u.ID, sc, []int64{gs[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		creator      bool
+		country, grp string
+	}{{false, `"DE"`, "gDE"}, {true, `"FR"`, "gFR"}} {
+		es := middleware.EmbedSession{User: u, Session: store.Session{AccountID: acct.ID, UserID: u.ID, EmbedTenantID: tenant.ID, CreatorMode: c.creator}}
+		attrs, groups, err := es.AttributesAndGroups(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(attrs) != 1 || string(attrs[0].Value) != c.country || len(groups) != 1 || groups[0].Name != c.grp {
+			t.Errorf("creatorMode %v: attributes %+v, groups %+v; want country %s, group %s", c.creator, attrs, groups, c.country, c.grp)
+		}
+	}
+}

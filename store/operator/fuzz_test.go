@@ -1,0 +1,51 @@
+package operator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/memstore"
+	"github.com/embedkit/embedkit/store/operator"
+)
+
+// FuzzDecodeConfig: any document is either refused by DecodeConfig, or
+// applied by Apply, or refused by Apply with nothing written; no key
+// appears in an error.
+func FuzzDecodeConfig(f *testing.F) {
+	f.Add(demoJSON)
+	f.Add(`{"accounts":[{"name":"a","apiKeys":[{"keyHash":"` + operator.HashKey("sk-x") + `","admin":true}]}]}`)
+	f.Add(`{"accounts":[{"name":"a","userAttributes":[{"name":"c","type":"string"},{"name":"c","type":"number"}]}]}`)
+	f.Add(`{"accounts":[{"name":"a","agents":[{"id":"7","deploymentId":9}],"deployments":[{"id":1}]}]}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		cfg, err := operator.DecodeConfig(strings.NewReader(doc))
+		if err != nil {
+			return
+		}
+		ctx := context.Background()
+		st := memstore.New()
+		err = operator.New(st).Apply(ctx, cfg)
+		for _, a := range cfg.Accounts {
+			for _, k := range a.APIKeys {
+				if err != nil && k.Key != "" && len(k.Key) > 3 && strings.Contains(err.Error(), k.Key) {
+					t.Fatalf("error holds a key: %v", err)
+				}
+			}
+			_, gerr := st.AccountByName(ctx, a.Name)
+			if err == nil && gerr != nil {
+				t.Fatalf("applied, but account %q: %v", a.Name, gerr)
+			}
+			if err != nil && !errors.Is(gerr, store.ErrNotFound) {
+				t.Fatalf("Apply failed (%v) but account %q was written", err, a.Name)
+			}
+		}
+		if err == nil {
+			// Idempotent.
+			if err := operator.New(st).Apply(ctx, cfg); err != nil {
+				t.Fatalf("second Apply: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,147 @@
+package operator_test
+
+import (
+	"context"
+	"encoding/hex"
+	"testing"
+
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
+)
+
+// openShared opens a store on dsn, closed by t.Cleanup.
+func openShared(t *testing.T, dsn string) store.Store {
+	t.Helper()
+	st, err := testdb.OpenStore(dsn)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// replica starts a test server on st with the embedsession handler's
+// caches on (5 s: keys, deployments), as the example server runs.
+func replica(t *testing.T, backend string, st store.Store, opts ...apitest.Option) *apitest.Server {
+	t.Helper()
+	opts = append([]apitest.Option{
+		apitest.WithStore(func(testing.TB, string) store.Store { return st }),
+		apitest.WithEmbedOptions(embedsession.WithCacheTTL(middleware.MaxKeyCacheTTL)),
+	}, opts...)
+	return apitest.New(t, apitest.Target{Backend: backend, Router: apitest.ServeMux}, opts...)
+}
+
+func generate(t *testing.T, s *apitest.Server, key string) int {
+	t.Helper()
+	status, _ := s.Do(t, "POST", "/api/v1/embed/generate-session", key, map[string]any{"deploymentId": 1, "externalId": "jane"})
+	return status
+}
+
+// TestRevokeOverHTTP: a key revoked through the Go API is refused at once by
+// the server that revoked it, and by another replica sharing the database
+// within its key cache's lifetime (5 s on its clock), over real HTTP.
+func TestRevokeOverHTTP(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			dsn := testdb.OpenDSN(t, backend)
+			s1 := replica(t, backend, openShared(t, dsn))
+			s2 := replica(t, backend, openShared(t, dsn))
+			ctx := context.Background()
+			op := operator.New(s1.Store)
+
+			key, info, err := op.CreateAPIKey(ctx, apitest.Account, operator.APIKey{Name: "host"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []*apitest.Server{s1, s2} {
+				if got := generate(t, s, key); got != 200 {
+					t.Fatalf("new key: %d, want 200", got)
+				}
+			}
+			if err := op.RevokeAPIKey(ctx, apitest.Account, info.Hash); err != nil {
+				t.Fatal(err)
+			}
+			if got := generate(t, s1, key); got != 401 {
+				t.Errorf("the server that revoked the key (cached there): %d, want 401 at once", got)
+			}
+
+			// Another replica learns of a revocation through the database
+			// only. Simulate a revocation by another process: the row goes,
+			// and this process is not told.
+			other, _, err := op.CreateAPIKey(ctx, apitest.Account, operator.APIKey{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := generate(t, s2, other); got != 200 {
+				t.Fatalf("second key: %d, want 200", got)
+			}
+			h, _ := hex.DecodeString(operator.HashKey(other))
+			if err := s1.Store.DeleteAPIKey(ctx, s1.Accounts[apitest.Account].ID, h); err != nil {
+				t.Fatal(err)
+			}
+			s2.Advance(middleware.MaxKeyCacheTTL - 1)
+			if got := generate(t, s2, other); got != 200 {
+				// Not a requirement, but it shows that the cache (and its
+				// clock) is what the next check runs against.
+				t.Errorf("within the cache lifetime: %d, want 200 from the replica's cache", got)
+			}
+			s2.Advance(1)
+			if got := generate(t, s2, other); got != 401 {
+				t.Errorf("replica %v after a revocation elsewhere: %d, want 401", middleware.MaxKeyCacheTTL, got)
+			}
+			if got := generate(t, s2, apitest.AdminKey); got != 200 {
+				t.Errorf("an unrevoked key: %d, want 200", got)
+			}
+		})
+	}
+}
+
+// TestRevokeByConfig: a key dropped from the bootstrap configuration is
+// refused after the next start; a key created through the Go API survives.
+func TestRevokeByConfig(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			dsn := testdb.OpenDSN(t, backend)
+			withTemp := apitest.WithConfig(func(c *operator.Config) {
+				c.Accounts[0].APIKeys = append(c.Accounts[0].APIKeys,
+					operator.APIKey{Key: "sk-acme-temp"},
+					operator.APIKey{KeyHash: operator.HashKey("sk-acme-hashed")})
+			})
+			st1, err := testdb.OpenStore(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1 := replica(t, backend, st1, withTemp)
+			goKey, _, err := operator.New(st1).CreateAPIKey(context.Background(), apitest.Account, operator.APIKey{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"sk-acme-temp", "sk-acme-hashed", goKey} {
+				if got := generate(t, s1, k); got != 200 {
+					t.Fatalf("first start, a listed key: %d, want 200", got)
+				}
+			}
+			s1.Close()
+			if err := st1.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			// Restart with the default configuration: both keys dropped.
+			s2 := replica(t, backend, openShared(t, dsn))
+			for _, k := range []string{"sk-acme-temp", "sk-acme-hashed"} {
+				if got := generate(t, s2, k); got != 401 {
+					t.Errorf("a key dropped from the configuration, after the restart: %d, want 401", got)
+				}
+			}
+			for _, k := range []string{goKey, apitest.AdminKey, apitest.UserKey} {
+				if got := generate(t, s2, k); got != 200 {
+					t.Errorf("a kept key after the restart: %d, want 200", got)
+				}
+			}
+		})
+	}
+}
