@@ -43,10 +43,14 @@ func TestDBResolver(t *testing.T) {
 				served = map[string][]string{} // source -> statements
 			)
 			if err := testdb.OnStatementDB(db, func(d *gorm.DB) {
-				source := "SQLite writer connection"
-				switch p := d.Statement.ConnPool.(type) {
-				case *sql.Tx:
-					source = "transaction"
+				source := "other"
+				pool := d.Statement.ConnPool
+				if p, ok := pool.(*gorm.PreparedStmtDB); ok {
+					pool = p.ConnPool
+				}
+				switch p := pool.(type) {
+				case gorm.TxCommitter:
+					source = "transaction" // or the pinned SQLite writer connection
 				case *sql.DB:
 					if p == primary {
 						source = "primary"
