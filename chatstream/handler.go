@@ -49,7 +49,7 @@ type Handler struct {
 //
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithCluster], [WithLogger],
+// [WithMaxTurnBytes], [WithCluster], [WithLogger],
 // [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
@@ -474,7 +474,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			scope = c.es.Session.Scope()
 		} else {
 			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
-			res, err := provision.Apply(ctx, tx, c.acct, p, h.maxUsers(c.acct), now)
+			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 			if err != nil {
 				return err
 			}
@@ -600,12 +600,6 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 }
 
-func (h *Handler) maxUsers(a store.Account) int {
-	if a.MaxExternalUsers > 0 {
-		return a.MaxExternalUsers
-	}
-	return h.cfg.maxExternalUsers
-}
 
 func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()

@@ -43,10 +43,14 @@ func TestDBResolver(t *testing.T) {
 				served = map[string][]string{} // source -> statements
 			)
 			if err := testdb.OnStatementDB(db, func(d *gorm.DB) {
-				source := "SQLite writer connection"
-				switch p := d.Statement.ConnPool.(type) {
-				case *sql.Tx:
-					source = "transaction"
+				source := "other"
+				pool := d.Statement.ConnPool
+				if p, ok := pool.(*gorm.PreparedStmtDB); ok {
+					pool = p.ConnPool
+				}
+				switch p := pool.(type) {
+				case gorm.TxCommitter:
+					source = "transaction" // or the pinned SQLite writer connection
 				case *sql.DB:
 					if p == primary {
 						source = "primary"
@@ -60,7 +64,10 @@ func TestDBResolver(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			st, err := gormstore.OpenDB(db)
+			// Pipelined PostgreSQL transactions run on the handle's own
+			// pool (the primary) but bypass callbacks: without them every
+			// statement is visible here.
+			st, err := gormstore.OpenDB(db, gormstore.WithoutPipelining())
 			if err != nil {
 				t.Fatal(err)
 			}
