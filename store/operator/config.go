@@ -46,7 +46,7 @@ type Account struct {
 	// UseCreatorMode allows sessions in creator mode.
 	UseCreatorMode bool `json:"useCreatorMode"`
 	// MaxExternalUsers limits the account's persistent external users; 0
-	// means the handler's default (10,000 unless configured otherwise).
+	// means [store.DefaultMaxExternalUsers] (10,000).
 	MaxExternalUsers int `json:"maxExternalUsers"`
 	// APIKeys are the account's keys, each given as Key or KeyHash.
 	APIKeys []APIKey `json:"apiKeys"`
