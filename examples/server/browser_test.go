@@ -1,0 +1,530 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// The browser tests drive a headless Chromium (Debian's chromium package)
+// through the demo host page: / mints a session for a demo user and
+// embeds /embed/chat in an iframe. They need chromium on the PATH (or
+// EMBEDKIT_CHROMIUM) and the pinned vega packages in a node_modules
+// folder (EMBEDKIT_VEGA_DIR, default .ci/vega/node_modules, which .ci/run
+// installs). Without them they skip, except under CI=true, where they
+// fail.
+
+// requirement skips the test, or fails it under CI.
+func requirement(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: browser tests must run)", msg)
+	}
+	t.Skipf("%s; skipping the browser tests (they run in CI: .ci/run installs what they need)", msg)
+}
+
+func chromiumPath(t *testing.T) string {
+	if p := os.Getenv("EMBEDKIT_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	requirement(t, "chromium not found (apt-get install chromium, or set EMBEDKIT_CHROMIUM)")
+	return ""
+}
+
+func vegaDir(t *testing.T) string {
+	dir := os.Getenv("EMBEDKIT_VEGA_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", ".ci", "vega", "node_modules")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vega-embed", "package.json")); err != nil {
+		requirement(t, "vega packages not found in %s (npm ci --prefix .ci/vega, or set EMBEDKIT_VEGA_DIR)", dir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// browser is one headless Chromium shared by the subtests of a test.
+type browser struct {
+	ctx context.Context
+}
+
+func newBrowser(t *testing.T) *browser {
+	exe := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1100, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		cancel()
+		cancelAlloc()
+		t.Fatalf("start chromium %s: %v", exe, err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	return &browser{ctx: ctx}
+}
+
+// tab is a browser tab of one subtest, recording console errors,
+// exceptions and CSP violations.
+type tab struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+
+	mu       sync.Mutex
+	problems []string
+}
+
+// cspProbe records securitypolicyviolation events in every frame.
+const cspProbe = `document.addEventListener("securitypolicyviolation", (e) => {
+  (window.top.__cspViolations = window.top.__cspViolations || []).push(location.pathname + ": " + e.violatedDirective + " " + e.blockedURI);
+});`
+
+func (b *browser) newTab(t *testing.T, base string) *tab {
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	tb := &tab{t: t, ctx: ctx, base: base}
+	err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == "error" || ev.Type == "assert" {
+				var parts []string
+				for _, a := range ev.Args {
+					parts = append(parts, string(a.Value)+a.Description)
+				}
+				tb.problem("console.%s: %s", ev.Type, strings.Join(parts, " "))
+			}
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			tb.problem("exception: %s", msg)
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == "error" {
+				tb.problem("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspProbe}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			tb.screenshot("failure")
+		}
+		cancel()
+	})
+	return tb
+}
+
+func (tb *tab) problem(format string, args ...any) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.problems = append(tb.problems, fmt.Sprintf(format, args...))
+}
+
+// screenshot writes the page to a PNG in the temp dir and logs its path.
+func (tb *tab) screenshot(name string) string {
+	ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		tb.t.Logf("screenshot: %v", err)
+		return ""
+	}
+	dir := filepath.Join(os.TempDir(), "embedkit-browser-screenshots")
+	_ = os.MkdirAll(dir, 0o755)
+	p := filepath.Join(dir, regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(tb.t.Name()+"-"+name, "_")+".png")
+	if err := os.WriteFile(p, buf, 0o644); err != nil {
+		tb.t.Logf("screenshot: %v", err)
+		return ""
+	}
+	tb.t.Logf("screenshot written to %s", p)
+	return p
+}
+
+func (tb *tab) run(actions ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		tb.t.Fatal(err)
+	}
+}
+
+// eval evaluates js in the top document (promises are awaited) and
+// decodes its JSON value into out (when out is not nil).
+func (tb *tab) eval(js string, out any) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => JSON.stringify((await (`+js+`)) ?? null))()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		tb.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal([]byte(v), out); err != nil {
+			tb.t.Fatalf("evaluate %s: %v (value %s)", js, err, v)
+		}
+	}
+}
+
+// chat wraps js so that it runs with `d` as the chat iframe's document.
+func chat(js string) string {
+	return `(() => { const f = document.getElementById("chat"); const d = f && f.contentDocument; if (!d) return null; const w = f.contentWindow; return (` + js + `); })()`
+}
+
+// waitFor polls the boolean js until it is true.
+func (tb *tab) waitFor(what, js string, timeout time.Duration) {
+	tb.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(`+js+`)`))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.t.Fatalf("timed out waiting for %s (last error %v)", what, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// open loads the demo host page for user and waits for the chat.
+func (tb *tab) open(user string) {
+	tb.t.Helper()
+	tb.run(chromedp.Navigate(tb.base + "/?user=" + user))
+	tb.waitFor("the chat page to be ready", chat(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+}
+
+// ask types a question and sends it.
+func (tb *tab) ask(q string) {
+	tb.t.Helper()
+	js, _ := json.Marshal(q)
+	tb.eval(chat(`(d.getElementById("ek-input").value = `+string(js)+`, d.getElementById("ek-form").requestSubmit(), true)`), nil)
+}
+
+const (
+	jsBusy     = `d.getElementById("ek-log").getAttribute("aria-busy") === "true"`
+	jsIdle     = `d.getElementById("ek-log").getAttribute("aria-busy") === "false" && !d.getElementById("ek-send").hidden`
+	jsFinal    = `[...d.querySelectorAll(".ek-assistant")].map((e) => e.innerText).join("\n")`
+	jsHasChart = `!!d.querySelector(".ek-chart-view svg, .ek-chart-view canvas")`
+	jsTable    = `[...d.querySelectorAll(".ek-table tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent))`
+)
+
+// noProblems fails on console errors, exceptions and CSP violations.
+func (tb *tab) noProblems() {
+	tb.t.Helper()
+	var csp []string
+	tb.eval(`window.__cspViolations || []`, &csp)
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for _, v := range csp {
+		tb.t.Errorf("CSP violation: %s", v)
+	}
+	for _, p := range tb.problems {
+		tb.t.Errorf("browser reported: %s", p)
+	}
+}
+
+func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser tests are not short")
+	}
+	dir := vegaDir(t)
+	b := newBrowser(t)
+	s := startServer(t, "-db", ":memory:", "-vega-dir", dir, "-agent-delay", "40ms")
+
+	t.Run("answer streams with a tool step, a table and a chart", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		var name, initials string
+		tb.eval(chat(`d.getElementById("ek-name").textContent`), &name)
+		if name != "Ana Weber" {
+			t.Errorf("display name %q", name)
+		}
+		tb.waitFor("the avatar picture", chat(`d.querySelector(".ek-avatar-img:not([hidden])")`), 10*time.Second)
+		tb.eval(chat(`d.getElementById("ek-initials").hidden ? "" : "visible"`), &initials)
+		if initials != "" {
+			t.Errorf("initials shown over a picture that loaded")
+		}
+		tb.ask("revenue by country")
+		// Streamed: some text is shown while the turn still runs.
+		tb.waitFor("streamed text while the turn runs", chat(jsBusy+` && [...d.querySelectorAll(".ek-assistant .ek-md p")].some((p) => p.textContent.length > 0)`), 30*time.Second)
+		tb.waitFor("the turn to end", chat(jsIdle), 60*time.Second)
+		tb.waitFor("a chart", chat(jsHasChart), 20*time.Second)
+		var sql, final string
+		var rows [][]string
+		tb.eval(chat(`[...d.querySelectorAll(".ek-step .ek-sql code")].map((c) => c.textContent).join("\n")`), &sql)
+		tb.eval(chat(jsFinal), &final)
+		tb.eval(chat(jsTable), &rows)
+		if !strings.Contains(sql, "SELECT") {
+			t.Errorf("tool step SQL %q", sql)
+		}
+		if len(rows) != 1 || rows[0][0] != "Germany" {
+			t.Errorf("table rows %q, want Germany only", rows)
+		}
+		if !strings.Contains(final, "Germany") {
+			t.Errorf("final answer %q", final)
+		}
+		var steps int
+		tb.eval(chat(`d.querySelectorAll("details.ek-step").length`), &steps)
+		if steps < 2 {
+			t.Errorf("%d tool steps, want the metadata search and the query", steps)
+		}
+		// The address bar lost the single-use sessionId.
+		var src string
+		tb.eval(chat(`w.location.search`), &src)
+		if strings.Contains(src, "sessionId") {
+			t.Errorf("chat URL still has the sessionId: %q", src)
+		}
+		if p := os.Getenv("EMBEDKIT_README_SCREENSHOT"); p != "" {
+			tb.eval(chat(`(d.querySelector(".ek-step").open = true, true)`), nil)
+			time.Sleep(300 * time.Millisecond)
+			tb.run(chromedp.EmulateViewport(900, 860), chromedp.Sleep(500*time.Millisecond))
+			buf, err := chromedp.Run(tb.ctx, chromedp.FullScreenshot(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, buf, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tb.noProblems()
+	})
+
+	t.Run("stop ends the turn and keeps the partial answer", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("liam")
+		tb.ask("revenue by month")
+		tb.waitFor("streamed text", chat(jsBusy+` && [...d.querySelectorAll(".ek-assistant .ek-md p")].some((p) => p.textContent.length > 0)`), 30*time.Second)
+		tb.eval(chat(`(d.getElementById("ek-stop").click(), true)`), nil)
+		tb.waitFor("the turn to end", chat(jsIdle), 30*time.Second)
+		var notice, final string
+		tb.eval(chat(`d.getElementById("ek-notice").textContent`), &notice)
+		tb.eval(chat(jsFinal), &final)
+		if !strings.Contains(notice, "Stopped") {
+			t.Errorf("notice %q, want Stopped", notice)
+		}
+		if strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(final), "Stopped.")) == "" {
+			t.Errorf("the partial answer is gone: %q", final)
+		}
+		// A reload shows the same partial answer from the history.
+		tb.eval(chat(`(w.location.reload(), true)`), nil)
+		time.Sleep(200 * time.Millisecond)
+		tb.waitFor("the chat after reload", chat(`d.body && d.body.dataset.ready === "true" && d.querySelector(".ek-assistant")`), 30*time.Second)
+		tb.waitFor("the rejoin to end", chat(jsIdle), 30*time.Second)
+		var after string
+		tb.eval(chat(jsFinal), &after)
+		if strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(final), "Stopped.")) != strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(after), "Stopped.")) {
+			t.Errorf("after reload the answer is %q, want %q", after, final)
+		}
+		tb.noProblems()
+	})
+
+	t.Run("a reload mid-turn rejoins and ends with the same final message", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("streamed text", chat(jsBusy+` && [...d.querySelectorAll(".ek-assistant .ek-md p")].some((p) => p.textContent.length > 10)`), 30*time.Second)
+		tb.eval(chat(`(w.location.reload(), true)`), nil)
+		time.Sleep(200 * time.Millisecond)
+		tb.waitFor("the chat after reload", chat(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+		tb.waitFor("the rejoined turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
+		tb.waitFor("a chart", chat(jsHasChart), 20*time.Second)
+		var cache struct {
+			ChatID string `json:"chatId"`
+			Msgs   map[string]struct {
+				Role      string   `json:"role"`
+				Content   string   `json:"content"`
+				GraphPath []string `json:"graphPath"`
+			} `json:"msgs"`
+		}
+		var cacheJSON, final, token string
+		tb.eval(chat(`w.sessionStorage.getItem("embedkit.chat")`), &cacheJSON)
+		tb.eval(chat(`w.sessionStorage.getItem("embedkit.token")`), &token)
+		tb.eval(chat(jsFinal), &final)
+		if err := json.Unmarshal([]byte(cacheJSON), &cache); err != nil {
+			t.Fatal(err)
+		}
+		var assistants int
+		tb.eval(chat(`d.querySelectorAll(".ek-assistant").length`), &assistants)
+		if assistants != 1 || strings.Count(final, "Let me look that up") != 1 {
+			t.Errorf("%d assistant messages after the rejoin: %q", assistants, final)
+		}
+		// The stored history's final message is the one the page shows.
+		stored := finalOfThread(t, s.base, token, cache.ChatID)
+		var shown string
+		for _, m := range cache.Msgs {
+			if m.Role == "assistant" && len(m.GraphPath) > 0 && m.GraphPath[0] == "final" {
+				shown = m.Content
+			}
+		}
+		if stored == "" || shown != stored {
+			t.Errorf("page's final message %q, stored %q", shown, stored)
+		}
+		tb.noProblems()
+	})
+
+	t.Run("row security: users see their own numbers, no country sees none", func(t *testing.T) {
+		tables := map[string][][]string{}
+		for _, u := range []string{"ana", "liam", "sam"} {
+			tb := b.newTab(t, s.base)
+			tb.open(u)
+			tb.ask("revenue by country")
+			tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table")`), 60*time.Second)
+			var rows [][]string
+			tb.eval(chat(jsTable), &rows)
+			tables[u] = rows
+			tb.noProblems()
+		}
+		if len(tables["ana"]) != 1 || tables["ana"][0][0] != "Germany" || len(tables["liam"]) != 1 || tables["liam"][0][0] != "United States" {
+			t.Errorf("ana saw %q, liam saw %q", tables["ana"], tables["liam"])
+		} else if tables["ana"][0][1] == tables["liam"][0][1] {
+			t.Errorf("ana and liam see the same revenue %q", tables["ana"][0][1])
+		}
+		if rows := tables["sam"]; len(rows) != 1 || rows[0][0] != "No rows." {
+			t.Errorf("the user without a country saw %q, want no rows", rows)
+		}
+	})
+
+	t.Run("an expired token posts the event to the host", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("liam")
+		// Revoking the user's sessions ends the token, as expiry does.
+		req, _ := http.NewRequest(http.MethodDelete, s.base+"/api/v1/embed/users/demo-liam/sessions", nil)
+		req.Header.Set("Authorization", "Api-Key sk-acme-admin")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusNoContent {
+			t.Fatalf("revoke: %d", res.StatusCode)
+		}
+		tb.ask("revenue by country")
+		tb.waitFor("the host to get embedkit:session-expired", `document.body.dataset.sessionExpired === "true"`, 20*time.Second)
+		var inputDisabled bool
+		tb.eval(chat(`d.getElementById("ek-input").disabled`), &inputDisabled)
+		if !inputDisabled {
+			t.Error("the chat still takes questions after the session expired")
+		}
+		var token string
+		tb.eval(chat(`w.sessionStorage.getItem("embedkit.token") || ""`), &token)
+		if token != "" {
+			t.Error("the expired token is still in sessionStorage")
+		}
+		// The 401 of the chat request is the only error the browser logs.
+		tb.mu.Lock()
+		var rest []string
+		for _, p := range tb.problems {
+			if !strings.Contains(p, "401") {
+				rest = append(rest, p)
+			}
+		}
+		tb.problems = rest
+		tb.mu.Unlock()
+		tb.noProblems()
+	})
+
+	t.Run("a broken picture falls back to initials", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("yuki")
+		tb.waitFor("initials", chat(`!d.getElementById("ek-initials").hidden && !d.querySelector(".ek-avatar-img")`), 10*time.Second)
+		var initials string
+		tb.eval(chat(`d.getElementById("ek-initials").textContent`), &initials)
+		if initials != "YT" {
+			t.Errorf("initials %q, want YT", initials)
+		}
+	})
+}
+
+// finalOfThread reads the thread's history with the page's token and
+// returns its final answer.
+func finalOfThread(t *testing.T, base, token, chatID string) string {
+	t.Helper()
+	body := strings.NewReader(`{"chatId":` + strconvQuote(chatID) + `}`)
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/public/acme/agents/7/chat/stream-chat-state", body)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var final string
+	dec := json.NewDecoder(res.Body)
+	for {
+		var m struct {
+			ID    string `json:"id"`
+			State struct {
+				Messages []struct {
+					Role      string   `json:"role"`
+					Content   string   `json:"content"`
+					GraphPath []string `json:"graphPath"`
+				} `json:"messages"`
+			} `json:"state"`
+		}
+		if err := dec.Decode(&m); err != nil {
+			break
+		}
+		for _, h := range m.State.Messages {
+			if h.Role == "assistant" && len(h.GraphPath) > 0 && h.GraphPath[0] == "final" {
+				final = h.Content
+			}
+		}
+	}
+	return final
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
