@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -107,6 +108,7 @@ type tab struct {
 
 	mu       sync.Mutex
 	problems []string
+	requests []string // URLs the page requested
 }
 
 // cspProbe records securitypolicyviolation events in every frame.
@@ -134,6 +136,10 @@ func (b *browser) newTab(t *testing.T, base string) *tab {
 				msg += " " + d.Exception.Description
 			}
 			tb.problem("exception: %s", msg)
+		case *network.EventRequestWillBeSent:
+			tb.mu.Lock()
+			tb.requests = append(tb.requests, ev.Request.URL)
+			tb.mu.Unlock()
 		case *cdplog.EventEntryAdded:
 			if ev.Entry.Level == "error" {
 				tb.problem("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
@@ -144,6 +150,9 @@ func (b *browser) newTab(t *testing.T, base string) *tab {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
@@ -473,6 +482,84 @@ func TestBrowser(t *testing.T) {
 		tb.noProblems()
 	})
 
+	t.Run("nothing the model or the data says is markup or fetches anything", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		// The shell loads with no session at all; the page then reports
+		// the missing session, and the test drives its renderers.
+		tb.run(chromedp.Navigate(s.base + "/embed/chat"))
+		tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("expired")`, 20*time.Second)
+		var got struct {
+			Images, Scripts int
+			Links           []string
+			Markdown        string
+			Table           string
+			Chart           bool
+			Location        string
+		}
+		tb.eval(probeJS, &got)
+		if got.Images != 0 || got.Scripts != 0 {
+			t.Errorf("the rendered content made %d img and %d script elements", got.Images, got.Scripts)
+		}
+		if len(got.Links) != 1 || got.Links[0] != "https://example.com/x" {
+			t.Errorf("links %q, want only https://example.com/x", got.Links)
+		}
+		for _, want := range []string{"<img src=/canary/md-html onerror=alert(1)>", "[image: pic]", "<script>alert(1)</script>", "bad"} {
+			if !strings.Contains(got.Markdown, want) {
+				t.Errorf("markdown text %q lacks %q", got.Markdown, want)
+			}
+		}
+		if !strings.Contains(got.Table, "<img src=/canary/cell>") || !strings.Contains(got.Table, "<img src=/canary/col onerror=alert(1)>") {
+			t.Errorf("table text %q", got.Table)
+		}
+		if !got.Chart {
+			t.Error("the chart with a data URL, an image mark and links did not render")
+		}
+		if !strings.HasSuffix(got.Location, "/embed/chat") {
+			t.Errorf("a click on a chart link navigated to %q", got.Location)
+		}
+		tb.mu.Lock()
+		for _, u := range tb.requests {
+			if strings.Contains(u, "canary") {
+				t.Errorf("the page requested %s", u)
+			}
+		}
+		tb.mu.Unlock()
+		var csp []string
+		tb.eval(`window.__cspViolations || []`, &csp)
+		if len(csp) > 0 {
+			t.Errorf("CSP violations: %q", csp)
+		}
+	})
+
+	t.Run("readable at 360 px and usable with the keyboard", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.run(chromedp.EmulateViewport(360, 740))
+		tb.open("ana")
+		// Keyboard only: the question box has the focus; Enter sends.
+		tb.run(chromedp.Sleep(100 * time.Millisecond))
+		var focused string
+		tb.eval(chat(`d.activeElement && d.activeElement.id`), &focused)
+		if focused != "ek-input" {
+			t.Fatalf("focus on %q, want the question box", focused)
+		}
+		tb.eval(chat(`(w.focus(), d.getElementById("ek-input").focus(), true)`), nil)
+		tb.run(chromedp.KeyEvent("revenue by country"), chromedp.KeyEvent("\r"))
+		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table")`), 60*time.Second)
+		tb.waitFor("a chart", chat(jsHasChart), 20*time.Second)
+		var overflow int
+		tb.eval(chat(`d.documentElement.scrollWidth - d.documentElement.clientWidth`), &overflow)
+		if overflow > 0 {
+			t.Errorf("the page is %d px wider than a 360 px screen", overflow)
+		}
+		var live string
+		tb.eval(chat(`d.getElementById("ek-log").getAttribute("aria-live")`), &live)
+		if live != "polite" {
+			t.Errorf("aria-live %q on the conversation", live)
+		}
+		tb.screenshot("360px")
+		tb.noProblems()
+	})
+
 	t.Run("a broken picture falls back to initials", func(t *testing.T) {
 		tb := b.newTab(t, s.base)
 		tb.open("yuki")
@@ -528,3 +615,47 @@ func strconvQuote(s string) string {
 	return string(b)
 }
 
+// probeJS renders hostile model output and data with the page's own
+// modules, clicks the chart, and reports what the DOM holds.
+const probeJS = `(async () => {
+  const { renderMarkdown } = await import("/embed/chat/assets/markdown.js");
+  const { renderTool } = await import("/embed/chat/assets/render.js");
+  const md = document.createElement("div");
+  md.append(renderMarkdown([
+    "# Title",
+    "<img src=/canary/md-html onerror=alert(1)>",
+    "![pic](/canary/md-image) ![](http://127.0.0.1:1/canary/abs)",
+    "[bad](javascript:alert(1)) [ok](https://example.com/x) [rel](/canary/rel) **bold** _em_ ` + "`code`" + `",
+    "- a",
+    "- b",
+    "<script>alert(1)</script>",
+  ].join("\n")));
+  document.body.append(md);
+  const spec = {
+    $schema: "https://vega.github.io/schema/vega-lite/v5.json",
+    data: { url: "/canary/data.json" },
+    transform: [{ lookup: "label", from: { data: { url: "/canary/lookup.json" }, key: "label", fields: ["x"] } }],
+    layer: [
+      { mark: "bar", encoding: { x: { field: "label", type: "nominal" }, y: { field: "v", type: "quantitative" }, href: { value: "/canary/href" } } },
+      { mark: { type: "image", url: "/canary/image.png", width: 10, height: 10 }, encoding: { x: { field: "label", type: "nominal" }, y: { field: "v", type: "quantitative" } } },
+    ],
+  };
+  const tool = document.createElement("div");
+  document.body.append(tool);
+  renderTool(tool, { id: "t", role: "assistant", toolCall: { name: "svcSqlApi",
+    input: JSON.stringify({ sqlQuery: "<b>SELECT 1</b>", queryTitle: "<i>t</i>" }),
+    result: JSON.stringify({ schema: [{ name: "label", column_type: "string" }, { name: "v", column_type: "number" }, { name: "<img src=/canary/col onerror=alert(1)>", column_type: "string" }],
+      data: [["<img src=/canary/cell>", 1, "x"], ["b", 2, "y"]], totalRows: 2, vegaSpec: JSON.stringify(spec) }) } });
+  for (let i = 0; i < 100 && !tool.querySelector(".ek-chart-view svg"); i++) await new Promise((r) => setTimeout(r, 50));
+  for (const p of tool.querySelectorAll(".ek-chart-view svg path")) p.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+  await new Promise((r) => setTimeout(r, 500));
+  return {
+    images: document.querySelectorAll("img").length,
+    scripts: document.querySelectorAll("body script").length,
+    links: [...document.querySelectorAll("body a")].map((a) => a.href),
+    markdown: md.textContent,
+    table: tool.querySelector("table").textContent,
+    chart: !!tool.querySelector(".ek-chart-view svg"),
+    location: location.href,
+  };
+})()`

@@ -26,10 +26,10 @@ function safeHref(url) {
 // inline appends the inline Markdown of text to parent.
 function inline(parent, text) {
   let last = 0;
-  INLINE.lastIndex = 0;
-  for (let m; (m = INLINE.exec(text)); ) {
+  const re = new RegExp(INLINE); // its own lastIndex: inline recurses
+  for (let m; (m = re.exec(text)); ) {
     if (m.index > last) parent.append(text.slice(last, m.index));
-    last = INLINE.lastIndex;
+    last = re.lastIndex;
     if (m[1]) {
       parent.append(el("code", "", m[2].trim() === "" ? m[2] : m[2].replace(/^ (.*) $/, "$1")));
     } else if (m[3] !== undefined) {
