@@ -70,7 +70,9 @@ func vegaDir(t *testing.T) string {
 
 // browser is one headless Chromium shared by the subtests of a test.
 type browser struct {
-	ctx context.Context
+	ctx  context.Context
+	mu   sync.Mutex
+	tabs int
 }
 
 func newBrowser(t *testing.T) *browser {
@@ -105,6 +107,7 @@ type tab struct {
 	t    *testing.T
 	ctx  context.Context
 	base string
+	n    int // tab number, for screenshot names
 
 	mu       sync.Mutex
 	problems []string
@@ -118,7 +121,10 @@ const cspProbe = `document.addEventListener("securitypolicyviolation", (e) => {
 
 func (b *browser) newTab(t *testing.T, base string) *tab {
 	ctx, cancel := chromedp.NewContext(b.ctx)
-	tb := &tab{t: t, ctx: ctx, base: base}
+	b.mu.Lock()
+	b.tabs++
+	tb := &tab{t: t, ctx: ctx, base: base, n: b.tabs}
+	b.mu.Unlock()
 	err := chromedp.Listen(ctx, func(ev any) {
 		switch ev := ev.(type) {
 		case *runtime.EventConsoleAPICalled:
@@ -187,7 +193,7 @@ func (tb *tab) screenshot(name string) string {
 	}
 	dir := filepath.Join(os.TempDir(), "embedkit-browser-screenshots")
 	_ = os.MkdirAll(dir, 0o755)
-	p := filepath.Join(dir, regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(tb.t.Name()+"-"+name, "_")+".png")
+	p := filepath.Join(dir, regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(fmt.Sprintf("%s-tab%d-%s", tb.t.Name(), tb.n, name), "_")+".png")
 	if err := os.WriteFile(p, buf, 0o644); err != nil {
 		tb.t.Logf("screenshot: %v", err)
 		return ""
@@ -334,10 +340,12 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("chat URL still has the sessionId: %q", src)
 		}
 		if p := os.Getenv("EMBEDKIT_README_SCREENSHOT"); p != "" {
-			tb.eval(chat(`(d.querySelector(".ek-step").open = true, true)`), nil)
-			time.Sleep(300 * time.Millisecond)
-			tb.run(chromedp.EmulateViewport(900, 860), chromedp.Sleep(500*time.Millisecond))
-			buf, err := chromedp.Run(tb.ctx, chromedp.FullScreenshot(100))
+			tb.ask("revenue by category")
+			tb.waitFor("the second answer", chat(jsIdle+` && d.querySelectorAll(".ek-chart-view svg").length === 2`), 60*time.Second)
+			tb.run(chromedp.EmulateViewport(1000, 1250), chromedp.Sleep(300*time.Millisecond))
+			tb.eval(chat(`(d.querySelectorAll(".ek-step")[3].open = true, d.querySelectorAll(".ek-user")[1].scrollIntoView(), true)`), nil)
+			tb.run(chromedp.Sleep(500 * time.Millisecond))
+			buf, err := chromedp.Run(tb.ctx, chromedp.CaptureScreenshot())
 			if err != nil {
 				t.Fatal(err)
 			}

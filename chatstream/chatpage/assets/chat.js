@@ -130,14 +130,13 @@ function renderAvatar() {
   avatar.append(img);
 }
 
-function order(m) {
-  return chat.msgs[m.id]?._order ?? m.sort ?? 0;
-}
-
+// place puts a message's node in sort order. A message is ordered by the
+// sort of its latest line, so the text written after tool calls shows
+// below them.
 function place(id, node, ord) {
   node.dataset.order = String(ord);
   for (const child of log.children) {
-    if (Number(child.dataset.order) > ord) {
+    if (child !== node && Number(child.dataset.order) > ord) {
       log.insertBefore(node, child);
       return;
     }
@@ -168,6 +167,7 @@ function renderMessage(m) {
   if (!m) return;
   let v = views.get(m.id);
   const sig = signature(m);
+  if (v && Number(v.el.dataset.order) !== m._order) place(m.id, v.el, m._order);
   if (v && v.sig === sig) return;
   if (!v) {
     const node = el("article", "ek-msg " + (m.role === "user" ? "ek-user" : m.toolCall ? "ek-tool" : "ek-assistant"));
@@ -235,7 +235,8 @@ function apply(m) {
     finish(m.state || {});
   } else {
     const old = chat.msgs[m.id];
-    const next = old ? { ...old, ...m } : { ...m, _order: m.sort ?? 0 };
+    const next = old ? { ...old, ...m } : { ...m };
+    next._order = m.sort ?? old?._order ?? 0;
     if (old && m.isDelta) next.content = (old.content || "") + (m.content || "");
     if (old?.toolCall || m.toolCall) next.toolCall = { ...(old?.toolCall || {}), ...(m.toolCall || {}) };
     chat.msgs[m.id] = next;
@@ -252,7 +253,7 @@ function finish(state) {
       if (!h || typeof h.id !== "string") continue;
       keep.add(h.id);
       const old = chat.msgs[h.id];
-      chat.msgs[h.id] = { ...h, _order: old?._order ?? h.sort ?? 0, _stopped: old?._stopped };
+      chat.msgs[h.id] = { ...h, _order: h.sort ?? old?._order ?? 0, _stopped: old?._stopped };
       schedule(h.id);
     }
     for (const id of Object.keys(chat.msgs)) {

@@ -188,6 +188,7 @@ function chart(spec, rows, title) {
   const fg = cssVar("--ek-fg", "#1f2937");
   const config = {
     background: null,
+    view: { continuousHeight: 220, stroke: null },
     font: cssVar("--ek-font", "system-ui, sans-serif"),
     axis: { labelColor: fg, titleColor: fg, gridColor: cssVar("--ek-border", "#e5e7eb") },
     legend: { labelColor: fg, titleColor: fg },
