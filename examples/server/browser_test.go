@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -488,6 +489,14 @@ func TestBrowser(t *testing.T) {
 		tb.problems = rest
 		tb.mu.Unlock()
 		tb.noProblems()
+
+		// A token reaching its expiry time posts the event too, with no
+		// request needed.
+		tb2 := b.newTab(t, s.base)
+		tb2.open("ana")
+		tb2.eval(chat(`(w.sessionStorage.setItem("embedkit.tokenExpiresAt", new Date(Date.now() + 1500).toISOString()), w.location.reload(), true)`), nil)
+		tb2.waitFor("the host to get embedkit:session-expired at expiry", `document.body.dataset.sessionExpired === "true"`, 20*time.Second)
+		tb2.noProblems()
 	})
 
 	t.Run("nothing the model or the data says is markup or fetches anything", func(t *testing.T) {
@@ -566,6 +575,26 @@ func TestBrowser(t *testing.T) {
 		}
 		tb.screenshot("360px")
 		tb.noProblems()
+	})
+
+	t.Run("429 and 409 read as messages a person understands", func(t *testing.T) {
+		for _, c := range []struct {
+			status  int
+			headers map[string]string
+			body    string
+			want    string
+		}{
+			{429, map[string]string{"Retry-After": "7"}, `{"error":"too many running turns for this user"}`, "Please wait 7 seconds and try again."},
+			{409, nil, `{"error":"thread is full: start a new chat"}`, "This conversation is full. Start a new chat"},
+			{409, nil, `{"error":"a turn of this thread is running"}`, "An answer is still being written"},
+		} {
+			tb := b.newTab(t, s.base)
+			tb.open("liam")
+			tb.answerStream(c.status, c.headers, c.body)
+			tb.ask("revenue by country")
+			tb.waitFor(fmt.Sprintf("the %d message", c.status), chat(`d.getElementById("ek-notice").textContent.includes(`+strconvQuote(c.want)+`)`), 20*time.Second)
+			tb.waitFor("the question box back", chat(jsIdle+` && !d.getElementById("ek-input").disabled`), 10*time.Second)
+		}
 	})
 
 	t.Run("a broken picture falls back to initials", func(t *testing.T) {
@@ -667,3 +696,37 @@ const probeJS = `(async () => {
     location: location.href,
   };
 })()`
+
+// answerStream makes the browser answer every chat request of the tab
+// with status, headers and body instead of sending it (CDP Fetch domain).
+func (tb *tab) answerStream(status int, headers map[string]string, body string) {
+	tb.t.Helper()
+	paused := make(chan fetch.RequestID, 16)
+	if err := chromedp.Listen(tb.ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			select {
+			case paused <- e.RequestID:
+			default:
+			}
+		}
+	}); err != nil {
+		tb.t.Fatal(err)
+	}
+	hs := []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}}
+	for k, v := range headers {
+		hs = append(hs, &fetch.HeaderEntry{Name: k, Value: v})
+	}
+	go func() {
+		for {
+			select {
+			case id := <-paused:
+				_, _ = chromedp.Call(tb.ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: id, ResponseCode: int64(status), ResponseHeaders: hs, Body: []byte(body)})
+			case <-tb.ctx.Done():
+				return
+			}
+		}
+	}()
+	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/chat/stream-chat-state"}}}); err != nil {
+		tb.t.Fatal(err)
+	}
+}
