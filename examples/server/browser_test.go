@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,8 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/embedkit/embedkit/embedsession"
 )
 
 // The browser tests drive a headless Chromium (Debian's chromium package)
@@ -85,6 +88,8 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		// Block third-party cookies, as browsers now do by default.
+		chromedp.Flag("test-third-party-cookie-phaseout", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1100, 900),
 	)
@@ -257,6 +262,50 @@ func (tb *tab) open(user string) {
 	tb.t.Helper()
 	tb.run(chromedp.Navigate(tb.base + "/?user=" + user))
 	tb.waitFor("the chat page to be ready", chat(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+}
+
+// self wraps js for a tab whose target is the chat page itself.
+func self(js string) string {
+	return `(() => { const d = document; const w = window; return (` + js + `); })()`
+}
+
+// frameTab returns a tab on the out-of-process iframe (a cross-site frame)
+// whose URL contains path.
+func (tb *tab) frameTab(path string) *tab {
+	tb.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		targets, err := chromedp.Targets(tb.ctx)
+		if err != nil {
+			tb.t.Fatal(err)
+		}
+		for _, ti := range targets {
+			if ti.Type == "iframe" && strings.Contains(ti.URL, path) {
+				ctx, cancel := chromedp.NewContext(tb.ctx, chromedp.WithTargetID(ti.TargetID))
+				tb.t.Cleanup(cancel)
+				ft := &tab{t: tb.t, ctx: ctx, base: tb.base, n: tb.n}
+				if err := chromedp.Listen(ctx, func(ev any) {
+					if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+						ft.problem("exception: %s", e.ExceptionDetails.Text)
+					}
+				}); err != nil {
+					tb.t.Fatal(err)
+				}
+				return ft
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.t.Fatalf("no iframe target for %s", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ask2 types a question into a tab that is the chat page itself.
+func (tb *tab) ask2(q string) {
+	tb.t.Helper()
+	js, _ := json.Marshal(q)
+	tb.eval(self(`(d.getElementById("ek-input").value = `+string(js)+`, d.getElementById("ek-form").requestSubmit(), true)`), nil)
 }
 
 // ask types a question and sends it.
@@ -595,6 +644,46 @@ func TestBrowser(t *testing.T) {
 			tb.waitFor(fmt.Sprintf("the %d message", c.status), chat(`d.getElementById("ek-notice").textContent.includes(`+strconvQuote(c.want)+`)`), 20*time.Second)
 			tb.waitFor("the question box back", chat(jsIdle+` && !d.getElementById("ek-input").disabled`), 10*time.Second)
 		}
+	})
+
+	t.Run("works in a cross-site iframe without cookies", func(t *testing.T) {
+		// The host is http://localhost:<port>, the chat http://127.0.0.1:<port>:
+		// different sites, so the chat's cookies would be third-party.
+		ctx := context.Background()
+		c := embedsession.NewClient(s.base, "sk-acme-admin")
+		sid, err := c.GenerateSession(ctx, embedsession.SessionRequest{DeploymentID: 1, ExternalID: "xsite",
+			UserAttributes: []embedsession.UserAttribute{{Name: "country", Value: embedsession.Value("France")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprintf(w, `<!doctype html><title>other site</title><iframe id="chat" style="width:900px;height:700px" src="%s/embed/chat?sessionId=%s"></iframe>`, s.base, sid)
+		}))
+		defer host.Close()
+		tb := b.newTab(t, s.base)
+		tb.run(chromedp.Navigate(strings.Replace(host.URL, "127.0.0.1", "localhost", 1)))
+		frame := tb.frameTab("/embed/chat")
+		frame.waitFor("the chat page to be ready", self(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+		frame.ask2("revenue by country")
+		frame.waitFor("the answer", self(jsIdle+` && d.querySelector(".ek-table")`+` && `+jsHasChart), 60*time.Second)
+		var rows [][]string
+		frame.eval(self(jsTable), &rows)
+		if len(rows) != 1 || rows[0][0] != "France" {
+			t.Errorf("rows %q", rows)
+		}
+		// A reload works from sessionStorage alone.
+		frame.eval(self(`(w.location.reload(), true)`), nil)
+		time.Sleep(300 * time.Millisecond)
+		frame = tb.frameTab("/embed/chat")
+		frame.waitFor("the chat after reload", self(`d.body && d.body.dataset.ready === "true" && d.querySelector(".ek-table")`), 30*time.Second)
+		var cookies string
+		frame.eval(self(`d.cookie`), &cookies)
+		if cookies != "" {
+			t.Errorf("the chat has cookies %q", cookies)
+		}
+		frame.noProblems()
+		tb.noProblems()
 	})
 
 	t.Run("a broken picture falls back to initials", func(t *testing.T) {

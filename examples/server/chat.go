@@ -16,7 +16,13 @@ import (
 // host page at / (with the built-in demo config, or any config whose
 // first account has an admin key and a deployment).
 func mountChatPage(r *mux.Router, st store.Store, cfg bootstrap.Config, vegaDir string, log *slog.Logger) error {
-	opts := []chatpage.Option{chatpage.WithTitle("Ask your data"), chatpage.WithLogger(log)}
+	opts := []chatpage.Option{
+		chatpage.WithTitle("Ask your data"),
+		chatpage.WithLogger(log),
+		// The demo host page is on the same origin; pages of other local
+		// origins may frame the chat too, to try it from another app.
+		chatpage.WithFrameAncestors("'self'", "http://localhost:*", "http://127.0.0.1:*"),
+	}
 	if vegaDir != "" {
 		opts = append(opts, chatpage.WithVegaDir(vegaDir))
 	}
