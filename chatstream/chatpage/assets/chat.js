@@ -29,6 +29,28 @@ let ended = false; // the session expired
 let chat = { chatId: "", lastSort: 0, msgs: {} };
 const views = new Map(); // message id -> { el, sig }
 
+// storage is sessionStorage, or a map for this page's life where the
+// browser refuses storage to the frame (then a reload needs a new session).
+const storage = (() => {
+  try {
+    const s = window.sessionStorage;
+    s.setItem("embedkit.probe", "1");
+    s.removeItem("embedkit.probe");
+    return s;
+  } catch (_) {
+    const m = new Map();
+    return { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => m.set(k, String(v)), removeItem: (k) => m.delete(k) };
+  }
+})();
+
+// newChatId returns a random UUID, or chat-<timestamp>-<random> where
+// crypto.randomUUID is missing (pages not served over HTTPS).
+function newChatId() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const r = crypto.getRandomValues(new Uint32Array(2));
+  return "chat-" + Date.now() + "-" + r[0].toString(36) + r[1].toString(36);
+}
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -48,8 +70,8 @@ function sessionExpired() {
   if (ended) return;
   ended = true;
   token = "";
-  sessionStorage.removeItem(TOKEN_KEY);
-  sessionStorage.removeItem(EXPIRES_KEY);
+  storage.removeItem(TOKEN_KEY);
+  storage.removeItem(EXPIRES_KEY);
   setBusy(false);
   input.disabled = send.disabled = newChat.disabled = true;
   show("Your session has expired. Open the chat again from the application to continue.", "error");
@@ -83,10 +105,10 @@ async function exchange(sessionId) {
   if (!res.ok) return false;
   const t = await res.json();
   token = t.token;
-  sessionStorage.setItem(TOKEN_KEY, t.token);
-  sessionStorage.setItem(EXPIRES_KEY, t.expiresAt);
+  storage.setItem(TOKEN_KEY, t.token);
+  storage.setItem(EXPIRES_KEY, t.expiresAt);
   // A new session may be another user's: start from an empty chat.
-  sessionStorage.removeItem(CHAT_KEY);
+  storage.removeItem(CHAT_KEY);
   return true;
 }
 
@@ -213,13 +235,19 @@ function save() {
 function saveNow() {
   clearTimeout(saveTimer);
   saveTimer = 0;
-  if (!ended) sessionStorage.setItem(CHAT_KEY, JSON.stringify(chat));
+  if (ended) return;
+  try {
+    storage.setItem(CHAT_KEY, JSON.stringify(chat));
+  } catch (_) {
+    // Over the storage quota: the last saved value stays, and it is
+    // consistent (its lastSort matches its messages).
+  }
 }
 window.addEventListener("pagehide", saveNow);
 
 function restore() {
   try {
-    const c = JSON.parse(sessionStorage.getItem(CHAT_KEY) || "null");
+    const c = JSON.parse(storage.getItem(CHAT_KEY) || "null");
     if (c && typeof c.chatId === "string" && c.msgs && typeof c.lastSort === "number") chat = c;
   } catch (_) { /* start empty */ }
 }
@@ -377,7 +405,7 @@ form.addEventListener("submit", (e) => {
   e.preventDefault();
   const text = input.value.trim();
   if (!text || busy || ended || !me) return;
-  if (!chat.chatId) chat.chatId = crypto.randomUUID();
+  if (!chat.chatId) chat.chatId = newChatId();
   input.value = "";
   show("");
   setBusy(true);
@@ -428,7 +456,7 @@ async function boot() {
     url.searchParams.delete("sessionId");
     history.replaceState(null, "", url.pathname + url.search + url.hash);
   }
-  if (!(sid && (await exchange(sid)))) token = sessionStorage.getItem(TOKEN_KEY) || "";
+  if (!(sid && (await exchange(sid)))) token = storage.getItem(TOKEN_KEY) || "";
   if (!token) return sessionExpired();
   let res;
   try {
@@ -444,7 +472,7 @@ async function boot() {
   }
   me = await res.json();
   renderAvatar();
-  watchExpiry(sessionStorage.getItem(EXPIRES_KEY) || me.expiresAt);
+  watchExpiry(storage.getItem(EXPIRES_KEY) || me.expiresAt);
   setBusy(false);
   restore();
   body.dataset.ready = "true";
