@@ -68,8 +68,11 @@ type Handler struct {
 	csp    string
 	theme  []byte
 	vega   map[string][]byte // local chart files by name, nil for a CDN
-	assets fs.FS
+	assets map[string][]byte // the page's script and style by file name
 }
+
+// assetNames are the files served under {path}/assets/.
+var assetNames = []string{"chat.js", "chat.css", "markdown.js", "render.js", "vega-util.js"}
 
 // DefaultPath is where [Handler.Routes] mounts the page by default.
 const DefaultPath = "/embed/chat"
@@ -94,11 +97,15 @@ func New(st Store, agent AgentFunc, opts ...Option) (*Handler, error) {
 		return nil, o.err
 	}
 	h := &Handler{st: st, agent: agent, o: o}
-	sub, err := fs.Sub(assetFS, "assets")
-	if err != nil {
-		return nil, err
+	h.assets = make(map[string][]byte, len(assetNames))
+	for _, name := range assetNames {
+		b, err := fs.ReadFile(assetFS, "assets/"+name)
+		if err != nil {
+			return nil, fmt.Errorf("chatpage: embedded asset: %w", err)
+		}
+		h.assets[name] = b
 	}
-	h.assets = sub
+	var err error
 	if o.vegaDir != "" {
 		if h.vega, err = loadVegaDir(o.vegaDir); err != nil {
 			return nil, err
@@ -131,8 +138,12 @@ func (h *Handler) Routes() []Route {
 		{http.MethodGet, p, http.HandlerFunc(h.serveShell)},
 		{http.MethodGet, p + "/me", session(http.HandlerFunc(h.serveMe))},
 	}
-	for _, name := range []string{"chat.js", "chat.css", "markdown.js", "render.js", "vega-util.js"} {
-		rs = append(rs, Route{http.MethodGet, p + "/assets/" + name, h.asset(name)})
+	for _, name := range assetNames {
+		ct := "text/javascript; charset=utf-8"
+		if strings.HasSuffix(name, ".css") {
+			ct = "text/css; charset=utf-8"
+		}
+		rs = append(rs, Route{http.MethodGet, p + "/assets/" + name, staticBytes(ct, h.assets[name])})
 	}
 	if h.theme != nil {
 		rs = append(rs, Route{http.MethodGet, p + "/theme.css", staticBytes("text/css; charset=utf-8", h.theme)})
@@ -150,18 +161,6 @@ func (h *Handler) Routes() []Route {
 
 // ContentSecurityPolicy returns the policy the shell is served with.
 func (h *Handler) ContentSecurityPolicy() string { return h.csp }
-
-func (h *Handler) asset(name string) http.Handler {
-	b, err := fs.ReadFile(h.assets, name)
-	if err != nil {
-		panic("chatpage: missing embedded asset " + name)
-	}
-	ct := "text/javascript; charset=utf-8"
-	if strings.HasSuffix(name, ".css") {
-		ct = "text/css; charset=utf-8"
-	}
-	return staticBytes(ct, b)
-}
 
 func staticBytes(contentType string, b []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/gorilla/mux"
+
 	"github.com/embedkit/embedkit/chatstream/chatpage"
 	"github.com/embedkit/embedkit/store/memstore"
 )
@@ -42,4 +44,23 @@ func Example() {
 	// Output:
 	// /embed/chat 200
 	// /embed/chat/me 401
+}
+
+// Example_gorilla mounts the chat page on a gorilla/mux router.
+func Example_gorilla() {
+	st := memstore.New()
+	defer st.Close()
+	page, err := chatpage.New(st, chatpage.FixedAgent("7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := mux.NewRouter()
+	for _, rt := range page.Routes() {
+		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+	}
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/embed/chat/assets/chat.js", nil))
+	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
+	// Output:
+	// 200 text/javascript; charset=utf-8
 }
