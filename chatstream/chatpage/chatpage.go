@@ -77,8 +77,8 @@ var assetNames = []string{"chat.js", "chat.css", "markdown.js", "render.js", "ve
 // DefaultPath is where [Handler.Routes] mounts the page by default.
 const DefaultPath = "/embed/chat"
 
-// New returns the chat page handler. Users chat with the agent agent
-// chooses, on the chat endpoints of [chatstream.Handler] mounted on the
+// New returns the chat page handler. Users chat with the agent that the
+// [AgentFunc] chooses for their session, on the chat endpoints of [chatstream.Handler] mounted on the
 // same origin, with the token the page gets from the embed-session token
 // endpoint (embedsession.PathSessionToken).
 //

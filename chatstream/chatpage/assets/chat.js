@@ -331,7 +331,6 @@ async function stream(req) {
     await httpError(res);
     return true;
   }
-  setBusy(true);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   let done = false;

@@ -38,6 +38,8 @@ export function renderTool(box, msg) {
   const input = parseJSON(tc.input) || {};
   const result = parseJSON(tc.result);
   const done = result !== null;
+  views.get(box)?.then((r) => r.finalize(), () => {});
+  views.delete(box);
   box.replaceChildren();
   const details = el("details", "ek-step");
   const summary = el("summary", "ek-step-summary");
@@ -74,7 +76,7 @@ export function renderTool(box, msg) {
     const rows = toObjects(result);
     box.append(table(result, rows));
     const spec = parseJSON(result.vegaSpec || input.vegaSpec);
-    if (spec && typeof spec === "object" && rows.length > 0) box.append(chart(spec, rows, result.queryTitle));
+    if (spec && typeof spec === "object" && rows.length > 0) box.append(chart(box, spec, rows, result.queryTitle));
   }
 }
 
@@ -168,7 +170,11 @@ function cssVar(name, fallback) {
   return v || fallback;
 }
 
-function chart(spec, rows, title) {
+// views holds the vega-embed result of each tool box, to finalize the
+// view (its listeners and timers) when the box is drawn again.
+const views = new WeakMap();
+
+function chart(owner, spec, rows, title) {
   const box = el("figure", "ek-chart");
   const target = el("div", "ek-chart-view");
   box.append(target);
@@ -195,21 +201,21 @@ function chart(spec, rows, title) {
     title: { color: fg },
     mark: { color: cssVar("--ek-accent", "#4f46e5") },
   };
-  globalThis
-    .vegaEmbed(target, s, {
-      mode: "vega-lite",
-      renderer: "svg",
-      actions: false,
-      ast: true,
-      expr: expressionInterpreter,
-      loader: blockedLoader(),
-      defaultStyle: false,
-      tooltip: { disableDefaultStyle: true, sanitize: (v) => String(v).replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";") },
-      config,
-      logLevel: 0,
-    })
-    .catch(() => {
-      target.replaceChildren(el("p", "ek-tool-error", "The chart could not be drawn."));
-    });
+  const embedded = globalThis.vegaEmbed(target, s, {
+    mode: "vega-lite",
+    renderer: "svg",
+    actions: false,
+    ast: true,
+    expr: expressionInterpreter,
+    loader: blockedLoader(),
+    defaultStyle: false,
+    tooltip: { disableDefaultStyle: true, sanitize: (v) => String(v).replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";") },
+    config,
+    logLevel: 0,
+  });
+  views.set(owner, embedded);
+  embedded.catch(() => {
+    target.replaceChildren(el("p", "ek-tool-error", "The chart could not be drawn."));
+  });
   return box;
 }
