@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/input"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -383,6 +384,17 @@ func TestBrowser(t *testing.T) {
 		if steps < 2 {
 			t.Errorf("%d tool steps, want the metadata search and the query", steps)
 		}
+		// The chart's tooltip works under the page's CSP (no injected
+		// style): hover the bar.
+		var pos struct{ X, Y float64 }
+		tb.eval(`(() => { const f = document.getElementById("chat").getBoundingClientRect();
+			const d = document.getElementById("chat").contentDocument;
+			const bar = d.querySelector(".ek-chart-view svg path.mark-rect, .ek-chart-view svg g.mark-rect path");
+			bar.scrollIntoView({ block: "center" });
+			const r = bar.getBoundingClientRect();
+			return { x: f.left + r.left + r.width / 2, y: f.top + r.top + r.height / 2 }; })()`, &pos)
+		tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, pos.X, pos.Y))
+		tb.waitFor("the chart tooltip", chat(`(() => { const t = d.getElementById("vg-tooltip-element"); return t && t.classList.contains("visible") && t.textContent.includes("Germany"); })()`), 10*time.Second)
 		// The address bar lost the single-use sessionId.
 		var src string
 		tb.eval(chat(`w.location.search`), &src)
