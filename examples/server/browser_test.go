@@ -24,7 +24,9 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/embedkit/embedkit/chatstream/chatpage"
 	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/store/memstore"
 )
 
 // The browser tests drive a headless Chromium (Debian's chromium package)
@@ -698,6 +700,51 @@ func TestBrowser(t *testing.T) {
 		tb.noProblems()
 	})
 
+	t.Run("the CDN files load with integrity, and tampered ones do not run", func(t *testing.T) {
+		for _, tampered := range []bool{false, true} {
+			cdn := fakeCDN(t, dir, tampered)
+			st := memstore.New()
+			defer st.Close()
+			page, err := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithVegaCDN(cdn.URL+"/npm/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mux := http.NewServeMux()
+			for _, rt := range page.Routes() {
+				mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+			}
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			tb := b.newTab(t, srv.URL)
+			tb.run(chromedp.Navigate(srv.URL + "/embed/chat"))
+			if tampered {
+				tb.waitFor("the page to give up on the tampered files", `document.readyState === "complete"`, 20*time.Second)
+				var loaded bool
+				tb.eval(`typeof window.vega !== "undefined"`, &loaded)
+				if loaded {
+					t.Error("a tampered vega.min.js ran")
+				}
+				continue
+			}
+			tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("expired")`, 20*time.Second)
+			var drawn bool
+			tb.eval(cdnChartJS, &drawn)
+			if !drawn {
+				t.Error("no chart with the CDN files")
+			}
+			tb.mu.Lock()
+			var rest []string
+			for _, p := range tb.problems {
+				if !strings.Contains(p, "/embed/chat/me") { // 401: this page has no session
+					rest = append(rest, p)
+				}
+			}
+			tb.problems = rest
+			tb.mu.Unlock()
+			tb.noProblems()
+		}
+	})
+
 	t.Run("a broken picture falls back to initials", func(t *testing.T) {
 		tb := b.newTab(t, s.base)
 		tb.open("yuki")
@@ -831,3 +878,44 @@ func (tb *tab) answerStream(status int, headers map[string]string, body string) 
 		tb.t.Fatal(err)
 	}
 }
+
+// fakeCDN serves the npm packages of dir in a CDN's layout
+// (/npm/<package>@<version>/<file>), with CORS; tampered adds a byte to
+// vega.min.js.
+func fakeCDN(t *testing.T, dir string, tampered bool) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest, ok := strings.CutPrefix(r.URL.Path, "/npm/")
+		pkgAt, file, ok2 := strings.Cut(rest, "/")
+		pkg, _, ok3 := strings.Cut(pkgAt, "@")
+		if !ok || !ok2 || !ok3 || strings.Contains(file, "..") {
+			http.NotFound(w, r)
+			return
+		}
+		b, err := os.ReadFile(filepath.Join(dir, pkg, filepath.FromSlash(file)))
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		if tampered && strings.HasSuffix(file, "vega.min.js") {
+			b = append(b, ' ')
+		}
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		w.Header().Set("Content-Type", "text/javascript")
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// cdnChartJS draws a chart with the page's renderer and reports whether
+// an svg appeared.
+const cdnChartJS = `(async () => {
+  const { renderTool } = await import("/embed/chat/assets/render.js");
+  const box = document.createElement("div");
+  document.body.append(box);
+  renderTool(box, { id: "t", role: "assistant", toolCall: { name: "svcSqlApi", input: "{}",
+    result: JSON.stringify({ schema: [{ name: "k", column_type: "string" }, { name: "v", column_type: "number" }], data: [["a", 1], ["b", 2]], totalRows: 2,
+      vegaSpec: JSON.stringify({ mark: "bar", encoding: { x: { field: "k", type: "nominal" }, y: { field: "v", type: "quantitative" } } }) }) } });
+  for (let i = 0; i < 100 && !box.querySelector(".ek-chart-view svg"); i++) await new Promise((r) => setTimeout(r, 50));
+  return !!box.querySelector(".ek-chart-view svg");
+})()`
