@@ -383,8 +383,9 @@ func checkTheme(vars map[string]string) error {
 		if !themeName.MatchString(k) {
 			return fmt.Errorf("chatpage: theme variable %q: want --name of letters, digits and dashes", k)
 		}
-		if !themeValue.MatchString(v) || strings.Contains(strings.ToLower(v), "url(") {
-			return fmt.Errorf("chatpage: theme variable %s: value %q has characters a theme value may not use (or url())", k, v)
+		if !themeValue.MatchString(v) || strings.Contains(strings.ToLower(v), "url(") ||
+			strings.Count(v, `"`)%2 != 0 || strings.Count(v, "'")%2 != 0 {
+			return fmt.Errorf("chatpage: theme variable %s: value %q has characters a theme value may not use, url(), or an unclosed quote", k, v)
 		}
 	}
 	return nil

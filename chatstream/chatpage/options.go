@@ -78,8 +78,9 @@ func WithFrameAncestors(sources ...string) Option {
 // {"--ek-accent": "#0f766e", "--ek-font": "Georgia, serif"}; the page's
 // style sheet reads --ek-bg, --ek-fg, --ek-muted, --ek-surface,
 // --ek-border, --ek-accent, --ek-accent-fg, --ek-danger, --ek-radius and
-// --ek-font. Names are --letters-digits-dashes; values may not contain
-// ;{}<>\ or url(). Default: none (the built-in light theme).
+// --ek-font. Names are --letters-digits-dashes; values are letters,
+// digits, spaces, quotes (closed) and #%.,()+-/, without url(). Default:
+// none (the built-in light theme).
 func WithTheme(vars map[string]string) Option {
 	return func(o *options) {
 		if err := checkTheme(vars); err != nil {
