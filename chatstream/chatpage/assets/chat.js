@@ -252,9 +252,14 @@ function restore() {
   } catch (_) { /* start empty */ }
 }
 
+// validId keeps message ids usable as keys of chat.msgs.
+function validId(id) {
+  return typeof id === "string" && id !== "__proto__" && /^[A-Za-z0-9._:-]{1,200}$/.test(id);
+}
+
 // apply merges one stream line into the chat.
 function apply(m) {
-  if (!m || typeof m.id !== "string") return;
+  if (!m || !validId(m.id)) return;
   if (typeof m.sort === "number" && m.sort > chat.lastSort) chat.lastSort = m.sort;
   if (m.id === "__cutoff__") {
     if (m.state?.chatId) chat.chatId = m.state.chatId;
@@ -278,7 +283,7 @@ function finish(state) {
   if (Array.isArray(state.messages)) {
     const keep = new Set();
     for (const h of state.messages) {
-      if (!h || typeof h.id !== "string") continue;
+      if (!h || !validId(h.id)) continue;
       keep.add(h.id);
       const old = chat.msgs[h.id];
       chat.msgs[h.id] = { ...h, _order: h.sort ?? old?._order ?? 0, _stopped: old?._stopped };
