@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -79,8 +80,8 @@ func mountDemoHost(r *mux.Router, cfg bootstrap.Config) error {
 func demoStatic(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if r.URL.Path == "index.html" {
-			http.NotFound(w, r)
+		if r.URL.Path == "index.html" || r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 			return
 		}
 		h.ServeHTTP(w, r)
