@@ -81,7 +81,7 @@ func demoStatic(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path == "index.html" || r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
-			wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+			wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s /demo/%s", r.Method, r.URL.Path))
 			return
 		}
 		h.ServeHTTP(w, r)
