@@ -342,7 +342,7 @@ func (tb *tab) noProblems() {
 }
 
 func TestBrowser(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() && os.Getenv("CI") != "true" {
 		t.Skip("browser tests are not short")
 	}
 	dir := vegaDir(t)
