@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -125,7 +126,10 @@ func New(st Store, agent AgentFunc, opts ...Option) (*Handler, error) {
 //
 //   - GET {path}: the HTML shell. It carries no user data and needs no
 //     cookie or session, so that it loads in a cross-site iframe whose
-//     third-party cookies the browser blocks, and after a reload;
+//     third-party cookies the browser blocks, and after a reload. (A host
+//     that mounts it behind [middleware.Session] anyway still works on the
+//     first load: the middleware exchanges ?sessionId= and the shell hands
+//     the token to the script; a reload then needs the middleware's cookie.)
 //   - GET {path}/me: the user, the account and the agent, as JSON, behind
 //     [middleware.Session] (the script sends Authorization: Bearer);
 //   - GET {path}/assets/...: the script and the style sheet;
@@ -182,6 +186,12 @@ func (h *Handler) serveShell(w http.ResponseWriter, r *http.Request) {
 	// The URL may carry a single-use sessionId: nothing keeps a copy.
 	hd.Set("Cache-Control", "no-store")
 	if r.Method == http.MethodHead {
+		return
+	}
+	// Behind middleware.Session, a request that exchanged ?sessionId= has
+	// used it up: the shell hands the new token to the script instead.
+	if es, ok := middleware.EmbedSessionFromContext(r.Context()); ok && es.Token != "" {
+		_, _ = w.Write(bytes.Replace(h.shell, []byte(`data-token=""`), []byte(`data-token="`+html.EscapeString(es.Token)+`"`), 1))
 		return
 	}
 	_, _ = w.Write(h.shell)

@@ -341,3 +341,35 @@ func TestInitials(t *testing.T) {
 		}
 	}
 }
+
+// A host may mount the shell behind middleware.Session: the middleware
+// uses up the sessionId, so the shell hands the token to the script.
+func TestShellBehindSessionMiddleware(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"))
+	var shell http.Handler
+	for _, rt := range e.h.Routes() {
+		if rt.Pattern == chatpage.DefaultPath {
+			shell = rt.Handler
+		}
+	}
+	srv := httptest.NewServer(middleware.Session(e.st)(shell))
+	defer srv.Close()
+	c := embedsession.NewClient(e.srv.URL, "sk-acme")
+	sid, err := c.GenerateSession(context.Background(), embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body := get(t, srv.URL+"/embed/chat?sessionId="+sid, "")
+	m := regexp.MustCompile(`data-token="([^"]+)"`).FindStringSubmatch(body)
+	if res.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("shell behind the middleware: %d, token handed: %v", res.StatusCode, m != nil)
+	}
+	if res, _ := get(t, e.srv.URL+"/embed/chat/me", m[1]); res.StatusCode != http.StatusOK {
+		t.Errorf("the handed token is refused: %d", res.StatusCode)
+	}
+	// Without an exchange in the request, no token is in the page.
+	_, plain := get(t, e.srv.URL+"/embed/chat", "")
+	if !strings.Contains(plain, `data-token=""`) {
+		t.Error("the plain shell carries a token")
+	}
+}

@@ -460,7 +460,18 @@ async function boot() {
     url.searchParams.delete("sessionId");
     history.replaceState(null, "", url.pathname + url.search + url.hash);
   }
-  if (!(sid && (await exchange(sid)))) token = storage.getItem(TOKEN_KEY) || "";
+  // A host that mounts the shell behind the session middleware has had
+  // the sessionId exchanged already: the shell carries the token.
+  const handed = body.dataset.token;
+  body.removeAttribute("data-token");
+  if (handed) {
+    token = handed;
+    storage.setItem(TOKEN_KEY, handed);
+    storage.removeItem(EXPIRES_KEY);
+    storage.removeItem(CHAT_KEY);
+  } else if (!(sid && (await exchange(sid)))) {
+    token = storage.getItem(TOKEN_KEY) || "";
+  }
   if (!token) return sessionExpired();
   let res;
   try {
