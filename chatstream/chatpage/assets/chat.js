@@ -275,7 +275,8 @@ function apply(m) {
     chat.msgs[m.id] = next;
     schedule(m.id);
   }
-  save();
+  if (m.id === "__state__") saveNow();
+  else save();
 }
 
 // finish applies __state__: the thread's history is authoritative.
@@ -493,7 +494,9 @@ async function boot() {
   body.dataset.ready = "true";
   if (chat.chatId) {
     for (const m of Object.values(chat.msgs)) renderMessage(m);
-    // Rejoin a turn that may still run, from the last line shown.
+    // Rejoin a turn that may still run, from the last line shown; the
+    // page is busy until the thread's state arrives.
+    setBusy(true);
     await run({ chatId: chat.chatId, resumeAfterSort: chat.lastSort });
   }
   if (!busy) input.focus();
