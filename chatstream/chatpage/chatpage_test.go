@@ -196,6 +196,15 @@ func TestAssets(t *testing.T) {
 			t.Errorf("GET %s: %d %q", path, res.StatusCode, res.Header.Get("Content-Type"))
 		}
 	}
+	// Revalidation with the ETag answers 304.
+	res, _ := get(t, e.srv.URL+"/embed/chat/assets/chat.js", "")
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/embed/chat/assets/chat.js", nil)
+	req.Header.Set("If-None-Match", res.Header.Get("ETag"))
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidation: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 	_, css := get(t, e.srv.URL+"/embed/chat/theme.css", "")
 	if css != ":root {\n  --ek-accent: #0f766e;\n  --ek-font: \"Inter\", sans-serif;\n}\n" {
 		t.Errorf("theme.css %q", css)
