@@ -2,7 +2,10 @@
 // and Vega-Lite charts. Every value from the model or the data goes in as
 // text; charts run with the vega-interpreter (no eval) and a loader that
 // refuses every URL, so a spec cannot fetch data or follow links.
-import { expressionInterpreter } from "vega-interpreter";
+//
+// The chart libraries are loaded by the shell; when they fail to load (a
+// blocked CDN, a failed integrity check), the chat still works and charts
+// say so.
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -201,7 +204,13 @@ function chart(owner, spec, rows, title) {
     title: { color: fg },
     mark: { color: cssVar("--ek-accent", "#4f46e5") },
   };
-  const embedded = globalThis.vegaEmbed(target, s, {
+  if (!globalThis.vega || !globalThis.vegaEmbed) {
+    target.replaceChildren(el("p", "ek-tool-error", "Charts could not be loaded."));
+    return box;
+  }
+  // The interpreter module (mapped by the shell's import map) loads on
+  // the first chart.
+  const embedded = import("vega-interpreter").then(({ expressionInterpreter }) => globalThis.vegaEmbed(target, s, {
     mode: "vega-lite",
     renderer: "svg",
     actions: false,
@@ -212,7 +221,7 @@ function chart(owner, spec, rows, title) {
     tooltip: { disableDefaultStyle: true, sanitize: (v) => String(v).replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";") },
     config,
     logLevel: 0,
-  });
+  }));
   views.set(owner, embedded);
   embedded.catch(() => {
     target.replaceChildren(el("p", "ek-tool-error", "The chart could not be drawn."));
