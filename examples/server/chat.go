@@ -7,15 +7,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/chatstream/chatpage"
-	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // mountChatPage mounts the embed chat page at /embed/chat and the demo
 // host page at / (with the built-in demo config, or any config whose
 // first account has an admin key and a deployment).
-func mountChatPage(r *mux.Router, st store.Store, cfg bootstrap.Config, vegaDir string, log *slog.Logger) error {
+func mountChatPage(r *mux.Router, st store.Store, cfg operator.Config, vegaDir string, log *slog.Logger) error {
 	opts := []chatpage.Option{
 		chatpage.WithTitle("Ask your data"),
 		chatpage.WithLogger(log),
@@ -39,7 +39,7 @@ func mountChatPage(r *mux.Router, st store.Store, cfg bootstrap.Config, vegaDir 
 // configAgent chooses, for a session, the first agent of its account in
 // the bootstrap config that belongs to the session's deployment, else the
 // account's first agent.
-func configAgent(st store.Store, cfg bootstrap.Config) chatpage.AgentFunc {
+func configAgent(st store.Store, cfg operator.Config) chatpage.AgentFunc {
 	return func(ctx context.Context, es middleware.EmbedSession) (string, error) {
 		acct, err := st.AccountByID(ctx, es.Session.AccountID)
 		if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/internal/bootstrap"
-	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/middleware/httperr"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 //go:embed demo
@@ -48,7 +48,7 @@ var demoTmpl = template.Must(template.ParseFS(demoFS, "demo/index.html"))
 // embedsession client through the router itself, as a host's back end
 // would over the network, with the first admin key of the config's first
 // account.
-func mountDemoHost(r *mux.Router, cfg bootstrap.Config) error {
+func mountDemoHost(r *mux.Router, cfg operator.Config) error {
 	static, err := fs.Sub(demoFS, "demo")
 	if err != nil {
 		return err
@@ -81,7 +81,7 @@ func demoStatic(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path == "index.html" || r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
-			wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no such endpoint: %s /demo/%s", r.Method, r.URL.Path))
+			httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no such endpoint: %s /demo/%s", r.Method, r.URL.Path))
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -113,7 +113,7 @@ func (d *demoHost) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if data.Selected == nil {
-			wire.WriteError(w, r, nil, wire.Errorf(http.StatusNotFound, "no demo user %q", id))
+			httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no demo user %q", id))
 			return
 		}
 		sid, err := d.mint(r, *data.Selected)
