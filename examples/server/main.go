@@ -18,6 +18,7 @@
 //	-config       EMBED_CONFIG       bootstrap JSON file (built-in demo)
 //	-dev          EMBED_DEV          development mode: thinking is streamed (false)
 //	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
+//	-vega-dir     EMBED_VEGA_DIR     node_modules folder to serve the chat page's chart libraries from (CDN)
 package main
 
 import (
@@ -61,6 +62,7 @@ type options struct {
 	addr, db, config string
 	dev              bool
 	agentDelay       time.Duration
+	vegaDir          string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -80,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("EMBED_AGENT_DELAY: %w", err)
 	}
 	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
+	fs.StringVar(&o.vegaDir, "vega-dir", envOr("EMBED_VEGA_DIR", ""), "node_modules folder with the pinned vega packages; empty loads them from the CDN (env EMBED_VEGA_DIR)")
 	return o, fs.Parse(args)
 }
 
@@ -163,6 +166,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	session := middleware.Session(st)
 	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)
 	r.Handle("/embed/profile", session(http.HandlerFunc(pages.profile))).Methods(http.MethodGet)
+	if err := mountChatPage(r, st, cfg, o.vegaDir, log); err != nil {
+		return fmt.Errorf("chat page: %w", err)
+	}
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")

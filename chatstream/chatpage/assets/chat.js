@@ -1,0 +1,505 @@
+// The embed chat page: exchanges ?sessionId= for a token (kept in
+// sessionStorage), loads the user, streams chat answers as NDJSON and
+// renders them, stops and rejoins turns, and tells the parent window when
+// the session has expired.
+import { renderMarkdown } from "./markdown.js";
+import { renderTool } from "./render.js";
+
+const TOKEN_KEY = "embedkit.token";
+const EXPIRES_KEY = "embedkit.tokenExpiresAt";
+const CHAT_KEY = "embedkit.chat";
+
+const $ = (id) => document.getElementById(id);
+const body = document.body;
+const log = $("ek-log");
+const form = $("ek-form");
+const input = $("ek-input");
+const send = $("ek-send");
+const stop = $("ek-stop");
+const newChat = $("ek-new");
+const notice = $("ek-notice");
+
+let token = "";
+let me = null;
+let busy = false;
+let ended = false; // the session expired
+// chat is what a reload needs: the thread, the highest sort applied and
+// the messages as merged so far. It is saved to sessionStorage as one
+// value, so that lastSort always matches the messages.
+let chat = { chatId: "", lastSort: 0, msgs: {} };
+const views = new Map(); // message id -> { el, sig }
+
+// storage is sessionStorage, or a map for this page's life where the
+// browser refuses storage to the frame (then a reload needs a new session).
+const storage = (() => {
+  try {
+    const s = window.sessionStorage;
+    s.setItem("embedkit.probe", "1");
+    s.removeItem("embedkit.probe");
+    return s;
+  } catch (_) {
+    const m = new Map();
+    return { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => m.set(k, String(v)), removeItem: (k) => m.delete(k) };
+  }
+})();
+
+// newChatId returns a random UUID, or chat-<timestamp>-<random> where
+// crypto.randomUUID is missing (pages not served over HTTPS).
+function newChatId() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const r = crypto.getRandomValues(new Uint32Array(2));
+  return "chat-" + Date.now() + "-" + r[0].toString(36) + r[1].toString(36);
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function show(text, kind) {
+  notice.textContent = text;
+  notice.className = "ek-notice" + (kind ? " ek-" + kind : "");
+  notice.hidden = !text;
+}
+
+// ----- session -----
+
+function sessionExpired() {
+  if (ended) return;
+  ended = true;
+  token = "";
+  storage.removeItem(TOKEN_KEY);
+  storage.removeItem(EXPIRES_KEY);
+  setBusy(false);
+  input.disabled = send.disabled = newChat.disabled = true;
+  show("Your session has expired. Open the chat again from the application to continue.", "error");
+  if (window.parent !== window) {
+    // The message holds no secret, and the page cannot know its host's
+    // origin: any parent may read it.
+    window.parent.postMessage({ type: "embedkit:session-expired" }, "*");
+  }
+}
+
+function watchExpiry(at) {
+  const ms = Date.parse(at) - Date.now();
+  if (Number.isNaN(ms)) return;
+  if (ms <= 0) return sessionExpired();
+  if (ms < 2 ** 31 - 1) setTimeout(sessionExpired, ms);
+}
+
+async function exchange(sessionId) {
+  let res;
+  try {
+    res = await fetch(body.dataset.tokenUrl, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ sessionId }),
+      credentials: "omit",
+      cache: "no-store",
+    });
+  } catch (_) {
+    return false;
+  }
+  if (!res.ok) return false;
+  const t = await res.json();
+  token = t.token;
+  storage.setItem(TOKEN_KEY, t.token);
+  storage.setItem(EXPIRES_KEY, t.expiresAt);
+  // A new session may be another user's: start from an empty chat.
+  storage.removeItem(CHAT_KEY);
+  return true;
+}
+
+function api(url, init = {}) {
+  return fetch(url, {
+    ...init,
+    headers: { ...(init.headers || {}), Authorization: "Bearer " + token },
+    credentials: "omit",
+    cache: "no-store",
+  });
+}
+
+async function errorText(res) {
+  try {
+    const j = await res.json();
+    if (j && typeof j.error === "string") return j.error;
+  } catch (_) { /* not JSON */ }
+  return "HTTP " + res.status;
+}
+
+// ----- rendering -----
+
+function renderAvatar() {
+  $("ek-name").textContent = me.displayName;
+  const initials = $("ek-initials");
+  initials.textContent = me.initials;
+  const avatar = $("ek-avatar");
+  avatar.title = me.displayName;
+  if (!me.picture) return;
+  const img = new Image();
+  img.className = "ek-avatar-img";
+  img.alt = "";
+  img.referrerPolicy = "no-referrer";
+  img.hidden = true;
+  img.addEventListener("load", () => {
+    img.hidden = false;
+    initials.hidden = true;
+  });
+  img.addEventListener("error", () => img.remove());
+  img.src = me.picture;
+  avatar.append(img);
+}
+
+// place puts a message's node in sort order. A message is ordered by the
+// sort of its latest line, so the text written after tool calls shows
+// below them.
+function place(id, node, ord) {
+  node.dataset.order = String(ord);
+  for (const child of log.children) {
+    if (child !== node && Number(child.dataset.order) > ord) {
+      log.insertBefore(node, child);
+      return;
+    }
+  }
+  log.append(node);
+}
+
+function signature(m) {
+  return JSON.stringify([m.content, m.isInProcess, m.toolCall?.input, m.toolCall?.result]);
+}
+
+let pending = new Set();
+let frame = 0;
+
+function schedule(id) {
+  pending.add(id);
+  if (!frame) frame = requestAnimationFrame(flushRender);
+}
+
+function flushRender() {
+  frame = 0;
+  const ids = pending;
+  pending = new Set();
+  for (const id of ids) renderMessage(chat.msgs[id]);
+}
+
+function renderMessage(m) {
+  if (!m) return;
+  let v = views.get(m.id);
+  const sig = signature(m);
+  if (v && Number(v.el.dataset.order) !== m._order) place(m.id, v.el, m._order);
+  if (v && v.sig === sig) return;
+  if (!v) {
+    const node = el("article", "ek-msg " + (m.role === "user" ? "ek-user" : m.toolCall ? "ek-tool" : "ek-assistant"));
+    node.id = "ek-m-" + m.id;
+    v = { el: node, sig: "" };
+    views.set(m.id, v);
+    place(m.id, node, m._order);
+  }
+  v.sig = sig;
+  const node = v.el;
+  node.setAttribute("aria-busy", m.isInProcess ? "true" : "false");
+  if (m.role === "user") {
+    node.replaceChildren(el("p", "ek-user-text", m.content));
+  } else if (m.toolCall) {
+    renderTool(node, m);
+  } else {
+    const md = el("div", "ek-md");
+    if (m.content) md.append(renderMarkdown(m.content));
+    else if (m.isInProcess) md.append(el("span", "ek-typing", "Thinking…"));
+    node.replaceChildren(md);
+    if (m._stopped) node.append(el("p", "ek-meta", "Stopped."));
+  }
+  if (isNearBottom) log.scrollTop = log.scrollHeight;
+}
+
+let isNearBottom = true;
+log.addEventListener("scroll", () => {
+  isNearBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+});
+
+function clearLog() {
+  views.clear();
+  log.replaceChildren();
+}
+
+// ----- chat state -----
+
+let saveTimer = 0;
+function save() {
+  if (saveTimer) return;
+  saveTimer = setTimeout(saveNow, 150);
+}
+function saveNow() {
+  clearTimeout(saveTimer);
+  saveTimer = 0;
+  if (ended) return;
+  try {
+    storage.setItem(CHAT_KEY, JSON.stringify(chat));
+  } catch (_) {
+    // Over the storage quota: the last saved value stays, and it is
+    // consistent (its lastSort matches its messages).
+  }
+}
+window.addEventListener("pagehide", saveNow);
+
+function restore() {
+  try {
+    const c = JSON.parse(storage.getItem(CHAT_KEY) || "null");
+    if (c && typeof c.chatId === "string" && c.msgs && typeof c.lastSort === "number") chat = c;
+  } catch (_) { /* start empty */ }
+}
+
+// validId keeps message ids usable as keys of chat.msgs.
+function validId(id) {
+  return typeof id === "string" && id !== "__proto__" && /^[A-Za-z0-9._:-]{1,200}$/.test(id);
+}
+
+// apply merges one stream line into the chat.
+function apply(m) {
+  if (!m || !validId(m.id)) return;
+  if (typeof m.sort === "number" && m.sort > chat.lastSort) chat.lastSort = m.sort;
+  if (m.id === "__cutoff__") {
+    if (m.state?.chatId) chat.chatId = m.state.chatId;
+    if (m.state?.isStreaming) setBusy(true);
+  } else if (m.id === "__state__") {
+    finish(m.state || {});
+  } else {
+    const old = chat.msgs[m.id];
+    const next = old ? { ...old, ...m } : { ...m };
+    next._order = m.sort ?? old?._order ?? 0;
+    if (old && m.isDelta) next.content = (old.content || "") + (m.content || "");
+    if (old?.toolCall || m.toolCall) next.toolCall = { ...(old?.toolCall || {}), ...(m.toolCall || {}) };
+    chat.msgs[m.id] = next;
+    schedule(m.id);
+  }
+  if (m.id === "__state__") saveNow();
+  else save();
+}
+
+// finish applies __state__: the thread's history is authoritative.
+function finish(state) {
+  if (Array.isArray(state.messages)) {
+    const keep = new Set();
+    for (const h of state.messages) {
+      if (!h || !validId(h.id)) continue;
+      keep.add(h.id);
+      const old = chat.msgs[h.id];
+      chat.msgs[h.id] = { ...h, _order: h.sort ?? old?._order ?? 0, _stopped: old?._stopped };
+      schedule(h.id);
+    }
+    for (const id of Object.keys(chat.msgs)) {
+      if (!keep.has(id)) {
+        delete chat.msgs[id];
+        views.get(id)?.el.remove();
+        views.delete(id);
+      }
+    }
+  }
+  if (state.aborted) {
+    show("Stopped. The answer so far is kept.", "info");
+  } else if (state.error) {
+    show("The answer could not be completed: " + state.error, "error");
+  }
+  setBusy(false);
+}
+
+function setBusy(b) {
+  busy = b;
+  log.setAttribute("aria-busy", b ? "true" : "false");
+  const stopHadFocus = document.activeElement === stop;
+  stop.hidden = !b;
+  send.hidden = b;
+  send.disabled = b || ended || !me;
+  newChat.disabled = b || ended || !me;
+  input.disabled = ended || !me;
+  if (stopHadFocus && !b) input.focus();
+}
+
+// ----- streaming -----
+
+// stream posts a chat request and applies its lines; it returns whether
+// the stream ended with __state__.
+async function stream(req) {
+  let res;
+  try {
+    res = await api(me.streamUrl, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/x-ndjson" },
+      body: JSON.stringify(req),
+    });
+  } catch (_) {
+    return false;
+  }
+  if (!res.ok) {
+    await httpError(res);
+    return true;
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let done = false;
+  try {
+    for (;;) {
+      const { value, done: eof } = await reader.read();
+      if (eof) break;
+      buf += value;
+      for (let nl; (nl = buf.indexOf("\n")) >= 0; ) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (!line) continue;
+        let m;
+        try {
+          m = JSON.parse(line);
+        } catch (_) {
+          continue;
+        }
+        if (m.id === "__state__") done = true;
+        apply(m);
+      }
+    }
+  } catch (_) {
+    return done; // connection lost
+  }
+  return done;
+}
+
+async function httpError(res) {
+  const msg = await errorText(res);
+  setBusy(false);
+  switch (res.status) {
+    case 401:
+      sessionExpired();
+      break;
+    case 409:
+      if (/thread is full/i.test(msg)) {
+        show("This conversation is full. Start a new chat to keep asking questions.", "error");
+      } else {
+        show("An answer is still being written in this conversation. Wait for it to finish, or press Stop.", "error");
+      }
+      break;
+    case 429: {
+      const s = parseInt(res.headers.get("Retry-After") || "", 10);
+      show("Too many questions at once. Please wait " + (s > 0 ? s + " second" + (s === 1 ? "" : "s") : "a moment") + " and try again.", "error");
+      break;
+    }
+    default:
+      show(res.status >= 500 ? "The chat service is unavailable right now. Please try again later." : "The request was refused: " + msg, "error");
+  }
+}
+
+// run streams req and, when the connection drops before the end, rejoins
+// the turn from the last line applied.
+async function run(req) {
+  for (let attempt = 0; ; attempt++) {
+    if (await stream(req)) {
+      saveNow();
+      return;
+    }
+    if (ended || attempt >= 4 || !chat.chatId) break;
+    show("Connection lost. Reconnecting…", "info");
+    await new Promise((r) => setTimeout(r, 1000 * (attempt + 1)));
+    req = { chatId: chat.chatId, resumeAfterSort: chat.lastSort };
+  }
+  setBusy(false);
+  show("The connection was lost. Reload the page to see the answer.", "error");
+}
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const text = input.value.trim();
+  if (!text || busy || ended || !me) return;
+  if (!chat.chatId) chat.chatId = newChatId();
+  input.value = "";
+  show("");
+  setBusy(true);
+  run({ input: text, chatId: chat.chatId });
+});
+
+input.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    form.requestSubmit();
+  }
+});
+
+stop.addEventListener("click", async () => {
+  if (!busy || !chat.chatId) return;
+  for (const m of Object.values(chat.msgs)) if (m.isInProcess && !m.toolCall) m._stopped = true;
+  let res;
+  try {
+    res = await api(me.abortUrl, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ chatId: chat.chatId }),
+    });
+  } catch (_) {
+    show("Could not stop the answer: the connection failed.", "error");
+    return;
+  }
+  if (res.status === 401) sessionExpired();
+  else if (!res.ok && res.status !== 204) show("Could not stop the answer: " + (await errorText(res)), "error");
+});
+
+newChat.addEventListener("click", () => {
+  if (busy) return;
+  chat = { chatId: "", lastSort: 0, msgs: {} };
+  clearLog();
+  show("");
+  saveNow();
+  input.focus();
+});
+
+// ----- start -----
+
+async function boot() {
+  const url = new URL(location.href);
+  const sid = url.searchParams.get("sessionId");
+  if (sid !== null) {
+    // The sessionId is single-use; keep it out of the history.
+    url.searchParams.delete("sessionId");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+  // A host that mounts the shell behind the session middleware has had
+  // the sessionId exchanged already: the shell carries the token.
+  const handed = body.dataset.token;
+  body.removeAttribute("data-token");
+  if (handed) {
+    token = handed;
+    storage.setItem(TOKEN_KEY, handed);
+    storage.removeItem(EXPIRES_KEY);
+    storage.removeItem(CHAT_KEY);
+  } else if (!(sid && (await exchange(sid)))) {
+    token = storage.getItem(TOKEN_KEY) || "";
+  }
+  if (!token) return sessionExpired();
+  let res;
+  try {
+    res = await api(body.dataset.meUrl);
+  } catch (_) {
+    show("The chat could not be loaded: the connection failed. Reload to try again.", "error");
+    return;
+  }
+  if (res.status === 401) return sessionExpired();
+  if (!res.ok) {
+    show("The chat is not available: " + (await errorText(res)), "error");
+    return;
+  }
+  me = await res.json();
+  renderAvatar();
+  watchExpiry(storage.getItem(EXPIRES_KEY) || me.expiresAt);
+  setBusy(false);
+  restore();
+  body.dataset.ready = "true";
+  if (chat.chatId) {
+    for (const m of Object.values(chat.msgs)) renderMessage(m);
+    // Rejoin a turn that may still run, from the last line shown; the
+    // page is busy until the thread's state arrives.
+    setBusy(true);
+    await run({ chatId: chat.chatId, resumeAfterSort: chat.lastSort });
+  }
+  if (!busy) input.focus();
+}
+
+boot();

@@ -1,0 +1,421 @@
+package chatpage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+)
+
+//go:embed assets
+var assetFS embed.FS
+
+// Store is what the page's user endpoint reads besides the session: the
+// account and the agent. Every [store.Store] implements it.
+type Store interface {
+	middleware.SessionStore
+	// AccountByID returns [store.ErrNotFound] when missing.
+	AccountByID(ctx context.Context, id int64) (store.Account, error)
+	// Agent returns [store.ErrNotFound] when missing.
+	Agent(ctx context.Context, accountID int64, id string) (store.Agent, error)
+}
+
+// AgentFunc chooses the agent a session's user chats with. It returns the
+// agent's id within the session's account.
+type AgentFunc func(ctx context.Context, es middleware.EmbedSession) (agentID string, err error)
+
+// FixedAgent is an [AgentFunc] that always chooses the agent id.
+func FixedAgent(id string) AgentFunc {
+	return func(context.Context, middleware.EmbedSession) (string, error) { return id, nil }
+}
+
+// Route is one endpoint of the handler: mount Handler for Method and
+// Pattern on any router (the patterns have no wildcards).
+type Route struct {
+	Method  string
+	Pattern string
+	Handler http.Handler
+}
+
+// Handler serves the embed chat page: the HTML shell, its script and
+// style sheet, optionally the chart libraries, and the user endpoint the
+// script calls with the session token. Build it with [New]; it is safe for
+// concurrent use.
+type Handler struct {
+	st     Store
+	agent  AgentFunc
+	o      options
+	shell  []byte
+	csp    string
+	theme  []byte
+	vega   map[string][]byte // local chart files by name, nil for a CDN
+	assets map[string][]byte // the page's script and style by file name
+}
+
+// assetNames are the files served under {path}/assets/.
+var assetNames = []string{"chat.js", "chat.css", "markdown.js", "render.js", "vega-util.js"}
+
+// DefaultPath is where [Handler.Routes] mounts the page by default.
+const DefaultPath = "/embed/chat"
+
+// New returns the chat page handler. Users chat with the agent that the
+// [AgentFunc] chooses for their session, on the chat endpoints of [chatstream.Handler] mounted on the
+// same origin, with the token the page gets from the embed-session token
+// endpoint (embedsession.PathSessionToken).
+//
+// It fails when an option is invalid: a theme variable or a frame
+// ancestor that is not allowed, or a vega folder ([WithVegaDir]) without
+// the pinned files.
+func New(st Store, agent AgentFunc, opts ...Option) (*Handler, error) {
+	if st == nil || agent == nil {
+		return nil, errors.New("chatpage: New needs a store and an AgentFunc")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	h := &Handler{st: st, agent: agent, o: o}
+	h.assets = make(map[string][]byte, len(assetNames))
+	for _, name := range assetNames {
+		b, err := fs.ReadFile(assetFS, "assets/"+name)
+		if err != nil {
+			return nil, fmt.Errorf("chatpage: embedded asset: %w", err)
+		}
+		h.assets[name] = b
+	}
+	var err error
+	if o.vegaDir != "" {
+		if h.vega, err = loadVegaDir(o.vegaDir); err != nil {
+			return nil, err
+		}
+	}
+	if len(o.theme) > 0 {
+		h.theme = themeCSS(o.theme)
+	}
+	if err := h.render(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Routes returns the page's endpoints under the path of [WithPath]
+// (default /embed/chat):
+//
+//   - GET {path}: the HTML shell. It carries no user data and needs no
+//     cookie or session, so that it loads in a cross-site iframe whose
+//     third-party cookies the browser blocks, and after a reload. (A host
+//     that mounts it behind [middleware.Session] anyway still works on the
+//     first load: the middleware exchanges ?sessionId= and the shell hands
+//     the token to the script; a reload then needs the middleware's cookie.)
+//   - GET {path}/me: the user, the account and the agent, as JSON, behind
+//     [middleware.Session] (the script sends Authorization: Bearer);
+//   - GET {path}/assets/...: the script and the style sheet;
+//   - GET {path}/theme.css: the theme of [WithTheme], when set;
+//   - GET {path}/vega/...: the chart libraries, with [WithVegaDir].
+func (h *Handler) Routes() []Route {
+	p := h.o.path
+	session := middleware.Session(h.st, h.o.sessionOpts...)
+	rs := []Route{
+		{http.MethodGet, p, http.HandlerFunc(h.serveShell)},
+		{http.MethodGet, p + "/me", session(http.HandlerFunc(h.serveMe))},
+	}
+	for _, name := range assetNames {
+		ct := "text/javascript; charset=utf-8"
+		if strings.HasSuffix(name, ".css") {
+			ct = "text/css; charset=utf-8"
+		}
+		rs = append(rs, Route{http.MethodGet, p + "/assets/" + name, staticBytes(ct, h.assets[name])})
+	}
+	if h.theme != nil {
+		rs = append(rs, Route{http.MethodGet, p + "/theme.css", staticBytes("text/css; charset=utf-8", h.theme)})
+	}
+	names := make([]string, 0, len(h.vega))
+	for name := range h.vega {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		rs = append(rs, Route{http.MethodGet, p + "/vega/" + name, staticBytes("text/javascript; charset=utf-8", h.vega[name])})
+	}
+	return rs
+}
+
+// ContentSecurityPolicy returns the policy the shell is served with.
+func (h *Handler) ContentSecurityPolicy() string { return h.csp }
+
+// staticBytes serves b; browsers revalidate it with its ETag.
+func staticBytes(contentType string, b []byte) http.Handler {
+	sum := sha256.Sum256(b)
+	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", etag)
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Cache-Control", "no-cache")
+		// Scripts load with crossorigin=anonymous and integrity.
+		w.Header().Set("Cross-Origin-Resource-Policy", "same-origin")
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+	})
+}
+
+func (h *Handler) serveShell(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Content-Security-Policy", h.csp)
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	// The URL may carry a single-use sessionId: nothing keeps a copy.
+	hd.Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		return
+	}
+	// Behind middleware.Session, a request that exchanged ?sessionId= has
+	// used it up: the shell hands the new token to the script instead.
+	if es, ok := middleware.EmbedSessionFromContext(r.Context()); ok && es.Token != "" {
+		_, _ = w.Write(bytes.Replace(h.shell, []byte(`data-token=""`), []byte(`data-token="`+html.EscapeString(es.Token)+`"`), 1))
+		return
+	}
+	_, _ = w.Write(h.shell)
+}
+
+// Me is the JSON of GET {path}/me.
+type Me struct {
+	DisplayName string `json:"displayName"`
+	// Initials stand for the user when Picture is empty or fails to load.
+	Initials string `json:"initials"`
+	// Picture is the avatar URL (http, https or a data: image), or "".
+	Picture     string `json:"picture"`
+	AccountName string `json:"accountName"`
+	AgentID     string `json:"agentId"`
+	// StreamURL and AbortURL are the chat endpoints for this account and
+	// agent, relative to the page's origin.
+	StreamURL string `json:"streamUrl"`
+	AbortURL  string `json:"abortUrl"`
+	// ExpiresAt is when the token expires.
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+var errNoAgent = wire.Errorf(http.StatusNotFound, "no chat agent for this session")
+
+func (h *Handler) serveMe(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	es, ok := middleware.EmbedSessionFromContext(ctx)
+	if !ok {
+		wire.WriteError(w, r, h.o.log, wire.Errorf(http.StatusUnauthorized, "no embed session"))
+		return
+	}
+	me, err := h.me(ctx, es)
+	if err != nil {
+		wire.WriteError(w, r, h.o.log, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	wire.WriteJSON(w, http.StatusOK, me)
+}
+
+func (h *Handler) me(ctx context.Context, es middleware.EmbedSession) (Me, error) {
+	acct, err := h.st.AccountByID(ctx, es.Session.AccountID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Me{}, wire.Errorf(http.StatusNotFound, "account not found")
+	}
+	if err != nil {
+		return Me{}, err
+	}
+	id, err := h.agent(ctx, es)
+	if err != nil {
+		return Me{}, err
+	}
+	if id == "" {
+		return Me{}, errNoAgent
+	}
+	if _, err := h.st.Agent(ctx, acct.ID, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return Me{}, errNoAgent
+		}
+		return Me{}, err
+	}
+	u := es.User
+	name := u.DisplayName
+	if name == "" {
+		name = u.ExternalID + u.InternalID
+	}
+	chatPath := func(pattern string) string {
+		return strings.NewReplacer("{accountName}", url.PathEscape(acct.Name), "{agentId}", url.PathEscape(id)).Replace(pattern)
+	}
+	return Me{
+		DisplayName: name,
+		Initials:    Initials(name),
+		Picture:     safePicture(u.Picture),
+		AccountName: acct.Name,
+		AgentID:     id,
+		StreamURL:   h.o.chatBase + chatPath(chatstream.StreamPattern),
+		AbortURL:    h.o.chatBase + chatPath(chatstream.AbortPattern),
+		ExpiresAt:   es.Session.ExpiresAt.UTC(),
+	}, nil
+}
+
+// safePicture keeps http, https and data:image URLs.
+func safePicture(p string) string {
+	u, err := url.Parse(p)
+	if err != nil {
+		return ""
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+		return p
+	case "data":
+		if strings.HasPrefix(strings.ToLower(u.Opaque), "image/") {
+			return p
+		}
+	}
+	return ""
+}
+
+// Initials returns up to two initials of a display name, for an avatar
+// without a picture: "Jane Doe" → "JD", "" → "?".
+func Initials(name string) string {
+	var out []rune
+	for _, f := range strings.FieldsFunc(name, func(r rune) bool {
+		return unicode.IsSpace(r) || r == '-' || r == '_' || r == '.' || r == '@'
+	}) {
+		for _, r := range f {
+			if unicode.IsLetter(r) || unicode.IsDigit(r) {
+				out = append(out, unicode.ToUpper(r))
+				break
+			}
+		}
+		if len(out) == 2 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return "?"
+	}
+	return string(out)
+}
+
+// script is a classic script tag of the shell.
+type script struct{ URL, Integrity string }
+
+var shellTmpl = template.Must(template.ParseFS(assetFS, "assets/chat.html"))
+
+const importMapMark = "@@IMPORTMAP@@"
+
+// render builds the shell (the same bytes for every request) and its
+// Content-Security-Policy.
+func (h *Handler) render() error {
+	p := h.o.path
+	var scripts []script
+	var interpURL, interpIntegrity string
+	scriptSrc := []string{"'self'"}
+	for _, f := range vegaFiles {
+		u := p + "/vega/" + f.localName()
+		if h.vega == nil {
+			u = f.cdnURL(h.o.vegaCDN)
+			scriptSrc = append(scriptSrc, u)
+		}
+		if f.module {
+			interpURL, interpIntegrity = u, f.integrity
+			continue
+		}
+		scripts = append(scripts, script{u, f.integrity})
+	}
+	im := map[string]any{
+		"imports": map[string]string{
+			"vega-interpreter": interpURL,
+			// vega-interpreter imports three helpers of vega-util, which
+			// the vega bundle already exports: a shim hands them over.
+			"vega-util": p + "/assets/vega-util.js",
+		},
+		"integrity": map[string]string{interpURL: interpIntegrity},
+	}
+	imJSON, err := json.Marshal(im) // escapes <, > and &
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	err = shellTmpl.Execute(&buf, struct {
+		Title, Base, TokenURL string
+		Theme                 bool
+		Scripts               []script
+		ImportMap             string
+	}{h.o.title, p, h.o.chatBase + embedsession.PathSessionToken, h.theme != nil, scripts, importMapMark})
+	if err != nil {
+		return err
+	}
+	h.shell = bytes.Replace(buf.Bytes(), []byte(importMapMark), imJSON, 1)
+	sum := sha256.Sum256(imJSON)
+	scriptSrc = append(scriptSrc, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
+	imgSrc := append([]string{"'self'", "data:"}, h.o.imgSrc...)
+	connect := "'self'"
+	if h.o.chatBase != "" {
+		connect += " " + h.o.chatBase
+	}
+	h.csp = strings.Join([]string{
+		"default-src 'none'",
+		"script-src " + strings.Join(scriptSrc, " "),
+		"style-src 'self'",
+		"img-src " + strings.Join(imgSrc, " "),
+		"connect-src " + connect,
+		"base-uri 'none'",
+		"form-action 'none'",
+		"frame-ancestors " + strings.Join(h.o.frameAncestors, " "),
+	}, "; ")
+	return nil
+}
+
+var (
+	themeName  = regexp.MustCompile(`^--[A-Za-z0-9-]{1,64}$`)
+	themeValue = regexp.MustCompile(`^[A-Za-z0-9 #%.,()+\-/'"]{1,200}$`)
+)
+
+func checkTheme(vars map[string]string) error {
+	for k, v := range vars {
+		if !themeName.MatchString(k) {
+			return fmt.Errorf("chatpage: theme variable %q: want --name of letters, digits and dashes", k)
+		}
+		if !themeValue.MatchString(v) || strings.Contains(strings.ToLower(v), "url(") ||
+			strings.Count(v, `"`)%2 != 0 || strings.Count(v, "'")%2 != 0 {
+			return fmt.Errorf("chatpage: theme variable %s: value %q has characters a theme value may not use, url(), or an unclosed quote", k, v)
+		}
+	}
+	return nil
+}
+
+func themeCSS(vars map[string]string) []byte {
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteString(":root {\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %s: %s;\n", k, vars[k])
+	}
+	b.WriteString("}\n")
+	return b.Bytes()
+}

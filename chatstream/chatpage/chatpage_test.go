@@ -1,0 +1,384 @@
+package chatpage_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/chatstream/chatpage"
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/memstore"
+)
+
+// env is a store with account "acme" (API key "sk-acme", admin), agent
+// "7", and a server with the embed-session API and the chat page.
+type env struct {
+	st  *memstore.Store
+	srv *httptest.Server
+	h   *chatpage.Handler
+}
+
+func seed(t *testing.T, st store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	acct, err := st.SaveAccount(ctx, store.Account{Name: "acme", Plan: store.PlanEnterprise})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("sk-acme"))
+	if err := st.SaveAPIKey(ctx, store.APIKey{Hash: sum[:], AccountID: acct.ID, Admin: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveDeployment(ctx, store.Deployment{AccountID: acct.ID, ID: 1, Name: "production"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "7", DeploymentID: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newEnv(t *testing.T, agent chatpage.AgentFunc, opts ...chatpage.Option) *env {
+	t.Helper()
+	st := memstore.New()
+	t.Cleanup(func() { st.Close() })
+	seed(t, st)
+	h, err := chatpage.New(st, agent, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := http.NewServeMux()
+	for _, rt := range embedsession.NewHandler(st).Routes() {
+		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	for _, rt := range h.Routes() {
+		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	srv := httptest.NewServer(sm)
+	t.Cleanup(srv.Close)
+	return &env{st: st, srv: srv, h: h}
+}
+
+// token provisions user and returns a token of a new session.
+func (e *env) token(t *testing.T, user, picture string) string {
+	t.Helper()
+	ctx := context.Background()
+	c := embedsession.NewClient(e.srv.URL, "sk-acme")
+	req := embedsession.SessionRequest{DeploymentID: 1, ExternalID: user,
+		UserProfile: &embedsession.UserProfile{DisplayName: embedsession.String("Jane Doe"), Picture: &picture}}
+	sid, err := c.GenerateSession(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.ExchangeToken(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Token
+}
+
+func get(t *testing.T, url, bearer string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+var (
+	scriptTag = regexp.MustCompile(`<script[^>]*>`)
+	importMap = regexp.MustCompile(`<script type="importmap">([^<]*)</script>`)
+)
+
+func TestShellNeedsNoSessionAndIsLockedDown(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithTitle("Ask <your> data"))
+	res, body := get(t, e.srv.URL+"/embed/chat", "")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /embed/chat without credentials: %d %s", res.StatusCode, body)
+	}
+	h := res.Header
+	for k, want := range map[string]string{
+		"Referrer-Policy":        "no-referrer",
+		"X-Content-Type-Options": "nosniff",
+		"Cache-Control":          "no-store",
+		"Content-Type":           "text/html; charset=utf-8",
+	} {
+		if got := h.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	csp := h.Get("Content-Security-Policy")
+	if csp != e.h.ContentSecurityPolicy() {
+		t.Errorf("served CSP differs from ContentSecurityPolicy()")
+	}
+	for _, want := range []string{"default-src 'none'", "style-src 'self'", "connect-src 'self'", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'self'", "img-src 'self' data:"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	for _, bad := range []string{"unsafe-inline", "unsafe-eval", "*", "blob:"} {
+		if strings.Contains(csp, bad) {
+			t.Errorf("CSP %q allows %s", csp, bad)
+		}
+	}
+	// Every script has a src, except the import map, whose hash the CSP
+	// names.
+	for _, tag := range scriptTag.FindAllString(body, -1) {
+		if !strings.Contains(tag, " src=") && tag != `<script type="importmap">` {
+			t.Errorf("inline script %s", tag)
+		}
+		if strings.Contains(tag, "cdn.jsdelivr.net") && (!strings.Contains(tag, `integrity="sha384-`) || !strings.Contains(tag, `crossorigin="anonymous"`)) {
+			t.Errorf("CDN script without integrity: %s", tag)
+		}
+	}
+	m := importMap.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no import map")
+	}
+	sum := sha256.Sum256([]byte(m[1]))
+	if want := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"; !strings.Contains(csp, want) {
+		t.Errorf("CSP %q lacks the import map hash %s", csp, want)
+	}
+	var im struct {
+		Imports   map[string]string `json:"imports"`
+		Integrity map[string]string `json:"integrity"`
+	}
+	if err := json.Unmarshal([]byte(m[1]), &im); err != nil {
+		t.Fatal(err)
+	}
+	interp := im.Imports["vega-interpreter"]
+	if interp != "https://cdn.jsdelivr.net/npm/vega-interpreter@2.3.2/build/vega-interpreter.js" || !strings.HasPrefix(im.Integrity[interp], "sha384-") {
+		t.Errorf("import map %+v", im)
+	}
+	for _, u := range []string{
+		"https://cdn.jsdelivr.net/npm/vega@6.4.0/build/vega.min.js",
+		"https://cdn.jsdelivr.net/npm/vega-lite@6.5.0/build/vega-lite.min.js",
+		"https://cdn.jsdelivr.net/npm/vega-embed@7.3.0/build/vega-embed.min.js",
+	} {
+		if !strings.Contains(body, `src="`+u+`"`) || !strings.Contains(csp, u) {
+			t.Errorf("shell or CSP lacks %s", u)
+		}
+	}
+	if !strings.Contains(body, "<title>Ask &lt;your&gt; data</title>") {
+		t.Error("the title is not escaped")
+	}
+}
+
+func TestAssets(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithTheme(map[string]string{"--ek-accent": "#0f766e", "--ek-font": `"Inter", sans-serif`}))
+	for path, ct := range map[string]string{
+		"/embed/chat/assets/chat.js":      "text/javascript; charset=utf-8",
+		"/embed/chat/assets/markdown.js":  "text/javascript; charset=utf-8",
+		"/embed/chat/assets/render.js":    "text/javascript; charset=utf-8",
+		"/embed/chat/assets/vega-util.js": "text/javascript; charset=utf-8",
+		"/embed/chat/assets/chat.css":     "text/css; charset=utf-8",
+		"/embed/chat/theme.css":           "text/css; charset=utf-8",
+	} {
+		res, body := get(t, e.srv.URL+path, "")
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != ct || res.Header.Get("X-Content-Type-Options") != "nosniff" || body == "" {
+			t.Errorf("GET %s: %d %q", path, res.StatusCode, res.Header.Get("Content-Type"))
+		}
+	}
+	// Revalidation with the ETag answers 304.
+	res, _ := get(t, e.srv.URL+"/embed/chat/assets/chat.js", "")
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/embed/chat/assets/chat.js", nil)
+	req.Header.Set("If-None-Match", res.Header.Get("ETag"))
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidation: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+	_, css := get(t, e.srv.URL+"/embed/chat/theme.css", "")
+	if css != ":root {\n  --ek-accent: #0f766e;\n  --ek-font: \"Inter\", sans-serif;\n}\n" {
+		t.Errorf("theme.css %q", css)
+	}
+	_, shell := get(t, e.srv.URL+"/embed/chat", "")
+	if !strings.Contains(shell, `href="/embed/chat/theme.css"`) {
+		t.Error("the shell does not link the theme")
+	}
+}
+
+func TestMe(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"))
+	tok := e.token(t, "jane", "https://img.example.com/jane.png")
+	res, body := get(t, e.srv.URL+"/embed/chat/me", tok)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("me: %d %s", res.StatusCode, body)
+	}
+	var me chatpage.Me
+	if err := json.Unmarshal([]byte(body), &me); err != nil {
+		t.Fatal(err)
+	}
+	if me.DisplayName != "Jane Doe" || me.Initials != "JD" || me.Picture != "https://img.example.com/jane.png" ||
+		me.AccountName != "acme" || me.AgentID != "7" ||
+		me.StreamURL != "/api/v1/public/acme/agents/7/chat/stream-chat-state" || me.AbortURL != "/api/v1/public/acme/agents/7/chat/abort" ||
+		me.ExpiresAt.IsZero() {
+		t.Errorf("me %+v", me)
+	}
+	if res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("Cache-Control %q", res.Header.Get("Cache-Control"))
+	}
+	for _, c := range []struct{ name, bearer string }{{"no token", ""}, {"unknown token", "nope"}} {
+		res, body := get(t, e.srv.URL+"/embed/chat/me", c.bearer)
+		if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `"error"`) {
+			t.Errorf("%s: %d %s", c.name, res.StatusCode, body)
+		}
+	}
+}
+
+func TestMeUnknownAgent(t *testing.T) {
+	e := newEnv(t, func(context.Context, middleware.EmbedSession) (string, error) { return "missing", nil })
+	res, body := get(t, e.srv.URL+"/embed/chat/me", e.token(t, "jane", ""))
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(body, "no chat agent") {
+		t.Errorf("me with an unknown agent: %d %s", res.StatusCode, body)
+	}
+}
+
+func TestOptionsAreChecked(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	for name, opt := range map[string]chatpage.Option{
+		"theme name":      chatpage.WithTheme(map[string]string{"accent": "red"}),
+		"theme value":     chatpage.WithTheme(map[string]string{"--ek-accent": "red; background: x"}),
+		"theme url":       chatpage.WithTheme(map[string]string{"--ek-bg": "url(https://evil.example)"}),
+		"frame ancestors": chatpage.WithFrameAncestors("https://a.example; script-src *"),
+		"image source":    chatpage.WithImageSources("https://a.example 'unsafe-inline'"),
+		"path":            chatpage.WithPath("embed/{x}"),
+		"vega CDN":        chatpage.WithVegaCDN("ftp://cdn.example"),
+		"chat base":       chatpage.WithChatBaseURL("javascript:x"),
+		"vega dir":        chatpage.WithVegaDir(t.TempDir()),
+	} {
+		if _, err := chatpage.New(st, chatpage.FixedAgent("7"), opt); err == nil {
+			t.Errorf("%s: New accepted a bad option", name)
+		}
+	}
+	if _, err := chatpage.New(nil, chatpage.FixedAgent("7")); err == nil {
+		t.Error("New accepted a nil store")
+	}
+}
+
+func TestFrameAncestorsAndImageSources(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	h, err := chatpage.New(st, chatpage.FixedAgent("7"),
+		chatpage.WithFrameAncestors("https://app.example.com", "https://*.example.org"),
+		chatpage.WithImageSources("https://avatars.example.com"),
+		chatpage.WithPath("/chat/"),
+		chatpage.WithVegaCDN("https://cdn.example.net/npm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	csp := h.ContentSecurityPolicy()
+	for _, want := range []string{"frame-ancestors https://app.example.com https://*.example.org", "img-src 'self' data: https://avatars.example.com", "https://cdn.example.net/npm/vega@6.4.0/build/vega.min.js"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	for _, rt := range h.Routes() {
+		if !strings.HasPrefix(rt.Pattern, "/chat") || strings.HasPrefix(rt.Pattern, "/chat//") {
+			t.Errorf("route %s", rt.Pattern)
+		}
+	}
+}
+
+// vegaDir is the node_modules folder of the pinned packages, or "".
+func vegaDir(t *testing.T) string {
+	dir := os.Getenv("EMBEDKIT_VEGA_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", ".ci", "vega", "node_modules")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vega", "package.json")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("vega packages not found in %s (CI=true)", dir)
+		}
+		t.Skipf("vega packages not found in %s: npm ci --prefix .ci/vega, or set EMBEDKIT_VEGA_DIR", dir)
+	}
+	return dir
+}
+
+func TestVegaDir(t *testing.T) {
+	dir := vegaDir(t)
+	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithVegaDir(dir))
+	csp := e.h.ContentSecurityPolicy()
+	if strings.Contains(csp, "https:") {
+		t.Errorf("CSP %q names another origin with local vega files", csp)
+	}
+	_, shell := get(t, e.srv.URL+"/embed/chat", "")
+	for _, name := range []string{"vega.js", "vega-lite.js", "vega-embed.js", "vega-interpreter.js"} {
+		if !strings.Contains(shell, `/embed/chat/vega/`+name) {
+			t.Errorf("the shell does not load %s locally", name)
+		}
+		res, body := get(t, e.srv.URL+"/embed/chat/vega/"+name, "")
+		if res.StatusCode != http.StatusOK || len(body) < 1000 {
+			t.Errorf("GET vega/%s: %d", name, res.StatusCode)
+		}
+	}
+	// Another version is refused.
+	bad := t.TempDir()
+	if err := os.CopyFS(bad, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "vega", "build", "vega.min.js"), []byte("/* v0 */"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chatpage.New(e.st, chatpage.FixedAgent("7"), chatpage.WithVegaDir(bad)); err == nil || !strings.Contains(err.Error(), "is not vega@6.4.0") {
+		t.Errorf("New with a changed vega.min.js: %v", err)
+	}
+}
+
+func TestInitials(t *testing.T) {
+	for in, want := range map[string]string{"Jane Doe": "JD", "jane": "J", "": "?", "ana-maria lópez": "AM", "42 x": "4X", "  ": "?", "émile zola": "ÉZ"} {
+		if got := chatpage.Initials(in); got != want {
+			t.Errorf("Initials(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A host may mount the shell behind middleware.Session: the middleware
+// uses up the sessionId, so the shell hands the token to the script.
+func TestShellBehindSessionMiddleware(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"))
+	var shell http.Handler
+	for _, rt := range e.h.Routes() {
+		if rt.Pattern == chatpage.DefaultPath {
+			shell = rt.Handler
+		}
+	}
+	srv := httptest.NewServer(middleware.Session(e.st)(shell))
+	defer srv.Close()
+	c := embedsession.NewClient(e.srv.URL, "sk-acme")
+	sid, err := c.GenerateSession(context.Background(), embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body := get(t, srv.URL+"/embed/chat?sessionId="+sid, "")
+	m := regexp.MustCompile(`data-token="([^"]+)"`).FindStringSubmatch(body)
+	if res.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("shell behind the middleware: %d, token handed: %v", res.StatusCode, m != nil)
+	}
+	if res, _ := get(t, e.srv.URL+"/embed/chat/me", m[1]); res.StatusCode != http.StatusOK {
+		t.Errorf("the handed token is refused: %d", res.StatusCode)
+	}
+	// Without an exchange in the request, no token is in the page.
+	_, plain := get(t, e.srv.URL+"/embed/chat", "")
+	if !strings.Contains(plain, `data-token=""`) {
+		t.Error("the plain shell carries a token")
+	}
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"embed"
+	"encoding/json"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/middleware/httperr"
+	"github.com/embedkit/embedkit/store/operator"
+)
+
+//go:embed demo
+var demoFS embed.FS
+
+// demoUser is a user of the demo host page.
+type demoUser struct {
+	ID, Name, Country string
+	// Avatar is a file under /demo/avatars/, or "" for none. A missing
+	// file shows the page's fallback to initials.
+	Avatar string
+}
+
+var demoUsers = []demoUser{
+	{"ana", "Ana Weber", "Germany", "ana.svg"},
+	{"liam", "Liam Carter", "United States", "liam.svg"},
+	{"yuki", "Yuki Tanaka", "Japan", "missing.png"},
+	{"sam", "Sam Rivers", "", ""},
+}
+
+// demoHost is the demo host page: an application that embeds the chat.
+type demoHost struct {
+	client       *embedsession.Client
+	deploymentID int64
+	hasCountry   bool
+}
+
+var demoTmpl = template.Must(template.ParseFS(demoFS, "demo/index.html"))
+
+// mountDemoHost mounts GET / and its assets. It mints sessions with the
+// embedsession client through the router itself, as a host's back end
+// would over the network, with the first admin key of the config's first
+// account.
+func mountDemoHost(r *mux.Router, cfg operator.Config) error {
+	static, err := fs.Sub(demoFS, "demo")
+	if err != nil {
+		return err
+	}
+	d := &demoHost{}
+	if len(cfg.Accounts) > 0 {
+		a := cfg.Accounts[0]
+		key := ""
+		for _, k := range a.APIKeys {
+			if k.Admin {
+				key = k.Key
+				break
+			}
+		}
+		if key != "" && len(a.Deployments) > 0 {
+			d.client = embedsession.NewClient("http://embedkit.internal", key,
+				embedsession.WithHTTPClient(&http.Client{Transport: routerTransport{r}}))
+			d.deploymentID = a.Deployments[0].ID
+		}
+		for _, at := range a.UserAttributes {
+			d.hasCountry = d.hasCountry || at.Name == "country"
+		}
+	}
+	r.Handle("/", http.HandlerFunc(d.serve)).Methods(http.MethodGet)
+	r.PathPrefix("/demo/").Handler(http.StripPrefix("/demo/", demoStatic(http.FileServerFS(static)))).Methods(http.MethodGet)
+	return nil
+}
+
+func demoStatic(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.URL.Path == "index.html" || r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no such endpoint: %s /demo/%s", r.Method, r.URL.Path))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// routerTransport serves client requests with the router in-process.
+type routerTransport struct{ h http.Handler }
+
+func (t routerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+func (d *demoHost) serve(w http.ResponseWriter, r *http.Request) {
+	data := struct {
+		Users    []demoUser
+		Selected *demoUser
+		ChatURL  string
+		Error    string
+	}{Users: demoUsers}
+	if d.client == nil {
+		data.Error = "The demo host page needs a config whose first account has an admin API key and a deployment."
+	} else if id := r.URL.Query().Get("user"); id != "" {
+		for i := range demoUsers {
+			if demoUsers[i].ID == id {
+				data.Selected = &demoUsers[i]
+			}
+		}
+		if data.Selected == nil {
+			httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no demo user %q", id))
+			return
+		}
+		sid, err := d.mint(r, *data.Selected)
+		if err != nil {
+			data.Error = "Could not start a session: " + err.Error()
+		} else {
+			data.ChatURL = "/embed/chat?" + url.Values{"sessionId": {sid}}.Encode()
+		}
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	_ = demoTmpl.Execute(w, data)
+}
+
+// mint provisions the demo user and returns a new sessionId for it.
+func (d *demoHost) mint(r *http.Request, u demoUser) (string, error) {
+	req := embedsession.SessionRequest{
+		DeploymentID: d.deploymentID,
+		ExternalID:   "demo-" + u.ID,
+		UserProfile:  &embedsession.UserProfile{DisplayName: embedsession.String(u.Name)},
+	}
+	pic := ""
+	if u.Avatar != "" {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		pic = scheme + "://" + r.Host + "/demo/avatars/" + u.Avatar
+	}
+	req.UserProfile.Picture = &pic
+	if d.hasCountry {
+		v := json.RawMessage("null") // no country: the row filter shows nothing
+		if u.Country != "" {
+			v = embedsession.Value(u.Country)
+		}
+		req.UserAttributes = []embedsession.UserAttribute{{Name: "country", Value: v}}
+	}
+	return d.client.GenerateSession(r.Context(), req)
+}
