@@ -25,4 +25,5 @@ type Tx interface {
 	Provisioning
 	Sessions
 	Threads
+	Quotas
 }
