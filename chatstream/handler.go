@@ -456,6 +456,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		chatID = newID()
 	}
 	key := turnKey{c.acct.ID, chatID}
+	lim := h.cfg.limitsOf(c.acct)
 	var (
 		t           *turn
 		seq         *sequence
@@ -477,6 +478,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 		} else {
 			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 			res, err := provision.Apply(ctx, tx, c.acct, p, h.maxUsers(c.acct), now)
 			if err != nil {
 				return err
@@ -489,7 +491,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		}
 		if t == nil {
 			var err error
-			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes); err != nil {
+			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes,
+				TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}); err != nil {
 				return err
 			}
 		}
@@ -531,6 +534,9 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 			var last int64
 			history, last = decodeHistory(msgs)
+			if err := threadFull(msgs, history, lim); err != nil {
+				return err
+			}
 			th.LastSort = max(th.LastSort, last)
 		}
 		seq = newSequence(chatID, h.cfg.dev, th.LastSort, history)

@@ -1,8 +1,11 @@
 package chatstream
 
 import (
+	"cmp"
 	"log/slog"
 	"time"
+
+	"github.com/embedkit/embedkit/store"
 )
 
 // Defaults of the handler's options.
@@ -26,6 +29,20 @@ const (
 	// DefaultMaxTurnBytes caps the encoded stream of one turn unless
 	// [WithMaxTurnBytes] says otherwise.
 	DefaultMaxTurnBytes = 64 << 20
+	// DefaultMaxRunningTurns is the default of store.Limits.RunningTurns:
+	// running turns per account, across replicas.
+	DefaultMaxRunningTurns = 200
+	// DefaultMaxRunningTurnsPerUser is the default of
+	// store.Limits.RunningTurnsPerUser.
+	DefaultMaxRunningTurnsPerUser = 3
+	// DefaultMaxNewEphemeralUsersPerMinute is the default of
+	// store.Limits.NewEphemeralUsersPerMinute.
+	DefaultMaxNewEphemeralUsersPerMinute = 600
+	// DefaultMaxThreadTurns is the default of store.Limits.ThreadTurns.
+	DefaultMaxThreadTurns = 500
+	// DefaultMaxThreadBytes is the default of store.Limits.ThreadBytes
+	// (4 MiB).
+	DefaultMaxThreadBytes = 4 << 20
 	// shutdownGrace is how long Shutdown waits for agents to return after
 	// cancelling them.
 	shutdownGrace = 5 * time.Second
@@ -47,6 +64,7 @@ type config struct {
 	maxTurnBytes       int
 	cluster            Cluster
 	keyCacheTTL        time.Duration
+	limits             store.Limits // the defaults; every field set
 }
 
 func newConfig(opts []Option) config {
@@ -57,6 +75,13 @@ func newConfig(opts []Option) config {
 		now:              time.Now,
 		reapBatch:        DefaultReapBatch,
 		maxTurnBytes:     DefaultMaxTurnBytes,
+		limits: store.Limits{
+			RunningTurns:               DefaultMaxRunningTurns,
+			RunningTurnsPerUser:        DefaultMaxRunningTurnsPerUser,
+			NewEphemeralUsersPerMinute: DefaultMaxNewEphemeralUsersPerMinute,
+			ThreadTurns:                DefaultMaxThreadTurns,
+			ThreadBytes:                DefaultMaxThreadBytes,
+		},
 	}
 	for _, o := range opts {
 		o(&c)
@@ -169,3 +194,37 @@ func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c 
 // request (see middleware.WithKeyCache). A key removed, or an account
 // changed, in the store is noticed at most ttl later. Default: 0, no cache.
 func WithKeyCache(ttl time.Duration) Option { return func(c *config) { c.keyCacheTTL = ttl } }
+
+// WithDefaultLimits sets the limits of accounts whose own limit
+// (store.Account.Limits) is zero; a non-zero field of l replaces the
+// package default, a zero one keeps it. Defaults: RunningTurns
+// [DefaultMaxRunningTurns] (200 per account, across replicas; 429),
+// RunningTurnsPerUser [DefaultMaxRunningTurnsPerUser] (3; 429),
+// NewEphemeralUsersPerMinute [DefaultMaxNewEphemeralUsersPerMinute] (600;
+// 429), ThreadTurns [DefaultMaxThreadTurns] (500; 409) and ThreadBytes
+// [DefaultMaxThreadBytes] (4 MiB; 409). A negative value turns a limit
+// off. EmbedTenants is not read here: embedsession.WithMaxEmbedTenants
+// sets its default. Read by [Handler].
+func WithDefaultLimits(l store.Limits) Option {
+	return func(c *config) {
+		d := &c.limits
+		d.RunningTurns = cmp.Or(l.RunningTurns, d.RunningTurns)
+		d.RunningTurnsPerUser = cmp.Or(l.RunningTurnsPerUser, d.RunningTurnsPerUser)
+		d.NewEphemeralUsersPerMinute = cmp.Or(l.NewEphemeralUsersPerMinute, d.NewEphemeralUsersPerMinute)
+		d.ThreadTurns = cmp.Or(l.ThreadTurns, d.ThreadTurns)
+		d.ThreadBytes = cmp.Or(l.ThreadBytes, d.ThreadBytes)
+	}
+}
+
+// limitsOf returns the limits of an account: its own non-zero fields, the
+// defaults for the others. A negative field means no limit.
+func (c *config) limitsOf(a store.Account) store.Limits {
+	own, d := a.Limits, c.limits
+	return store.Limits{
+		RunningTurns:               cmp.Or(own.RunningTurns, d.RunningTurns),
+		RunningTurnsPerUser:        cmp.Or(own.RunningTurnsPerUser, d.RunningTurnsPerUser),
+		NewEphemeralUsersPerMinute: cmp.Or(own.NewEphemeralUsersPerMinute, d.NewEphemeralUsersPerMinute),
+		ThreadTurns:                cmp.Or(own.ThreadTurns, d.ThreadTurns),
+		ThreadBytes:                cmp.Or(own.ThreadBytes, d.ThreadBytes),
+	}
+}

@@ -13,6 +13,7 @@ type options struct {
 	sessionTTL time.Duration
 	tokenTTL   time.Duration
 	maxUsers   int
+	maxTenants int
 	log        *slog.Logger
 	now        func() time.Time
 	cacheTTL   time.Duration
@@ -23,6 +24,9 @@ const (
 	DefaultSessionTTL       = 5 * time.Minute
 	DefaultTokenTTL         = 24 * time.Hour
 	DefaultMaxExternalUsers = 10000
+	// DefaultMaxEmbedTenants is the limit of embed tenants per account for
+	// accounts that set none (store.Limits.EmbedTenants).
+	DefaultMaxEmbedTenants = 1000
 )
 
 func newOptions(opts []Option) options {
@@ -30,6 +34,7 @@ func newOptions(opts []Option) options {
 		sessionTTL: DefaultSessionTTL,
 		tokenTTL:   DefaultTokenTTL,
 		maxUsers:   DefaultMaxExternalUsers,
+		maxTenants: DefaultMaxEmbedTenants,
 		now:        time.Now,
 	}
 	for _, opt := range opts {
@@ -71,6 +76,19 @@ func WithMaxExternalUsers(n int) Option {
 	return func(o *options) {
 		if n > 0 {
 			o.maxUsers = n
+		}
+	}
+}
+
+// WithMaxEmbedTenants sets the limit of embed tenants per account for
+// accounts whose own limit (store.Account.Limits.EmbedTenants) is zero: a
+// generate-session that would create one more embed tenant is 403 and
+// changes nothing. Default: [DefaultMaxEmbedTenants] (1,000). Values of zero
+// or less keep the default.
+func WithMaxEmbedTenants(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxTenants = n
 		}
 	}
 }

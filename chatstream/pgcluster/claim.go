@@ -42,7 +42,10 @@ type claimedTurn struct {
 // UPDATE that takes the thread when its last claim ended or expired, or was
 // left behind by this replica (a release that failed while the database was
 // away): the caller runs no turn of the thread, so such a claim is stale.
-func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64) (chatstream.ClaimedTurn, error) {
+// With limits, the INSERT runs in a transaction that first takes an
+// advisory lock per account and counts the account's live claims, so that
+// concurrent claims on every replica cannot pass the limits together.
+func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64, lim chatstream.TurnLimits) (chatstream.ClaimedTurn, error) {
 	ct := &claimedTurn{c: c, id: newTurnID(), key: key, aborted: make(chan struct{})}
 	// Registered before the INSERT, so that an abort notification sent
 	// right after the commit finds it.
@@ -62,14 +65,69 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 	c.claims[ct.id] = ct
 	c.mu.Unlock()
 
-	drop := func() {
+	var err error
+	if lim.Account > 0 || lim.User > 0 {
+		err = c.claimLimited(ctx, ct, userID, lim)
+	} else {
+		err = c.claim(ctx, c.pool, ct, userID)
+	}
+	if err != nil {
 		c.mu.Lock()
 		delete(c.claims, ct.id)
 		c.mu.Unlock()
+		return nil, err
 	}
+	c.mu.Lock()
+	ct.live = true
+	c.mu.Unlock()
+	return ct, nil
+}
+
+// claimLimited is claim in a transaction that holds the account's
+// advisory lock and checks lim first.
+func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int64, lim chatstream.TurnLimits) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgcluster: claim turn: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('embedkit.turns', $1))", ct.key.AccountID); err != nil {
+		return fmt.Errorf("pgcluster: claim turn: %w", err)
+	}
+	// The thread's own claim is left out: if it is live the INSERT below
+	// finds it, and if not it stops counting once taken over.
+	var all, mine int
+	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM embedkit_turns
+		WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $4)`,
+		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease)).Scan(&all, &mine); err != nil {
+		return fmt.Errorf("pgcluster: count running turns: %w", err)
+	}
+	switch {
+	case lim.User > 0 && mine >= lim.User:
+		return &chatstream.TurnLimitError{PerUser: true, Max: lim.User}
+	case lim.Account > 0 && all >= lim.Account:
+		return &chatstream.TurnLimitError{Max: lim.Account}
+	}
+	if err := c.claim(ctx, tx, ct, userID); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgcluster: claim turn: %w", err)
+	}
+	return nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// claim inserts or takes over the thread's claim row for ct.
+func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID int64) error {
+	key := ct.key
 	for range claimAttempts {
 		var got string
-		err := c.pool.QueryRow(ctx, `INSERT INTO embedkit_turns AS t
+		err := q.QueryRow(ctx, `INSERT INTO embedkit_turns AS t
 				(account_id, chat_id, turn_id, owner, user_id, claimed_at, heartbeat_at, abort_requested, ended_at)
 			VALUES ($1, $2, $3, $4, $5, now(), now(), false, NULL)
 			ON CONFLICT (account_id, chat_id) DO UPDATE SET
@@ -83,35 +141,28 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 			RETURNING turn_id`,
 			key.AccountID, key.ChatID, ct.id, c.cfg.replicaID, userID, secs(c.cfg.lease)).Scan(&got)
 		if err == nil {
-			c.mu.Lock()
-			ct.live = true
-			c.mu.Unlock()
-			return ct, nil
+			return nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			drop()
-			return nil, fmt.Errorf("pgcluster: claim turn: %w", err)
+			return fmt.Errorf("pgcluster: claim turn: %w", err)
 		}
 		// A claim exists and was live when the INSERT looked.
 		var owner int64
 		var live bool
-		err = c.pool.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $3)
+		err = q.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $3)
 			FROM embedkit_turns WHERE account_id = $1 AND chat_id = $2`,
 			key.AccountID, key.ChatID, secs(c.cfg.lease)).Scan(&owner, &live)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue // deleted meanwhile: try again
 		case err != nil:
-			drop()
-			return nil, fmt.Errorf("pgcluster: read running turn: %w", err)
+			return fmt.Errorf("pgcluster: read running turn: %w", err)
 		case live:
-			drop()
-			return nil, &chatstream.TurnElsewhereError{UserID: owner}
+			return &chatstream.TurnElsewhereError{UserID: owner}
 		}
 		// It ended or expired meanwhile: try again.
 	}
-	drop()
-	return nil, fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
+	return fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
 }
 
 // Publish implements [chatstream.ClaimedTurn].

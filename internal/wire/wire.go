@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/store"
@@ -33,6 +34,9 @@ type Error struct {
 	Status int
 	Msg    string
 	Err    error
+	// RetryAfter, when above zero, is sent as the Retry-After header (whole
+	// seconds, rounded up).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -76,6 +80,9 @@ func Status(err error) (int, string) {
 // errors are logged on log (if non-nil), never sent.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, msg := Status(err)
+	if e, ok := errors.AsType[*Error](err); ok && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfter(e.RetryAfter))
+	}
 	if status >= 500 && log != nil {
 		log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
