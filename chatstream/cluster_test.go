@@ -16,7 +16,6 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // gatedAgent answers "gate:<name>" with "first ", "part ", then waits until
@@ -102,7 +101,7 @@ func newPair(t testing.TB, po pairOpts) *pair {
 	p.ca = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("a")}, po.clusterA...)...)
 	p.cb = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("b")}, po.clusterB...)...)
 	openStore := func(t testing.TB, _ string) store.Store {
-		st, err := gormstore.Open(dsn)
+		st, err := testdb.OpenStore(dsn)
 		if err != nil {
 			t.Fatalf("open store: %v", err)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
 // revenueAgent is an Agent written as a function: one tool call, then the
@@ -56,7 +56,7 @@ func seed(ctx context.Context, st store.Store) error {
 // the Go client and rebuilds the answer with a Conversation.
 func Example() {
 	ctx := context.Background()
-	st, err := gormstore.Open(":memory:")
+	st, err := sqlite.Open(":memory:")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func Example() {
 // Example_gorilla mounts the chat routes on a gorilla/mux router; the
 // PathValues middleware copies mux.Vars into r.PathValue.
 func Example_gorilla() {
-	st, err := gormstore.Open("embed.db")
+	st, err := sqlite.Open("embed.db")
 	if err != nil {
 		log.Fatal(err)
 	}

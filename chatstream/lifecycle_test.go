@@ -16,7 +16,6 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // waitGoroutines waits until the number of goroutines is at most want.
@@ -217,7 +216,7 @@ func TestBoundedWrites(t *testing.T) {
 			var h *chatstream.Handler
 			s := apitest.New(t, apitest.Target{Backend: backend, Router: apitest.ServeMux},
 				apitest.WithStore(func(t testing.TB, backend string) store.Store {
-					return testdb.Open(t, backend, gormstore.WithStatementHook(hook))
+					return testdb.OpenWithHook(t, backend, hook)
 				}),
 				apitest.WithRoutes(func(s *apitest.Server) []apitest.Route {
 					h = chatstream.NewHandler(s.Store, agent, chatstream.WithClock(s.Now))

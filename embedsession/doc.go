@@ -14,7 +14,7 @@
 //
 // Mount the handler on http.ServeMux:
 //
-//	st, err := gormstore.Open("embed.db")
+//	st, err := sqlite.Open("embed.db") // github.com/embedkit/embedkit/store/gormstore/sqlite
 //	...
 //	h := embedsession.NewHandler(st, embedsession.WithLogger(logger))
 //	sm := http.NewServeMux()

@@ -13,13 +13,13 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
-	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
 // Example_serveMux mounts the embed-session API on http.ServeMux, with a
 // host page behind the embed-session middleware.
 func Example_serveMux() {
-	st, err := gormstore.Open(":memory:")
+	st, err := sqlite.Open(":memory:")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func Example_serveMux() {
 // Example_gorilla mounts the embed-session API on a gorilla/mux router; the
 // handlers read path parameters through middleware.PathValues.
 func Example_gorilla() {
-	st, err := gormstore.Open(":memory:")
+	st, err := sqlite.Open(":memory:")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func Example_gorilla() {
 // ExampleClient provisions a user with a profile, attributes and groups,
 // and shows how API errors come back.
 func ExampleClient() {
-	st, err := gormstore.Open(":memory:")
+	st, err := sqlite.Open(":memory:")
 	if err != nil {
 		log.Fatal(err)
 	}

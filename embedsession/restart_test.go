@@ -7,7 +7,6 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // TestRestart closes and reopens the store (and re-applies the bootstrap
@@ -19,7 +18,7 @@ func TestRestart(t *testing.T) {
 			t.Parallel()
 			dsn := testdb.OpenDSN(t, backend)
 			open := func() *apitest.Server {
-				st, err := gormstore.Open(dsn)
+				st, err := testdb.OpenStore(dsn)
 				if err != nil {
 					t.Fatalf("open: %v", err)
 				}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/bootstrap"
+	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // TestStatementCount checks that a generate-session issues a bounded number
@@ -23,10 +23,13 @@ func TestStatementCount(t *testing.T) {
 			mu    sync.Mutex
 			stmts []string
 		)
-		hook := gormstore.WithStatementHook(func(_ context.Context, sql string) {
-			mu.Lock()
-			stmts = append(stmts, sql)
-			mu.Unlock()
+		// A host's GORM callback sees every statement of the store.
+		hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
+			return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
+				mu.Lock()
+				stmts = append(stmts, sql)
+				mu.Unlock()
+			})
 		})
 		extra := apitest.WithConfig(func(c *bootstrap.Config) {
 			for i := range 10 {
@@ -34,7 +37,7 @@ func TestStatementCount(t *testing.T) {
 				c.Accounts[0].Groups = append(c.Accounts[0].Groups, bootstrap.Group{Name: fmt.Sprintf("grp%d", i)})
 			}
 		})
-		s := apitest.New(t, tg, apitest.WithStoreOptions(hook), extra)
+		s := apitest.New(t, tg, hook, extra)
 		count := func(ext string, n int) (int, []string) {
 			var as []any
 			var gs []string

@@ -12,14 +12,14 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/middleware"
-	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
 // ExampleSession protects a host page of an embed: the first request brings
 // ?sessionId=, which the middleware exchanges for a token kept in an
 // HttpOnly cookie; later requests use the cookie.
 func ExampleSession() {
-	st, err := gormstore.Open(":memory:")
+	st, err := sqlite.Open(":memory:")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,10 +2,10 @@ package store
 
 import "context"
 
-// Lookup is what a provisioning request reads before it validates: the
-// catalog entries it names and, optionally, the update of its returning
-// user. Adapters answer it in one round trip where they can, which is why
-// the three travel together.
+// Lookup is the first step of a provisioning request, before it validates:
+// it reads the catalog entries the request names and, optionally, updates
+// its returning user (a write). Adapters answer it in as few round trips as
+// they can, which is why the three travel together.
 type Lookup struct {
 	Scope      Scope
 	AttrNames  []string
@@ -16,8 +16,9 @@ type Lookup struct {
 	// applies. Any other case (a new user, an expired ephemeral one, one
 	// that becomes persistent) changes nothing and leaves
 	// LookupResult.UserUpdated false; the caller then uses
-	// UpsertExternalUser. Inside a transaction the update is undone with it
-	// when the caller's validation fails.
+	// UpsertExternalUser, with ExternalUserUpsert.NotReturning set. Inside a
+	// transaction the update is undone with it when the caller's validation
+	// fails.
 	ReturningUser *ExternalUserUpsert
 }
 
@@ -33,10 +34,11 @@ type LookupResult struct {
 	UserUpdated bool
 }
 
-// Provisioning holds the reads of a provisioning request.
+// Provisioning holds the first step of a provisioning request.
 type Provisioning interface {
-	// Lookup resolves l.AttrNames and l.GroupNames in l.Scope and applies
-	// l.ReturningUser to a returning user, as documented on [Lookup]. It
+	// Lookup resolves l.AttrNames and l.GroupNames in l.Scope and, with
+	// l.ReturningUser, updates a returning user, as documented on [Lookup]:
+	// it writes then, and a Store runs it in a transaction of its own. It
 	// issues at most one statement per part whatever the number of names;
 	// adapters that can send several statements at once do so in one round
 	// trip.

@@ -46,6 +46,11 @@ type ExternalUserUpsert struct {
 	// less means no limit.
 	MaxUsers int
 	Now      time.Time
+	// NotReturning tells UpsertExternalUser that a Lookup of the same
+	// transaction, whose ReturningUser was this upsert, reported
+	// UserUpdated false: there is no returning user to update, so the
+	// adapter may skip trying. Leave it false in any other case.
+	NotReturning bool
 }
 
 // AttributeValue is the value of one attribute for a user. A nil Value

@@ -46,7 +46,6 @@ import (
 	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 func main() {
@@ -107,7 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	st, err := gormstore.Open(o.db)
+	st, err := openStore(o.db)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -219,8 +218,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// isPostgres reports whether db is a PostgreSQL DSN (as gormstore.Open
-// decides).
+// isPostgres reports whether db is a PostgreSQL DSN (see openStore).
 func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "host=")
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/examples/demoagent"
 	"github.com/embedkit/embedkit/internal/bootstrap"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 func main() {
@@ -38,7 +37,7 @@ func run(addr, db string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	st, err := gormstore.Open(db)
+	st, err := openStore(db)
 	if err != nil {
 		return err
 	}

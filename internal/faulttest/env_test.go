@@ -82,7 +82,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 			}
 		}
 		e.dsn = dsn
-		st, err := gormstore.Open(dsn, o.storeOpts...)
+		st, err := testdb.OpenStore(dsn, o.storeOpts...)
 		if err != nil {
 			t.Fatalf("open store: %v", err)
 		}

@@ -8,7 +8,7 @@
 //
 //	p := faulttest.NewProxy(t, "127.0.0.1:5432")
 //	dsn, _ := faulttest.ProxiedDSN(base, p.Addr())
-//	st, _ := gormstore.Open(dsn, gormstore.WithQueryTimeout(time.Second))
+//	st, _ := postgres.Open(dsn, gormstore.WithQueryTimeout(time.Second))
 //	p.Cut()     // connections closed, new ones refused
 //	p.Restore() // accepting and forwarding again
 package faulttest
@@ -132,13 +132,13 @@ func (p *Proxy) BlackHole() {
 }
 
 // BlackHoleOn arms a trigger: the first time a client sends bytes that
-// contain pattern (for example a statement's text, such as "ROLLBACK"), the
+// contain pattern in any case (for example a statement's text, such as "ROLLBACK"), the
 // proxy switches to [BlackHole] before forwarding them, so the fault hits
 // exactly that statement. [Proxy.Restore] disarms it.
 func (p *Proxy) BlackHoleOn(pattern string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.trigger = []byte(pattern)
+	p.trigger = bytes.ToUpper([]byte(pattern))
 }
 
 // Restore switches back to [Forward]. Connections left over from a black
@@ -291,7 +291,7 @@ func (p *Proxy) pipe(pr *pair, src, dst net.Conn, fromClient bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			if fromClient && p.trigger != nil && bytes.Contains(buf[:n], p.trigger) {
+			if fromClient && p.trigger != nil && bytes.Contains(bytes.ToUpper(buf[:n]), p.trigger) {
 				p.trigger = nil
 				p.mode = BlackHole
 				for c := range p.conns {

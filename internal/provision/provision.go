@@ -421,6 +421,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 
 	u := found.User
 	if !found.UserUpdated {
+		up.NotReturning = true // the Lookup found no returning user
 		u, err = tx.UpsertExternalUser(ctx, up)
 		if errors.Is(err, store.ErrLimit) {
 			return Result{}, wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers)

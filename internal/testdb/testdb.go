@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,8 +28,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	gormpostgres "gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/gormstore/postgres"
+	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
 // EnvPostgresDSN names the environment variable holding the DSN of a
@@ -53,12 +59,114 @@ func Backends() []string { return []string{SQLite, Postgres} }
 func Open(t testing.TB, backend string, opts ...gormstore.Option) *gormstore.Store {
 	t.Helper()
 	dsn := OpenDSN(t, backend)
-	st, err := gormstore.Open(dsn, opts...)
+	st, err := OpenStore(dsn, opts...)
 	if err != nil {
 		t.Fatalf("testdb: open %s store: %v", backend, err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// OpenGorm opens a *gorm.DB on a new, empty database of backend as a host
+// would, with cfg (nil: GORM's defaults with a silent logger); it is closed
+// in t.Cleanup. SQLite gets the settings and pool of
+// github.com/embedkit/embedkit/store/gormstore/sqlite.Open.
+func OpenGorm(t testing.TB, backend string, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	dsn := OpenDSN(t, backend)
+	if backend == Memory {
+		dsn = fmt.Sprintf("file:testdb-%s?mode=memory&cache=shared", randomName())
+	}
+	return OpenGormDSN(t, dsn, cfg)
+}
+
+// OpenGormDSN is [OpenGorm] on the database dsn names (see [OpenStore]).
+func OpenGormDSN(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	if cfg == nil {
+		cfg = &gorm.Config{Logger: logger.Discard}
+	}
+	var d gorm.Dialector
+	conns := 8
+	switch {
+	case IsPostgres(dsn):
+		d = gormpostgres.Open(dsn)
+	case strings.Contains(dsn, "mode=memory"):
+		d, conns = sqlite.Dialector(dsn), 1
+	default:
+		d, conns = sqlite.Dialector(dsn), 5
+	}
+	db, err := gorm.Open(d, cfg)
+	if err != nil {
+		t.Fatalf("testdb: open %s: %v", dsn, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(conns)
+	sqlDB.SetMaxIdleConns(conns)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	return db
+}
+
+// OnStatement registers GORM callbacks on db that call fn after every
+// statement with its SQL text (placeholders, not values), as a host's
+// tracing or metrics plugin would see it.
+func OnStatement(db *gorm.DB, fn func(ctx context.Context, sql string)) error {
+	cb := func(db *gorm.DB) { fn(db.Statement.Context, db.Statement.SQL.String()) }
+	c := db.Callback()
+	for _, err := range []error{
+		c.Create().After("*").Register("testdb:statement", cb),
+		c.Query().After("*").Register("testdb:statement", cb),
+		c.Update().After("*").Register("testdb:statement", cb),
+		c.Delete().After("*").Register("testdb:statement", cb),
+		c.Row().After("*").Register("testdb:statement", cb),
+		c.Raw().After("*").Register("testdb:statement", cb),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OpenWithHook is [Open] on a host's *gorm.DB ([OpenGorm]) with a callback
+// ([OnStatement]) that calls hook after every statement of the store.
+func OpenWithHook(t testing.TB, backend string, hook func(ctx context.Context, sql string), opts ...gormstore.Option) *gormstore.Store {
+	t.Helper()
+	db := OpenGorm(t, backend, nil)
+	if err := OnStatement(db, hook); err != nil {
+		t.Fatal(err)
+	}
+	st, err := gormstore.OpenDB(db, opts...)
+	if err != nil {
+		t.Fatalf("testdb: open %s store: %v", backend, err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func randomName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// OpenStore opens a store on dsn (as returned by [OpenDSN]) with the DSN
+// convenience of its database: github.com/embedkit/embedkit/store/gormstore/postgres
+// for a postgres:// URL or a DSN with host=, .../sqlite otherwise. The
+// caller closes it.
+func OpenStore(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
+	if IsPostgres(dsn) {
+		return postgres.Open(dsn, opts...)
+	}
+	return sqlite.Open(dsn, opts...)
+}
+
+// IsPostgres reports whether dsn names a PostgreSQL database.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") || strings.Contains(dsn, "host=")
 }
 
 // OpenDSN returns a DSN for a new, empty database on backend without opening

@@ -96,7 +96,7 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 		return err
 	}
 	if n == 0 {
-		return newErr(op, store.ErrConflict) // the key belongs to another account
+		return t.fail(newErr(op, store.ErrConflict)) // the key belongs to another account
 	}
 	return nil
 }
@@ -175,7 +175,7 @@ func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements [store.Accounts].
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	return read(ctx, s, func(t *txn) (store.APIKey, error) { return t.APIKeyByHash(ctx, hash) })
+	return readPrimary(ctx, s, func(t *txn) (store.APIKey, error) { return t.APIKeyByHash(ctx, hash) })
 }
 
 // SaveDeployment implements [store.Accounts].

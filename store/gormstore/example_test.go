@@ -5,14 +5,24 @@ import (
 	"fmt"
 	"time"
 
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore"
 )
 
-// ExampleOpen opens an in-memory store and provisions a user in one
-// transaction, as generate-session does.
-func ExampleOpen() {
-	st, err := gormstore.Open(":memory:") // or "embed.db", or "postgres://..."
+// ExampleOpenDB opens a store on the host's own *gorm.DB (here an in-memory
+// SQLite database) and provisions a user in one transaction, as
+// generate-session does.
+func ExampleOpenDB() {
+	db, err := gorm.Open(sqlite.Open("file:example?mode=memory&cache=shared&_foreign_keys=on"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st, err := gormstore.OpenDB(db)
 	if err != nil {
 		fmt.Println(err)
 		return

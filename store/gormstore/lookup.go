@@ -6,9 +6,8 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Lookup implements [store.Provisioning]: its statements (at most three: the
-// returning user's update, the attributes, the groups) travel in one round
-// trip on PostgreSQL, with BEGIN when it opens a transaction.
+// Lookup implements [store.Provisioning] in at most three statements: the
+// returning user's update, the attributes, the groups.
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
 	const op = "lookup"
 	var (
@@ -38,8 +37,6 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	if u := l.ReturningUser; u != nil {
 		if counts[0] > 0 {
 			res.User, res.UserUpdated = user.user(), true
-		} else {
-			t.notReturning = userKey{u.AccountID, u.ExternalID}
 		}
 	}
 	return res, nil

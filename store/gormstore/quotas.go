@@ -2,26 +2,53 @@ package gormstore
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/embedkit/embedkit/store"
+	"gorm.io/gorm"
 )
 
-// quotaSchema is the DDL of the quota counters and of the indexes that the
-// deletion of expired session ids and tokens uses; see [Store.ddl].
-const quotaSchema = `
-CREATE TABLE IF NOT EXISTS account_quotas (
-	account_id BIGINT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-	name TEXT NOT NULL,
-	n BIGINT NOT NULL,
-	expires_at BIGINT NOT NULL,
-	PRIMARY KEY (account_id, name)
-);
-CREATE INDEX IF NOT EXISTS account_quotas_expiry ON account_quotas (expires_at);
-CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions (expires_at);
-CREATE INDEX IF NOT EXISTS tokens_expiry ON tokens (expires_at);
-`
+// AccountQuota is a counter of an account's quota (table account_quotas),
+// such as the new ephemeral users of one minute; see store.Quotas.
+type AccountQuota struct {
+	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
+	Name      string   `gorm:"column:name;primaryKey"`
+	N         int64    `gorm:"column:n;not null"`
+	ExpiresAt int64    `gorm:"column:expires_at;not null;index:account_quotas_expiry"`
+	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
+}
+
+// TableName implements gorm's Tabler.
+func (AccountQuota) TableName() string { return "account_quotas" }
+
+// addLimits is version 2: the accounts' limits column, the quota counters
+// and the indexes that the janitor's deletion of expired session ids and
+// tokens uses. A database created at version 1 by this release has them
+// already (version 1 creates the current models).
+func addLimits(tx *gorm.DB) error {
+	m := tx.Migrator()
+	if !m.HasColumn(&Account{}, "Limits") {
+		if err := m.AddColumn(&Account{}, "Limits"); err != nil {
+			return err
+		}
+	}
+	if !m.HasTable(&AccountQuota{}) {
+		if err := m.CreateTable(&AccountQuota{}); err != nil {
+			return err
+		}
+	}
+	for _, ix := range []struct {
+		model any
+		name  string
+	}{{&Session{}, "sessions_expiry"}, {&Token{}, "tokens_expiry"}} {
+		if !m.HasIndex(ix.model, ix.name) {
+			if err := m.CreateIndex(ix.model, ix.name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // TakeQuota implements [store.Quotas]: one conditional upsert, exact under
 // concurrency (the counter's row is locked until the transaction ends).
@@ -117,33 +144,4 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 		return 0, nil
 	}
 	return write(ctx, s, func(t *txn) (int, error) { return t.DeleteExpired(ctx, now, limit) })
-}
-
-// addLimitsPostgres adds the accounts' limits column to a database created
-// before it existed.
-const addLimitsPostgres = `ALTER TABLE accounts ADD COLUMN IF NOT EXISTS limits TEXT NOT NULL DEFAULT '{}'`
-
-// addLimitsSQLite is addLimitsPostgres for SQLite, which has no ADD COLUMN
-// IF NOT EXISTS.
-func addLimitsSQLite(ctx context.Context, c *sql.Conn) error {
-	rows, err := c.QueryContext(ctx, "SELECT COUNT(*) FROM pragma_table_info('accounts') WHERE name = 'limits'")
-	if err != nil {
-		return err
-	}
-	var n int
-	for rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if n > 0 {
-		return nil
-	}
-	_, err = c.ExecContext(ctx, "ALTER TABLE accounts ADD COLUMN limits TEXT NOT NULL DEFAULT '{}'")
-	return err
 }

@@ -13,7 +13,7 @@ const userAlive = "EXISTS (SELECT 1 FROM users u WHERE u.id = user_id AND (NOT u
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
 	created := nowOr(s.CreatedAt)
-	return t.execLater(ctx, "create session",
+	return t.run(ctx, "create session",
 		"INSERT INTO sessions (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
 		hash, s.AccountID, s.UserID, s.DeploymentID, s.EmbedTenantID, s.EmbedTenantName, s.CreatorMode,
 		created.UnixNano(), s.ExpiresAt.UnixNano())
@@ -99,7 +99,7 @@ func (s *Store) ExchangeSession(ctx context.Context, sessionHash, tokenHash []by
 
 // SessionByToken implements [store.Sessions].
 func (s *Store) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
-	return read(ctx, s, func(t *txn) (store.Session, error) { return t.SessionByToken(ctx, tokenHash, now) })
+	return readPrimary(ctx, s, func(t *txn) (store.Session, error) { return t.SessionByToken(ctx, tokenHash, now) })
 }
 
 // RevokeUserSessions implements [store.Sessions] in its own transaction.

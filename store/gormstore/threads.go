@@ -81,7 +81,7 @@ func (s *Store) CreateThread(ctx context.Context, th store.Thread) error {
 
 // Thread implements [store.Threads].
 func (s *Store) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
-	return read(ctx, s, func(t *txn) (store.Thread, error) { return t.Thread(ctx, accountID, chatID) })
+	return readPrimary(ctx, s, func(t *txn) (store.Thread, error) { return t.Thread(ctx, accountID, chatID) })
 }
 
 // AppendMessages implements [store.Threads] in its own transaction.
@@ -91,5 +91,5 @@ func (s *Store) AppendMessages(ctx context.Context, accountID int64, chatID stri
 
 // Messages implements [store.Threads].
 func (s *Store) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
-	return read(ctx, s, func(t *txn) ([]store.ThreadMessage, error) { return t.Messages(ctx, accountID, chatID) })
+	return readPrimary(ctx, s, func(t *txn) ([]store.ThreadMessage, error) { return t.Messages(ctx, accountID, chatID) })
 }

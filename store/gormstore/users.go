@@ -17,10 +17,10 @@ const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
 	const op = "upsert external user"
 	now := nowOr(u.Now).UnixNano()
-	// Fast path, one statement: a returning user (unless a Lookup of this
-	// transaction just tried the same statement; a user created since then
-	// by a concurrent transaction is found below).
-	if (t.notReturning != userKey{u.AccountID, u.ExternalID}) {
+	// Fast path, one statement: a returning user (unless the caller's
+	// Lookup just tried the same statement; a user created since then by a
+	// concurrent transaction is found below).
+	if !u.NotReturning {
 		var out userRow
 		q, args := returningUpdate(u, now)
 		n, err := t.find(ctx, op, &out, q, args...)
@@ -57,7 +57,7 @@ func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 			return user, err
 		}
 	}
-	return store.User{}, newErr(op, store.ErrConflict)
+	return store.User{}, t.fail(newErr(op, store.ErrConflict))
 }
 
 // returningUpdate is the statement that applies u to a returning user: a
@@ -337,7 +337,7 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		if len(chunk) > 1 {
 			rows += ", " + placeholders(len(chunk)-1, 3)
 		}
-		if err := t.execLater(ctx, op,
+		if err := t.run(ctx, op,
 			`INSERT INTO attribute_values (user_id, attribute_id, value)
 			SELECT v.column1, v.column2, v.column3 FROM (VALUES `+rows+`) AS v
 			WHERE NOT EXISTS (SELECT 1 FROM attribute_values o
@@ -349,7 +349,7 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		}
 	}
 	if len(clear) > 0 {
-		if err := t.execLater(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
+		if err := t.run(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
 			return err
 		}
 	}
@@ -389,13 +389,13 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 		WHERE g.id = group_members.group_id AND g.account_id = ? AND g.embed_tenant_id = ?)`
 	args := []any{userID, s.AccountID, s.EmbedTenantID}
 	if len(groupIDs) == 0 {
-		return t.execLater(ctx, op, del, args...)
+		return t.run(ctx, op, del, args...)
 	}
 	del += " AND group_id NOT IN ?"
 	args = append(args, groupIDs)
 	if t.pg() {
 		// One statement: the delete and the insert touch disjoint rows.
-		return t.execLater(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
+		return t.run(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
 			append(args, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
 	}
 	if _, err := t.exec(ctx, op, del, args...); err != nil {
@@ -481,12 +481,12 @@ func (s *Store) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpse
 
 // UserByExternalID implements [store.Users].
 func (s *Store) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
-	return read(ctx, s, func(t *txn) (store.User, error) { return t.UserByExternalID(ctx, accountID, externalID, now) })
+	return readPrimary(ctx, s, func(t *txn) (store.User, error) { return t.UserByExternalID(ctx, accountID, externalID, now) })
 }
 
 // UserByID implements [store.Users].
 func (s *Store) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return read(ctx, s, func(t *txn) (store.User, error) { return t.UserByID(ctx, id, now) })
+	return readPrimary(ctx, s, func(t *txn) (store.User, error) { return t.UserByID(ctx, id, now) })
 }
 
 // SaveInternalUser implements [store.Users].

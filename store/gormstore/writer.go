@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	"gorm.io/gorm"
+
 	"github.com/embedkit/embedkit/store"
 )
 
@@ -31,6 +33,9 @@ import (
 
 // maxBatch bounds the transactions committed together.
 const maxBatch = 32
+
+// savepoint is the name of the savepoint of each member of a group.
+const savepoint = "embedkit_tx"
 
 type batcher struct {
 	mu    sync.Mutex
@@ -94,9 +99,9 @@ func (s *Store) attemptSQLite(ctx, actx context.Context, fn func(tx store.Tx) er
 type group struct {
 	s      *Store
 	reqs   []*writeReq // reqs[0] is the leader
-	w      *liteConn
-	bg     context.Context
+	tx     *gorm.DB    // the GORM transaction on the writer connection
 	cancel context.CancelFunc
+	held   bool // the writer slot is taken
 	open   bool // BEGIN succeeded and no COMMIT or ROLLBACK yet
 	next   int  // the member to run next
 	ok     int  // members whose fn succeeded
@@ -131,14 +136,9 @@ func (g *group) fail(err error) {
 	g.next = len(g.reqs)
 }
 
-func (g *group) ctl(sql string) error {
-	_, err := g.w.ExecContext(g.bg, sql)
-	return err
-}
-
-// abort rolls the whole transaction back after a failed control statement.
+// abort rolls the whole transaction back after a failed savepoint.
 func (g *group) abort(err error) {
-	_ = g.ctl("ROLLBACK")
+	_ = g.tx.Rollback().Error
 	g.open = false
 	g.fail(err)
 	g.ok = 0
@@ -149,14 +149,17 @@ func (g *group) start() {
 	// each member's own deadline is checked before its fn runs.
 	actx, cancel := context.WithTimeout(context.Background(), g.s.cfg.queryTimeout)
 	g.cancel = cancel
-	w, err := g.s.acquireWriter(actx)
-	if err != nil {
+	if err := g.s.acquireWriter(actx); err != nil {
 		g.fail(err)
 		return
 	}
-	g.w = w
-	g.bg = context.WithoutCancel(g.reqs[0].ctx)
-	if err := g.ctl("BEGIN IMMEDIATE"); err != nil {
+	g.held = true
+	// go-sqlite3 runs every statement of a cancelable context on a new
+	// goroutine, which costs more than the statement; deadlines are checked
+	// between statements instead (txn.check).
+	bg := context.WithoutCancel(g.reqs[0].ctx)
+	g.tx = g.s.on(bg, g.s.writer).Begin()
+	if err := g.tx.Error; err != nil {
 		g.fail(wrapErr("begin", err))
 		return
 	}
@@ -174,7 +177,7 @@ func (g *group) run() {
 			continue
 		}
 		if !single {
-			if err := g.ctl("SAVEPOINT embedkit_tx"); err != nil {
+			if err := g.tx.SavePoint(savepoint).Error; err != nil {
 				g.abort(wrapErr("savepoint", err))
 				return
 			}
@@ -193,12 +196,12 @@ func (g *group) after(r *writeReq) {
 	}
 	if len(g.reqs) > 1 {
 		if r.failed() {
-			if err := g.ctl("ROLLBACK TO embedkit_tx"); err != nil {
+			if err := g.tx.RollbackTo(savepoint).Error; err != nil {
 				g.abort(wrapErr("rollback to savepoint", err))
 				return
 			}
 		}
-		if err := g.ctl("RELEASE embedkit_tx"); err != nil {
+		if err := g.tx.Exec("RELEASE " + savepoint).Error; err != nil {
 			g.abort(wrapErr("release savepoint", err))
 			return
 		}
@@ -211,7 +214,7 @@ func (g *group) after(r *writeReq) {
 // runFn runs the fn of r. A panic is recovered into r. On runtime.Goexit the
 // current goroutine cannot go on, so a new one finishes the group.
 func (g *group) runFn(r *writeReq) {
-	t := &txn{s: g.s, ex: g.w, deadline: r.actx, shard: -1}
+	t := &txn{s: g.s, db: g.tx, inTx: true, deadline: r.actx, shard: -1}
 	normal := false
 	defer func() {
 		t.finished = true
@@ -230,6 +233,9 @@ func (g *group) runFn(r *writeReq) {
 		}()
 	}()
 	r.err = r.fn(t)
+	if r.err == nil && t.abort != nil {
+		r.err = t.abort // a statement failed: nothing of fn is kept
+	}
 	normal = true
 }
 
@@ -238,9 +244,9 @@ func (g *group) runFn(r *writeReq) {
 func (g *group) finish() {
 	if g.open {
 		if g.ok == 0 {
-			_ = g.ctl("ROLLBACK")
-		} else if err := g.ctl("COMMIT"); err != nil {
-			_ = g.ctl("ROLLBACK")
+			_ = g.tx.Rollback().Error
+		} else if err := g.tx.Commit().Error; err != nil {
+			_ = g.tx.Rollback().Error
 			for _, r := range g.reqs {
 				if !r.failed() {
 					r.err = wrapErr("commit", err)
@@ -249,7 +255,7 @@ func (g *group) finish() {
 		}
 		g.open = false
 	}
-	if g.w != nil {
+	if g.held {
 		g.s.releaseWriter()
 	}
 	g.cancel()

@@ -1,0 +1,18 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/gormstore/postgres"
+	"github.com/embedkit/embedkit/store/gormstore/sqlite"
+)
+
+// openStore opens the store named by -db: PostgreSQL for a postgres:// DSN
+// (or one with host=), otherwise a SQLite file or :memory:.
+func openStore(db string) (*gormstore.Store, error) {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "host=") {
+		return postgres.Open(db)
+	}
+	return sqlite.Open(db)
+}
