@@ -98,7 +98,7 @@ func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int6
 	// finds it, and if not it stops counting once taken over.
 	var all, mine int
 	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM embedkit_turns
-		WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $4)`,
+		WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)`,
 		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease)).Scan(&all, &mine); err != nil {
 		return fmt.Errorf("pgcluster: count running turns: %w", err)
 	}
@@ -122,18 +122,21 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// claim inserts or takes over the thread's claim row for ct.
+// claim inserts or takes over the thread's claim row for ct. Its times
+// are the statement's, not the transaction's (now()): in claimLimited's
+// transaction, which may have waited for the account's lock, now() would
+// date the claim back and make it look expired to the next count.
 func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID int64) error {
 	key := ct.key
 	for range claimAttempts {
 		var got string
 		err := q.QueryRow(ctx, `INSERT INTO embedkit_turns AS t
 				(account_id, chat_id, turn_id, owner, user_id, claimed_at, heartbeat_at, abort_requested, ended_at)
-			VALUES ($1, $2, $3, $4, $5, now(), now(), false, NULL)
+			VALUES ($1, $2, $3, $4, $5, statement_timestamp(), statement_timestamp(), false, NULL)
 			ON CONFLICT (account_id, chat_id) DO UPDATE SET
 				turn_id = EXCLUDED.turn_id, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
-				claimed_at = now(), heartbeat_at = now(), abort_requested = false, ended_at = NULL
-			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < now() - make_interval(secs => $6)
+				claimed_at = statement_timestamp(), heartbeat_at = statement_timestamp(), abort_requested = false, ended_at = NULL
+			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < statement_timestamp() - make_interval(secs => $6)
 				-- A claim of this replica that it no longer holds (its
 				-- release failed, e.g. while the database was away) is
 				-- stale: this replica runs no turn of the thread.
@@ -149,7 +152,7 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 		// A claim exists and was live when the INSERT looked.
 		var owner int64
 		var live bool
-		err = q.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $3)
+		err = q.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $3)
 			FROM embedkit_turns WHERE account_id = $1 AND chat_id = $2`,
 			key.AccountID, key.ChatID, secs(c.cfg.lease)).Scan(&owner, &live)
 		switch {
@@ -382,7 +385,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn
 	}
 	queue()
 	if end != nil {
-		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, now()), heartbeat_at = now()
+		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, statement_timestamp()), heartbeat_at = statement_timestamp()
 			WHERE turn_id = $1`, end.id)
 	}
 	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
