@@ -23,7 +23,7 @@ const (
 	// DefaultReapInterval is how often a [Reaper] looks for expired
 	// ephemeral users unless its constructor is given another interval.
 	DefaultReapInterval = time.Minute
-	// DefaultReapBatch is how many users a [Reaper] deletes per statement
+	// DefaultReapBatch is how many rows a [Reaper] deletes per statement
 	// unless [WithReapBatch] says otherwise.
 	DefaultReapBatch = 500
 	// DefaultMaxTurnBytes caps the encoded stream of one turn unless
@@ -153,8 +153,8 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithReapBatch sets how many expired users a [Reaper] deletes per store
-// call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
+// WithReapBatch sets how many expired rows (users; session ids, tokens and
+// counters) a [Reaper] deletes per store call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
 // [Reaper].
 func WithReapBatch(n int) Option {
 	return func(c *config) {
