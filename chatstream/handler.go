@@ -545,7 +545,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err != nil {
 			return err
 		}
-		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort, stored); err != nil {
+		// The echo reserves the turn's first block of sorts.
+		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
 			return err
 		}
 		turnUserRow, turnScope = user, scope
@@ -593,6 +594,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	info.User = turnUser(turnUserRow, attrs, groups)
 
 	t.seq = seq
+	t.prepareCheckpoints(echo.Sort + sortBlock)
 	acctID := c.acct.ID
 	t.persist = func(ctx context.Context, lastSort int64, msgs []Message) error {
 		stored, err := toStored(msgs)

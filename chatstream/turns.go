@@ -327,8 +327,17 @@ type turn struct {
 
 	persist func(ctx context.Context, lastSort int64, msgs []Message) error
 
-	mu        sync.Mutex
-	seq       *sequence
+	mu  sync.Mutex
+	seq *sequence
+	// reserved is the thread's stored sort high-water mark: every line
+	// streamed has a lower sort, so that after a crash the next turn
+	// starts above whatever a client saw. Emitters wait (on cond) for a
+	// checkpoint to raise it before they reach it.
+	reserved  int64
+	ckptNext  int64         // seq.next at the last checkpoint
+	cond      *sync.Cond    // on mu: reserved rose, or the turn is finishing
+	ckptReq   chan struct{} // asks the checkpointer for an early checkpoint
+	ckptMu    sync.Mutex    // held while a checkpoint or the final messages are stored
 	lines     []Line
 	size      int           // bytes in lines
 	maxSize   int           // cap on size for agent events
@@ -381,7 +390,7 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	r := t.reg
 	r.mu.Lock()
 	t.started = true
-	r.active++
+	r.active += 2 // the agent's goroutine and the checkpointer below
 	if t.claim != nil {
 		r.active++ // the abort watcher below
 	}
@@ -401,6 +410,11 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 			}
 		}()
 	}
+
+	go func() {
+		defer r.ended()
+		t.checkpointLoop()
+	}()
 
 	go func() {
 		defer r.ended()
@@ -473,12 +487,17 @@ func (t *turn) finish(o outcome) {
 		return
 	}
 	t.finishing = true
-	lines, msgs, lastSort := t.seq.finish(o)
+	t.cond.Broadcast() // an emitter waiting for sorts gives up
+	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
 	t.mu.Unlock()
 
+	// After a checkpoint in flight, never before: the final messages
+	// replace the checkpoint's.
+	t.ckptMu.Lock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), persistTimeout)
 	err := t.persist(ctx, lastSort, msgs)
 	cancel()
+	t.ckptMu.Unlock()
 	if err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(ctx, slog.LevelError, "chat turn not stored",
@@ -575,6 +594,24 @@ func (e *emitter) checkLocked() error {
 	return nil
 }
 
+// reserveLocked waits, releasing t.mu meanwhile, until the next line's
+// sort is below the stored high-water mark; it asks for a checkpoint ahead
+// of time when few reserved sorts are left.
+func (e *emitter) reserveLocked() error {
+	t := e.t
+	for t.seq.next >= t.reserved {
+		t.requestCheckpoint()
+		t.cond.Wait()
+		if t.finishing {
+			return e.over()
+		}
+	}
+	if t.seq.next >= t.reserved-sortLow {
+		t.requestCheckpoint()
+	}
+	return nil
+}
+
 func (e *emitter) over() error {
 	if c := context.Cause(e.t.ctx); c != nil {
 		return fmt.Errorf("%w: %w", ErrTurnOver, c)
@@ -588,6 +625,9 @@ func (e *emitter) Thinking(text string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := e.checkLocked(); err != nil {
+		return err
+	}
+	if err := e.reserveLocked(); err != nil {
 		return err
 	}
 	m, ok, err := t.seq.think(text)
@@ -608,6 +648,9 @@ func (e *emitter) Content(piece string) error {
 	}
 	if piece == "" {
 		return nil
+	}
+	if err := e.reserveLocked(); err != nil {
+		return err
 	}
 	m, err := t.seq.piece(piece)
 	if err != nil {
@@ -630,6 +673,9 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := e.checkLocked(); err != nil {
+		return nil, err
+	}
+	if err := e.reserveLocked(); err != nil {
 		return nil, err
 	}
 	id := newID()
@@ -669,6 +715,9 @@ func (c *toolCall) end(result string) error {
 	if len(result) > t.maxSize {
 		t.tooLong = true
 		return ErrTurnTooLong
+	}
+	if err := c.e.reserveLocked(); err != nil {
+		return err
 	}
 	m, err := t.seq.toolEnd(c.id, result)
 	if err != nil {
