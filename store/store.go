@@ -12,6 +12,15 @@ type Store interface {
 	// more than once when the adapter retries a transient failure (busy
 	// database, serialization failure), so it must not have side effects
 	// outside the transaction. The error of fn is returned unchanged.
+	//
+	// A Tx method that fails with an error other than [ErrNotFound] or
+	// [ErrLimit] (a conflict, an unavailable database, an ended context)
+	// aborts the transaction, as a failed SQL statement does on
+	// PostgreSQL: the later calls of the Tx fail, and InTx returns that
+	// error and commits nothing, even when fn ignores it and returns nil.
+	// ErrNotFound and ErrLimit change nothing and leave the transaction
+	// usable, except that a write refused because a row it references is
+	// missing (ErrNotFound from a foreign key) may abort it too.
 	InTx(ctx context.Context, fn func(tx Tx) error) error
 	// Close releases the adapter's resources. Calls after Close fail.
 	Close() error

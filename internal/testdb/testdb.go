@@ -114,7 +114,12 @@ func OpenGormDSN(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 // statement with its SQL text (placeholders, not values), as a host's
 // tracing or metrics plugin would see it.
 func OnStatement(db *gorm.DB, fn func(ctx context.Context, sql string)) error {
-	cb := func(db *gorm.DB) { fn(db.Statement.Context, db.Statement.SQL.String()) }
+	return OnStatementDB(db, func(db *gorm.DB) { fn(db.Statement.Context, db.Statement.SQL.String()) })
+}
+
+// OnStatementDB is [OnStatement] with the statement's *gorm.DB (its
+// Statement tells the connection pool that served it).
+func OnStatementDB(db *gorm.DB, cb func(db *gorm.DB)) error {
 	c := db.Callback()
 	for _, err := range []error{
 		c.Create().After("*").Register("testdb:statement", cb),

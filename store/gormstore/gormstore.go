@@ -27,6 +27,10 @@ type Store struct {
 	// db is the host's handle in a session of its own: every statement
 	// starts from it, so the host's logger, callbacks and plugins see it.
 	db *gorm.DB
+	// rdb is db for reads on a SQLite pool, with GORM's prepared
+	// statement cache (database/sql keeps each statement prepared per
+	// connection). PostgreSQL needs none: pgx caches statements itself.
+	rdb *gorm.DB
 	// sqlDB is the handle's connection pool, closed by Close only when
 	// the store owns it (WithCloseDB).
 	sqlDB *sql.DB
@@ -36,7 +40,7 @@ type Store struct {
 	// group commit queue. poolReads is set when reads outside transactions
 	// may use other connections of the pool (a file database whose pool
 	// allows more than one connection); otherwise they wait for the writer.
-	writer    *sql.Conn
+	writer    *pinnedConn
 	slot      chan struct{}
 	batch     batcher
 	poolReads bool
@@ -126,9 +130,9 @@ func (s *Store) holdWriter() error {
 	if err != nil {
 		return wrapErr("open", err)
 	}
-	s.writer = c
+	s.writer = &pinnedConn{conn: c, stmts: make(map[string]*sql.Stmt)}
 	s.slot = make(chan struct{}, 1)
-	w := s.on(context.Background(), c)
+	w := s.on(context.Background(), s.writer)
 	ms := strconv.FormatInt(busyTimeout(s.cfg).Milliseconds(), 10)
 	for _, p := range []string{"PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = " + ms} {
 		if err := w.Exec(p).Error; err != nil {
@@ -140,6 +144,9 @@ func (s *Store) holdWriter() error {
 		return wrapErr("open", err)
 	}
 	s.poolReads = file != "" && s.sqlDB.Stats().MaxOpenConnections != 1
+	if s.poolReads {
+		s.rdb = s.db.Session(&gorm.Session{PrepareStmt: true})
+	}
 	return nil
 }
 
@@ -170,7 +177,7 @@ func (s *Store) Close() error {
 				held = true
 			case <-ctx.Done():
 			}
-			errs = append(errs, s.writer.Close())
+			errs = append(errs, s.writer.close())
 			if held {
 				<-s.slot // later acquirers see closed and fail at once
 			}
@@ -327,11 +334,11 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
 	if s.dialect == postgresDialect || s.poolReads {
-		sctx := actx
+		db := s.db.WithContext(actx)
 		if s.dialect == sqliteDialect {
-			sctx = context.WithoutCancel(ctx)
+			db = s.rdb.WithContext(context.WithoutCancel(ctx))
 		}
-		return fn(&txn{s: s, db: s.on(sctx, nil), deadline: actx, shard: -1})
+		return fn(&txn{s: s, db: db, deadline: actx, shard: -1})
 	}
 	if err := s.acquireWriter(actx); err != nil {
 		return zero, err

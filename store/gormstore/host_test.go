@@ -71,9 +71,30 @@ func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver
 	return c.SQLiteConn.QueryContext(ctx, q, args)
 }
 
+// PrepareContext counts nothing: a prepared statement counts each time it
+// runs.
 func (c *countingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	c.d.add(q)
-	return c.SQLiteConn.PrepareContext(ctx, q)
+	st, err := c.SQLiteConn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &countingStmt{st.(*sqlite3.SQLiteStmt), q, c.d}, nil
+}
+
+type countingStmt struct {
+	*sqlite3.SQLiteStmt
+	q string
+	d *countingDriver
+}
+
+func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.d.add(s.q)
+	return s.SQLiteStmt.ExecContext(ctx, args)
+}
+
+func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.d.add(s.q)
+	return s.SQLiteStmt.QueryContext(ctx, args)
 }
 
 var counting = &countingDriver{}

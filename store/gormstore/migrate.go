@@ -116,5 +116,15 @@ func (s *Store) migrate() error {
 		return err
 	}
 	defer s.releaseWriter()
-	return Migrate(ctx, s.on(ctx, s.writer))
+	// Begin explicitly: GORM takes the pinned writer connection for a
+	// transaction already (see pinnedConn).
+	tx := s.on(ctx, s.writer).Begin()
+	if tx.Error != nil {
+		return wrapErr("migrate", tx.Error)
+	}
+	if err := Migrate(ctx, tx); err != nil {
+		_ = tx.Rollback().Error
+		return err
+	}
+	return wrapErr("migrate", tx.Commit().Error)
 }

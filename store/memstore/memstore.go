@@ -78,7 +78,11 @@ func (s *Store) Close() error {
 // fn returns an error or panics, every write made through the Tx is undone;
 // fn's error is returned unchanged. A Tx method that fails undoes its own
 // partial writes, like a failed SQL statement. The Tx fails once InTx has
-// returned, and is safe for use by several goroutines while fn runs.
+// returned, and is safe for use by several goroutines while fn runs. A Tx
+// method that fails with an error other than [store.ErrNotFound] or
+// [store.ErrLimit] aborts the transaction, as a failed SQL statement does:
+// later calls fail with its error, and InTx returns it and commits nothing
+// even when fn returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
@@ -103,6 +107,12 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}()
 	if err := fn(t); err != nil {
 		return err
+	}
+	t.mu.Lock()
+	aborted := t.aborted
+	t.mu.Unlock()
+	if aborted != nil {
+		return aborted // fn ignored a failed call: nothing is committed
 	}
 	committed = true
 	return nil
@@ -162,14 +172,16 @@ func write0(s *Store, ctx context.Context, f func(d *db) error) error {
 // lock is held for its whole life; mu serializes its own methods and guards
 // done.
 type txView struct {
-	d    *db
-	mu   sync.Mutex
-	done bool
+	d       *db
+	mu      sync.Mutex
+	done    bool
+	aborted error // the failure that aborted the transaction
 }
 
 var _ store.Tx = (*txView)(nil)
 
-// call runs f inside the transaction; a failing f undoes its own writes only.
+// call runs f inside the transaction; a failing f undoes its own writes, and
+// aborts the transaction unless it failed with ErrNotFound or ErrLimit.
 func call[T any](t *txView, ctx context.Context, f func(d *db) (T, error)) (T, error) {
 	var zero T
 	t.mu.Lock()
@@ -177,10 +189,18 @@ func call[T any](t *txView, ctx context.Context, f func(d *db) (T, error)) (T, e
 	if t.done {
 		return zero, errTxDone
 	}
+	if t.aborted != nil {
+		return zero, t.aborted
+	}
 	if err := ctxErr(ctx); err != nil {
+		t.aborted = err
 		return zero, err
 	}
-	return atomic(t.d, f)
+	v, err := atomic(t.d, f)
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrLimit) {
+		t.aborted = err
+	}
+	return v, err
 }
 
 func call0(t *txView, ctx context.Context, f func(d *db) error) error {

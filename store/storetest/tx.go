@@ -11,6 +11,36 @@ import (
 
 var txRules = []rule{
 	{
+		name: "a failed call aborts the transaction",
+		doc:  "Commit semantics are the same on every backend: a Tx method that fails with ErrConflict aborts the transaction; when fn ignores the error and returns nil, InTx returns it and nothing of fn is committed. ErrNotFound from a read leaves the transaction usable.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			th := store.Thread{AccountID: f.account.ID, ChatID: "c", AgentID: "7", UserID: u.ID, CreatedAt: t0}
+			err := st.InTx(ctx(t), func(tx store.Tx) error {
+				if _, err := tx.Thread(ctx(t), f.account.ID, "missing"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("Thread of a missing chat: %v, want ErrNotFound", err)
+				}
+				if err := tx.CreateThread(ctx(t), th); err != nil {
+					return err
+				}
+				if err := tx.CreateThread(ctx(t), th); !errors.Is(err, store.ErrConflict) {
+					t.Errorf("duplicate CreateThread: %v, want ErrConflict", err)
+				}
+				if _, err := tx.Thread(ctx(t), f.account.ID, "c"); err == nil {
+					t.Error("a call after the failure succeeded; want the transaction aborted")
+				}
+				return nil // ignores the failure
+			})
+			if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("InTx = %v, want the ignored ErrConflict", err)
+			}
+			if _, err := st.Thread(ctx(t), f.account.ID, "c"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("thread of the aborted transaction: %v, want ErrNotFound (nothing committed)", err)
+			}
+		},
+	},
+	{
 		name: "InTx commits every write of fn",
 		doc:  "When fn returns nil, every write made through its Tx is committed and visible afterwards.",
 		fn: func(t *testing.T, st store.Store) {
