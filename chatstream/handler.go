@@ -514,6 +514,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		var history []Message
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+			t.maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
 			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
 			if err := tx.CreateThread(ctx, th); err != nil {
 				if errors.Is(err, store.ErrConflict) {
@@ -534,7 +535,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 			var last int64
 			history, last = decodeHistory(msgs)
-			if err := threadFull(msgs, history, lim); err != nil {
+			if t.maxSize, err = threadRoom(msgs, history, lim, h.cfg.maxTurnBytes); err != nil {
 				return err
 			}
 			th.LastSort = max(th.LastSort, last)

@@ -11,13 +11,15 @@ import (
 // ThreadBytes limit.
 var errThreadFull = wire.Errorf(http.StatusConflict, "thread is full: start a new chat")
 
-// threadFull returns errThreadFull when a thread whose stored messages are
+// threadRoom returns errThreadFull when a thread whose stored messages are
 // msgs (decoded: history) has lim.ThreadTurns turns (user messages) or
 // lim.ThreadBytes bytes of stored messages already; non-positive limits are
-// off.
-func threadFull(msgs []store.ThreadMessage, history []Message, lim store.Limits) error {
+// off. Otherwise it caps the encoded stream of the next turn (turnCap,
+// [WithMaxTurnBytes]) so that its stored messages, about half of its
+// stream, stay within what is left of lim.ThreadBytes.
+func threadRoom(msgs []store.ThreadMessage, history []Message, lim store.Limits, turnCap int) (int, error) {
 	if lim.ThreadTurns <= 0 && lim.ThreadBytes <= 0 {
-		return nil
+		return turnCap, nil
 	}
 	var turns int
 	var size int64
@@ -30,7 +32,10 @@ func threadFull(msgs []store.ThreadMessage, history []Message, lim store.Limits)
 		}
 	}
 	if (lim.ThreadTurns > 0 && turns >= lim.ThreadTurns) || (lim.ThreadBytes > 0 && size >= lim.ThreadBytes) {
-		return errThreadFull
+		return 0, errThreadFull
 	}
-	return nil
+	if lim.ThreadBytes > 0 {
+		turnCap = int(min(int64(turnCap), 2*(lim.ThreadBytes-size)))
+	}
+	return turnCap, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -293,5 +294,33 @@ func TestLimitsAcrossReplicas(t *testing.T) {
 		r := send(t, p.b, "e3", "ec3", "echo:x")
 		wantRefused(t, "the fourth new user, on the other replica", r, http.StatusTooManyRequests, "")
 		wantNoUser(t, p.b, "e3")
+	})
+}
+
+// TestThreadBytesCapsTheTurn: a turn whose answer would take the thread far
+// past threadBytes is cut like a too-long answer, so that the thread stays
+// near its limit.
+func TestThreadBytesCapsTheTurn(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{ThreadBytes: 4096})})
+		long := "echo:" + strings.Repeat("x", 8000)
+		msgs := collect(t, e.client, chatstream.Request{Input: long, ChatID: "long", SessionSettings: ext("u")})
+		if st := last(msgs).State; st == nil || st.Error == "" {
+			t.Fatalf("a turn past threadBytes ends with %+v, want state.error", st)
+		}
+		stored, err := e.Store.Messages(t.Context(), e.Accounts[acct].ID, "long")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		for _, m := range stored {
+			n += len(m.Body)
+		}
+		// The input itself is stored whole (its own limit applies).
+		if n > 4096+len(long)+1024 {
+			t.Errorf("the thread stores %d bytes", n)
+		}
+		r := send(t, e, "u", "long", "echo:x")
+		wantRefused(t, "the next turn", r, http.StatusConflict, "thread is full: start a new chat")
 	})
 }
