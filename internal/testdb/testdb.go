@@ -136,20 +136,30 @@ func OnStatementDB(db *gorm.DB, cb func(db *gorm.DB)) error {
 	return nil
 }
 
-// OpenWithHook is [Open] on a host's *gorm.DB ([OpenGorm]) with a callback
-// ([OnStatement]) that calls hook after every statement of the store.
+// OpenWithHook is [Open] on a host's *gorm.DB ([OpenGorm]) whose GORM
+// logger calls hook after every statement of the store, with its SQL (values
+// filled in). The logger, unlike callbacks, also sees the statements
+// gormstore pipelines on PostgreSQL.
 func OpenWithHook(t testing.TB, backend string, hook func(ctx context.Context, sql string), opts ...gormstore.Option) *gormstore.Store {
 	t.Helper()
-	db := OpenGorm(t, backend, nil)
-	if err := OnStatement(db, hook); err != nil {
-		t.Fatal(err)
-	}
+	db := OpenGorm(t, backend, &gorm.Config{Logger: hookLogger{logger.Discard, hook}})
 	st, err := gormstore.OpenDB(db, opts...)
 	if err != nil {
 		t.Fatalf("testdb: open %s store: %v", backend, err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// hookLogger is a GORM logger that reports every statement it traces.
+type hookLogger struct {
+	logger.Interface
+	hook func(ctx context.Context, sql string)
+}
+
+func (l hookLogger) Trace(ctx context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	sql, _ := fc()
+	l.hook(ctx, sql)
 }
 
 func randomName() string {

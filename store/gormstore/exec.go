@@ -155,6 +155,13 @@ func (t *txn) exec(ctx context.Context, op, query string, args ...any) (int64, e
 		return 0, t.fail(wrapErr(op, err))
 	}
 	query, args = bind(query, t.pg(), args)
+	if t.pipe != nil {
+		n, err := t.pipe.run(ctx, numbered(query), args)
+		if err != nil {
+			return 0, t.fail(wrapErr(op, err))
+		}
+		return n, nil
+	}
 	res := t.stmt().Exec(query, args...)
 	if res.Error != nil {
 		return 0, t.fail(wrapErr(op, t.translate(res.Error)))
@@ -162,10 +169,20 @@ func (t *txn) exec(ctx context.Context, op, query string, args ...any) (int64, e
 	return res.RowsAffected, nil
 }
 
-// run is exec for a write whose row count the caller does not need.
+// run is exec for a write whose row count the caller does not need. When
+// pipelining, it is queued and sent with the next statement or the commit
+// (one round trip less); its error is then returned by that later call.
 func (t *txn) run(ctx context.Context, op, query string, args ...any) error {
-	_, err := t.exec(ctx, op, query, args...)
-	return err
+	if t.pipe == nil {
+		_, err := t.exec(ctx, op, query, args...)
+		return err
+	}
+	if err := t.check(ctx); err != nil {
+		return t.fail(wrapErr(op, err))
+	}
+	query, args = bind(query, true, args)
+	t.pipe.queue(op, numbered(query), args)
+	return nil
 }
 
 // find runs a query and scans its rows into dest, a scanner (first row) or
@@ -175,6 +192,13 @@ func (t *txn) find(ctx context.Context, op string, dest any, query string, args 
 		return 0, t.fail(wrapErr(op, err))
 	}
 	query, args = bind(query, t.pg(), args)
+	if t.pipe != nil {
+		n, err := t.pipe.rows(ctx, numbered(query), args, dest)
+		if err != nil {
+			return 0, t.fail(wrapErr(op, err))
+		}
+		return n, nil
+	}
 	rows, err := t.stmt().Raw(query, args...).Rows()
 	if err != nil {
 		return 0, t.fail(wrapErr(op, t.translate(err)))
@@ -239,8 +263,18 @@ type query struct {
 }
 
 // findAll runs independent queries, each as find would, and returns the
-// number of rows of each.
+// number of rows of each. When pipelining they travel in one round trip.
 func (t *txn) findAll(ctx context.Context, op string, queries ...query) ([]int64, error) {
+	if t.pipe != nil && len(queries) > 1 {
+		if err := t.check(ctx); err != nil {
+			return nil, t.fail(wrapErr(op, err))
+		}
+		counts, err := t.pipe.all(ctx, op, queries)
+		if err != nil {
+			return nil, t.fail(wrapErr(op, err))
+		}
+		return counts, nil
+	}
 	counts := make([]int64, len(queries))
 	for i, q := range queries {
 		n, err := t.find(ctx, op, q.dest, q.sql, q.args...)
