@@ -49,8 +49,8 @@ type Handler struct {
 //
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithCluster], [WithLogger],
-// [WithClock].
+// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithDefaultLimits],
+// [WithCluster], [WithLogger], [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}}
