@@ -871,7 +871,7 @@ func TestConcurrentStreams(t *testing.T) {
 		errs := make(chan error, n)
 		for i := range n {
 			wg.Go(func() {
-				msgs, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "q", SessionSettings: ext(fmt.Sprintf("conc-%d", i%10))})
+				msgs, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "q", SessionSettings: ext(fmt.Sprintf("conc-%d", i))})
 				if err != nil {
 					errs <- err
 					return

@@ -35,6 +35,36 @@ func (e *TurnElsewhereError) Error() string {
 // Unwrap returns [ErrTurnElsewhere].
 func (e *TurnElsewhereError) Unwrap() error { return ErrTurnElsewhere }
 
+// TurnLimits caps the turns running at once, across every process that
+// shares a [Cluster]. A zero field is no limit.
+type TurnLimits struct {
+	Account int // running turns of the thread's account
+	User    int // running turns of the claiming user
+}
+
+// ErrTurnLimit is wrapped by the [*TurnLimitError] of a [Cluster.Claim]
+// over its [TurnLimits].
+var ErrTurnLimit = errors.New("chatstream: running turn limit reached")
+
+// TurnLimitError is the error of a claim over its [TurnLimits]; the handler
+// answers 429 with it.
+type TurnLimitError struct {
+	PerUser bool // the user's limit, not the account's
+	Max     int  // the limit that was reached
+}
+
+// Error implements error.
+func (e *TurnLimitError) Error() string {
+	who := "account"
+	if e.PerUser {
+		who = "user"
+	}
+	return ErrTurnLimit.Error() + " (" + strconv.Itoa(e.Max) + " per " + who + ")"
+}
+
+// Unwrap returns [ErrTurnLimit].
+func (e *TurnLimitError) Unwrap() error { return ErrTurnLimit }
+
 // ThreadKey names a thread: threads are keyed by account and chat id.
 type ThreadKey struct {
 	AccountID int64
@@ -66,9 +96,14 @@ type Cluster interface {
 	// userID. It succeeds when no claim of the thread is live: none exists,
 	// the last one ended, or its process stopped renewing it for longer than
 	// the lease (a crash). Otherwise it returns a [*TurnElsewhereError]
-	// naming the running turn's user. The claim lasts until
-	// [ClaimedTurn.Release] and is renewed in the background meanwhile.
-	Claim(ctx context.Context, key ThreadKey, userID int64) (ClaimedTurn, error)
+	// naming the running turn's user. It also fails, with a
+	// [*TurnLimitError], when lim is exceeded: the live claims of the
+	// account (of every process) number lim.Account already, or those of
+	// userID lim.User; a zero field is no limit. A claim whose process
+	// stopped renewing it counts no more once its lease ran out. The claim
+	// lasts until [ClaimedTurn.Release] and is renewed in the background
+	// meanwhile.
+	Claim(ctx context.Context, key ThreadKey, userID int64, lim TurnLimits) (ClaimedTurn, error)
 
 	// Join returns the live turn of the thread, whichever process runs it,
 	// or ok false when none runs. The returned turn stays readable for a

@@ -29,7 +29,8 @@
 // above the turn timeout) on the server that mounts the routes.
 //
 // Ephemeral users (the default for users created by chat) become invisible
-// when their TTL passes; a [Reaper] deletes them with their threads:
+// when their TTL passes; a [Reaper], the store's janitor, deletes them with
+// their threads, and deletes expired session ids, tokens and quota counters:
 //
 //	reaper := chatstream.NewReaper(st, time.Minute)
 //	reaper.Start()

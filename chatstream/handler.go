@@ -49,7 +49,7 @@ type Handler struct {
 //
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxTurnBytes], [WithCluster], [WithLogger],
+// [WithMaxTurnBytes], [WithDefaultLimits], [WithCluster], [WithLogger],
 // [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
@@ -456,6 +456,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		chatID = newID()
 	}
 	key := turnKey{c.acct.ID, chatID}
+	lim := h.cfg.limitsOf(c.acct)
 	var (
 		t           *turn
 		seq         *sequence
@@ -474,6 +475,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			scope = c.es.Session.Scope()
 		} else {
 			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 			if err != nil {
 				return err
@@ -486,7 +488,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		}
 		if t == nil {
 			var err error
-			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes); err != nil {
+			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes,
+				TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}); err != nil {
 				return err
 			}
 		}
@@ -508,6 +511,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		var history []Message
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+			t.maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
 			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
 			if err := tx.CreateThread(ctx, th); err != nil {
 				if errors.Is(err, store.ErrConflict) {
@@ -528,6 +532,9 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 			var last int64
 			history, last = decodeHistory(msgs)
+			if t.maxSize, err = threadRoom(msgs, history, lim, h.cfg.maxTurnBytes); err != nil {
+				return err
+			}
 			th.LastSort = max(th.LastSort, last)
 		}
 		seq = newSequence(chatID, h.cfg.dev, th.LastSort, history)
@@ -536,7 +543,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err != nil {
 			return err
 		}
-		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort, stored); err != nil {
+		// The echo reserves the turn's first block of sorts.
+		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
 			return err
 		}
 		turnUserRow, turnScope = user, scope
@@ -584,6 +592,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	info.User = turnUser(turnUserRow, attrs, groups)
 
 	t.seq = seq
+	t.prepareCheckpoints(echo.Sort + sortBlock)
 	acctID := c.acct.ID
 	t.persist = func(ctx context.Context, lastSort int64, msgs []Message) error {
 		stored, err := toStored(msgs)

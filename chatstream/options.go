@@ -1,11 +1,13 @@
 package chatstream
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/embedkit/embedkit/middleware"
+	"github.com/embedkit/embedkit/store"
 )
 
 // Defaults of the handler's options.
@@ -19,12 +21,26 @@ const (
 	// DefaultReapInterval is how often a [Reaper] looks for expired
 	// ephemeral users unless its constructor is given another interval.
 	DefaultReapInterval = time.Minute
-	// DefaultReapBatch is how many users a [Reaper] deletes per statement
+	// DefaultReapBatch is how many rows a [Reaper] deletes per statement
 	// unless [WithReapBatch] says otherwise.
 	DefaultReapBatch = 500
 	// DefaultMaxTurnBytes caps the encoded stream of one turn unless
 	// [WithMaxTurnBytes] says otherwise.
 	DefaultMaxTurnBytes = 64 << 20
+	// DefaultMaxRunningTurns is the default of store.Limits.RunningTurns:
+	// running turns per account, across replicas.
+	DefaultMaxRunningTurns = 200
+	// DefaultMaxRunningTurnsPerUser is the default of
+	// store.Limits.RunningTurnsPerUser.
+	DefaultMaxRunningTurnsPerUser = 3
+	// DefaultMaxNewEphemeralUsersPerMinute is the default of
+	// store.Limits.NewEphemeralUsersPerMinute.
+	DefaultMaxNewEphemeralUsersPerMinute = 600
+	// DefaultMaxThreadTurns is the default of store.Limits.ThreadTurns.
+	DefaultMaxThreadTurns = 500
+	// DefaultMaxThreadBytes is the default of store.Limits.ThreadBytes
+	// (4 MiB).
+	DefaultMaxThreadBytes = 4 << 20
 	// shutdownGrace is how long Shutdown waits for agents to return after
 	// cancelling them.
 	shutdownGrace = 5 * time.Second
@@ -45,6 +61,7 @@ type config struct {
 	maxTurnBytes       int
 	cluster            Cluster
 	keyCacheTTL        time.Duration
+	limits             store.Limits // the defaults; every field set
 }
 
 func newConfig(opts []Option) config {
@@ -54,6 +71,13 @@ func newConfig(opts []Option) config {
 		now:          time.Now,
 		reapBatch:    DefaultReapBatch,
 		maxTurnBytes: DefaultMaxTurnBytes,
+		limits: store.Limits{
+			RunningTurns:               DefaultMaxRunningTurns,
+			RunningTurnsPerUser:        DefaultMaxRunningTurnsPerUser,
+			NewEphemeralUsersPerMinute: DefaultMaxNewEphemeralUsersPerMinute,
+			ThreadTurns:                DefaultMaxThreadTurns,
+			ThreadBytes:                DefaultMaxThreadBytes,
+		},
 	}
 	for _, o := range opts {
 		o(&c)
@@ -112,8 +136,8 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithReapBatch sets how many expired users a [Reaper] deletes per store
-// call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
+// WithReapBatch sets how many expired rows (users; session ids, tokens and
+// counters) a [Reaper] deletes per store call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
 // [Reaper].
 func WithReapBatch(n int) Option {
 	return func(c *config) {
@@ -160,4 +184,38 @@ func WithKeyCache(ttl time.Duration) Option {
 		panic(fmt.Sprintf("chatstream.WithKeyCache: ttl %v is outside 0 to middleware.MaxKeyCacheTTL (%v)", ttl, middleware.MaxKeyCacheTTL))
 	}
 	return func(c *config) { c.keyCacheTTL = ttl }
+}
+
+// WithDefaultLimits sets the limits of accounts whose own limit
+// (store.Account.Limits) is zero; a non-zero field of l replaces the
+// package default, a zero one keeps it. Defaults: RunningTurns
+// [DefaultMaxRunningTurns] (200 per account, across replicas; 429),
+// RunningTurnsPerUser [DefaultMaxRunningTurnsPerUser] (3; 429),
+// NewEphemeralUsersPerMinute [DefaultMaxNewEphemeralUsersPerMinute] (600;
+// 429), ThreadTurns [DefaultMaxThreadTurns] (500; 409) and ThreadBytes
+// [DefaultMaxThreadBytes] (4 MiB; 409). A negative value turns a limit
+// off. EmbedTenants is not read here: embedsession.WithMaxEmbedTenants
+// sets its default. Read by [Handler].
+func WithDefaultLimits(l store.Limits) Option {
+	return func(c *config) {
+		d := &c.limits
+		d.RunningTurns = cmp.Or(l.RunningTurns, d.RunningTurns)
+		d.RunningTurnsPerUser = cmp.Or(l.RunningTurnsPerUser, d.RunningTurnsPerUser)
+		d.NewEphemeralUsersPerMinute = cmp.Or(l.NewEphemeralUsersPerMinute, d.NewEphemeralUsersPerMinute)
+		d.ThreadTurns = cmp.Or(l.ThreadTurns, d.ThreadTurns)
+		d.ThreadBytes = cmp.Or(l.ThreadBytes, d.ThreadBytes)
+	}
+}
+
+// limitsOf returns the limits of an account: its own non-zero fields, the
+// defaults for the others. A negative field means no limit.
+func (c *config) limitsOf(a store.Account) store.Limits {
+	own, d := a.Limits, c.limits
+	return store.Limits{
+		RunningTurns:               cmp.Or(own.RunningTurns, d.RunningTurns),
+		RunningTurnsPerUser:        cmp.Or(own.RunningTurnsPerUser, d.RunningTurnsPerUser),
+		NewEphemeralUsersPerMinute: cmp.Or(own.NewEphemeralUsersPerMinute, d.NewEphemeralUsersPerMinute),
+		ThreadTurns:                cmp.Or(own.ThreadTurns, d.ThreadTurns),
+		ThreadBytes:                cmp.Or(own.ThreadBytes, d.ThreadBytes),
+	}
 }

@@ -7,21 +7,29 @@ import (
 	"time"
 )
 
-// ExpiredUserDeleter is what a [Reaper] uses. Every store.Store implements
+// ExpiredDeleter is what a [Reaper] uses. Every store.Store implements
 // it.
-type ExpiredUserDeleter interface {
+type ExpiredDeleter interface {
 	// DeleteExpiredUsers deletes at most limit ephemeral users expired at
 	// now, with everything they own (threads included), and returns how
 	// many it deleted.
 	DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error)
+	// DeleteExpired deletes at most limit session ids, tokens and quota
+	// counters that expired at now (and session ids already exchanged),
+	// and returns how many it deleted.
+	DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
-// Reaper deletes expired ephemeral users, with their threads, in the
-// background. Expired users are already invisible to every request; the
-// reaper reclaims their rows. The host starts it with [Reaper.Start] and
-// stops it with [Reaper.Close]; several processes may run one at once.
+// Reaper is the store's janitor: in the background it deletes expired
+// ephemeral users with their threads, and the session ids, tokens and
+// quota counters (such as the new-ephemeral-user windows) that expired.
+// Expired rows are already invisible to every request; the reaper reclaims
+// them, so that the tables stop growing. It serves embedsession's session
+// ids and tokens too: a host that mounts only embedsession runs one all the
+// same. The host starts it with [Reaper.Start] and stops it with
+// [Reaper.Close]; several processes may run one at once.
 type Reaper struct {
-	st       ExpiredUserDeleter
+	st       ExpiredDeleter
 	interval time.Duration
 	cfg      config
 
@@ -35,7 +43,7 @@ type Reaper struct {
 // when interval ≤ 0). It does nothing until [Reaper.Start].
 //
 // Options read: [WithReapBatch], [WithClock], [WithLogger].
-func NewReaper(st ExpiredUserDeleter, interval time.Duration, opts ...Option) *Reaper {
+func NewReaper(st ExpiredDeleter, interval time.Duration, opts ...Option) *Reaper {
 	if interval <= 0 {
 		interval = DefaultReapInterval
 	}
@@ -80,7 +88,7 @@ func (r *Reaper) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := r.ReapOnce(ctx); err != nil && ctx.Err() == nil && r.cfg.log != nil {
-			r.cfg.log.LogAttrs(ctx, slog.LevelError, "reaping expired chat users failed", slog.String("error", err.Error()))
+			r.cfg.log.LogAttrs(ctx, slog.LevelError, "deleting expired users, sessions and tokens failed", slog.String("error", err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -90,14 +98,25 @@ func (r *Reaper) run(ctx context.Context) {
 	}
 }
 
-// ReapOnce deletes every user expired now, in batches, and returns how many
-// it deleted. The background loop calls it; tests and cron-style hosts may
-// call it directly.
+// ReapOnce deletes every user, session id, token and quota counter expired
+// now, in batches, and returns how many rows it deleted (users counted
+// once, without what they own). The background loop calls it; tests and
+// cron-style hosts may call it directly.
 func (r *Reaper) ReapOnce(ctx context.Context) (int, error) {
-	total := 0
 	now := r.cfg.now()
+	users, err := r.drain(ctx, now, r.st.DeleteExpiredUsers)
+	if err != nil {
+		return users, err
+	}
+	rest, err := r.drain(ctx, now, r.st.DeleteExpired)
+	return users + rest, err
+}
+
+// drain calls del in batches until a batch is not full.
+func (r *Reaper) drain(ctx context.Context, now time.Time, del func(context.Context, time.Time, int) (int, error)) (int, error) {
+	total := 0
 	for {
-		n, err := r.st.DeleteExpiredUsers(ctx, now, r.cfg.reapBatch)
+		n, err := del(ctx, now, r.cfg.reapBatch)
 		total += n
 		if err != nil || n < r.cfg.reapBatch {
 			return total, err

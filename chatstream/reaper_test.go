@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/apitest"
 )
 
 // fakeDeleter pretends to hold expired users and records its calls.
@@ -25,6 +26,9 @@ func (f *fakeDeleter) DeleteExpiredUsers(_ context.Context, _ time.Time, limit i
 	f.expired -= n
 	return n, nil
 }
+
+// DeleteExpired finds nothing: the loop test counts users only.
+func (f *fakeDeleter) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
 
 func (f *fakeDeleter) add(n int) {
 	f.mu.Lock()
@@ -71,5 +75,42 @@ func TestReaperLoop(t *testing.T) {
 		if _, calls := f.state(); calls != 5 {
 			t.Errorf("reaper ran after Close: %d calls", calls)
 		}
+	})
+}
+
+// TestReaperDeletesExpiredRows: on a real store, behind real HTTP, the
+// reaper deletes the expired ephemeral user, the session ids (used or
+// expired), the expired token and the expired new-user window, and only
+// them.
+func TestReaperDeletesExpiredRows(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{})
+		reaper := chatstream.NewReaper(e.Store, time.Hour, chatstream.WithClock(e.Now), chatstream.WithReapBatch(2))
+		body := map[string]any{"deploymentId": 1, "externalId": "keeper"}
+		used := e.GenerateSession(t, body)
+		e.GenerateSession(t, body)
+		e.GenerateSession(t, body)
+		e.Token(t, used)
+		ttl := int64(3600)
+		collect(t, e.client, chatstream.Request{Input: "echo:x", SessionSettings: &chatstream.SessionSettings{ExternalID: "brief", EphemeralTTLSeconds: &ttl}})
+
+		// Nothing has expired yet but the used session id.
+		if n, err := reaper.ReapOnce(t.Context()); err != nil || n != 1 {
+			t.Fatalf("ReapOnce at once = %d, %v; want the used session id", n, err)
+		}
+		e.Advance(25 * time.Hour) // past the session ids, the token, the user and the window
+		live := e.GenerateSession(t, body)
+		n, err := reaper.ReapOnce(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The user, two session ids, the token and the window.
+		if n != 5 {
+			t.Errorf("ReapOnce after expiry = %d, want 5", n)
+		}
+		if n, err := reaper.ReapOnce(t.Context()); err != nil || n != 0 {
+			t.Errorf("ReapOnce again = %d, %v; want 0", n, err)
+		}
+		e.Token(t, live) // what has not expired still works
 	})
 }

@@ -156,10 +156,26 @@ func (s *sequence) toolEnd(id, result string) (Message, error) {
 	return m, nil
 }
 
+// checkpoint returns what a crash must not lose of the running turn: its
+// completed messages and its answer so far in final form (not in process),
+// with sort at (the reserved high-water mark, above every line streamed).
+// An open tool call is left out.
+func (s *sequence) checkpoint(at int64) []Message {
+	partial := Message{ID: s.assistantID, Role: RoleAssistant, Content: s.content.String(), GraphPath: finalPath,
+		IsStructuredResponse: ptr(false), Sort: at}
+	if s.dev {
+		partial.Thinking = ptr(s.thinking.String())
+	}
+	out := make([]Message, 0, len(s.done)+1)
+	return append(append(out, s.done...), partial)
+}
+
 // finish ends the turn: it completes an open tool call, writes the final
 // assistant message and the __state__ message. It returns the lines to
-// stream, the messages to store and the thread's new last sort.
-func (s *sequence) finish(o outcome) (lines []Message, store []Message, lastSort int64) {
+// stream, the messages to store and the thread's new last sort. The
+// __state__ line's sort is at least floor (the thread's reserved sorts),
+// so that the next turn starts above every sort reserved for this one.
+func (s *sequence) finish(o outcome, floor int64) (lines []Message, store []Message, lastSort int64) {
 	if s.tool != nil {
 		msg := "the tool call was not completed"
 		if o == outcomeAborted || o == outcomeShutdown {
@@ -193,7 +209,7 @@ func (s *sequence) finish(o outcome) (lines []Message, store []Message, lastSort
 		st.Aborted = true
 		st.Error = msgShuttingDown
 	}
-	state := Message{ID: StateID, Role: RoleAssistant, Sort: s.sort(), State: st}
+	state := Message{ID: StateID, Role: RoleAssistant, Sort: max(s.sort(), floor), State: st}
 	lines = append(lines, state)
 	return lines, s.done, state.Sort
 }

@@ -62,25 +62,32 @@ type registry struct {
 	halt    context.Context
 	haltNow context.CancelFunc
 
-	mu      sync.Mutex
-	turns   map[turnKey]*turn
-	active  int           // turn goroutines running
-	idle    chan struct{} // closed and cleared when a turn ends; nil when nobody waits
-	closing bool          // no new turns
-	stopped bool          // turns are cancelled as they start
+	mu    sync.Mutex
+	turns map[turnKey]*turn
+	// Turns reserved or running per account and per user: the limits of a
+	// single process (a Cluster counts across replicas instead).
+	perAccount map[int64]int
+	perUser    map[int64]int
+	active     int           // turn goroutines running
+	idle       chan struct{} // closed and cleared when a turn ends; nil when nobody waits
+	closing    bool          // no new turns
+	stopped    bool          // turns are cancelled as they start
 }
 
 func newRegistry(log *slog.Logger, cluster Cluster) *registry {
 	halt, haltNow := context.WithCancel(context.Background())
-	return &registry{log: log, cluster: cluster, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn)}
+	return &registry{log: log, cluster: cluster, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
+		perAccount: make(map[int64]int), perUser: make(map[int64]int)}
 }
 
 // reserve claims the thread key for a new turn of userID: in this process,
 // then in the cluster, if any. A thread with a turn already reserved or
 // running, here or on another replica, is 409 for its user and 403 for
-// anyone else; a closing registry is 503, and so is a failed cluster.
-// ctx bounds the cluster's claim, which runs without the registry's lock.
-func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSize int) (*turn, error) {
+// anyone else; a closing registry is 503, and so is a failed cluster. More
+// running turns than lim allows (counted here, or by the cluster across
+// replicas) is 429. ctx bounds the cluster's claim, which runs without the
+// registry's lock.
+func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSize int, lim TurnLimits) (*turn, error) {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -93,18 +100,31 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 		}
 		return nil, errTurnRunning
 	}
+	if r.cluster == nil {
+		switch {
+		case lim.User > 0 && r.perUser[userID] >= lim.User:
+			r.mu.Unlock()
+			return nil, turnLimitError(&TurnLimitError{PerUser: true, Max: lim.User})
+		case lim.Account > 0 && r.perAccount[key.accountID] >= lim.Account:
+			r.mu.Unlock()
+			return nil, turnLimitError(&TurnLimitError{Max: lim.Account})
+		}
+	}
 	t := &turn{reg: r, key: key, userID: userID, maxSize: maxSize, done: make(chan struct{})}
-	r.turns[key] = t
+	r.addLocked(t)
 	r.mu.Unlock()
 	if r.cluster == nil {
 		return t, nil
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID)
+	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID, lim)
 	cancel()
 	if err != nil {
 		r.drop(t)
+		if e, ok := errors.AsType[*TurnLimitError](err); ok {
+			return nil, turnLimitError(e)
+		}
 		if e, ok := errors.AsType[*TurnElsewhereError](err); ok {
 			if e.UserID != userID {
 				return nil, errNotOwner
@@ -117,6 +137,39 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 	t.claim = claim
 	r.mu.Unlock()
 	return t, nil
+}
+
+// addLocked registers t and counts it.
+func (r *registry) addLocked(t *turn) {
+	r.turns[t.key] = t
+	r.perAccount[t.key.accountID]++
+	r.perUser[t.userID]++
+}
+
+// deleteLocked unregisters t, which is registered, and uncounts it.
+func (r *registry) deleteLocked(t *turn) {
+	delete(r.turns, t.key)
+	decr(r.perAccount, t.key.accountID)
+	decr(r.perUser, t.userID)
+}
+
+func decr(m map[int64]int, k int64) {
+	if m[k] <= 1 {
+		delete(m, k)
+	} else {
+		m[k]--
+	}
+}
+
+// turnRetryAfter is the Retry-After of a 429 for too many running turns.
+const turnRetryAfter = time.Second
+
+// turnLimitError is the 429 of a reservation over its limits.
+func turnLimitError(e *TurnLimitError) error {
+	if e.PerUser {
+		return wire.TooMany(turnRetryAfter, "running turn limit of %d per user reached: wait for a turn to end", e.Max)
+	}
+	return wire.TooMany(turnRetryAfter, "running turn limit of %d reached for this account: try again later", e.Max)
 }
 
 // release drops a reservation whose turn never started, and its claim.
@@ -140,7 +193,7 @@ func (r *registry) release(ctx context.Context, t *turn) {
 func (r *registry) drop(t *turn) {
 	r.mu.Lock()
 	if r.turns[t.key] == t && !t.started {
-		delete(r.turns, t.key)
+		r.deleteLocked(t)
 		r.wakeLocked()
 	}
 	r.mu.Unlock()
@@ -176,7 +229,7 @@ func (r *registry) running(key turnKey) (*turn, bool) {
 func (r *registry) remove(t *turn) {
 	r.mu.Lock()
 	if r.turns[t.key] == t {
-		delete(r.turns, t.key)
+		r.deleteLocked(t)
 		r.wakeLocked()
 	}
 	r.mu.Unlock()
@@ -274,8 +327,17 @@ type turn struct {
 
 	persist func(ctx context.Context, lastSort int64, msgs []Message) error
 
-	mu        sync.Mutex
-	seq       *sequence
+	mu  sync.Mutex
+	seq *sequence
+	// reserved is the thread's stored sort high-water mark: every line
+	// streamed has a lower sort, so that after a crash the next turn
+	// starts above whatever a client saw. Emitters wait (on cond) for a
+	// checkpoint to raise it before they reach it.
+	reserved  int64
+	ckptNext  int64         // seq.next at the last checkpoint
+	cond      *sync.Cond    // on mu: reserved rose, or the turn is finishing
+	ckptReq   chan struct{} // asks the checkpointer for an early checkpoint
+	ckptMu    sync.Mutex    // held while a checkpoint or the final messages are stored
 	lines     []Line
 	size      int           // bytes in lines
 	maxSize   int           // cap on size for agent events
@@ -328,7 +390,7 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	r := t.reg
 	r.mu.Lock()
 	t.started = true
-	r.active++
+	r.active += 2 // the agent's goroutine and the checkpointer below
 	if t.claim != nil {
 		r.active++ // the abort watcher below
 	}
@@ -348,6 +410,11 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 			}
 		}()
 	}
+
+	go func() {
+		defer r.ended()
+		t.checkpointLoop()
+	}()
 
 	go func() {
 		defer r.ended()
@@ -420,12 +487,17 @@ func (t *turn) finish(o outcome) {
 		return
 	}
 	t.finishing = true
-	lines, msgs, lastSort := t.seq.finish(o)
+	t.cond.Broadcast() // an emitter waiting for sorts gives up
+	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
 	t.mu.Unlock()
 
+	// After a checkpoint in flight, never before: the final messages
+	// replace the checkpoint's.
+	t.ckptMu.Lock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), persistTimeout)
 	err := t.persist(ctx, lastSort, msgs)
 	cancel()
+	t.ckptMu.Unlock()
 	if err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(ctx, slog.LevelError, "chat turn not stored",
@@ -522,6 +594,24 @@ func (e *emitter) checkLocked() error {
 	return nil
 }
 
+// reserveLocked waits, releasing t.mu meanwhile, until the next line's
+// sort is below the stored high-water mark; it asks for a checkpoint ahead
+// of time when few reserved sorts are left.
+func (e *emitter) reserveLocked() error {
+	t := e.t
+	for t.seq.next >= t.reserved {
+		t.requestCheckpoint()
+		t.cond.Wait()
+		if t.finishing {
+			return e.over()
+		}
+	}
+	if t.seq.next >= t.reserved-sortLow {
+		t.requestCheckpoint()
+	}
+	return nil
+}
+
 func (e *emitter) over() error {
 	if c := context.Cause(e.t.ctx); c != nil {
 		return fmt.Errorf("%w: %w", ErrTurnOver, c)
@@ -535,6 +625,9 @@ func (e *emitter) Thinking(text string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := e.checkLocked(); err != nil {
+		return err
+	}
+	if err := e.reserveLocked(); err != nil {
 		return err
 	}
 	m, ok, err := t.seq.think(text)
@@ -555,6 +648,9 @@ func (e *emitter) Content(piece string) error {
 	}
 	if piece == "" {
 		return nil
+	}
+	if err := e.reserveLocked(); err != nil {
+		return err
 	}
 	m, err := t.seq.piece(piece)
 	if err != nil {
@@ -577,6 +673,9 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := e.checkLocked(); err != nil {
+		return nil, err
+	}
+	if err := e.reserveLocked(); err != nil {
 		return nil, err
 	}
 	id := newID()
@@ -616,6 +715,9 @@ func (c *toolCall) end(result string) error {
 	if len(result) > t.maxSize {
 		t.tooLong = true
 		return ErrTurnTooLong
+	}
+	if err := c.e.reserveLocked(); err != nil {
+		return err
 	}
 	m, err := t.seq.toolEnd(c.id, result)
 	if err != nil {

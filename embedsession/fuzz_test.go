@@ -58,7 +58,9 @@ func FuzzGenerateSessionHTTP(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	s := apitest.New(f, apitest.Target{Backend: "sqlite", Router: apitest.ServeMux})
+	// A small embed-tenant limit, so that fuzzing reaches the refusal too.
+	s := apitest.New(f, apitest.Target{Backend: "sqlite", Router: apitest.ServeMux},
+		apitest.WithEmbedOptions(embedsession.WithMaxEmbedTenants(3)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := s.Send(t, s.Request(t, "POST", embedsession.PathGenerateSession, apitest.AdminKey, data))
 		if r.Status >= 500 {

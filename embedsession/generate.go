@@ -1,6 +1,7 @@
 package embedsession
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 
@@ -54,6 +55,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	preq := req.provision()
+	preq.MaxEmbedTenants = cmp.Or(acct.Limits.EmbedTenants, h.o.maxTenants)
 	tk := tenantKey{acct.ID, req.EmbedTenantName}
 	if tk.name == "" {
 		tk.name = store.DefaultEmbedTenant

@@ -12,6 +12,7 @@ type Option func(*options)
 type options struct {
 	sessionTTL time.Duration
 	tokenTTL   time.Duration
+	maxTenants int
 	log        *slog.Logger
 	now        func() time.Time
 	cacheTTL   time.Duration
@@ -21,12 +22,16 @@ type options struct {
 const (
 	DefaultSessionTTL = 5 * time.Minute
 	DefaultTokenTTL   = 24 * time.Hour
+	// DefaultMaxEmbedTenants is the limit of embed tenants per account for
+	// accounts that set none (store.Limits.EmbedTenants).
+	DefaultMaxEmbedTenants = 1000
 )
 
 func newOptions(opts []Option) options {
 	o := options{
 		sessionTTL: DefaultSessionTTL,
 		tokenTTL:   DefaultTokenTTL,
+		maxTenants: DefaultMaxEmbedTenants,
 		now:        time.Now,
 	}
 	for _, opt := range opts {
@@ -55,6 +60,19 @@ func WithTokenTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
 			o.tokenTTL = d
+		}
+	}
+}
+
+// WithMaxEmbedTenants sets the limit of embed tenants per account for
+// accounts whose own limit (store.Account.Limits.EmbedTenants) is zero: a
+// generate-session that would create one more embed tenant is 403 and
+// changes nothing. Default: [DefaultMaxEmbedTenants] (1,000). Values of zero
+// or less keep the default.
+func WithMaxEmbedTenants(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxTenants = n
 		}
 	}
 }

@@ -29,6 +29,9 @@ type Account struct {
 	// MaxExternalUsers limits persistent external users; 0 means
 	// [DefaultMaxExternalUsers]. See [Account.ExternalUserLimit].
 	MaxExternalUsers int
+	// Limits are the account's own limits; a zero field means the
+	// handler's default.
+	Limits Limits
 	// Branches are the development branches agents may query.
 	Branches []string
 }
@@ -79,7 +82,7 @@ type Agent struct {
 // Accounts reads and writes accounts and what belongs only to them.
 type Accounts interface {
 	// SaveAccount creates the account named a.Name or updates its plan,
-	// flags, limit and branches, and returns it with its ID. Idempotent.
+	// flags, limits and branches, and returns it with its ID. Idempotent.
 	SaveAccount(ctx context.Context, a Account) (Account, error)
 	// AccountByID and AccountByName return [ErrNotFound] when missing.
 	AccountByID(ctx context.Context, id int64) (Account, error)

@@ -8,8 +8,9 @@
 //     wrapping [ErrUnavailable].
 //   - Secrets (session ids, tokens, API keys) reach the store only as hashes.
 //   - Missing rows are reported with [ErrNotFound], unique-name clashes with
-//     [ErrConflict], and the external-user limit with [ErrLimit]; adapters wrap
-//     their driver errors into these sentinels so callers use errors.Is.
+//     [ErrConflict], and the external-user limit and full quota counters
+//     ([Quotas]) with [ErrLimit]; adapters wrap their driver errors into
+//     these sentinels so callers use errors.Is.
 //   - A request runs in one transaction ([Store.InTx]): either every write of
 //     fn is committed or none is. Adapters retry transient failures (SQLite's
 //     busy state, serialization failures) themselves.

@@ -11,8 +11,9 @@ var (
 	// attribute definition whose stored type differs from the requested one.
 	ErrConflict = errors.New("store: conflict")
 	// ErrLimit reports that creating (or making persistent) an external user
-	// would exceed the account's limit of persistent external users.
-	ErrLimit = errors.New("store: external user limit reached")
+	// would exceed the account's limit of persistent external users, or
+	// that a quota counter ([Quotas.TakeQuota]) is full.
+	ErrLimit = errors.New("store: limit reached")
 	// ErrUnavailable reports that the database could not be reached or did not
 	// answer in time. Nothing of the failed call was committed.
 	ErrUnavailable = errors.New("store: database unavailable")

@@ -34,4 +34,5 @@ type Tx interface {
 	Provisioning
 	Sessions
 	Threads
+	Quotas
 }

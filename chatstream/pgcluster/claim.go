@@ -42,7 +42,10 @@ type claimedTurn struct {
 // UPDATE that takes the thread when its last claim ended or expired, or was
 // left behind by this replica (a release that failed while the database was
 // away): the caller runs no turn of the thread, so such a claim is stale.
-func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64) (chatstream.ClaimedTurn, error) {
+// With limits, the INSERT runs in a transaction that first takes an
+// advisory lock per account and counts the account's live claims, so that
+// concurrent claims on every replica cannot pass the limits together.
+func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64, lim chatstream.TurnLimits) (chatstream.ClaimedTurn, error) {
 	ct := &claimedTurn{c: c, id: newTurnID(), key: key, aborted: make(chan struct{})}
 	// Registered before the INSERT, so that an abort notification sent
 	// right after the commit finds it.
@@ -62,20 +65,78 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 	c.claims[ct.id] = ct
 	c.mu.Unlock()
 
-	drop := func() {
+	var err error
+	if lim.Account > 0 || lim.User > 0 {
+		err = c.claimLimited(ctx, ct, userID, lim)
+	} else {
+		err = c.claim(ctx, c.pool, ct, userID)
+	}
+	if err != nil {
 		c.mu.Lock()
 		delete(c.claims, ct.id)
 		c.mu.Unlock()
+		return nil, err
 	}
+	c.mu.Lock()
+	ct.live = true
+	c.mu.Unlock()
+	return ct, nil
+}
+
+// claimLimited is claim in a transaction that holds the account's
+// advisory lock and checks lim first.
+func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int64, lim chatstream.TurnLimits) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgcluster: claim turn: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('embedkit.turns', $1))", ct.key.AccountID); err != nil {
+		return fmt.Errorf("pgcluster: claim turn: %w", err)
+	}
+	// The thread's own claim is left out: if it is live the INSERT below
+	// finds it, and if not it stops counting once taken over.
+	var all, mine int
+	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM embedkit_turns
+		WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)`,
+		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease)).Scan(&all, &mine); err != nil {
+		return fmt.Errorf("pgcluster: count running turns: %w", err)
+	}
+	switch {
+	case lim.User > 0 && mine >= lim.User:
+		return &chatstream.TurnLimitError{PerUser: true, Max: lim.User}
+	case lim.Account > 0 && all >= lim.Account:
+		return &chatstream.TurnLimitError{Max: lim.Account}
+	}
+	if err := c.claim(ctx, tx, ct, userID); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgcluster: claim turn: %w", err)
+	}
+	return nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// claim inserts or takes over the thread's claim row for ct. Its times
+// are the statement's, not the transaction's (now()): in claimLimited's
+// transaction, which may have waited for the account's lock, now() would
+// date the claim back and make it look expired to the next count.
+func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID int64) error {
+	key := ct.key
 	for range claimAttempts {
 		var got string
-		err := c.pool.QueryRow(ctx, `INSERT INTO embedkit_turns AS t
+		err := q.QueryRow(ctx, `INSERT INTO embedkit_turns AS t
 				(account_id, chat_id, turn_id, owner, user_id, claimed_at, heartbeat_at, abort_requested, ended_at)
-			VALUES ($1, $2, $3, $4, $5, now(), now(), false, NULL)
+			VALUES ($1, $2, $3, $4, $5, statement_timestamp(), statement_timestamp(), false, NULL)
 			ON CONFLICT (account_id, chat_id) DO UPDATE SET
 				turn_id = EXCLUDED.turn_id, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
-				claimed_at = now(), heartbeat_at = now(), abort_requested = false, ended_at = NULL
-			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < now() - make_interval(secs => $6)
+				claimed_at = statement_timestamp(), heartbeat_at = statement_timestamp(), abort_requested = false, ended_at = NULL
+			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < statement_timestamp() - make_interval(secs => $6)
 				-- A claim of this replica that it no longer holds (its
 				-- release failed, e.g. while the database was away) is
 				-- stale: this replica runs no turn of the thread.
@@ -83,35 +144,28 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 			RETURNING turn_id`,
 			key.AccountID, key.ChatID, ct.id, c.cfg.replicaID, userID, secs(c.cfg.lease)).Scan(&got)
 		if err == nil {
-			c.mu.Lock()
-			ct.live = true
-			c.mu.Unlock()
-			return ct, nil
+			return nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			drop()
-			return nil, fmt.Errorf("pgcluster: claim turn: %w", err)
+			return fmt.Errorf("pgcluster: claim turn: %w", err)
 		}
 		// A claim exists and was live when the INSERT looked.
 		var owner int64
 		var live bool
-		err = c.pool.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $3)
+		err = q.QueryRow(ctx, `SELECT user_id, ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $3)
 			FROM embedkit_turns WHERE account_id = $1 AND chat_id = $2`,
 			key.AccountID, key.ChatID, secs(c.cfg.lease)).Scan(&owner, &live)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue // deleted meanwhile: try again
 		case err != nil:
-			drop()
-			return nil, fmt.Errorf("pgcluster: read running turn: %w", err)
+			return fmt.Errorf("pgcluster: read running turn: %w", err)
 		case live:
-			drop()
-			return nil, &chatstream.TurnElsewhereError{UserID: owner}
+			return &chatstream.TurnElsewhereError{UserID: owner}
 		}
 		// It ended or expired meanwhile: try again.
 	}
-	drop()
-	return nil, fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
+	return fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
 }
 
 // Publish implements [chatstream.ClaimedTurn].
@@ -331,7 +385,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn
 	}
 	queue()
 	if end != nil {
-		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, now()), heartbeat_at = now()
+		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, statement_timestamp()), heartbeat_at = statement_timestamp()
 			WHERE turn_id = $1`, end.id)
 	}
 	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)

@@ -25,7 +25,7 @@ func Example() {
 	defer cl.Close()
 
 	key := chatstream.ThreadKey{AccountID: 1, ChatID: "chat-1"}
-	turn, err := cl.Claim(ctx, key, 42)
+	turn, err := cl.Claim(ctx, key, 42, chatstream.TurnLimits{Account: 200, User: 3})
 	if e, ok := errors.AsType[*chatstream.TurnElsewhereError](err); ok {
 		fmt.Println("running elsewhere for user", e.UserID) // 409, or 403 for another user
 		return

@@ -25,7 +25,7 @@ func TestPublishIsBatched(t *testing.T) {
 
 	var turns []chatstream.ClaimedTurn
 	for i := range 3 {
-		ct, err := c.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c" + strconv.Itoa(i)}, 7)
+		ct, err := c.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c" + strconv.Itoa(i)}, 7, chatstream.TurnLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestListenConnectionIsPinged(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
-	ct, err := c.Claim(ctx, k, 7)
+	ct, err := c.Claim(ctx, k, 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "stale"}
-	ct, err := a.Claim(ctx, k, 7)
+	ct, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	delete(a.claims, ct.(*claimedTurn).id)
 	a.mu.Unlock()
 
-	if _, err := b.Claim(ctx, k, 7); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+	if _, err := b.Claim(ctx, k, 7, chatstream.TurnLimits{}); !errors.Is(err, chatstream.ErrTurnElsewhere) {
 		t.Errorf("claim on another replica = %v, want ErrTurnElsewhere until the lease expires", err)
 	}
-	again, err := a.Claim(ctx, k, 7)
+	again, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("claim on the same replica = %v, want the stale claim taken over", err)
 	}
-	if _, err := a.Claim(ctx, k, 7); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+	if _, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{}); !errors.Is(err, chatstream.ErrTurnElsewhere) {
 		t.Errorf("second claim while holding one = %v, want ErrTurnElsewhere", err)
 	}
 	if err := again.Release(ctx, nil); err != nil {

@@ -101,12 +101,12 @@ func TestClaimOnOtherReplicaIsElsewhere(t *testing.T) {
 	t.Parallel()
 	_, a, b := replicas(t, nil, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("A.Claim: %v", err)
 	}
 	for _, user := range []int64{7, 8} {
-		_, err := b.Claim(ctx, key("c1"), user)
+		_, err := b.Claim(ctx, key("c1"), user, chatstream.TurnLimits{})
 		e, ok := errors.AsType[*chatstream.TurnElsewhereError](err)
 		if !ok || !errors.Is(err, chatstream.ErrTurnElsewhere) {
 			t.Fatalf("B.Claim by user %d: err = %v, want a *TurnElsewhereError", user, err)
@@ -116,11 +116,11 @@ func TestClaimOnOtherReplicaIsElsewhere(t *testing.T) {
 		}
 	}
 	// The same replica cannot claim twice either.
-	if _, err := a.Claim(ctx, key("c1"), 7); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+	if _, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{}); !errors.Is(err, chatstream.ErrTurnElsewhere) {
 		t.Errorf("A.Claim again: err = %v, want ErrTurnElsewhere", err)
 	}
 	// Another thread of the account is free.
-	if other, err := b.Claim(ctx, key("c2"), 7); err != nil {
+	if other, err := b.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{}); err != nil {
 		t.Errorf("B.Claim of another thread: %v", err)
 	} else {
 		_ = other.Release(ctx, nil)
@@ -128,7 +128,7 @@ func TestClaimOnOtherReplicaIsElsewhere(t *testing.T) {
 	if err := ct.Release(ctx, mkLines(0, 1)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	next, err := b.Claim(ctx, key("c1"), 8)
+	next, err := b.Claim(ctx, key("c1"), 8, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("B.Claim after Release: %v", err)
 	}
@@ -158,7 +158,7 @@ func TestSimultaneousClaimsOneWins(t *testing.T) {
 				cl = b
 			}
 			wg.Go(func() {
-				ct, err := cl.Claim(ctx, k, int64(i))
+				ct, err := cl.Claim(ctx, k, int64(i), chatstream.TurnLimits{})
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -186,7 +186,7 @@ func TestJoinStreamsLinesInOrder(t *testing.T) {
 	if _, ok, err := b.Join(ctx, key("c1")); ok || err != nil {
 		t.Fatalf("Join without a turn = ok %v, err %v; want false, nil", ok, err)
 	}
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -251,7 +251,7 @@ func TestReleaseWithoutLinesEndsEmpty(t *testing.T) {
 	t.Parallel()
 	_, a, b := replicas(t, nil, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -275,7 +275,7 @@ func TestAbortOnOtherReplicaClosesAborted(t *testing.T) {
 	if ok, err := b.Abort(ctx, key("c1")); ok || err != nil {
 		t.Fatalf("Abort without a turn = %v, %v; want false, nil", ok, err)
 	}
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -295,7 +295,7 @@ func TestAbortOnOtherReplicaClosesAborted(t *testing.T) {
 		t.Errorf("Abort after Release = %v, %v; want false, nil", ok, err)
 	}
 	// The next turn of the thread starts unaborted.
-	ct2, err := b.Claim(ctx, key("c1"), 7)
+	ct2, err := b.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -311,7 +311,7 @@ func TestAbortOnSameReplica(t *testing.T) {
 	t.Parallel()
 	_, a, _ := replicas(t, nil, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -331,7 +331,7 @@ func TestAbortWithoutNotificationsArrivesByPolling(t *testing.T) {
 	// A does not LISTEN: the abort reaches it through the poll alone.
 	_, a, b := replicas(t, []pgcluster.Option{pgcluster.WithListen(false)}, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -342,7 +342,7 @@ func TestAbortWithoutNotificationsArrivesByPolling(t *testing.T) {
 	t.Logf("abort reached A by polling after %v (poll interval 100ms)", d)
 
 	// Readers without notifications poll too.
-	ct2, err := a.Claim(ctx, key("c2"), 7)
+	ct2, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -371,7 +371,7 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 	t.Parallel()
 	dsn, a, b := replicas(t, []pgcluster.Option{pgcluster.WithReplicaID("a-" + strconv.FormatInt(time.Now().UnixNano(), 36))}, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -393,7 +393,7 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 	_ = ct.Release(ctx, nil)
 
 	// A listens again: the next abort arrives by notification.
-	ct2, err := a.Claim(ctx, key("c2"), 7)
+	ct2, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -423,7 +423,7 @@ func TestSurvivesCutConnections(t *testing.T) {
 	t.Parallel()
 	dsn, a, b := replicas(t, []pgcluster.Option{pgcluster.WithReplicaID("a-" + strconv.FormatInt(time.Now().UnixNano(), 36))}, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -474,7 +474,7 @@ func TestCrashedReplicaIsTakenOver(t *testing.T) {
 	short := []pgcluster.Option{pgcluster.WithHeartbeat(50 * time.Millisecond), pgcluster.WithLeaseTimeout(300 * time.Millisecond)}
 	_, a, b := replicas(t, short, short)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -482,7 +482,7 @@ func TestCrashedReplicaIsTakenOver(t *testing.T) {
 
 	// Heartbeats keep the claim alive well past the lease.
 	time.Sleep(700 * time.Millisecond)
-	if _, err := b.Claim(ctx, key("c1"), 8); !errors.Is(err, chatstream.ErrTurnElsewhere) {
+	if _, err := b.Claim(ctx, key("c1"), 8, chatstream.TurnLimits{}); !errors.Is(err, chatstream.ErrTurnElsewhere) {
 		t.Fatalf("Claim of a renewed claim: err = %v, want ErrTurnElsewhere", err)
 	}
 	rt, ok, err := b.Join(ctx, key("c1"))
@@ -501,7 +501,7 @@ func TestCrashedReplicaIsTakenOver(t *testing.T) {
 	var ct2 chatstream.ClaimedTurn
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ct2, err = b.Claim(ctx, key("c1"), 8)
+		ct2, err = b.Claim(ctx, key("c1"), 8, chatstream.TurnLimits{})
 		if err == nil {
 			break
 		}
@@ -519,7 +519,7 @@ func TestTakenOverClaimIsAborted(t *testing.T) {
 	t.Parallel()
 	dsn, a, b := replicas(t, nil, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -534,7 +534,7 @@ func TestTakenOverClaimIsAborted(t *testing.T) {
 	if _, err := conn.Exec(ctx, `UPDATE embedkit_turns SET heartbeat_at = now() - interval '1 hour', owner = 'stalled'`); err != nil {
 		t.Fatal(err)
 	}
-	ct2, err := b.Claim(ctx, key("c1"), 7)
+	ct2, err := b.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
@@ -553,11 +553,11 @@ func TestEndedTurnsLinesAreDeleted(t *testing.T) {
 	dsn, a, _ := replicas(t, []pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)},
 		[]pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)})
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	live, err := a.Claim(ctx, key("c2"), 7)
+	live, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -634,7 +634,7 @@ func TestClosedCluster(t *testing.T) {
 	t.Parallel()
 	_, a, _ := replicas(t, nil, nil)
 	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -662,7 +662,7 @@ func TestClosedCluster(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Next still blocked after Close")
 	}
-	if _, err := a.Claim(ctx, key("c2"), 7); !errors.Is(err, pgcluster.ErrClosed) {
+	if _, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{}); !errors.Is(err, pgcluster.ErrClosed) {
 		t.Errorf("Claim after Close = %v, want ErrClosed", err)
 	}
 	if _, err := a.Abort(ctx, key("c2")); !errors.Is(err, pgcluster.ErrClosed) {
@@ -687,7 +687,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct, err := a.Claim(ctx, key("c1"), 7)
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -703,7 +703,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-ct.Aborted()
-	if _, err := a.Claim(ctx, key("c2"), 7); err != nil { // left unreleased
+	if _, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{}); err != nil { // left unreleased
 		t.Fatal(err)
 	}
 	_ = ct.Release(ctx, nil)
@@ -731,7 +731,7 @@ func TestAbortLatency(t *testing.T) {
 	var fromReturn, fromCall []time.Duration
 	for i := range n {
 		k := key("lat-" + strconv.Itoa(i))
-		ct, err := a.Claim(ctx, k, 7)
+		ct, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -769,7 +769,7 @@ func BenchmarkAbortLatency(b *testing.B) {
 	for b.Loop() {
 		i++
 		k := key("bench-" + strconv.Itoa(i))
-		ct, err := ra.Claim(ctx, k, 7)
+		ct, err := ra.Claim(ctx, k, 7, chatstream.TurnLimits{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -802,7 +802,7 @@ func BenchmarkAbortLatency(b *testing.B) {
 func BenchmarkJoinLatency(b *testing.B) {
 	_, ra, rb := replicas(b, nil, nil)
 	ctx := b.Context()
-	ct, err := ra.Claim(ctx, key("c1"), 7)
+	ct, err := ra.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		b.Fatal(err)
 	}

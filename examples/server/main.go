@@ -143,6 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		chatOpts = append(chatOpts, chatstream.WithCluster(cluster))
 	}
 	chat := chatstream.NewHandler(st, agent, chatOpts...)
+	// The janitor: deletes expired ephemeral users, session ids, tokens and
+	// quota counters in the background.
 	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
 	reaper.Start()
 

@@ -137,7 +137,8 @@ func (r *replica) stop(t *testing.T) {
 }
 
 // replicasConfig is the bootstrap file of the test: the demo account, and
-// an account limited to 5 external users for the limit test.
+// an account limited to 5 external users and 2 running turns for the limit
+// tests.
 const replicasConfig = `{"accounts":[
  {"name":"acme","plan":"enterprise","useCreatorMode":true,"maxExternalUsers":10000,
   "apiKeys":[{"key":"sk-acme-admin","admin":true},{"key":"sk-acme-user"}],
@@ -145,6 +146,7 @@ const replicasConfig = `{"accounts":[
   "userAttributes":[{"name":"country","type":"string"}],"groups":[{"name":"sales"}],
   "branches":["main"]},
  {"name":"tiny","plan":"enterprise","useCreatorMode":false,"maxExternalUsers":5,
+  "limits":{"runningTurns":2},
   "apiKeys":[{"key":"sk-tiny-admin","admin":true}],
   "deployments":[{"id":1,"name":"production"}],"agents":[{"id":"1","deploymentId":1}],
   "branches":["main"]}]}`
@@ -291,6 +293,38 @@ func TestReplicas(t *testing.T) {
 		}
 		if count[http.StatusOK] != 5 || count[http.StatusForbidden] != 27 {
 			t.Errorf("statuses = %v, want 5 × 200 and 27 × 403", count)
+		}
+	})
+
+	t.Run("running turns are counted across replicas", func(t *testing.T) {
+		tinyA := chatstream.NewClient(a.base, chatstream.WithAPIKey("sk-tiny-admin"))
+		tinyB := chatstream.NewClient(b.base, chatstream.WithAPIKey("sk-tiny-admin"))
+		start := func(c *chatstream.Client, n int) {
+			t.Helper()
+			ch := make(chan error, 1)
+			go func() {
+				for _, err := range c.Stream(ctx, "tiny", "1", chatstream.Request{Input: "revenue by country", ChatID: fmt.Sprintf("tl-%d", n),
+					SessionSettings: &chatstream.SessionSettings{ExternalID: fmt.Sprintf("tl-%d", n)}}) {
+					ch <- err // the first line: the turn runs
+					return
+				}
+			}()
+			if err := <-ch; err != nil {
+				t.Fatalf("turn %d: %v", n, err)
+			}
+		}
+		start(tinyA, 1)
+		start(tinyB, 2)
+		for i, c := range []*chatstream.Client{tinyA, tinyB} {
+			for _, err := range c.Stream(ctx, "tiny", "1", chatstream.Request{Input: "one more", SessionSettings: &chatstream.SessionSettings{ExternalID: "tl-3"}}) {
+				if e, ok := errors.AsType[*httperr.Error](err); !ok || e.Status != http.StatusTooManyRequests {
+					t.Errorf("a third turn on replica %d: %v, want 429", i, err)
+				}
+				break
+			}
+		}
+		for n, c := range []*chatstream.Client{tinyA, tinyB} {
+			_ = c.Abort(ctx, "tiny", "1", fmt.Sprintf("tl-%d", n+1), chatstream.SessionSettings{ExternalID: fmt.Sprintf("tl-%d", n+1)})
 		}
 	})
 }

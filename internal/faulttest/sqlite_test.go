@@ -13,6 +13,7 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/middleware/httperr"
+	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore"
 
 	_ "github.com/mattn/go-sqlite3"
@@ -23,7 +24,9 @@ import (
 // upserts collide), exchanging them for tokens and chatting: SQLite's
 // "database is locked" must never reach a caller, as a 500 or at all.
 func TestSQLiteConcurrentLoad(t *testing.T) {
-	e := newEnv(t, envOpts{backend: testdb.SQLite, agent: testAgent})
+	// Four chats of one user run at once: above the default per-user limit.
+	e := newEnv(t, envOpts{backend: testdb.SQLite, agent: testAgent,
+		chatOpts: []chatstream.Option{chatstream.WithDefaultLimits(store.Limits{RunningTurnsPerUser: 4})}})
 	const clients, rounds = 64, 4
 	var (
 		mu       sync.Mutex

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -53,6 +54,13 @@ type Request struct {
 	// (embed tenants are never deleted, so a caller may cache them). Zero
 	// value: look it up, creating it on first use.
 	KnownEmbedTenant store.EmbedTenant
+	// MaxEmbedTenants is the account's limit of embed tenants: creating one
+	// more is 403. Zero or less: no limit.
+	MaxEmbedTenants int
+	// MaxNewEphemeralPerMinute is the account's limit of ephemeral users
+	// created per clock minute (a fixed window shared through the store):
+	// one more is 429 with Retry-After. Zero or less: no limit.
+	MaxNewEphemeralPerMinute int
 
 	// Persistent makes an external user persistent (generate-session, chat
 	// with isEphemeral false); otherwise a new user is ephemeral until
@@ -421,6 +429,9 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		if err != nil {
 			return Result{}, err
 		}
+		if err := takeEphemeral(ctx, tx, acct, r, u, now); err != nil {
+			return Result{}, err
+		}
 	}
 	res.User = u
 	if len(values) > 0 {
@@ -436,13 +447,29 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	return res, nil
 }
 
-func embedTenant(ctx context.Context, tx store.Catalog, acct store.Account, r Request) (store.EmbedTenant, error) {
+func embedTenant(ctx context.Context, tx store.Tx, acct store.Account, r Request) (store.EmbedTenant, error) {
 	name := r.EmbedTenantName
 	if name == "" {
 		name = store.DefaultEmbedTenant
 	}
 	if k := r.KnownEmbedTenant; k.ID != 0 && k.AccountID == acct.ID && k.Name == name {
 		return k, nil
+	}
+	if r.MaxEmbedTenants <= 0 {
+		return tx.EnsureEmbedTenant(ctx, acct.ID, name)
+	}
+	et, err := tx.EmbedTenantByName(ctx, acct.ID, name)
+	if !errors.Is(err, store.ErrNotFound) {
+		return et, err
+	}
+	// A new tenant: counted under the store's per-account lock, so that
+	// concurrent requests cannot pass the limit together.
+	n, err := tx.CountEmbedTenants(ctx, acct.ID)
+	if err != nil {
+		return store.EmbedTenant{}, err
+	}
+	if n >= r.MaxEmbedTenants {
+		return store.EmbedTenant{}, wire.Errorf(http.StatusForbidden, "embed tenant limit of %d reached for this account", r.MaxEmbedTenants)
 	}
 	return tx.EnsureEmbedTenant(ctx, acct.ID, name)
 }
@@ -453,4 +480,25 @@ func compact(v json.RawMessage) json.RawMessage {
 		return v
 	}
 	return b.Bytes()
+}
+
+// ephemeralWindow is the window of Request.MaxNewEphemeralPerMinute.
+const ephemeralWindow = time.Minute
+
+// takeEphemeral counts u against the account's new-ephemeral-user window
+// when this request created it: a new ephemeral user (or one created anew
+// after expiry) has CreatedAt now. The window is fixed: the clock minute
+// of now, shared by every replica through the store.
+func takeEphemeral(ctx context.Context, tx store.Tx, acct store.Account, r Request, u store.User, now time.Time) error {
+	if r.MaxNewEphemeralPerMinute <= 0 || !u.Ephemeral || !u.CreatedAt.Equal(now) {
+		return nil
+	}
+	start := now.Truncate(ephemeralWindow)
+	end := start.Add(ephemeralWindow)
+	key := "newEphemeralUsers:" + strconv.FormatInt(start.Unix(), 10)
+	err := tx.TakeQuota(ctx, acct.ID, key, end, r.MaxNewEphemeralPerMinute)
+	if errors.Is(err, store.ErrLimit) {
+		return wire.TooMany(end.Sub(now), "new ephemeral user limit of %d per minute reached for this account: try again later", r.MaxNewEphemeralPerMinute)
+	}
+	return err
 }

@@ -26,6 +26,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -40,6 +42,10 @@ type Error struct {
 	// Err is the cause, for logs and errors.Is; never sent to the client.
 	// The clients leave it nil.
 	Err error
+	// RetryAfter, when above zero, is sent by [Write] as the Retry-After
+	// header, in whole seconds rounded up (a 429 of an account limit says
+	// when to try again). The clients leave it zero.
+	RetryAfter time.Duration
 }
 
 // Error returns "<status> <status text>: <message>", followed by ": <cause>"
@@ -80,11 +86,14 @@ func Status(err error) (int, string) {
 }
 
 // Write answers err as {"error": message} with the status [Status] maps it
-// to, Content-Type: application/json and Cache-Control: no-store. The
-// cause of a 5xx answer is logged on log at level Error when log is not
-// nil, never sent.
+// to, Content-Type: application/json and Cache-Control: no-store, plus
+// Retry-After when err is an [*Error] with a RetryAfter. The cause of a 5xx
+// answer is logged on log at level Error when log is not nil, never sent.
 func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, msg := Status(err)
+	if e, ok := errors.AsType[*Error](err); ok && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
+	}
 	if status >= 500 && log != nil {
 		log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),

@@ -16,17 +16,21 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 		}
 		branches = string(b)
 	}
+	limits, err := json.Marshal(a.Limits)
+	if err != nil {
+		return store.Account{}, wrapErr("save account", err)
+	}
 	plan := a.Plan
 	if plan == "" {
 		plan = store.PlanFree
 	}
 	var row accountRow
-	_, err := t.find(ctx, "save account", &row,
-		`INSERT INTO accounts (name, plan, use_creator_mode, max_external_users, branches) VALUES (?, ?, ?, ?, ?)
+	_, err = t.find(ctx, "save account", &row,
+		`INSERT INTO accounts (name, plan, use_creator_mode, max_external_users, branches, limits) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET plan = excluded.plan, use_creator_mode = excluded.use_creator_mode,
-		max_external_users = excluded.max_external_users, branches = excluded.branches
+		max_external_users = excluded.max_external_users, branches = excluded.branches, limits = excluded.limits
 		RETURNING `+accountCols,
-		a.Name, string(plan), a.UseCreatorMode, a.MaxExternalUsers, branches)
+		a.Name, string(plan), a.UseCreatorMode, a.MaxExternalUsers, branches, string(limits))
 	if err != nil {
 		return store.Account{}, err
 	}

@@ -23,6 +23,7 @@ type migration struct {
 var migrations = []migration{
 	{1, "create embedkit's tables", createTables},
 	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
+	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
 }
 
 // migrationLock is the key of the PostgreSQL advisory lock held while

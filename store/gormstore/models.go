@@ -10,7 +10,7 @@ import (
 // the order of the matching column list constant (dest). Times are Unix
 // nanoseconds; nullable columns are pointers. None of these leave the package.
 
-const accountCols = "id, name, plan, use_creator_mode, max_external_users, branches"
+const accountCols = "id, name, plan, use_creator_mode, max_external_users, branches, limits"
 
 type accountRow struct {
 	ID               int64
@@ -19,10 +19,11 @@ type accountRow struct {
 	UseCreatorMode   bool
 	MaxExternalUsers int64
 	Branches         string
+	Limits           string
 }
 
 func (r *accountRow) dest() []any {
-	return []any{&r.ID, &r.Name, &r.Plan, &r.UseCreatorMode, &r.MaxExternalUsers, &r.Branches}
+	return []any{&r.ID, &r.Name, &r.Plan, &r.UseCreatorMode, &r.MaxExternalUsers, &r.Branches, &r.Limits}
 }
 
 func (r accountRow) account() store.Account {
@@ -35,6 +36,9 @@ func (r accountRow) account() store.Account {
 	}
 	if r.Branches != "" && r.Branches != "[]" && r.Branches != "null" {
 		_ = json.Unmarshal([]byte(r.Branches), &a.Branches) // written by SaveAccount
+	}
+	if r.Limits != "" && r.Limits != "{}" {
+		_ = json.Unmarshal([]byte(r.Limits), &a.Limits) // written by SaveAccount
 	}
 	return a
 }

@@ -18,6 +18,8 @@ type Account struct {
 	MaxExternalUsers int64  `gorm:"column:max_external_users;not null;default:0"`
 	// Branches is a JSON array of strings.
 	Branches string `gorm:"column:branches;not null;default:[]"`
+	// Limits is the JSON object of the account's own limits (store.Limits).
+	Limits string `gorm:"column:limits;not null;default:{}"`
 }
 
 // TableName implements gorm's Tabler.
@@ -180,7 +182,7 @@ type Session struct {
 	EmbedTenantName string `gorm:"column:embed_tenant_name;not null;default:''"`
 	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
-	ExpiresAt       int64  `gorm:"column:expires_at;not null"`
+	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:sessions_expiry"`
 	UsedAt          *int64 `gorm:"column:used_at"`
 	User            *User  `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
 }
@@ -199,7 +201,7 @@ type Token struct {
 	EmbedTenantName string `gorm:"column:embed_tenant_name;not null;default:''"`
 	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
-	ExpiresAt       int64  `gorm:"column:expires_at;not null"`
+	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:tokens_expiry"`
 	User            *User  `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
@@ -251,6 +253,6 @@ func Models() []any {
 	return []any{
 		&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
 		&CatalogGroup{}, &CatalogAttribute{}, &GroupMember{}, &AttributeValue{}, &Session{}, &Token{},
-		&Thread{}, &ThreadMessage{},
+		&Thread{}, &ThreadMessage{}, &AccountQuota{},
 	}
 }

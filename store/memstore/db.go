@@ -85,6 +85,7 @@ type db struct {
 	threads     map[threadKey]store.Thread
 	userThreads map[int64]map[threadKey]struct{}
 	messages    map[threadKey]map[string]store.ThreadMessage
+	quotas      map[nameKey]quota // by account and counter key
 }
 
 func newDB(clock store.Clock) *db {
@@ -119,6 +120,7 @@ func newDB(clock store.Clock) *db {
 		threads:        map[threadKey]store.Thread{},
 		userThreads:    map[int64]map[threadKey]struct{}{},
 		messages:       map[threadKey]map[string]store.ThreadMessage{},
+		quotas:         map[nameKey]quota{},
 	}
 }
 

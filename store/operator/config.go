@@ -21,6 +21,7 @@ import (
 //	    "plan": "enterprise",
 //	    "useCreatorMode": true,
 //	    "maxExternalUsers": 10000,
+//	    "limits": {"runningTurns": 200, "threadTurns": 500},
 //	    "apiKeys": [{"key": "sk-acme-admin", "admin": true},
 //	                {"keyHash": "<hex SHA-256 of a key>"}],
 //	    "deployments": [{"id": 1, "name": "production"}],
@@ -48,6 +49,12 @@ type Account struct {
 	// MaxExternalUsers limits the account's persistent external users; 0
 	// means [store.DefaultMaxExternalUsers] (10,000).
 	MaxExternalUsers int `json:"maxExternalUsers"`
+	// Limits are the account's own limits (JSON "limits": runningTurns,
+	// runningTurnsPerUser, newEphemeralUsersPerMinute, embedTenants,
+	// threadTurns, threadBytes); an omitted or zero one is the handler's
+	// default, a negative one is no limit. Saved as given: an account
+	// saved without limits gets the defaults again.
+	Limits store.Limits `json:"limits"`
 	// APIKeys are the account's keys, each given as Key or KeyHash.
 	APIKeys []APIKey `json:"apiKeys"`
 	// Deployments are created or renamed; none is removed.

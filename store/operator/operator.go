@@ -161,6 +161,7 @@ func saveAccount(ctx context.Context, tx store.Tx, a Account, origin store.KeyOr
 		Plan:             plan,
 		UseCreatorMode:   a.UseCreatorMode,
 		MaxExternalUsers: a.MaxExternalUsers,
+		Limits:           a.Limits,
 		Branches:         slices.Clone(a.Branches),
 	})
 	if err != nil {

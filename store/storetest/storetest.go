@@ -42,7 +42,7 @@ type rule struct {
 // parallel.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Helper()
-	all := slices.Concat(accountRules, userRules, catalogRules, lookupRules, sessionRules, threadRules, txRules, concurrentRules)
+	all := slices.Concat(accountRules, userRules, catalogRules, lookupRules, sessionRules, threadRules, txRules, concurrentRules, quotaRules)
 	for _, r := range all {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()

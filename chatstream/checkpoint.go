@@ -1,0 +1,93 @@
+package chatstream
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Crash safety. A running turn stores a checkpoint (its completed messages
+// and its answer so far, in final form) every checkpointInterval, so that a
+// crash loses at most about that much of the answer. Each checkpoint also
+// reserves a block of sort numbers in the thread (store.Thread.LastSort):
+// the turn streams no line at or above the reserved mark, so that the next
+// turn after a crash starts above every sort a client may have seen.
+const (
+	// checkpointInterval is how often a running turn that streamed
+	// something since its last checkpoint stores one; with the write,
+	// the stored answer stays less than a second behind.
+	checkpointInterval = 500 * time.Millisecond
+	// checkpointTimeout bounds the write of one checkpoint.
+	checkpointTimeout = 5 * time.Second
+	// sortBlock is how many sort numbers a turn reserves at its start and
+	// at each checkpoint, so that most turns need no write for sorts
+	// beyond the echo's; a checkpoint is due early once fewer than
+	// sortLow of them are left. A turn's __state__ carries its reserved
+	// mark, so sorts jump by up to sortBlock from one turn to the next.
+	sortBlock = 2048
+	sortLow   = sortBlock / 4
+)
+
+// prepareCheckpoints sets the turn's reservation (stored with its echo) and
+// what the checkpointer needs; before begin.
+func (t *turn) prepareCheckpoints(reserved int64) {
+	t.reserved = reserved
+	t.cond = sync.NewCond(&t.mu)
+	t.ckptReq = make(chan struct{}, 1)
+}
+
+// requestCheckpoint asks the checkpointer for a checkpoint now.
+func (t *turn) requestCheckpoint() {
+	select {
+	case t.ckptReq <- struct{}{}:
+	default:
+	}
+}
+
+// checkpointLoop stores checkpoints until the turn is done.
+func (t *turn) checkpointLoop() {
+	tick := time.NewTicker(checkpointInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-tick.C:
+		case <-t.ckptReq:
+		}
+		t.checkpoint()
+	}
+}
+
+// checkpoint stores the turn's progress and a new reservation, unless the
+// turn is finishing or has nothing new and enough sorts left.
+func (t *turn) checkpoint() {
+	t.ckptMu.Lock()
+	defer t.ckptMu.Unlock()
+	t.mu.Lock()
+	next := t.seq.next
+	if t.finishing || (next == t.ckptNext && next < t.reserved-sortLow) {
+		t.mu.Unlock()
+		return
+	}
+	reserve := next + sortBlock
+	msgs := t.seq.checkpoint(reserve)
+	t.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), checkpointTimeout)
+	err := t.persist(ctx, reserve, msgs)
+	cancel()
+	if err != nil {
+		if t.reg.log != nil {
+			t.reg.log.LogAttrs(ctx, slog.LevelWarn, "chat turn checkpoint not stored; streaming waits for the next one",
+				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
+		}
+		return
+	}
+	t.mu.Lock()
+	t.reserved = max(t.reserved, reserve)
+	t.ckptNext = next
+	t.cond.Broadcast()
+	t.mu.Unlock()
+}

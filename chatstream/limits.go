@@ -1,0 +1,41 @@
+package chatstream
+
+import (
+	"net/http"
+
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+// errThreadFull is the answer to input for a thread at its ThreadTurns or
+// ThreadBytes limit.
+var errThreadFull = wire.Errorf(http.StatusConflict, "thread is full: start a new chat")
+
+// threadRoom returns errThreadFull when a thread whose stored messages are
+// msgs (decoded: history) has lim.ThreadTurns turns (user messages) or
+// lim.ThreadBytes bytes of stored messages already; non-positive limits are
+// off. Otherwise it caps the encoded stream of the next turn (turnCap,
+// [WithMaxTurnBytes]) so that its stored messages, about half of its
+// stream, stay within what is left of lim.ThreadBytes.
+func threadRoom(msgs []store.ThreadMessage, history []Message, lim store.Limits, turnCap int) (int, error) {
+	if lim.ThreadTurns <= 0 && lim.ThreadBytes <= 0 {
+		return turnCap, nil
+	}
+	var turns int
+	var size int64
+	for _, m := range msgs {
+		size += int64(len(m.Body))
+	}
+	for _, m := range history {
+		if m.Role == RoleUser {
+			turns++
+		}
+	}
+	if (lim.ThreadTurns > 0 && turns >= lim.ThreadTurns) || (lim.ThreadBytes > 0 && size >= lim.ThreadBytes) {
+		return 0, errThreadFull
+	}
+	if lim.ThreadBytes > 0 {
+		turnCap = int(min(int64(turnCap), 2*(lim.ThreadBytes-size)))
+	}
+	return turnCap, nil
+}

@@ -1,0 +1,121 @@
+package pgcluster_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+)
+
+func wantLimit(t *testing.T, what string, err error, perUser bool, max int) {
+	t.Helper()
+	e, ok := errors.AsType[*chatstream.TurnLimitError](err)
+	if !ok || !errors.Is(err, chatstream.ErrTurnLimit) || e.PerUser != perUser || e.Max != max {
+		t.Fatalf("%s: err = %v, want a *TurnLimitError{PerUser: %v, Max: %d}", what, err, perUser, max)
+	}
+}
+
+func TestClaimLimitsAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	lim := chatstream.TurnLimits{Account: 4, User: 2}
+	claim := func(c chatstream.Cluster, chat string, user int64) chatstream.ClaimedTurn {
+		t.Helper()
+		ct, err := c.Claim(ctx, key(chat), user, lim)
+		if err != nil {
+			t.Fatalf("Claim %s for user %d: %v", chat, user, err)
+		}
+		return ct
+	}
+	c1 := claim(a, "c1", 1)
+	claim(b, "c2", 1) // the user's last allowed turn, on the other replica
+	_, err := a.Claim(ctx, key("c3"), 1, lim)
+	wantLimit(t, "the user's third turn", err, true, 2)
+	claim(b, "c3", 2)
+	claim(a, "c4", 3) // the account's last allowed turn
+	_, err = b.Claim(ctx, key("c5"), 4, lim)
+	wantLimit(t, "the account's fifth turn", err, false, 4)
+	// A refused claim changed nothing: the thread is free for later.
+	if err := c1.Release(ctx, mkLines(0, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	claim(b, "c5", 4).Release(ctx, nil)
+	// Without limits nothing is counted.
+	free, err := a.Claim(ctx, key("c6"), 1, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim without limits: %v", err)
+	}
+	_ = free.Release(ctx, nil)
+}
+
+func TestClaimLimitIsExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	const n, max = 64, 10
+	var ok, limited atomic.Int64
+	var mu sync.Mutex
+	var held []chatstream.ClaimedTurn
+	var wg sync.WaitGroup
+	for i := range n {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Go(func() {
+			ct, err := c.Claim(ctx, key(fmt.Sprintf("chat-%d", i)), int64(i), chatstream.TurnLimits{Account: max})
+			switch {
+			case err == nil:
+				ok.Add(1)
+				mu.Lock()
+				held = append(held, ct)
+				mu.Unlock()
+			case errors.Is(err, chatstream.ErrTurnLimit):
+				limited.Add(1)
+			default:
+				t.Errorf("Claim: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != max || limited.Load() != n-max {
+		t.Errorf("%d claims succeeded and %d hit the limit, want %d and %d", ok.Load(), limited.Load(), max, n-max)
+	}
+	for _, ct := range held {
+		_ = ct.Release(ctx, nil)
+	}
+}
+
+// A replica that stops (killed: its claims are never released) stops
+// counting once its lease runs out.
+func TestClaimLimitFreedByExpiredLease(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	lim := chatstream.TurnLimits{Account: 2}
+	for _, chat := range []string{"c1", "c2"} {
+		if _, err := a.Claim(ctx, key(chat), 1, lim); err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+	}
+	_, err := b.Claim(ctx, key("c3"), 2, lim)
+	wantLimit(t, "over the limit", err, false, 2)
+	_ = a.Close() // leaves its claims behind, as a crash would
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ct, err := b.Claim(ctx, key("c3"), 2, lim)
+		if err == nil {
+			_ = ct.Release(ctx, nil)
+			return
+		}
+		if !errors.Is(err, chatstream.ErrTurnLimit) || time.Now().After(deadline) {
+			t.Fatalf("Claim after the other replica stopped: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
