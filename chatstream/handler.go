@@ -603,7 +603,6 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 }
 
-
 func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	c, req, err := admit(h, w, r, decodeAbortRequest, func(q AbortRequest) *SessionSettings { return q.SessionSettings })

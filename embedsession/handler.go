@@ -93,7 +93,6 @@ func (h *Handler) Routes() []Route {
 	}
 }
 
-
 // deploymentExists checks that the account has the deployment, through the
 // cache when [WithCacheTTL] is set.
 func (h *Handler) deploymentExists(ctx context.Context, accountID, id int64) error {
