@@ -9,7 +9,7 @@ import (
 // [PlanPremium] and [PlanEnterprise].
 type Plan string
 
-// The plans of decisions.md §1.
+// The plans an account can have.
 const (
 	PlanFree       Plan = "free"
 	PlanPremium    Plan = "premium"
