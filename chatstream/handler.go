@@ -47,10 +47,9 @@ type Handler struct {
 // NewHandler returns a handler that answers chat requests with agent and
 // keeps users, threads and histories in st.
 //
-// Options read: [WithDevelopment], [WithTurnTimeout],
-// [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithCluster], [WithLogger],
-// [WithClock].
+// Its options are the functions of this package returning [Option] or
+// [SharedOption]; an invalid option value panics when its With function is
+// called.
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}}
@@ -60,8 +59,11 @@ func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 // (middleware.APIKeyOrToken: Authorization: Api-Key <key>, or Bearer <token>
 // of an embed session).
 func (h *Handler) Routes() []Route {
-	auth := middleware.APIKeyOrToken(h.st, middleware.WithClock(h.cfg.now), middleware.WithLogger(h.cfg.log),
-		middleware.WithKeyCache(h.cfg.keyCacheTTL))
+	mo := []middleware.APIKeyOrTokenOption{middleware.WithClock(h.cfg.now), middleware.WithKeyCache(h.cfg.keyCacheTTL)}
+	if h.cfg.log != nil {
+		mo = append(mo, middleware.WithLogger(h.cfg.log))
+	}
+	auth := middleware.APIKeyOrToken(h.st, mo...)
 	return []Route{
 		{Method: http.MethodPost, Pattern: StreamPattern, Handler: auth(h.Stream())},
 		{Method: http.MethodPost, Pattern: AbortPattern, Handler: auth(h.Abort())},

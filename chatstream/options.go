@@ -34,9 +34,38 @@ const (
 	shutdownGrace = 5 * time.Second
 )
 
-// Option configures a [Handler] or a [Reaper]. Each option says which one
-// reads it; the other ignores it.
-type Option func(*config)
+// Option configures a [Handler] at [NewHandler]. Only this package's With
+// functions make one, so an option that the handler does not read (one of
+// [ReaperOption] alone) does not compile.
+type Option interface{ applyHandler(*config) }
+
+// ReaperOption configures a [Reaper] at [NewReaper].
+type ReaperOption interface{ applyReaper(*config) }
+
+// SharedOption is an option read by both [NewHandler] and [NewReaper]:
+// [WithLogger] and [WithClock].
+type SharedOption interface {
+	Option
+	ReaperOption
+}
+
+// How to add an option: write a With function that checks its argument and
+// panics with "chatstream: WithX: <what is wrong>, got <value>" when it is
+// invalid (options are checked when the With function is called, never
+// silently replaced by a default), then returns handlerOption (read by
+// NewHandler), reaperOption (read by NewReaper) or sharedOption (read by
+// both) wrapping a func that sets a field of config. Its doc comment states
+// the default and the valid range, and the options test gets a row.
+type (
+	handlerOption func(*config)
+	reaperOption  func(*config)
+	sharedOption  func(*config)
+)
+
+func (f handlerOption) applyHandler(c *config) { f(c) }
+func (f reaperOption) applyReaper(c *config)   { f(c) }
+func (f sharedOption) applyHandler(c *config)  { f(c) }
+func (f sharedOption) applyReaper(c *config)   { f(c) }
 
 type config struct {
 	dev                bool
@@ -52,8 +81,8 @@ type config struct {
 	keyCacheTTL        time.Duration
 }
 
-func newConfig(opts []Option) config {
-	c := config{
+func defaultConfig() config {
+	return config{
 		turnTimeout:      DefaultTurnTimeout,
 		ephemeralTTL:     DefaultEphemeralTTL,
 		maxExternalUsers: DefaultMaxExternalUsers,
@@ -61,98 +90,113 @@ func newConfig(opts []Option) config {
 		reapBatch:        DefaultReapBatch,
 		maxTurnBytes:     DefaultMaxTurnBytes,
 	}
+}
+
+func newConfig(opts []Option) config {
+	c := defaultConfig()
 	for _, o := range opts {
-		o(&c)
+		o.applyHandler(&c)
 	}
 	return c
 }
 
+func newReaperConfig(opts []ReaperOption) config {
+	c := defaultConfig()
+	for _, o := range opts {
+		o.applyReaper(&c)
+	}
+	return c
+}
+
+// mustPositive panics with the message of an invalid option when d ≤ 0.
+func mustPositive[T time.Duration | int](option string, v T) {
+	if v <= 0 {
+		what := "count"
+		if _, ok := any(v).(time.Duration); ok {
+			what = "duration"
+		}
+		panic(fmt.Sprintf("chatstream: %s: %s must be positive, got %v", option, what, v))
+	}
+}
+
 // WithDevelopment turns development mode on or off: in development mode the
 // agent's thinking is streamed (and kept in the history); otherwise it is
-// dropped. Default: off. Read by [Handler].
-func WithDevelopment(on bool) Option { return func(c *config) { c.dev = on } }
+// dropped. Default: off.
+func WithDevelopment(on bool) Option { return handlerOption(func(c *config) { c.dev = on }) }
 
 // WithTurnTimeout sets the deadline of every turn, after which the agent's
 // context ends and the turn ends with state.error. Default:
-// [DefaultTurnTimeout] (5 minutes). Values ≤ 0 are ignored. Read by
-// [Handler].
+// [DefaultTurnTimeout] (5 minutes). d must be positive; WithTurnTimeout
+// panics otherwise.
 func WithTurnTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.turnTimeout = d
-		}
-	}
+	mustPositive("WithTurnTimeout", d)
+	return handlerOption(func(c *config) { c.turnTimeout = d })
 }
 
 // WithCancelOnDisconnect makes a turn end (as if aborted) when the client of
 // the request that started it disconnects before the turn is complete.
 // Default: false: a turn belongs to the server and runs on to completion;
-// its answer is stored and can be rejoined. Read by [Handler].
-func WithCancelOnDisconnect(on bool) Option { return func(c *config) { c.cancelOnDisconnect = on } }
+// its answer is stored and can be rejoined.
+func WithCancelOnDisconnect(on bool) Option {
+	return handlerOption(func(c *config) { c.cancelOnDisconnect = on })
+}
 
 // WithDefaultEphemeralTTL sets the lifetime of ephemeral users created by a
 // request without sessionSettings.ephemeralTtlSeconds. Default:
-// [DefaultEphemeralTTL] (one week). Values ≤ 0 are ignored. Read by
-// [Handler].
+// [DefaultEphemeralTTL] (one week). d must be positive;
+// WithDefaultEphemeralTTL panics otherwise.
 func WithDefaultEphemeralTTL(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.ephemeralTTL = d
-		}
-	}
+	mustPositive("WithDefaultEphemeralTTL", d)
+	return handlerOption(func(c *config) { c.ephemeralTTL = d })
 }
 
 // WithMaxExternalUsers sets the limit of persistent external users of
 // accounts whose own limit (store.Account.MaxExternalUsers) is 0; an
 // account's own positive limit always wins. Ephemeral users do not count.
-// Default: [DefaultMaxExternalUsers] (10,000). Values ≤ 0 are ignored. Read
-// by [Handler].
+// Default: [DefaultMaxExternalUsers] (10,000). n must be positive;
+// WithMaxExternalUsers panics otherwise.
 func WithMaxExternalUsers(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxExternalUsers = n
-		}
-	}
+	mustPositive("WithMaxExternalUsers", n)
+	return handlerOption(func(c *config) { c.maxExternalUsers = n })
 }
 
 // WithLogger sets where server faults (5xx, agent errors, failed stores,
 // reaper failures) are logged. Secrets are never logged. Default: nothing is
-// logged. Read by [Handler] and [Reaper].
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// logged (leave the option out). l must not be nil; WithLogger panics
+// otherwise. Read by [NewHandler] and [NewReaper].
+func WithLogger(l *slog.Logger) SharedOption {
+	if l == nil {
+		panic("chatstream: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
+	}
+	return sharedOption(func(c *config) { c.log = l })
+}
 
 // WithClock sets the clock used for user expiry and token checks. Default:
-// time.Now. Turn deadlines use the real clock. Read by [Handler] and
-// [Reaper].
-func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now != nil {
-			c.now = now
-		}
+// time.Now. Turn deadlines use the real clock. now must not be nil;
+// WithClock panics otherwise. Read by [NewHandler] and [NewReaper].
+func WithClock(now func() time.Time) SharedOption {
+	if now == nil {
+		panic("chatstream: WithClock: clock must not be nil, got nil")
 	}
+	return sharedOption(func(c *config) { c.now = now })
 }
 
 // WithReapBatch sets how many expired users a [Reaper] deletes per store
-// call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
-// [Reaper].
-func WithReapBatch(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.reapBatch = n
-		}
-	}
+// call. Default: [DefaultReapBatch] (500). n must be positive; WithReapBatch
+// panics otherwise.
+func WithReapBatch(n int) ReaperOption {
+	mustPositive("WithReapBatch", n)
+	return reaperOption(func(c *config) { c.reapBatch = n })
 }
 
 // WithMaxTurnBytes caps the encoded size of one turn's stream (every line
 // a rejoining client would replay). Once it is exceeded, the agent's Emitter
 // returns [ErrTurnTooLong] and the turn ends like an agent error, with a
-// short final message. Default: [DefaultMaxTurnBytes] (64 MiB). Values ≤ 0
-// are ignored. Read by [Handler].
+// short final message. Default: [DefaultMaxTurnBytes] (64 MiB). n must be
+// positive; WithMaxTurnBytes panics otherwise.
 func WithMaxTurnBytes(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxTurnBytes = n
-		}
-	}
+	mustPositive("WithMaxTurnBytes", n)
+	return handlerOption(func(c *config) { c.maxTurnBytes = n })
 }
 
 // WithCluster shares running turns with the other replicas of the server
@@ -163,20 +207,26 @@ func WithMaxTurnBytes(n int) Option {
 // runs. pgcluster.New returns one for PostgreSQL. The handler does not close
 // it: the host closes it after [Handler.Shutdown] returns, so that the
 // turns stopped by Shutdown can still release their claims. A request's
-// calls to the cluster are bounded by 5 seconds (then 503). Default: nil, a
-// single process (what SQLite deployments need). Read by [Handler].
-func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c } }
+// calls to the cluster are bounded by 5 seconds (then 503). Default: no
+// cluster, a single process (what SQLite deployments need; leave the option
+// out). cl must not be nil; WithCluster panics otherwise.
+func WithCluster(cl Cluster) Option {
+	if cl == nil {
+		panic("chatstream: WithCluster: cluster must not be nil, got nil (leave the option out for a single process)")
+	}
+	return handlerOption(func(c *config) { c.cluster = cl })
+}
 
 // WithKeyCache makes the handler's authentication remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
 // request (see middleware.WithKeyCache). A key revoked through this process
 // is refused at once; a key removed by another process, or an account
-// changed, is noticed at most ttl later. ttl must be between 0 and
-// middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics otherwise. Default:
-// 0, no cache.
+// changed, is noticed at most ttl later. Default: 0, no cache. ttl must be
+// between 0 and middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics
+// otherwise.
 func WithKeyCache(ttl time.Duration) Option {
 	if ttl < 0 || ttl > middleware.MaxKeyCacheTTL {
-		panic(fmt.Sprintf("chatstream.WithKeyCache: ttl %v is outside 0 to middleware.MaxKeyCacheTTL (%v)", ttl, middleware.MaxKeyCacheTTL))
+		panic(fmt.Sprintf("chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (%v), got %v", middleware.MaxKeyCacheTTL, ttl))
 	}
-	return func(c *config) { c.keyCacheTTL = ttl }
+	return handlerOption(func(c *config) { c.keyCacheTTL = ttl })
 }

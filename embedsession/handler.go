@@ -77,10 +77,13 @@ const (
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 func (h *Handler) Routes() []Route {
-	mo := []middleware.Option{middleware.WithLogger(h.o.log), middleware.WithClock(h.o.now),
+	mo := []middleware.APIKeyOption{middleware.WithClock(h.o.now),
 		middleware.WithKeyCache(min(h.o.cacheTTL, middleware.MaxKeyCacheTTL))}
+	if h.o.log != nil {
+		mo = append(mo, middleware.WithLogger(h.o.log))
+	}
 	key := middleware.APIKey(h.st, mo...)
-	optKey := middleware.APIKey(h.st, append(mo, middleware.Optional())...)
+	optKey := middleware.APIKey(h.st, append(mo[:len(mo):len(mo)], middleware.Optional())...)
 	admin := func(f http.HandlerFunc) http.Handler { return key(middleware.RequireAdmin(f)) }
 	return []Route{
 		{http.MethodPost, PathGenerateSession, key(http.HandlerFunc(h.generateSession))},

@@ -1,12 +1,21 @@
 package embedsession
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 )
 
-// Option configures a [Handler]. Options are applied in order at
-// [NewHandler]; the handler's settings are frozen afterwards.
+// Option configures a [Handler] at [NewHandler]; the handler's settings
+// are frozen afterwards. Options of other constructors ([ClientOption], the
+// middleware's options) have other types and do not compile here.
+//
+// How to add an option: write a With function returning an Option (a func
+// that sets a field of options). It checks its argument first and panics
+// with "embedsession: WithX: <what is wrong>, got <value>" when it is
+// invalid: options are checked when the With function is called, never
+// silently replaced by a default. Its doc comment states the default and
+// the valid range, and the options test gets a row.
 type Option func(*options)
 
 type options struct {
@@ -39,54 +48,53 @@ func newOptions(opts []Option) options {
 }
 
 // WithSessionTTL sets how long a sessionId stays valid until it is used.
-// Default: [DefaultSessionTTL] (5 minutes). Values of zero or less keep the
-// default.
+// Default: [DefaultSessionTTL] (5 minutes). d must be positive;
+// WithSessionTTL panics otherwise.
 func WithSessionTTL(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.sessionTTL = d
-		}
-	}
+	mustPositive("WithSessionTTL", d)
+	return func(o *options) { o.sessionTTL = d }
 }
 
 // WithTokenTTL sets how long a token obtained at POST
 // /api/v1/embed/session/token stays valid. Default: [DefaultTokenTTL]
-// (24 hours). Values of zero or less keep the default. The embed-session
-// middleware has its own option (middleware.WithTokenTTL) for the tokens it
-// mints.
+// (24 hours). d must be positive; WithTokenTTL panics otherwise. The
+// embed-session middleware has its own option (middleware.WithTokenTTL) for
+// the tokens it mints.
 func WithTokenTTL(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.tokenTTL = d
-		}
-	}
+	mustPositive("WithTokenTTL", d)
+	return func(o *options) { o.tokenTTL = d }
 }
 
 // WithMaxExternalUsers sets the limit of persistent external users per
 // account for accounts that set none themselves; an account's own
 // MaxExternalUsers, when above zero, takes precedence. Default:
-// [DefaultMaxExternalUsers] (10,000). Values of zero or less keep the
-// default.
+// [DefaultMaxExternalUsers] (10,000). n must be positive;
+// WithMaxExternalUsers panics otherwise.
 func WithMaxExternalUsers(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.maxUsers = n
-		}
+	if n <= 0 {
+		panic(fmt.Sprintf("embedsession: WithMaxExternalUsers: count must be positive, got %d", n))
 	}
+	return func(o *options) { o.maxUsers = n }
 }
 
 // WithLogger sets where server faults (5xx) are logged; client errors are
-// not logged, and secrets never are. Default: nothing is logged.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+// not logged, and secrets never are. Default: nothing is logged (leave the
+// option out). l must not be nil; WithLogger panics otherwise.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		panic("embedsession: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
+	}
+	return func(o *options) { o.log = l }
+}
 
 // WithClock sets the clock used for expiry and timestamps. Default:
-// time.Now. Tests use it to expire sessions without sleeping.
+// time.Now. Tests use it to expire sessions without sleeping. now must not
+// be nil; WithClock panics otherwise.
 func WithClock(now func() time.Time) Option {
-	return func(o *options) {
-		if now != nil {
-			o.now = now
-		}
+	if now == nil {
+		panic("embedsession: WithClock: clock must not be nil, got nil")
 	}
+	return func(o *options) { o.now = now }
 }
 
 // WithCacheTTL makes the handler remember resolved API keys (with their
@@ -97,5 +105,17 @@ func WithClock(now func() time.Time) Option {
 // then noticed at most d later. API keys are cached for d or
 // middleware.MaxKeyCacheTTL (5 s), whichever is shorter: a key revoked
 // through this process is refused at once, one revoked by another process
-// within that time. Default: 0, no cache.
-func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }
+// within that time. Default: 0, no cache. d must not be negative;
+// WithCacheTTL panics otherwise.
+func WithCacheTTL(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("embedsession: WithCacheTTL: duration must not be negative, got %v", d))
+	}
+	return func(o *options) { o.cacheTTL = d }
+}
+
+func mustPositive(option string, d time.Duration) {
+	if d <= 0 {
+		panic(fmt.Sprintf("embedsession: %s: duration must be positive, got %v", option, d))
+	}
+}

@@ -30,9 +30,9 @@ type APIKeyStore interface {
 // echoed or logged. With [Optional], a request without an Authorization
 // header passes through unauthenticated.
 //
-// Options read: [Optional], [WithKeyCache], [WithLogger].
-func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
-	o := newOptions(opts)
+// Options: [Optional], [WithKeyCache], [WithClock], [WithLogger].
+func APIKey(st APIKeyStore, opts ...APIKeyOption) func(http.Handler) http.Handler {
+	o := apiKeyOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, key, ok := authn.Authorization(r)

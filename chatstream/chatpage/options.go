@@ -20,7 +20,7 @@ type options struct {
 	vegaCDN        string
 	vegaDir        string
 	chatBase       string
-	sessionOpts    []middleware.Option
+	sessionOpts    []middleware.SessionOption
 	log            *slog.Logger
 	err            error
 }
@@ -145,7 +145,7 @@ func WithChatBaseURL(base string) Option {
 // WithSessionOptions passes options to the [middleware.Session] in front
 // of the user endpoint (for example middleware.WithClock or
 // middleware.WithLogger). Default: none.
-func WithSessionOptions(opts ...middleware.Option) Option {
+func WithSessionOptions(opts ...middleware.SessionOption) Option {
 	return func(o *options) { o.sessionOpts = append(o.sessionOpts, opts...) }
 }
 

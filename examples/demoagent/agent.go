@@ -27,7 +27,12 @@ const (
 // ErrClosed is returned by [Agent.Answer] after [Agent.Close].
 var ErrClosed = errors.New("demoagent: agent is closed")
 
-// Option configures an [Agent] at [New].
+// Option configures an [Agent] at [New]. An invalid value panics when its
+// With function is called (New's error reports failures to build the data
+// set, never a bad option). To add an option, write a With function that
+// checks its argument, panics with "demoagent: WithX: <what is wrong>, got
+// <value>" when it is invalid, and returns a func setting a field of config;
+// document its default and valid range.
 type Option func(*config)
 
 type config struct {
@@ -36,20 +41,23 @@ type config struct {
 }
 
 // WithDelay sets the pause between two streamed content pieces. Default
-// [DefaultDelay] (15ms); zero or less streams without pausing.
+// [DefaultDelay] (15ms); zero streams without pausing. d must not be
+// negative; WithDelay panics otherwise.
 func WithDelay(d time.Duration) Option {
-	return func(c *config) { c.delay = max(d, 0) }
+	if d < 0 {
+		panic(fmt.Sprintf("demoagent: WithDelay: duration must not be negative, got %v", d))
+	}
+	return func(c *config) { c.delay = d }
 }
 
 // WithRowLimit sets how many rows a svcSqlApi result holds at most in its
-// data; totalRows still counts them all. Default [DefaultRowLimit] (100);
-// values below 1 keep the default.
+// data; totalRows still counts them all. Default [DefaultRowLimit] (100).
+// n must be positive; WithRowLimit panics otherwise.
 func WithRowLimit(n int) Option {
-	return func(c *config) {
-		if n >= 1 {
-			c.rowLimit = n
-		}
+	if n <= 0 {
+		panic(fmt.Sprintf("demoagent: WithRowLimit: count must be positive, got %d", n))
 	}
+	return func(c *config) { c.rowLimit = n }
 }
 
 // Agent is the demo analytics agent: a [chatstream.Agent] that answers

@@ -84,7 +84,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
 	fs.StringVar(&o.vegaDir, "vega-dir", envOr("EMBED_VEGA_DIR", ""), "node_modules folder with the pinned vega packages; empty loads them from the CDN (env EMBED_VEGA_DIR)")
-	return o, fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.agentDelay < 0 {
+		return o, fmt.Errorf("-agent-delay (EMBED_AGENT_DELAY) must not be negative, got %v", o.agentDelay)
+	}
+	return o, nil
 }
 
 func envOr(key, def string) string {

@@ -1,0 +1,39 @@
+package chatstream_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/optiontest"
+)
+
+// Options are typed per constructor: an option that NewHandler does not
+// read (WithReapBatch) does not compile there, nor one that NewReaper does
+// not read (WithDevelopment, WithTurnTimeout, ...) in NewReaper.
+// internal/optiontest/compile_test.go checks this with the compiler.
+var (
+	_ chatstream.Option       = chatstream.WithTurnTimeout(time.Second)
+	_ chatstream.ReaperOption = chatstream.WithReapBatch(1)
+	_ chatstream.SharedOption = chatstream.WithClock(time.Now)
+)
+
+// TestInvalidOptionsPanic checks that every invalid option value panics,
+// when its With function is called, with a message naming the package, the
+// option and the value.
+func TestInvalidOptionsPanic(t *testing.T) {
+	optiontest.Panics(t, map[string]func(){
+		"chatstream: WithTurnTimeout: duration must be positive, got 0s":                                        func() { chatstream.WithTurnTimeout(0) },
+		"chatstream: WithTurnTimeout: duration must be positive, got -1s":                                       func() { chatstream.WithTurnTimeout(-time.Second) },
+		"chatstream: WithDefaultEphemeralTTL: duration must be positive, got 0s":                                func() { chatstream.WithDefaultEphemeralTTL(0) },
+		"chatstream: WithMaxExternalUsers: count must be positive, got 0":                                       func() { chatstream.WithMaxExternalUsers(0) },
+		"chatstream: WithMaxExternalUsers: count must be positive, got -3":                                      func() { chatstream.WithMaxExternalUsers(-3) },
+		"chatstream: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)":         func() { chatstream.WithLogger(nil) },
+		"chatstream: WithClock: clock must not be nil, got nil":                                                 func() { chatstream.WithClock(nil) },
+		"chatstream: WithReapBatch: count must be positive, got 0":                                              func() { chatstream.WithReapBatch(0) },
+		"chatstream: WithMaxTurnBytes: count must be positive, got -1":                                          func() { chatstream.WithMaxTurnBytes(-1) },
+		"chatstream: WithCluster: cluster must not be nil, got nil (leave the option out for a single process)": func() { chatstream.WithCluster(nil) },
+		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got -1ns":          func() { chatstream.WithKeyCache(-1) },
+		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got 6s":            func() { chatstream.WithKeyCache(6 * time.Second) },
+	})
+}
