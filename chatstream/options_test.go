@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/optiontest"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // Options are typed per constructor: an option that NewHandler does not
@@ -35,5 +37,31 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"chatstream: WithCluster: cluster must not be nil, got nil (leave the option out for a single process)": func() { chatstream.WithCluster(nil) },
 		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got -1ns":          func() { chatstream.WithKeyCache(-1) },
 		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got 6s":            func() { chatstream.WithKeyCache(6 * time.Second) },
+	})
+}
+
+// TestHandlerOptionsTakeEffect checks the options of the handler that no
+// other test sets: WithDefaultEphemeralTTL and WithMaxExternalUsers.
+func TestHandlerOptionsTakeEffect(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{
+			opts: []chatstream.Option{chatstream.WithDefaultEphemeralTTL(time.Hour), chatstream.WithMaxExternalUsers(1)},
+			cfg:  func(c *operator.Config) { c.Accounts[0].MaxExternalUsers = 0 },
+		})
+		ctx := t.Context()
+		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:x", SessionSettings: ext("eph")}); err != nil {
+			t.Fatal(err)
+		}
+		u, err := e.Store.UserByExternalID(ctx, e.Accounts[acct].ID, "eph", e.Now())
+		if err != nil || !u.Ephemeral || !u.ExpiresAt.Equal(e.Now().Add(time.Hour)) {
+			t.Errorf("user = %+v, %v; want ephemeral expiring in 1h", u, err)
+		}
+		f := false
+		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:x", SessionSettings: &chatstream.SessionSettings{ExternalID: "p1", IsEphemeral: &f}}); err != nil {
+			t.Fatalf("first persistent user: %v", err)
+		}
+		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:x", SessionSettings: &chatstream.SessionSettings{ExternalID: "p2", IsEphemeral: &f}}); apiStatus(err) != 403 {
+			t.Errorf("second persistent user past WithMaxExternalUsers(1): %v, want 403", err)
+		}
 	})
 }

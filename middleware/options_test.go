@@ -40,4 +40,5 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"middleware: WithKeyCache: ttl must be between 0 and MaxKeyCacheTTL (5s), got -1s":                       func() { middleware.WithKeyCache(-time.Second) },
 		"middleware: WithKeyCache: ttl must be between 0 and MaxKeyCacheTTL (5s), got 5.000000001s":              func() { middleware.WithKeyCache(middleware.MaxKeyCacheTTL + 1) },
 	})
+	middleware.WithKeyCache(0) // no cache: valid
 }
