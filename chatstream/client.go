@@ -22,28 +22,38 @@ type Client struct {
 	client *http.Client
 }
 
-// ClientOption configures a [Client].
+// ClientOption configures a [Client] at [NewClient]. Like the handler's
+// options, an invalid value panics when its With function is called.
 type ClientOption func(*Client)
 
-// WithAPIKey authenticates with Authorization: Api-Key <key>.
+// WithAPIKey authenticates with Authorization: Api-Key <key>. Default: no
+// Authorization header. key must not be empty; WithAPIKey panics
+// otherwise.
 func WithAPIKey(key string) ClientOption {
+	if key == "" {
+		panic(`chatstream: WithAPIKey: key must not be empty, got ""`)
+	}
 	return func(c *Client) { c.auth = "Api-Key " + key }
 }
 
 // WithBearerToken authenticates with Authorization: Bearer <token> (an
-// embed session's token).
+// embed session's token). Default: no Authorization header. token must not
+// be empty; WithBearerToken panics otherwise.
 func WithBearerToken(token string) ClientOption {
+	if token == "" {
+		panic(`chatstream: WithBearerToken: token must not be empty, got ""`)
+	}
 	return func(c *Client) { c.auth = "Bearer " + token }
 }
 
 // WithHTTPClient sets the HTTP client. Default: http.DefaultClient. Its
-// Timeout, if any, bounds whole streams.
+// Timeout, if any, bounds whole streams. hc must not be nil;
+// WithHTTPClient panics otherwise.
 func WithHTTPClient(hc *http.Client) ClientOption {
-	return func(c *Client) {
-		if hc != nil {
-			c.client = hc
-		}
+	if hc == nil {
+		panic("chatstream: WithHTTPClient: client must not be nil, got nil")
 	}
+	return func(c *Client) { c.client = hc }
 }
 
 // NewClient returns a client for the chat API at baseURL (the chat base URL,

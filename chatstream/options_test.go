@@ -35,6 +35,9 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"chatstream: WithReapBatch: count must be positive, got 0":                                              func() { chatstream.WithReapBatch(0) },
 		"chatstream: WithMaxTurnBytes: count must be positive, got -1":                                          func() { chatstream.WithMaxTurnBytes(-1) },
 		"chatstream: WithCluster: cluster must not be nil, got nil (leave the option out for a single process)": func() { chatstream.WithCluster(nil) },
+		`chatstream: WithAPIKey: key must not be empty, got ""`:                                                 func() { chatstream.WithAPIKey("") },
+		`chatstream: WithBearerToken: token must not be empty, got ""`:                                          func() { chatstream.WithBearerToken("") },
+		"chatstream: WithHTTPClient: client must not be nil, got nil":                                           func() { chatstream.WithHTTPClient(nil) },
 		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got -1ns":          func() { chatstream.WithKeyCache(-1) },
 		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got 6s":            func() { chatstream.WithKeyCache(6 * time.Second) },
 	})

@@ -22,16 +22,17 @@ type Client struct {
 	hc     *http.Client
 }
 
-// ClientOption configures a [Client].
+// ClientOption configures a [Client] at [NewClient]. Like the handler's
+// options, an invalid value panics when its With function is called.
 type ClientOption func(*Client)
 
-// WithHTTPClient sets the HTTP client. Default: http.DefaultClient.
+// WithHTTPClient sets the HTTP client. Default: http.DefaultClient. hc must
+// not be nil; WithHTTPClient panics otherwise.
 func WithHTTPClient(hc *http.Client) ClientOption {
-	return func(c *Client) {
-		if hc != nil {
-			c.hc = hc
-		}
+	if hc == nil {
+		panic("embedsession: WithHTTPClient: client must not be nil, got nil")
 	}
+	return func(c *Client) { c.hc = hc }
 }
 
 // NewClient returns a client of the API at baseURL (the server root, for

@@ -18,6 +18,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"embedsession: WithMaxExternalUsers: count must be positive, got 0":                               func() { embedsession.WithMaxExternalUsers(0) },
 		"embedsession: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)": func() { embedsession.WithLogger(nil) },
 		"embedsession: WithClock: clock must not be nil, got nil":                                         func() { embedsession.WithClock(nil) },
+		"embedsession: WithHTTPClient: client must not be nil, got nil":                                   func() { embedsession.WithHTTPClient(nil) },
 		"embedsession: WithCacheTTL: duration must not be negative, got -1ms":                             func() { embedsession.WithCacheTTL(-time.Millisecond) },
 	})
 }
