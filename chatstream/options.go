@@ -1,5 +1,14 @@
 package chatstream
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "chatstream: WithX: <what is wrong>,
+// got <value>" when it is invalid (options are checked when the With
+// function is called, never silently replaced by a default), then returns
+// handlerOption (read by NewHandler), reaperOption (NewReaper) or
+// sharedOption (both), wrapping a func that sets a field of config. Its doc
+// comment states the default and the valid range; add a row to
+// TestInvalidOptionsPanic.
+
 import (
 	"fmt"
 	"log/slog"
@@ -36,7 +45,9 @@ const (
 
 // Option configures a [Handler] at [NewHandler]. Only this package's With
 // functions make one, so an option that the handler does not read (one of
-// [ReaperOption] alone) does not compile.
+// [ReaperOption] alone) does not compile. An invalid value (see each
+// option) panics when its With function is called, so a misconfigured
+// server fails at start-up with a message naming the option.
 type Option interface{ applyHandler(*config) }
 
 // ReaperOption configures a [Reaper] at [NewReaper].
@@ -49,13 +60,6 @@ type SharedOption interface {
 	ReaperOption
 }
 
-// How to add an option: write a With function that checks its argument and
-// panics with "chatstream: WithX: <what is wrong>, got <value>" when it is
-// invalid (options are checked when the With function is called, never
-// silently replaced by a default), then returns handlerOption (read by
-// NewHandler), reaperOption (read by NewReaper) or sharedOption (read by
-// both) wrapping a func that sets a field of config. Its doc comment states
-// the default and the valid range, and the options test gets a row.
 type (
 	handlerOption func(*config)
 	reaperOption  func(*config)

@@ -1,5 +1,12 @@
 package embedsession
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "embedsession: WithX: <what is wrong>,
+// got <value>" when it is invalid (options are checked when the With
+// function is called, never silently replaced by a default), then returns an
+// Option: a func that sets a field of options. Its doc comment states the
+// default and the valid range; add a row to TestInvalidOptionsPanic.
+
 import (
 	"fmt"
 	"log/slog"
@@ -8,14 +15,9 @@ import (
 
 // Option configures a [Handler] at [NewHandler]; the handler's settings
 // are frozen afterwards. Options of other constructors ([ClientOption], the
-// middleware's options) have other types and do not compile here.
-//
-// How to add an option: write a With function returning an Option (a func
-// that sets a field of options). It checks its argument first and panics
-// with "embedsession: WithX: <what is wrong>, got <value>" when it is
-// invalid: options are checked when the With function is called, never
-// silently replaced by a default. Its doc comment states the default and
-// the valid range, and the options test gets a row.
+// middleware's options) have other types and do not compile here. An
+// invalid value (see each option) panics when its With function is called,
+// with a message naming the option.
 type Option func(*options)
 
 type options struct {

@@ -1,5 +1,14 @@
 package middleware
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "middleware: WithX: <what is wrong>,
+// got <value>" when it is invalid (options are checked when the With
+// function is called, never silently replaced by a default), then returns
+// apiKeyOption (read by APIKey), sessionOption (Session), keyOption (APIKey
+// and APIKeyOrToken) or allOption (every middleware), wrapping a func that
+// sets a field of options. Its doc comment states the default and the valid
+// range; add a row to TestInvalidOptionsPanic.
+
 import (
 	"fmt"
 	"log/slog"
@@ -10,7 +19,8 @@ import (
 
 // APIKeyOption configures the [APIKey] middleware. Only this package's
 // With functions make one, so an option [APIKey] does not read (a cookie
-// option, say) does not compile.
+// option, say) does not compile. An invalid value (see each option) panics
+// when its With function is called, with a message naming the option.
 type APIKeyOption interface{ applyAPIKey(*options) }
 
 // SessionOption configures the [Session] middleware.
@@ -34,14 +44,6 @@ type KeyOption interface {
 	APIKeyOrTokenOption
 }
 
-// How to add an option: write a With function that checks its argument and
-// panics with "middleware: WithX: <what is wrong>, got <value>" when it is
-// invalid (options are checked when the With function is called, never
-// silently replaced by a default), then returns one of the types below
-// wrapping a func that sets a field of options: apiKeyOption (read by
-// APIKey), sessionOption (Session), keyOption (APIKey and APIKeyOrToken) or
-// allOption (every middleware). Its doc comment states the default and the
-// valid range, and the options test gets a row.
 type (
 	apiKeyOption  func(*options)
 	sessionOption func(*options)

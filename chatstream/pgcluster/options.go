@@ -1,5 +1,13 @@
 package pgcluster
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "pgcluster: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. A rule between two options is checked by
+// New, which returns an error. Its doc comment states the default and the
+// valid range; add a row to TestInvalidOptionsPanic.
+
 import (
 	"crypto/rand"
 	"encoding/hex"
@@ -29,16 +37,9 @@ const (
 	DefaultRetention = time.Minute
 )
 
-// Option configures a [Cluster] at [New].
-//
-// How to add an option: write a With function returning an Option (a func
-// that sets a field of config). It checks its argument first and panics
-// with "pgcluster: WithX: <what is wrong>, got <value>" when it is invalid:
-// options are checked when the With function is called, never silently
-// replaced by a default. (A rule between two options, such as the heartbeat
-// being shorter than the lease, is checked by New, which returns an error.)
-// Its doc comment states the default and the valid range, and the options
-// test gets a row.
+// Option configures a [Cluster] at [New]. An invalid value (see each
+// option) panics when its With function is called, with a message naming
+// the option.
 type Option func(*config)
 
 type config struct {

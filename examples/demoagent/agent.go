@@ -27,12 +27,16 @@ const (
 // ErrClosed is returned by [Agent.Answer] after [Agent.Close].
 var ErrClosed = errors.New("demoagent: agent is closed")
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "demoagent: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. Its doc comment states the default and
+// the valid range; add a row to TestInvalidOptionsPanic.
+
 // Option configures an [Agent] at [New]. An invalid value panics when its
 // With function is called (New's error reports failures to build the data
-// set, never a bad option). To add an option, write a With function that
-// checks its argument, panics with "demoagent: WithX: <what is wrong>, got
-// <value>" when it is invalid, and returns a func setting a field of config;
-// document its default and valid range.
+// set, never a bad option).
 type Option func(*config)
 
 type config struct {

@@ -1,5 +1,12 @@
 package gormstore
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "gormstore: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. Its doc comment states the default and
+// the valid range; add a row to TestInvalidOptionsPanic.
+
 import (
 	"context"
 	"fmt"
@@ -8,14 +15,9 @@ import (
 
 // Option configures a [Store] at [Open] or [OpenDB] (the two constructors
 // of the same Store, so they share their options). Options are applied in
-// order; a later option overrides an earlier one.
-//
-// How to add an option: write a With function returning an Option (a func
-// that sets a field of config). It checks its argument first and panics
-// with "gormstore: WithX: <what is wrong>, got <value>" when it is invalid:
-// options are checked when the With function is called, never silently
-// replaced by a default. Its doc comment states the default and the valid
-// range, and the options test gets a row.
+// order; a later option overrides an earlier one. An invalid value (see
+// each option) panics when its With function is called, with a message
+// naming the option.
 type Option func(*config)
 
 type config struct {

@@ -25,14 +25,15 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Option configures a [Store] at [New].
-//
-// How to add an option: write a With function returning an Option (a func
-// that sets a field of config). It checks its argument first and panics
-// with "memstore: WithX: <what is wrong>, got <value>" when it is invalid:
-// options are checked when the With function is called, never silently
-// replaced by a default. Its doc comment states the default and the valid
-// range, and the options test gets a row.
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "memstore: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. Its doc comment states the default and
+// the valid range; add a row to TestInvalidOptionsPanic.
+
+// Option configures a [Store] at [New]. An invalid value panics when its
+// With function is called.
 type Option func(*config)
 
 type config struct {
