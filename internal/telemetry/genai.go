@@ -71,7 +71,7 @@ func (tn *Turn) End(outcome string, err error) {
 		tn.span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
 		msg := outcome
 		if err != nil {
-			msg = err.Error()
+			msg = RedactSessionID(err.Error())
 		}
 		tn.span.SetStatus(codes.Error, msg)
 	}
@@ -131,7 +131,7 @@ func (tool *Tool) end(outcome, msg string) {
 		tool.span.SetAttributes(o)
 		if outcome != "done" {
 			tool.span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
-			tool.span.SetStatus(codes.Error, msg)
+			tool.span.SetStatus(codes.Error, RedactSessionID(msg))
 		}
 		tool.turn.t.toolCalls.Add(tool.turn.ctx, 1, metric.WithAttributes(o))
 		tool.span.End()
@@ -193,7 +193,7 @@ func (mc *ModelCall) End(u Usage, err error) {
 		et := semconv.ErrorType(err)
 		attrs = append(attrs[:len(attrs):len(attrs)], et)
 		mc.span.SetAttributes(et)
-		mc.span.SetStatus(codes.Error, err.Error())
+		mc.span.SetStatus(codes.Error, RedactSessionID(err.Error()))
 	}
 	mc.t.genaiDur.Record(mc.ctx, time.Since(mc.start).Seconds(), metric.WithAttributes(attrs...))
 	if u.InputTokens > 0 {
