@@ -61,7 +61,7 @@ func indexParam(s string, from int) int {
 		if !strings.EqualFold(s[i:i+len(param)], param) {
 			continue
 		}
-		if i > 0 && isNameByte(s[i-1]) {
+		if i > 0 && isNameByte(s[i-1]) && !afterEncodedDelim(s, i) {
 			continue
 		}
 		rest := s[i+len(param):]
@@ -70,6 +70,19 @@ func indexParam(s string, from int) int {
 		}
 	}
 	return -1
+}
+
+// afterEncodedDelim reports whether s[:i] ends with a percent-encoded '?',
+// '&' or ';' (a parameter of a URL inside another URL's query).
+func afterEncodedDelim(s string, i int) bool {
+	if i < 3 || s[i-3] != '%' {
+		return false
+	}
+	switch strings.ToUpper(s[i-2 : i]) {
+	case "3F", "26", "3B":
+		return true
+	}
+	return false
 }
 
 // isNameByte reports whether c can be part of a query parameter's name
