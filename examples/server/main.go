@@ -18,6 +18,7 @@
 //	-config       EMBED_CONFIG       bootstrap JSON file (built-in demo)
 //	-dev          EMBED_DEV          development mode: thinking is streamed (false)
 //	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
+//	-metrics      EMBED_METRICS      serve Prometheus metrics at GET /metrics (false)
 package main
 
 import (
@@ -60,7 +61,7 @@ func main() {
 
 type options struct {
 	addr, db, config string
-	dev              bool
+	dev, metrics     bool
 	agentDelay       time.Duration
 }
 
@@ -81,6 +82,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("EMBED_AGENT_DELAY: %w", err)
 	}
 	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
+	metrics, err := strconv.ParseBool(envOr("EMBED_METRICS", "false"))
+	if err != nil {
+		return o, fmt.Errorf("EMBED_METRICS: %w", err)
+	}
+	fs.BoolVar(&o.metrics, "metrics", metrics, "serve Prometheus metrics at GET /metrics on the same address (env EMBED_METRICS)")
 	return o, fs.Parse(args)
 }
 
@@ -122,6 +128,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer agent.Close()
 
+	// With -metrics, the handlers' metrics go to a Prometheus exporter (see
+	// metrics.go).
+	metrics, err := startMetrics(o.metrics)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
+
 	// Keys, accounts and deployments come from the bootstrap config and
 	// change only at a restart, so caching them for a few seconds is safe
 	// and saves store reads on every request.
@@ -158,6 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, rt := range chat.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
+	metrics.mount(r)
 	pages := &embedPages{st: st}
 	session := middleware.Session(st)
 	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)
