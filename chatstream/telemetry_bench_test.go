@@ -65,7 +65,7 @@ func BenchmarkTurnTelemetry(b *testing.B) {
 				}
 			})
 			turns := float64(n.Load())
-			b.ReportMetric(float64((cpuTime(b) - cpu0).Microseconds())/turns, "cpu-µs/turn")
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/turns, "cpu-µs/turn")
 			b.ReportMetric(turns/time.Since(start).Seconds(), "turns/s")
 		})
 	}
