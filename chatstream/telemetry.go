@@ -3,7 +3,6 @@ package chatstream
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -73,7 +72,6 @@ func turnOutcome(ctx context.Context, err error) (string, error) {
 type tracingEmitter struct {
 	Emitter
 	turn *telemetry.Turn
-	mu   sync.Mutex
 }
 
 func (e *tracingEmitter) ToolCall(name string, input any) (ToolCall, error) {
