@@ -237,3 +237,23 @@ func TestTelemetryDeadlineAndError(t *testing.T) {
 		}
 	}
 }
+
+// TestTelemetryShutdown checks the outcome of a turn stopped by Close.
+func TestTelemetryShutdown(t *testing.T) {
+	e, rec, _ := telemetryEnv(t, nil)
+	_, wait := streamUntil(t, t.Context(), e.client, chatstream.Request{Input: "slow", ChatID: "tel-shutdown-1", SessionSettings: ext("tel-shutdown")}, isContent)
+	if err := e.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(rec.Ended("invoke_agent")) == 1 })
+	turn := one(t, rec, "invoke_agent")
+	if attrOf(turn, telemetry.AttrTurnOutcome) != "shutdown" || turn.Status().Code != codes.Error {
+		t.Errorf("turn stopped by Close: %v %v", turn.Attributes(), turn.Status())
+	}
+	if n := rec.Value(t, telemetry.MetricTurnsRunning); n != 0 {
+		t.Errorf("running turns after Close: %v, want 0", n)
+	}
+}
