@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -42,6 +43,7 @@ type Handler struct {
 	cfg     config
 	turns   *registry
 	persist *persister
+	tel     *telemetry.Telemetry
 }
 
 // NewHandler returns a handler that answers chat requests with agent and
@@ -50,10 +52,11 @@ type Handler struct {
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
 // [WithMaxExternalUsers], [WithMaxTurnBytes], [WithCluster], [WithLogger],
-// [WithClock].
+// [WithClock], [WithTracerProvider], [WithMeterProvider].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
-	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}}
+	tel := telemetry.New(scope, cfg.tp, cfg.mp)
+	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}, tel: tel}
 }
 
 // Routes returns the chat endpoints with authentication applied
@@ -63,8 +66,8 @@ func (h *Handler) Routes() []Route {
 	auth := middleware.APIKeyOrToken(h.st, middleware.WithClock(h.cfg.now), middleware.WithLogger(h.cfg.log),
 		middleware.WithKeyCache(h.cfg.keyCacheTTL))
 	return []Route{
-		{Method: http.MethodPost, Pattern: StreamPattern, Handler: auth(h.Stream())},
-		{Method: http.MethodPost, Pattern: AbortPattern, Handler: auth(h.Abort())},
+		{Method: http.MethodPost, Pattern: StreamPattern, Handler: h.tel.Route(http.MethodPost, StreamPattern, auth(http.HandlerFunc(h.serveStream)))},
+		{Method: http.MethodPost, Pattern: AbortPattern, Handler: h.tel.Route(http.MethodPost, AbortPattern, auth(http.HandlerFunc(h.serveAbort)))},
 	}
 }
 
@@ -72,11 +75,15 @@ func (h *Handler) Routes() []Route {
 // expects middleware.AccountFromContext (and, for tokens,
 // middleware.EmbedSessionFromContext) to be set by the host's middleware,
 // and answers 401 otherwise. Most hosts mount [Handler.Routes] instead.
-func (h *Handler) Stream() http.Handler { return http.HandlerFunc(h.serveStream) }
+func (h *Handler) Stream() http.Handler {
+	return h.tel.Route(http.MethodPost, StreamPattern, http.HandlerFunc(h.serveStream))
+}
 
 // Abort returns the abort endpoint without authentication; see
 // [Handler.Stream].
-func (h *Handler) Abort() http.Handler { return http.HandlerFunc(h.serveAbort) }
+func (h *Handler) Abort() http.Handler {
+	return h.tel.Route(http.MethodPost, AbortPattern, http.HandlerFunc(h.serveAbort))
+}
 
 // Shutdown stops accepting new turns (503) and lets running turns finish
 // until ctx ends; it then aborts the remaining ones (their streams end with

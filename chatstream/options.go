@@ -6,6 +6,10 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/middleware"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // Defaults of the handler's options.
@@ -50,6 +54,8 @@ type config struct {
 	maxTurnBytes       int
 	cluster            Cluster
 	keyCacheTTL        time.Duration
+	tp                 trace.TracerProvider // see telemetry.go
+	mp                 metric.MeterProvider
 }
 
 func newConfig(opts []Option) config {
@@ -116,9 +122,10 @@ func WithMaxExternalUsers(n int) Option {
 }
 
 // WithLogger sets where server faults (5xx, agent errors, failed stores,
-// reaper failures) are logged. Secrets are never logged. Default: nothing is
-// logged. Read by [Handler] and [Reaper].
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// reaper failures) are logged. Secrets are never logged, and the value of
+// any ?sessionId= query parameter is scrubbed from every line. Default:
+// nothing is logged. Read by [Handler] and [Reaper].
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = telemetry.Logger(l) } }
 
 // WithClock sets the clock used for user expiry and token checks. Default:
 // time.Now. Turn deadlines use the real clock. Read by [Handler] and

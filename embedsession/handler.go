@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
 )
@@ -17,6 +18,7 @@ import (
 type Handler struct {
 	st          store.Store
 	o           options
+	tel         *telemetry.Telemetry
 	deployments sync.Map // [2]int64{accountID, deploymentID} → expiry time.Time; see WithCacheTTL
 	tenants     sync.Map // tenantKey → store.EmbedTenant, committed ones only; see WithCacheTTL
 }
@@ -28,7 +30,8 @@ type tenantKey struct {
 
 // NewHandler returns a Handler serving from st.
 func NewHandler(st store.Store, opts ...Option) *Handler {
-	return &Handler{st: st, o: newOptions(opts)}
+	o := newOptions(opts)
+	return &Handler{st: st, o: o, tel: telemetry.New(scope, o.tp, o.mp)}
 }
 
 // Route is one endpoint: mount Handler for Method and Pattern on a router.
@@ -82,7 +85,7 @@ func (h *Handler) Routes() []Route {
 	key := middleware.APIKey(h.st, mo...)
 	optKey := middleware.APIKey(h.st, append(mo, middleware.Optional())...)
 	admin := func(f http.HandlerFunc) http.Handler { return key(middleware.RequireAdmin(f)) }
-	return []Route{
+	return h.instrument([]Route{
 		{http.MethodPost, PathGenerateSession, key(http.HandlerFunc(h.generateSession))},
 		{http.MethodPost, PathSessionToken, optKey(http.HandlerFunc(h.exchangeToken))},
 		{http.MethodGet, PathTenantGroups, admin(h.listGroups)},
@@ -91,7 +94,16 @@ func (h *Handler) Routes() []Route {
 		{http.MethodDelete, PathTenantAttr, admin(h.deleteAttribute)},
 		{http.MethodDelete, PathUserSessions, admin(h.revokeSessions)},
 		{http.MethodDelete, PathUser, admin(h.deleteUser)},
+	})
+}
+
+// instrument gives every route its span and request metric (see
+// [WithTracerProvider]).
+func (h *Handler) instrument(rs []Route) []Route {
+	for i := range rs {
+		rs[i].Handler = h.tel.Route(rs[i].Method, rs[i].Pattern, rs[i].Handler)
 	}
+	return rs
 }
 
 // maxUsers is the limit of persistent external users for acct.

@@ -3,6 +3,11 @@ package embedsession
 import (
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // Option configures a [Handler]. Options are applied in order at
@@ -16,6 +21,8 @@ type options struct {
 	log        *slog.Logger
 	now        func() time.Time
 	cacheTTL   time.Duration
+	tp         trace.TracerProvider // see telemetry.go
+	mp         metric.MeterProvider
 }
 
 // Defaults of the options.
@@ -76,8 +83,9 @@ func WithMaxExternalUsers(n int) Option {
 }
 
 // WithLogger sets where server faults (5xx) are logged; client errors are
-// not logged, and secrets never are. Default: nothing is logged.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+// not logged, secrets never are, and the value of any ?sessionId= query
+// parameter is scrubbed from every line. Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = telemetry.Logger(l) } }
 
 // WithClock sets the clock used for expiry and timestamps. Default:
 // time.Now. Tests use it to expire sessions without sleeping.

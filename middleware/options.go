@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // Option configures a middleware of this package. Each option says which
@@ -49,9 +51,10 @@ func newOptions(opts []Option) options {
 	return o
 }
 
-// WithLogger sets where server faults (5xx) are logged. Default: nothing is
-// logged. Read by every middleware.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+// WithLogger sets where server faults (5xx) are logged; the value of any
+// ?sessionId= query parameter is scrubbed from every line. Default: nothing
+// is logged. Read by every middleware.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = telemetry.Logger(l) } }
 
 // WithClock sets the clock used to check expiry. Default: time.Now. Read by
 // [Session], [APIKeyOrToken], and by the key cache of [WithKeyCache].
