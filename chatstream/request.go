@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/wire"
@@ -14,11 +15,11 @@ import (
 // user for longer makes it persistent (isEphemeral false).
 const MaxEphemeralTTL = 90 * 24 * time.Hour
 
-// MaxInputBytes caps the input of a chat request (the whole body is capped
-// at 1 MiB too).
-const MaxInputBytes = 64 << 10
+// MaxInputBytes caps the input of a chat request: 32 KiB of UTF-8 (the
+// whole body is capped at 1 MiB too). A longer input is a 400.
+const MaxInputBytes = 32 << 10
 
-// maxBranchName caps activeBranchName.
+// maxBranchName caps activeBranchName, in characters.
 const maxBranchName = 255
 
 // Request is the body of a stream-chat-state request. The handler decodes it
@@ -146,9 +147,9 @@ func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 		}
 	}
 	if len(req.Input) > MaxInputBytes {
-		return chatRequest{}, wire.BadRequest("input must be at most %d bytes", MaxInputBytes)
+		return chatRequest{}, wire.BadRequest("input must be at most %d bytes (32 KiB)", MaxInputBytes)
 	}
-	if len(req.ActiveBranchName) > maxBranchName {
+	if len(req.ActiveBranchName) > maxBranchName && utf8.RuneCountInString(req.ActiveBranchName) > maxBranchName {
 		return chatRequest{}, wire.BadRequest("activeBranchName must be at most %d characters", maxBranchName)
 	}
 	if req.ResumeAfterSort != nil && *req.ResumeAfterSort < 0 {
