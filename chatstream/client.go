@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -105,8 +106,16 @@ func readAPIError(resp *http.Response) error {
 	return &APIError{Status: resp.StatusCode, Message: body.Error}
 }
 
+// ErrIncompleteStream is yielded by [Client.Stream] when a stream ends
+// before its __state__ message: the connection was cut (by a proxy, a
+// write deadline, a server that stopped) and the messages received may be
+// incomplete. Requesting the chat's state again (no input) rejoins the turn
+// if it still runs, or returns the stored history.
+var ErrIncompleteStream = errors.New("chatstream: the stream ended before its __state__ message")
+
 // Stream sends req and yields the stream's messages as they arrive. An HTTP
-// error is yielded once as an [*APIError]; a broken stream as its error.
+// error is yielded once as an [*APIError]; a broken stream as its error; a
+// stream that ends without a __state__ message as [ErrIncompleteStream].
 // The response body is closed when the loop ends or breaks.
 func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Request) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {
@@ -131,10 +140,15 @@ func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Re
 			if !yield(m, nil) {
 				return
 			}
+			if m.ID == StateID {
+				return // the end of the stream, whatever follows
+			}
 		}
 		if err := sc.Err(); err != nil {
 			yield(Message{}, err)
+			return
 		}
+		yield(Message{}, ErrIncompleteStream)
 	}
 }
 

@@ -54,7 +54,9 @@ func TestChatFieldLimits(t *testing.T) {
 		field string
 		set   func(r *chatstream.Request, over int)
 	}{
-		{"input", func(r *chatstream.Request, over int) { r.Input = "echo:" + strings.Repeat("ü", (32<<10-5)/2) + strings.Repeat("x", (32<<10-5)%2+over) }},
+		{"input", func(r *chatstream.Request, over int) {
+			r.Input = "echo:" + strings.Repeat("ü", (32<<10-5)/2) + strings.Repeat("x", (32<<10-5)%2+over)
+		}},
 		{"sessionSettings.externalId", func(r *chatstream.Request, over int) { r.SessionSettings.ExternalID = "x" + chars(254+over) }},
 		{"sessionSettings.email", func(r *chatstream.Request, over int) { r.SessionSettings.Email = new(chars(310+over) + "@mail.test") }},
 		{"sessionSettings.groups", func(r *chatstream.Request, over int) { r.SessionSettings.Groups = seq("g", 500+over) }},

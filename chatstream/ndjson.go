@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"time"
 )
 
 // ContentType is the media type of the chat stream.
@@ -37,17 +41,60 @@ func encodeLine(m *Message) []byte {
 }
 
 // lineWriter writes NDJSON lines to a response and flushes them. Writes stop
-// once the request's context ends or a write fails.
+// once the request's context ends or a write fails. Each line must reach
+// the connection within timeout (a client that reads nothing fails the
+// write); the deadline is cleared while the stream waits for more lines.
+// A writer that cannot flush still gets every line, delivered when the
+// response ends.
 type lineWriter struct {
 	ctx     context.Context
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	timeout time.Duration
+	// warn reports, once per handler, a writer that cannot flush or take
+	// a deadline.
+	warn    func()
 	started bool
-	err     error
+	// noFlush: the writer has no Flush (nor Unwrap to one); lines go out
+	// when the response ends.
+	noFlush bool
+	// noDeadline: the writer takes no write deadline.
+	noDeadline bool
+	// armed: a write deadline is set.
+	armed bool
+	err   error
 }
 
-func newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
-	return &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w)}
+// newLineWriter returns a lineWriter for a stream of h. The caller defers
+// its end.
+func (h *Handler) newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
+	lw := &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout}
+	lw.warn = func() {
+		h.cfg.flushWarning.Do(func() {
+			log := h.cfg.log
+			if log == nil {
+				log = slog.Default()
+			}
+			log.LogAttrs(ctx, slog.LevelWarn, "chatstream: the stream's ResponseWriter lacks "+missingMethods(w)+
+				": lines reach the client only when the writer flushes or the response ends, and a client that stops reading is not disconnected;"+
+				" give the wrapping ResponseWriter an Unwrap() http.ResponseWriter method (see http.ResponseController)",
+				slog.String("writer", fmt.Sprintf("%T", w)))
+		})
+	}
+	return lw
+}
+
+// missingMethods names what w lacks for flushing and deadlines.
+func missingMethods(w http.ResponseWriter) string {
+	_, flush := w.(http.Flusher)
+	_, unwrap := w.(interface{ Unwrap() http.ResponseWriter })
+	switch {
+	case !flush && !unwrap:
+		return "Flush and Unwrap methods"
+	case !unwrap:
+		return "an Unwrap method"
+	}
+	return "a Flush method"
 }
 
 // begin writes the status and headers once.
@@ -63,6 +110,31 @@ func (lw *lineWriter) begin() {
 	lw.w.WriteHeader(http.StatusOK)
 }
 
+// arm sets the write deadline of the next line.
+func (lw *lineWriter) arm() {
+	if lw.noDeadline {
+		return
+	}
+	if err := lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout)); err != nil {
+		lw.noDeadline = true
+		if errors.Is(err, http.ErrNotSupported) {
+			lw.warn()
+		}
+		return
+	}
+	lw.armed = true
+}
+
+// disarm clears the write deadline while the stream waits for lines (an
+// HTTP/2 stream whose deadline passes is reset even when nothing is being
+// written).
+func (lw *lineWriter) disarm() {
+	if lw.armed {
+		lw.armed = false
+		_ = lw.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
 // write writes one encoded line without flushing. It reports false once
 // the stream is dead.
 func (lw *lineWriter) write(line []byte) bool {
@@ -70,6 +142,7 @@ func (lw *lineWriter) write(line []byte) bool {
 		return false
 	}
 	lw.begin()
+	lw.arm()
 	if _, err := lw.w.Write(line); err != nil {
 		lw.err = err
 		return false
@@ -86,14 +159,30 @@ func (lw *lineWriter) flush() bool {
 		lw.err = err
 		return false
 	}
-	if err := lw.rc.Flush(); err != nil {
-		lw.err = err
-		return false
+	if !lw.noFlush {
+		if err := lw.rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+			// Keep writing: the lines go out when the response ends.
+			lw.noFlush = true
+			lw.warn()
+		} else if err != nil {
+			lw.err = err
+			return false
+		}
 	}
+	lw.disarm()
 	return true
 }
 
 // send writes and flushes one message.
 func (lw *lineWriter) send(m Message) bool {
 	return lw.write(encodeLine(&m)) && lw.flush()
+}
+
+// end bounds what the server still writes after the handler returns (the
+// end of a chunked body, or every line when the writer could not flush) by
+// one more write deadline.
+func (lw *lineWriter) end() {
+	if lw.started && lw.err == nil {
+		lw.arm()
+	}
 }

@@ -2,6 +2,7 @@ package chatstream
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -47,6 +48,10 @@ type config struct {
 	maxTurnBytes       int
 	cluster            Cluster
 	keyCacheTTL        time.Duration
+	streamWriteTimeout time.Duration
+	// flushWarning makes the warning about a ResponseWriter that cannot
+	// flush a once-per-handler one.
+	flushWarning *sync.Once
 }
 
 func newConfig(opts []Option) config {
@@ -57,6 +62,9 @@ func newConfig(opts []Option) config {
 		now:              time.Now,
 		reapBatch:        DefaultReapBatch,
 		maxTurnBytes:     DefaultMaxTurnBytes,
+
+		streamWriteTimeout: DefaultStreamWriteTimeout,
+		flushWarning:       new(sync.Once),
 	}
 	for _, o := range opts {
 		o(&c)
@@ -114,7 +122,9 @@ func WithMaxExternalUsers(n int) Option {
 
 // WithLogger sets where server faults (5xx, agent errors, failed stores,
 // reaper failures) are logged. Secrets are never logged. Default: nothing is
-// logged. Read by [Handler] and [Reaper].
+// logged, except the one warning about a ResponseWriter that cannot flush
+// (see [WithStreamWriteTimeout]), which goes to slog.Default(). Read by
+// [Handler] and [Reaper].
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // WithClock sets the clock used for user expiry and token checks. Default:
@@ -169,3 +179,28 @@ func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c 
 // request (see middleware.WithKeyCache). A key removed, or an account
 // changed, in the store is noticed at most ttl later. Default: 0, no cache.
 func WithKeyCache(ttl time.Duration) Option { return func(c *config) { c.keyCacheTTL = ttl } }
+
+// DefaultStreamWriteTimeout is how long one line of a stream may take to
+// reach a client that does not read before the stream is closed, unless
+// [WithStreamWriteTimeout] says otherwise.
+const DefaultStreamWriteTimeout = 30 * time.Second
+
+// WithStreamWriteTimeout bounds the write of each stream line: a client
+// that reads nothing for d (its connection's buffers full) gets its stream
+// closed, so that it holds neither a goroutine nor buffered output; the
+// turn itself goes on and is stored, and can be rejoined. Set through
+// http.ResponseController.SetWriteDeadline per line and cleared while the
+// stream waits for the next line, so it also replaces http.Server's
+// WriteTimeout for streams. A ResponseWriter wrapper of the host without
+// Unwrap (nor Flush) methods cannot take a deadline or flush: its stream
+// still delivers every line (when the wrapper flushes, or when the response
+// ends) and the handler logs one warning naming the missing methods.
+// Default: [DefaultStreamWriteTimeout] (30 seconds). Values ≤ 0 are
+// ignored. Read by [Handler].
+func WithStreamWriteTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.streamWriteTimeout = d
+		}
+	}
+}
