@@ -41,9 +41,10 @@ func encodeLine(m *Message) []byte {
 }
 
 // lineWriter writes NDJSON lines to a response and flushes them. Writes stop
-// once the request's context ends or a write fails. Each line must reach
-// the connection within timeout (a client that reads nothing fails the
-// write); the deadline is cleared while the stream waits for more lines.
+// once the request's context ends or a write fails. Each line, and each
+// writeChunk of a long line, must reach the connection within timeout (a
+// client that reads nothing fails the write); the deadline is cleared while
+// the stream waits for more lines.
 // A writer that cannot flush still gets every line, delivered when the
 // response ends.
 type lineWriter struct {
@@ -135,6 +136,11 @@ func (lw *lineWriter) disarm() {
 	}
 }
 
+// writeChunk is how much of a line one write deadline covers: a client
+// must take a piece this large within the timeout, so that a long line (a
+// __state__ with a long history) to a slow but reading client is not cut.
+const writeChunk = 64 << 10
+
 // write writes one encoded line without flushing. It reports false once
 // the stream is dead.
 func (lw *lineWriter) write(line []byte) bool {
@@ -142,10 +148,14 @@ func (lw *lineWriter) write(line []byte) bool {
 		return false
 	}
 	lw.begin()
-	lw.arm()
-	if _, err := lw.w.Write(line); err != nil {
-		lw.err = err
-		return false
+	for len(line) > 0 {
+		n := min(len(line), writeChunk)
+		lw.arm()
+		if _, err := lw.w.Write(line[:n]); err != nil {
+			lw.err = err
+			return false
+		}
+		line = line[n:]
 	}
 	return true
 }

@@ -185,9 +185,9 @@ func WithKeyCache(ttl time.Duration) Option { return func(c *config) { c.keyCach
 // [WithStreamWriteTimeout] says otherwise.
 const DefaultStreamWriteTimeout = 30 * time.Second
 
-// WithStreamWriteTimeout bounds the write of each stream line: a client
-// that reads nothing for d (its connection's buffers full) gets its stream
-// closed, so that it holds neither a goroutine nor buffered output; the
+// WithStreamWriteTimeout bounds the write of each stream line (and of each
+// 64 KiB of a longer line): a client that reads nothing for d (its
+// connection's buffers full) gets its stream closed, so that it holds neither a goroutine nor buffered output; the
 // turn itself goes on and is stored, and can be rejoined. Set through
 // http.ResponseController.SetWriteDeadline per line and cleared while the
 // stream waits for the next line, so it also replaces http.Server's
