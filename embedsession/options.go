@@ -16,6 +16,7 @@ type options struct {
 	log        *slog.Logger
 	now        func() time.Time
 	cacheTTL   time.Duration
+	cacheSize  int
 }
 
 // Defaults of the options.
@@ -31,6 +32,7 @@ func newOptions(opts []Option) options {
 		tokenTTL:   DefaultTokenTTL,
 		maxUsers:   DefaultMaxExternalUsers,
 		now:        time.Now,
+		cacheSize:  DefaultCacheSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -94,5 +96,23 @@ func WithClock(now func() time.Time) Option {
 // (they are never deleted), saving up to four store reads per
 // generate-session; on SQLite the embed-tenant read leaves the serialized
 // write transaction. Changes to keys, accounts or deployments in the store
-// are then noticed at most d later. Default: 0, no cache.
+// are then noticed at most d later. Each cache holds at most
+// [WithCacheSize] entries. Default: 0, no cache.
 func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }
+
+// DefaultCacheSize is how many entries each cache of [WithCacheTTL] holds
+// unless [WithCacheSize] says otherwise.
+const DefaultCacheSize = 10000
+
+// WithCacheSize bounds each cache of [WithCacheTTL] (API keys, deployments,
+// embed tenants) to n entries; beyond it the least recently used entry is
+// evicted, so that memory does not grow with the number of embed tenants
+// or keys that clients use. Default: [DefaultCacheSize] (10,000). Values ≤ 0
+// are ignored.
+func WithCacheSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.cacheSize = n
+		}
+	}
+}

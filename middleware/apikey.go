@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
@@ -58,13 +57,9 @@ func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
 }
 
 type cachedKey struct {
-	acct    store.Account
-	admin   bool
-	expires time.Time
+	acct  store.Account
+	admin bool
 }
-
-// keyCache remembers resolved keys by their hash; see [WithKeyCache].
-type keyCache struct{ m sync.Map }
 
 // resolveKey resolves key through the cache when one is configured.
 func (o *options) resolveKey(ctx context.Context, st APIKeyStore, key string) (store.Account, bool, error) {
@@ -73,15 +68,12 @@ func (o *options) resolveKey(ctx context.Context, st APIKeyStore, key string) (s
 	}
 	h := string(secret.Hash(key))
 	now := time.Now()
-	if v, ok := o.keys.m.Load(h); ok {
-		if c := v.(cachedKey); now.Before(c.expires) {
-			return c.acct, c.admin, nil
-		}
-		o.keys.m.Delete(h)
+	if c, ok := o.keys.Get(h, now); ok {
+		return c.acct, c.admin, nil
 	}
 	acct, admin, err := authn.APIKey(ctx, st, key)
 	if err == nil {
-		o.keys.m.Store(h, cachedKey{acct, admin, now.Add(o.keyCacheTTL)})
+		o.keys.Add(h, cachedKey{acct, admin}, now.Add(o.keyCacheTTL))
 	}
 	return acct, admin, err
 }

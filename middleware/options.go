@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/embedkit/embedkit/internal/lru"
 )
 
 // Option configures a middleware of this package. Each option says which
@@ -21,8 +23,9 @@ type options struct {
 	secure     bool
 	redirect   bool
 
-	keyCacheTTL time.Duration
-	keys        *keyCache
+	keyCacheTTL  time.Duration
+	keyCacheSize int
+	keys         *lru.Cache[string, cachedKey] // by key hash; see WithKeyCache
 }
 
 // DefaultTokenTTL is how long a token obtained for a sessionId stays valid
@@ -40,11 +43,13 @@ func newOptions(opts []Option) options {
 		cookieName: DefaultCookieName,
 		cookiePath: "/",
 		cookieSite: http.SameSiteLaxMode,
+
+		keyCacheSize: DefaultKeyCacheSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.keys = &keyCache{}
+	o.keys = lru.New[string, cachedKey](o.keyCacheSize)
 	return o
 }
 
@@ -118,7 +123,23 @@ func WithRedirectAfterExchange() Option { return func(o *options) { o.redirect =
 
 // WithKeyCache makes [APIKey] and [APIKeyOrToken] remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request. Only valid keys are cached, so the cache is bounded by the number
-// of keys in use. A key removed, or an account changed, in the store is
-// noticed at most ttl later. Default: 0, no cache.
+// request. Only valid keys are cached, at most [WithKeyCacheSize] of them. A
+// key removed, or an account changed, in the store is noticed at most ttl
+// later. Default: 0, no cache.
 func WithKeyCache(ttl time.Duration) Option { return func(o *options) { o.keyCacheTTL = ttl } }
+
+// DefaultKeyCacheSize is how many keys the cache of [WithKeyCache] holds
+// unless [WithKeyCacheSize] says otherwise.
+const DefaultKeyCacheSize = 10000
+
+// WithKeyCacheSize bounds the cache of [WithKeyCache] to n keys; beyond it
+// the least recently used key is evicted (and resolved from the store at
+// its next use). Default: [DefaultKeyCacheSize] (10,000). Values ≤ 0 are
+// ignored. Read by [APIKey] and [APIKeyOrToken].
+func WithKeyCacheSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.keyCacheSize = n
+		}
+	}
+}
