@@ -9,7 +9,7 @@ import (
 // Defaults of the handler's options.
 const (
 	// DefaultTurnTimeout is the deadline of a turn unless [WithTurnTimeout]
-	// says otherwise (decisions.md §5).
+	// says otherwise.
 	DefaultTurnTimeout = 5 * time.Minute
 	// DefaultEphemeralTTL is the lifetime of a new ephemeral user when the
 	// request names none, unless [WithDefaultEphemeralTTL] says otherwise.

@@ -29,7 +29,7 @@ type options struct {
 }
 
 // DefaultTokenTTL is how long a token obtained for a sessionId stays valid
-// unless [WithTokenTTL] says otherwise (decisions.md §3).
+// unless [WithTokenTTL] says otherwise.
 const DefaultTokenTTL = 24 * time.Hour
 
 // DefaultCookieName is the name of the [Session] middleware's cookie unless
