@@ -234,3 +234,45 @@ func TestClientReportsCutStream(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteDeadlineSparesIdleStreams: a stream whose agent pauses longer
+// than the write timeout between lines is not cut, over HTTP/1.1 and over
+// HTTP/2 (where a write deadline that passes resets the stream even while
+// nothing is written): the deadline covers writes only.
+func TestWriteDeadlineSparesIdleStreams(t *testing.T) {
+	e := newEnv(t, apitest.Target{Backend: "sqlite", Router: apitest.ServeMux}, envOpts{
+		opts: []chatstream.Option{chatstream.WithStreamWriteTimeout(20 * time.Millisecond)}})
+	h2 := httptest.NewUnstartedServer(e.Config.Handler)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	t.Cleanup(h2.Close)
+	for _, c := range []struct {
+		name   string
+		client *chatstream.Client
+		proto  int
+	}{
+		{"HTTP/1.1", e.client, 1},
+		{"HTTP/2", chatstream.NewClient(h2.URL, chatstream.WithAPIKey(apitest.AdminKey), chatstream.WithHTTPClient(h2.Client())), 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// "wait" pauses 300 ms between its two pieces.
+			msgs, err := collectErr(t.Context(), c.client, chatstream.Request{Input: "wait", SessionSettings: ext(fmt.Sprintf("idle-%d", c.proto))})
+			if err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			final, _ := conv(msgs).FinalAnswer()
+			if final.Content != "start done" || last(msgs).State == nil || last(msgs).State.Error != "" {
+				t.Fatalf("answer %q, last line %+v", final.Content, last(msgs))
+			}
+		})
+	}
+	// The HTTP/2 client really spoke HTTP/2.
+	resp, err := h2.Client().Get(h2.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("protocol %s, want HTTP/2", resp.Proto)
+	}
+}
