@@ -17,7 +17,7 @@ import (
 // when there is none. encoding/json would replace either with U+FFFD,
 // silently turning two different strings into one.
 func badTextOffset(b []byte) int {
-	if utf8.Valid(b) && !containsFold(b, `\ud`) {
+	if utf8.Valid(b) && !mayHoldSurrogateEscape(b) {
 		return -1 // the common case, in two fast passes
 	}
 	inString := false
@@ -61,6 +61,21 @@ func badTextOffset(b []byte) int {
 		}
 	}
 	return -1
+}
+
+// mayHoldSurrogateEscape reports whether b holds the text \uD800 to
+// \uDFFF (any case), escaped or not: a cheap filter before the exact scan.
+func mayHoldSurrogateEscape(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(`\u`))
+		if i < 0 || i+4 > len(b) {
+			return false
+		}
+		if d, h := b[i+2]|0x20, b[i+3]|0x20; d == 'd' && ('8' <= h && h <= '9' || 'a' <= h && h <= 'f') {
+			return true
+		}
+		b = b[i+2:]
+	}
 }
 
 // hex4 decodes the four hex digits at b[i:i+4].
