@@ -65,6 +65,14 @@ func TestFieldLimits(t *testing.T) {
 			b["groupDefinitions"] = defs
 		}},
 		{"groupDefinitions[0].name", func(b obj, over int) { b["groupDefinitions"] = []obj{{"name": chars(255 + over)}} }},
+		{"groups[0]", func(b obj, over int) {
+			b["groupDefinitions"] = []obj{{"name": chars(255)}}
+			b["groups"] = []string{chars(255 + over)}
+		}},
+		{"userAttributes[0].name", func(b obj, over int) {
+			b["userAttributeDefinitions"] = []obj{{"name": chars(255), "type": "string"}}
+			b["userAttributes"] = attrs(chars(255+over), "v")
+		}},
 		{"groupDefinitions[0].description", func(b obj, over int) {
 			b["groupDefinitions"] = []obj{{"name": "g", "description": chars(1024 + over)}}
 		}},

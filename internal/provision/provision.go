@@ -203,6 +203,9 @@ func (r *Request) Validate(prefix string) error {
 		if a.Name == "" {
 			return wire.BadRequest("%suserAttributes[%d].name is required", prefix, i)
 		}
+		if tooLong(a.Name, MaxName) { // before a message quotes it
+			return wire.BadRequest("%suserAttributes[%d].name must be at most %d characters", prefix, i, MaxName)
+		}
 		if seen[a.Name] {
 			return wire.BadRequest("%suserAttributes has duplicate name %q", prefix, a.Name)
 		}
@@ -221,11 +224,6 @@ func (r *Request) Validate(prefix string) error {
 	for i, g := range r.Groups {
 		if g == "" || tooLong(g, MaxName) {
 			return wire.BadRequest("%sgroups[%d] must be 1 to %d characters", prefix, i, MaxName)
-		}
-	}
-	for i, a := range r.Attributes {
-		if tooLong(a.Name, MaxName) {
-			return wire.BadRequest("%suserAttributes[%d].name must be at most %d characters", prefix, i, MaxName)
 		}
 	}
 	for i, d := range r.GroupDefinitions {
