@@ -115,10 +115,16 @@ var ErrIncompleteStream = errors.New("chatstream: the stream ended before its __
 
 // Stream sends req and yields the stream's messages as they arrive. An HTTP
 // error is yielded once as an [*APIError]; a broken stream as its error; a
-// stream that ends without a __state__ message as [ErrIncompleteStream].
+// stream that ends without a __state__ message as [ErrIncompleteStream]. A
+// request holding a string that is not valid UTF-8 is refused before it is
+// sent (JSON encoding would replace the invalid bytes silently).
 // The response body is closed when the loop ends or breaks.
 func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Request) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {
+		if err := req.checkText(); err != nil {
+			yield(Message{}, fmt.Errorf("chatstream: %w", err))
+			return
+		}
 		resp, err := c.post(ctx, c.url(accountName, agentID, "stream-chat-state"), req)
 		if err != nil {
 			yield(Message{}, err)
@@ -158,6 +164,9 @@ func (c *Client) Abort(ctx context.Context, accountName, agentID, chatID string,
 	body := AbortRequest{ChatID: chatID}
 	if settings.ExternalID != "" || settings.InternalID != "" {
 		body.SessionSettings = &settings
+	}
+	if err := (&Request{ChatID: chatID, SessionSettings: body.SessionSettings}).checkText(); err != nil {
+		return fmt.Errorf("chatstream: %w", err)
 	}
 	resp, err := c.post(ctx, c.url(accountName, agentID, "abort"), body)
 	if err != nil {

@@ -270,3 +270,53 @@ func rawValue(v any) json.RawMessage {
 	}
 	return b
 }
+
+// checkText refuses a request holding a string that is not valid UTF-8,
+// before the client encodes it: encoding/json would silently replace the
+// invalid bytes with U+FFFD (merging, say, two externalIds that differ only
+// in them). The server refuses such text too (400).
+func (r *Request) checkText() error {
+	for _, f := range []struct{ name, v string }{{"input", r.Input}, {"chatId", r.ChatID}, {"activeBranchName", r.ActiveBranchName}} {
+		if !utf8.ValidString(f.v) {
+			return wire.BadRequest("%s must be valid UTF-8", f.name)
+		}
+	}
+	return r.SessionSettings.checkText()
+}
+
+func (s *SessionSettings) checkText() error {
+	if s == nil {
+		return nil
+	}
+	for i, a := range s.UserAttributes {
+		if !validValueText(a.Value) {
+			return wire.BadRequest("sessionSettings.userAttributes[%d].value must be valid UTF-8", i)
+		}
+	}
+	p := s.provision(time.Time{}, 0)
+	return p.CheckText("sessionSettings.")
+}
+
+// validValueText reports whether the strings of an attribute value set by
+// a caller are valid UTF-8.
+func validValueText(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return utf8.ValidString(x)
+	case []string:
+		for _, s := range x {
+			if !utf8.ValidString(s) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !validValueText(e) {
+				return false
+			}
+		}
+	case json.RawMessage:
+		return utf8.Valid(x)
+	}
+	return true
+}

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,5 +275,41 @@ func TestWriteDeadlineSparesIdleStreams(t *testing.T) {
 	resp.Body.Close()
 	if resp.ProtoMajor != 2 {
 		t.Fatalf("protocol %s, want HTTP/2", resp.Proto)
+	}
+}
+
+// TestClientRefusesInvalidText: the Go client does not send a request
+// holding a string that is not valid UTF-8 (encoding/json would replace
+// its invalid bytes with U+FFFD, making "col\xff" and "col\xfe" one user).
+func TestClientRefusesInvalidText(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	c := chatstream.NewClient(srv.URL)
+	for _, c2 := range []struct {
+		field string
+		req   chatstream.Request
+	}{
+		{"input", chatstream.Request{Input: "a\xffb", SessionSettings: ext("a")}},
+		{"chatId", chatstream.Request{Input: "x", ChatID: "c\xfe", SessionSettings: ext("a")}},
+		{"activeBranchName", chatstream.Request{Input: "x", ActiveBranchName: "\xc3", SessionSettings: ext("a")}},
+		{"sessionSettings.externalId", chatstream.Request{Input: "x", SessionSettings: ext("col\xff")}},
+		{"sessionSettings.email", chatstream.Request{Input: "x", SessionSettings: &chatstream.SessionSettings{ExternalID: "a", Email: new("a\xff@x.test")}}},
+		{"sessionSettings.groups[1]", chatstream.Request{Input: "x", SessionSettings: &chatstream.SessionSettings{ExternalID: "a", Groups: []string{"ok", "g\xff"}}}},
+		{"sessionSettings.userAttributes[0].name", chatstream.Request{Input: "x", SessionSettings: &chatstream.SessionSettings{ExternalID: "a",
+			UserAttributes: []chatstream.UserAttribute{{Name: "n\xff", Value: "v"}}}}},
+		{"sessionSettings.userAttributes[0].value", chatstream.Request{Input: "x", SessionSettings: &chatstream.SessionSettings{ExternalID: "a",
+			UserAttributes: []chatstream.UserAttribute{{Name: "n", Value: []string{"ok", "v\xff"}}}}}},
+	} {
+		_, err := collectErr(t.Context(), c, c2.req)
+		if err == nil || !strings.Contains(err.Error(), c2.field+" must be valid UTF-8") {
+			t.Errorf("%s: %v, want a refusal naming the field", c2.field, err)
+		}
+	}
+	if err := c.Abort(t.Context(), acct, agentID, "c", chatstream.SessionSettings{ExternalID: "col\xfe"}); err == nil {
+		t.Error("abort with invalid text was sent")
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d requests reached the server", n)
 	}
 }

@@ -3,10 +3,13 @@ package embedsession_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/bootstrap"
 )
@@ -275,4 +278,33 @@ func TestInvalidUTF8(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestClientRefusesInvalidText: the Go client does not send a request
+// holding a string that is not valid UTF-8, which encoding/json would
+// replace with U+FFFD.
+func TestClientRefusesInvalidText(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	c := embedsession.NewClient(srv.URL, "key")
+	for field, req := range map[string]embedsession.SessionRequest{
+		"externalId":              {DeploymentID: 1, ExternalID: "col\xff"},
+		"email":                   {DeploymentID: 1, ExternalID: "a", Email: embedsession.String("\xfe")},
+		"userProfile.displayName": {DeploymentID: 1, ExternalID: "a", UserProfile: &embedsession.UserProfile{DisplayName: embedsession.String("\xc3")}},
+		"groups[0]":               {DeploymentID: 1, ExternalID: "a", Groups: embedsession.Groups("g\xff")},
+		"userAttributes[0].value": {DeploymentID: 1, ExternalID: "a", UserAttributes: []embedsession.UserAttribute{{Name: "n", Value: []byte("\"\xff\"")}}},
+		"groupDefinitions[0]":     {DeploymentID: 1, ExternalID: "a", GroupDefinitions: []embedsession.GroupDefinition{{Name: "g", Description: embedsession.String("\xff")}}},
+	} {
+		_, err := c.GenerateSession(t.Context(), req)
+		if err == nil || !strings.Contains(err.Error(), field+" must be valid UTF-8") {
+			t.Errorf("%s: %v, want a refusal naming the field", field, err)
+		}
+		if err := req.Validate(); err == nil || !strings.Contains(err.Error(), field+" must be valid UTF-8") {
+			t.Errorf("Validate, %s: %v", field, err)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d requests reached the server", n)
+	}
 }

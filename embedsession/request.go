@@ -123,6 +123,14 @@ func (r *SessionRequest) Validate() error {
 	return p.Validate("")
 }
 
+// checkText refuses a request with a string that is not valid UTF-8,
+// which encoding/json would silently replace with U+FFFD (merging, say,
+// two externalIds that differ only in invalid bytes).
+func (r *SessionRequest) checkText() error {
+	p := r.provision()
+	return p.CheckText("")
+}
+
 // provision converts the request to the shared provisioning request.
 func (r *SessionRequest) provision() provision.Request {
 	p := provision.Request{

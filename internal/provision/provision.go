@@ -119,11 +119,68 @@ var tenantNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{3,34}[a-z0-9]$`)
 // digit, only a-z, 0-9 and '-'.
 func ValidEmbedTenantName(name string) bool { return tenantNameRE.MatchString(name) }
 
+// CheckText returns a 400 *wire.Error naming the first string field of r
+// that is not valid UTF-8. Bodies decoded by the server always pass (the
+// decoder refuses such text); Go clients call it before encoding a request,
+// because encoding/json would silently replace invalid bytes with U+FFFD.
+func (r *Request) CheckText(prefix string) error {
+	bad := func(field string) error {
+		return wire.BadRequest("%s%s must be valid UTF-8", prefix, field)
+	}
+	for _, f := range []struct {
+		name string
+		v    string
+	}{{"externalId", r.ExternalID}, {"internalId", r.InternalID}, {"embedTenantName", r.EmbedTenantName}} {
+		if !utf8.ValidString(f.v) {
+			return bad(f.name)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"email", r.Email}, {"userProfile.displayName", r.DisplayName}, {"userProfile.picture", r.Picture}} {
+		if f.v != nil && !utf8.ValidString(*f.v) {
+			return bad(f.name)
+		}
+	}
+	if !utf8.Valid(r.SecurityContext) {
+		return bad("securityContext")
+	}
+	for i, g := range r.Groups {
+		if !utf8.ValidString(g) {
+			return bad(fmt.Sprintf("groups[%d]", i))
+		}
+	}
+	for i, a := range r.Attributes {
+		if !utf8.ValidString(a.Name) {
+			return bad(fmt.Sprintf("userAttributes[%d].name", i))
+		}
+		if !utf8.Valid(a.Value) {
+			return bad(fmt.Sprintf("userAttributes[%d].value", i))
+		}
+	}
+	opt := func(s *string) bool { return s == nil || utf8.ValidString(*s) }
+	for i, d := range r.GroupDefinitions {
+		if !utf8.ValidString(d.Name) || !opt(d.Description) {
+			return bad(fmt.Sprintf("groupDefinitions[%d]", i))
+		}
+	}
+	for i, d := range r.AttributeDefinitions {
+		if !utf8.ValidString(d.Name) || !utf8.ValidString(string(d.Type)) || !opt(d.DisplayName) || !opt(d.DefaultValue) || !opt(d.Description) {
+			return bad(fmt.Sprintf("userAttributeDefinitions[%d]", i))
+		}
+	}
+	return nil
+}
+
 // Validate checks the rules that need no database and returns a 400
 // *wire.Error naming the field. prefix is prepended to field names
 // ("sessionSettings." for chat). An email sent with internalId is ignored,
 // and so is a field it forbids sent as null (null counts as omitted).
 func (r *Request) Validate(prefix string) error {
+	if err := r.CheckText(prefix); err != nil {
+		return err
+	}
 	switch {
 	case r.ExternalID == "" && r.InternalID == "":
 		return wire.BadRequest("exactly one of %sexternalId or %sinternalId is required", prefix, prefix)
