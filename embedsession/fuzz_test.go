@@ -65,6 +65,8 @@ func FuzzGenerateSessionHTTP(f *testing.F) {
 		`{"deploymentId":1,"internalId":"alice@acme.test","creatorMode":true}`,
 		`{"deploymentId":1,"externalId":"jane","securityContext":null,"userProfile":{"picture":""}}`,
 		`{"deploymentId":9223372036854775807,"externalId":"x"}`,
+		"{\"deploymentId\":1,\"externalId\":\"col\xfe\",\"groups\":[\"sales\xff\"]}",
+		`{"deploymentId":1,"externalId":"jane","userProfile":{"displayName":"\ud800"},"email":"` + strings.Repeat("é", 320) + `"}`,
 	} {
 		f.Add([]byte(seed))
 	}
