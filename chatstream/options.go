@@ -176,8 +176,10 @@ func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c 
 
 // WithKeyCache makes the handler's authentication remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request (see middleware.WithKeyCache). A key removed, or an account
-// changed, in the store is noticed at most ttl later. Default: 0, no cache.
+// request (see middleware.WithKeyCache). The cache holds at most
+// middleware.DefaultKeyCacheSize keys (least recently used evicted). A key
+// removed, or an account changed, in the store is noticed at most ttl
+// later. Default: 0, no cache.
 func WithKeyCache(ttl time.Duration) Option { return func(c *config) { c.keyCacheTTL = ttl } }
 
 // DefaultStreamWriteTimeout is how long one line of a stream may take to
