@@ -313,3 +313,40 @@ func TestClientRefusesInvalidText(t *testing.T) {
 		t.Errorf("%d requests reached the server", n)
 	}
 }
+
+// TestNonReadingClientIsDisconnectedHTTP2: over HTTP/2 a client that does
+// not read its response body stops granting flow-control window; the
+// stream's write deadline resets the stream while the turn is stored.
+func TestNonReadingClientIsDisconnectedHTTP2(t *testing.T) {
+	e := newEnv(t, apitest.Target{Backend: "sqlite", Router: apitest.ServeMux}, envOpts{agent: bigAgent,
+		opts: []chatstream.Option{chatstream.WithStreamWriteTimeout(50 * time.Millisecond)}})
+	h2 := httptest.NewUnstartedServer(e.Config.Handler)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	t.Cleanup(h2.Close)
+	body := jsonOf(t, chatstream.Request{Input: "big", ChatID: "never-reads-h2", SessionSettings: ext("slowpoke")})
+	req, err := http.NewRequest(http.MethodPost, h2.URL+streamPath(acct, agentID), strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
+	resp, err := h2.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("protocol %s, want HTTP/2", resp.Proto)
+	}
+	// Read nothing until the turn is stored in full.
+	if !waitStoredAnswer(t, e, "never-reads-h2", bigPieces*bigPiece) {
+		t.Fatal("the answer was not stored")
+	}
+	got, err := io.ReadAll(resp.Body)
+	if err == nil && bytes.Contains(got, []byte(`"id":"`+chatstream.StateID+`"`)) {
+		t.Fatalf("the stream was served to the end (%d bytes): the write deadline did not reset it", len(got))
+	}
+	if !bytes.Contains(got, []byte(chatstream.CutoffID)) {
+		t.Fatalf("the stream did not start: %v", err)
+	}
+}
