@@ -52,9 +52,7 @@ type lineWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
-	// warn reports, once per handler, a writer that cannot flush or take
-	// a deadline.
-	warn    func()
+	h       *Handler // for its logger and its once-only warning
 	started bool
 	// noFlush: the writer has no Flush (nor Unwrap to one); lines go out
 	// when the response ends.
@@ -70,33 +68,32 @@ type lineWriter struct {
 // newLineWriter returns a lineWriter for a stream of h. The caller defers
 // its end.
 func (h *Handler) newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
-	lw := &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout}
-	lw.warn = func() {
-		h.cfg.flushWarning.Do(func() {
-			log := h.cfg.log
-			if log == nil {
-				log = slog.Default()
-			}
-			log.LogAttrs(ctx, slog.LevelWarn, "chatstream: the stream's ResponseWriter lacks "+missingMethods(w)+
-				": lines reach the client only when the writer flushes or the response ends, and a client that stops reading is not disconnected;"+
-				" give the wrapping ResponseWriter an Unwrap() http.ResponseWriter method (see http.ResponseController)",
-				slog.String("writer", fmt.Sprintf("%T", w)))
-		})
-	}
-	return lw
+	return &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h}
 }
 
-// missingMethods names what w lacks for flushing and deadlines.
-func missingMethods(w http.ResponseWriter) string {
-	_, flush := w.(http.Flusher)
-	_, unwrap := w.(interface{ Unwrap() http.ResponseWriter })
-	switch {
-	case !flush && !unwrap:
-		return "Flush and Unwrap methods"
-	case !unwrap:
-		return "an Unwrap method"
-	}
-	return "a Flush method"
+// warn logs, once per handler, that the stream's writer cannot flush or
+// take a deadline, naming what it lacks.
+func (lw *lineWriter) warn() {
+	lw.h.cfg.flushWarning.Do(func() {
+		log := lw.h.cfg.log
+		if log == nil {
+			log = slog.Default()
+		}
+		_, flush := lw.w.(http.Flusher)
+		_, unwrap := lw.w.(interface{ Unwrap() http.ResponseWriter })
+		var msg string
+		switch {
+		case !flush && !unwrap:
+			msg = "lacks Flush and Unwrap methods: lines reach the client only when the response ends (or the writer flushes on its own), and a client that stops reading is not disconnected"
+		case !unwrap:
+			msg = "lacks an Unwrap method: no write deadline can be set, so a client that stops reading is not disconnected"
+		default:
+			msg = "unwraps to a writer without a Flush method: lines reach the client only when the response ends, and a client that stops reading may not be disconnected"
+		}
+		log.LogAttrs(lw.ctx, slog.LevelWarn, "chatstream: the stream's ResponseWriter "+msg+
+			"; give the wrapping ResponseWriter an Unwrap() http.ResponseWriter method (see http.ResponseController)",
+			slog.String("writer", fmt.Sprintf("%T", lw.w)))
+	})
 }
 
 // begin writes the status and headers once.
