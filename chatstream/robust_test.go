@@ -242,7 +242,7 @@ func TestClientReportsCutStream(t *testing.T) {
 // nothing is written): the deadline covers writes only.
 func TestWriteDeadlineSparesIdleStreams(t *testing.T) {
 	e := newEnv(t, apitest.Target{Backend: "sqlite", Router: apitest.ServeMux}, envOpts{
-		opts: []chatstream.Option{chatstream.WithStreamWriteTimeout(20 * time.Millisecond)}})
+		opts: []chatstream.Option{chatstream.WithStreamWriteTimeout(200 * time.Millisecond)}})
 	h2 := httptest.NewUnstartedServer(e.Config.Handler)
 	h2.EnableHTTP2 = true
 	h2.StartTLS()
@@ -256,7 +256,8 @@ func TestWriteDeadlineSparesIdleStreams(t *testing.T) {
 		{"HTTP/2", chatstream.NewClient(h2.URL, chatstream.WithAPIKey(apitest.AdminKey), chatstream.WithHTTPClient(h2.Client())), 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			// "wait" pauses 300 ms between its two pieces.
+			// "wait" pauses 300 ms between its two pieces, longer than the
+			// 200 ms write timeout.
 			msgs, err := collectErr(t.Context(), c.client, chatstream.Request{Input: "wait", SessionSettings: ext(fmt.Sprintf("idle-%d", c.proto))})
 			if err != nil {
 				t.Fatalf("stream: %v", err)
