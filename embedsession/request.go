@@ -113,7 +113,8 @@ func Value(v any) json.RawMessage {
 func String(s string) *string { return &s }
 
 // Validate checks the rules of the request that need no database, as the
-// handler does, and returns an error naming the offending field. A request
+// handler does (valid UTF-8, lengths in characters and entry counts, id and
+// name rules), and returns an error naming the offending field. A request
 // that passes may still fail on the server (unknown names, limits, flags).
 func (r *SessionRequest) Validate() error {
 	if r.DeploymentID <= 0 {
