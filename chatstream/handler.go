@@ -286,7 +286,8 @@ func ownerGone(ctx context.Context, users interface {
 // running turn rejoined.
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
-	lw := newLineWriter(ctx, w)
+	lw := h.newLineWriter(ctx, w)
+	defer lw.end()
 	if req.ChatID == "" {
 		// A new chat: its id is handed out; the thread is stored with its
 		// first input.
@@ -569,7 +570,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 
 	// Past the commit nothing can fail with an HTTP status: answer at once.
-	lw := newLineWriter(ctx, w)
+	lw := h.newLineWriter(ctx, w)
+	defer lw.end()
 	lw.send(cutoffMessage(chatID, false))
 
 	// The user's attributes and groups are read after the commit, off the

@@ -3,6 +3,7 @@ package chatstream
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/embedkit/embedkit/middleware"
@@ -15,7 +16,7 @@ import (
 // Defaults of the handler's options.
 const (
 	// DefaultTurnTimeout is the deadline of a turn unless [WithTurnTimeout]
-	// says otherwise (decisions.md §5).
+	// says otherwise.
 	DefaultTurnTimeout = 5 * time.Minute
 	// DefaultEphemeralTTL is the lifetime of a new ephemeral user when the
 	// request names none, unless [WithDefaultEphemeralTTL] says otherwise.
@@ -56,6 +57,10 @@ type config struct {
 	keyCacheTTL        time.Duration
 	tp                 trace.TracerProvider // see telemetry.go
 	mp                 metric.MeterProvider
+	streamWriteTimeout time.Duration
+	// flushWarning makes the warning about a ResponseWriter that cannot
+	// flush a once-per-handler one.
+	flushWarning *sync.Once
 }
 
 func newConfig(opts []Option) config {
@@ -66,6 +71,9 @@ func newConfig(opts []Option) config {
 		now:              time.Now,
 		reapBatch:        DefaultReapBatch,
 		maxTurnBytes:     DefaultMaxTurnBytes,
+
+		streamWriteTimeout: DefaultStreamWriteTimeout,
+		flushWarning:       new(sync.Once),
 	}
 	for _, o := range opts {
 		o(&c)
@@ -124,7 +132,9 @@ func WithMaxExternalUsers(n int) Option {
 // WithLogger sets where server faults (5xx, agent errors, failed stores,
 // reaper failures) are logged. Secrets are never logged, and the value of
 // any ?sessionId= query parameter is scrubbed from every line. Default:
-// nothing is logged. Read by [Handler] and [Reaper].
+// nothing is logged, except the one warning about a ResponseWriter that
+// cannot flush (see [WithStreamWriteTimeout]), which goes to
+// slog.Default(). Read by [Handler] and [Reaper].
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = telemetry.Logger(l) } }
 
 // WithClock sets the clock used for user expiry and token checks. Default:
@@ -176,7 +186,8 @@ func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c 
 
 // WithKeyCache makes the handler's authentication remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request (see middleware.WithKeyCache). A key revoked through this process
+// request (see middleware.WithKeyCache). The cache holds at most
+// middleware.DefaultKeyCacheSize keys (least recently used evicted). A key revoked through this process
 // is refused at once; a key removed by another process, or an account
 // changed, is noticed at most ttl later. ttl must be between 0 and
 // middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics otherwise. Default:
@@ -186,4 +197,29 @@ func WithKeyCache(ttl time.Duration) Option {
 		panic(fmt.Sprintf("chatstream.WithKeyCache: ttl %v is outside 0 to middleware.MaxKeyCacheTTL (%v)", ttl, middleware.MaxKeyCacheTTL))
 	}
 	return func(c *config) { c.keyCacheTTL = ttl }
+}
+
+// DefaultStreamWriteTimeout is how long one line of a stream may take to
+// reach a client that does not read before the stream is closed, unless
+// [WithStreamWriteTimeout] says otherwise.
+const DefaultStreamWriteTimeout = 30 * time.Second
+
+// WithStreamWriteTimeout bounds the write of each stream line (and of each
+// 64 KiB of a longer line): a client that reads nothing for d (its
+// connection's buffers full) gets its stream closed, so that it holds neither a goroutine nor buffered output; the
+// turn itself goes on and is stored, and can be rejoined. Set through
+// http.ResponseController.SetWriteDeadline per line and cleared while the
+// stream waits for the next line, so it also replaces http.Server's
+// WriteTimeout for streams. A ResponseWriter wrapper of the host without
+// Unwrap (nor Flush) methods cannot take a deadline or flush: its stream
+// still delivers every line (when the wrapper flushes, or when the response
+// ends) and the handler logs one warning naming the missing methods.
+// Default: [DefaultStreamWriteTimeout] (30 seconds). Values ≤ 0 are
+// ignored. Read by [Handler].
+func WithStreamWriteTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.streamWriteTimeout = d
+		}
+	}
 }

@@ -1,12 +1,10 @@
 package chatstream_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +20,6 @@ import (
 	"github.com/embedkit/embedkit/internal/telemetry/telemetrytest"
 	"github.com/embedkit/embedkit/internal/testdb"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger of concurrent turns.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // telemetryEnv is a chat server recording its spans, metrics and logs.
 func telemetryEnv(t *testing.T, agent chatstream.Agent, opts ...chatstream.Option) (*env, *telemetrytest.Recorder, *syncBuffer) {

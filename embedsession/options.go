@@ -23,6 +23,7 @@ type options struct {
 	cacheTTL   time.Duration
 	tp         trace.TracerProvider // see telemetry.go
 	mp         metric.MeterProvider
+	cacheSize  int
 }
 
 // Defaults of the options.
@@ -38,6 +39,7 @@ func newOptions(opts []Option) options {
 		tokenTTL:   DefaultTokenTTL,
 		maxUsers:   DefaultMaxExternalUsers,
 		now:        time.Now,
+		cacheSize:  DefaultCacheSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -105,5 +107,23 @@ func WithClock(now func() time.Time) Option {
 // then noticed at most d later. API keys are cached for d or
 // middleware.MaxKeyCacheTTL (5 s), whichever is shorter: a key revoked
 // through this process is refused at once, one revoked by another process
-// within that time. Default: 0, no cache.
+// within that time. Each cache holds at most [WithCacheSize] entries.
+// Default: 0, no cache.
 func WithCacheTTL(d time.Duration) Option { return func(o *options) { o.cacheTTL = d } }
+
+// DefaultCacheSize is how many entries each cache of [WithCacheTTL] holds
+// unless [WithCacheSize] says otherwise.
+const DefaultCacheSize = 10000
+
+// WithCacheSize bounds each cache of [WithCacheTTL] (API keys, deployments,
+// embed tenants) to n entries; beyond it the least recently used entry is
+// evicted, so that memory does not grow with the number of embed tenants
+// or keys that clients use. Default: [DefaultCacheSize] (10,000). Values ≤ 0
+// are ignored.
+func WithCacheSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.cacheSize = n
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/embedkit/embedkit/internal/lru"
 	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
@@ -24,12 +25,13 @@ type options struct {
 	secure     bool
 	redirect   bool
 
-	keyCacheTTL time.Duration
-	keys        *keyCache
+	keyCacheTTL  time.Duration
+	keyCacheSize int
+	keys         *lru.Cache[string, cachedKey] // by key hash; see WithKeyCache
 }
 
 // DefaultTokenTTL is how long a token obtained for a sessionId stays valid
-// unless [WithTokenTTL] says otherwise (decisions.md §3).
+// unless [WithTokenTTL] says otherwise.
 const DefaultTokenTTL = 24 * time.Hour
 
 // DefaultCookieName is the name of the [Session] middleware's cookie unless
@@ -43,11 +45,13 @@ func newOptions(opts []Option) options {
 		cookieName: DefaultCookieName,
 		cookiePath: "/",
 		cookieSite: http.SameSiteLaxMode,
+
+		keyCacheSize: DefaultKeyCacheSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.keys = &keyCache{}
+	o.keys = lru.New[string, cachedKey](o.keyCacheSize)
 	return o
 }
 
@@ -127,8 +131,8 @@ const MaxKeyCacheTTL = 5 * time.Second
 
 // WithKeyCache makes [APIKey] and [APIKeyOrToken] remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request. Only valid keys are cached, so the cache is bounded by the number
-// of keys in use. A key revoked through this process (the operator package,
+// request. Only valid keys are cached, at most [WithKeyCacheSize] of them
+// (least recently used evicted). A key revoked through this process (the operator package,
 // or the bootstrap configuration) is refused at once; a key removed by
 // another process, or an account changed, is noticed at most ttl later. The
 // cache reads the clock of [WithClock]. ttl must be between 0 and
@@ -138,4 +142,20 @@ func WithKeyCache(ttl time.Duration) Option {
 		panic(fmt.Sprintf("middleware.WithKeyCache: ttl %v is outside 0 to MaxKeyCacheTTL (%v): a revoked key must stop working within %v on every replica", ttl, MaxKeyCacheTTL, MaxKeyCacheTTL))
 	}
 	return func(o *options) { o.keyCacheTTL = ttl }
+}
+
+// DefaultKeyCacheSize is how many keys the cache of [WithKeyCache] holds
+// unless [WithKeyCacheSize] says otherwise.
+const DefaultKeyCacheSize = 10000
+
+// WithKeyCacheSize bounds the cache of [WithKeyCache] to n keys; beyond it
+// the least recently used key is evicted (and resolved from the store at
+// its next use). Default: [DefaultKeyCacheSize] (10,000). Values ≤ 0 are
+// ignored. Read by [APIKey] and [APIKeyOrToken].
+func WithKeyCacheSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.keyCacheSize = n
+		}
+	}
 }
