@@ -12,15 +12,20 @@ package chatstream
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/embedkit/embedkit/middleware"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // Defaults of the handler's options.
 const (
 	// DefaultTurnTimeout is the deadline of a turn unless [WithTurnTimeout]
-	// says otherwise (decisions.md §5).
+	// says otherwise.
 	DefaultTurnTimeout = 5 * time.Minute
 	// DefaultEphemeralTTL is the lifetime of a new ephemeral user when the
 	// request names none, unless [WithDefaultEphemeralTTL] says otherwise.
@@ -83,6 +88,12 @@ type config struct {
 	maxTurnBytes       int
 	cluster            Cluster
 	keyCacheTTL        time.Duration
+	tp                 trace.TracerProvider // see telemetry.go
+	mp                 metric.MeterProvider
+	streamWriteTimeout time.Duration
+	// flushWarning makes the warning about a ResponseWriter that cannot
+	// flush a once-per-handler one.
+	flushWarning *sync.Once
 }
 
 func defaultConfig() config {
@@ -93,6 +104,9 @@ func defaultConfig() config {
 		now:              time.Now,
 		reapBatch:        DefaultReapBatch,
 		maxTurnBytes:     DefaultMaxTurnBytes,
+
+		streamWriteTimeout: DefaultStreamWriteTimeout,
+		flushWarning:       new(sync.Once),
 	}
 }
 
@@ -165,13 +179,17 @@ func WithMaxExternalUsers(n int) Option {
 }
 
 // WithLogger sets where server faults (5xx, agent errors, failed stores,
-// reaper failures) are logged. Secrets are never logged. Default: nothing is
-// logged (leave the option out). l must not be nil; WithLogger panics
-// otherwise. Read by [NewHandler] and [NewReaper].
+// reaper failures) are logged. Secrets are never logged, and the value of
+// any ?sessionId= query parameter is scrubbed from every line. Default:
+// nothing is logged (leave the option out), except the one warning about a
+// ResponseWriter that cannot flush (see [WithStreamWriteTimeout]), which
+// goes to slog.Default(). l must not be nil; WithLogger panics otherwise.
+// Read by [NewHandler] and [NewReaper].
 func WithLogger(l *slog.Logger) SharedOption {
 	if l == nil {
 		panic("chatstream: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
 	}
+	l = telemetry.Logger(l)
 	return sharedOption(func(c *config) { c.log = l })
 }
 
@@ -223,8 +241,9 @@ func WithCluster(cl Cluster) Option {
 
 // WithKeyCache makes the handler's authentication remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request (see middleware.WithKeyCache). A key revoked through this process
-// is refused at once; a key removed by another process, or an account
+// request (see middleware.WithKeyCache). The cache holds at most
+// middleware.DefaultKeyCacheSize keys (least recently used evicted). A key
+// revoked through this process is refused at once; a key removed by another process, or an account
 // changed, is noticed at most ttl later. Default: 0, no cache. ttl must be
 // between 0 and middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics
 // otherwise.
@@ -233,4 +252,26 @@ func WithKeyCache(ttl time.Duration) Option {
 		panic(fmt.Sprintf("chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (%v), got %v", middleware.MaxKeyCacheTTL, ttl))
 	}
 	return handlerOption(func(c *config) { c.keyCacheTTL = ttl })
+}
+
+// DefaultStreamWriteTimeout is how long one line of a stream may take to
+// reach a client that does not read before the stream is closed, unless
+// [WithStreamWriteTimeout] says otherwise.
+const DefaultStreamWriteTimeout = 30 * time.Second
+
+// WithStreamWriteTimeout bounds the write of each stream line (and of each
+// 64 KiB of a longer line): a client that reads nothing for d (its
+// connection's buffers full) gets its stream closed, so that it holds
+// neither a goroutine nor buffered output; the turn itself goes on and is stored, and can be rejoined. Set through
+// http.ResponseController.SetWriteDeadline per line and cleared while the
+// stream waits for the next line, so it also replaces http.Server's
+// WriteTimeout for streams. A ResponseWriter wrapper of the host without
+// Unwrap (nor Flush) methods cannot take a deadline or flush: its stream
+// still delivers every line (when the wrapper flushes, or when the response
+// ends) and the handler logs one warning naming the missing methods.
+// Default: [DefaultStreamWriteTimeout] (30 seconds). d must be positive;
+// WithStreamWriteTimeout panics otherwise.
+func WithStreamWriteTimeout(d time.Duration) Option {
+	mustPositive("WithStreamWriteTimeout", d)
+	return handlerOption(func(c *config) { c.streamWriteTimeout = d })
 }

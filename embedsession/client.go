@@ -46,8 +46,14 @@ func NewClient(baseURL, apiKey string, opts ...ClientOption) *Client {
 }
 
 // GenerateSession provisions the user of req and returns a new sessionId to
-// place in the embed URL. Failures answered by the server are *[httperr.Error].
+// place in the embed URL. Failures answered by the server are
+// *[httperr.Error]. A request holding a string that is not valid UTF-8 is
+// refused before it is sent (JSON encoding would replace the invalid bytes
+// silently).
 func (c *Client) GenerateSession(ctx context.Context, req SessionRequest) (string, error) {
+	if err := req.checkText(); err != nil {
+		return "", fmt.Errorf("embedsession: %w", err)
+	}
 	var out SessionResponse
 	if err := c.do(ctx, http.MethodPost, PathGenerateSession, req, &out); err != nil {
 		return "", err

@@ -11,6 +11,11 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // Option configures a [Handler] at [NewHandler]; the handler's settings
@@ -27,6 +32,9 @@ type options struct {
 	log        *slog.Logger
 	now        func() time.Time
 	cacheTTL   time.Duration
+	tp         trace.TracerProvider // see telemetry.go
+	mp         metric.MeterProvider
+	cacheSize  int
 }
 
 // Defaults of the options.
@@ -42,6 +50,7 @@ func newOptions(opts []Option) options {
 		tokenTTL:   DefaultTokenTTL,
 		maxUsers:   DefaultMaxExternalUsers,
 		now:        time.Now,
+		cacheSize:  DefaultCacheSize,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -80,12 +89,14 @@ func WithMaxExternalUsers(n int) Option {
 }
 
 // WithLogger sets where server faults (5xx) are logged; client errors are
-// not logged, and secrets never are. Default: nothing is logged (leave the
-// option out). l must not be nil; WithLogger panics otherwise.
+// not logged, secrets never are, and the value of any ?sessionId= query
+// parameter is scrubbed from every line. Default: nothing is logged (leave
+// the option out). l must not be nil; WithLogger panics otherwise.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		panic("embedsession: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
 	}
+	l = telemetry.Logger(l)
 	return func(o *options) { o.log = l }
 }
 
@@ -107,13 +118,30 @@ func WithClock(now func() time.Time) Option {
 // then noticed at most d later. API keys are cached for d or
 // middleware.MaxKeyCacheTTL (5 s), whichever is shorter: a key revoked
 // through this process is refused at once, one revoked by another process
-// within that time. Default: 0, no cache. d must not be negative;
-// WithCacheTTL panics otherwise.
+// within that time. Each cache holds at most [WithCacheSize] entries.
+// Default: 0, no cache. d must not be negative; WithCacheTTL panics
+// otherwise.
 func WithCacheTTL(d time.Duration) Option {
 	if d < 0 {
 		panic(fmt.Sprintf("embedsession: WithCacheTTL: duration must not be negative, got %v", d))
 	}
 	return func(o *options) { o.cacheTTL = d }
+}
+
+// DefaultCacheSize is how many entries each cache of [WithCacheTTL] holds
+// unless [WithCacheSize] says otherwise.
+const DefaultCacheSize = 10000
+
+// WithCacheSize bounds each cache of [WithCacheTTL] (API keys, deployments,
+// embed tenants) to n entries; beyond it the least recently used entry is
+// evicted, so that memory does not grow with the number of embed tenants
+// or keys that clients use. Default: [DefaultCacheSize] (10,000). n must be
+// positive; WithCacheSize panics otherwise.
+func WithCacheSize(n int) Option {
+	if n <= 0 {
+		panic(fmt.Sprintf("embedsession: WithCacheSize: count must be positive, got %d", n))
+	}
+	return func(o *options) { o.cacheSize = n }
 }
 
 func mustPositive(option string, d time.Duration) {

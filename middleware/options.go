@@ -15,6 +15,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/embedkit/embedkit/internal/lru"
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // APIKeyOption configures the [APIKey] middleware. Only this package's
@@ -70,12 +73,13 @@ type options struct {
 	secure     bool
 	redirect   bool
 
-	keyCacheTTL time.Duration
-	keys        *keyCache
+	keyCacheTTL  time.Duration
+	keyCacheSize int
+	keys         *lru.Cache[string, cachedKey] // by key hash; see WithKeyCache
 }
 
 // DefaultTokenTTL is how long a token obtained for a sessionId stays valid
-// unless [WithTokenTTL] says otherwise (decisions.md §3).
+// unless [WithTokenTTL] says otherwise.
 const DefaultTokenTTL = 24 * time.Hour
 
 // DefaultCookieName is the name of the [Session] middleware's cookie unless
@@ -89,7 +93,8 @@ func defaultOptions() options {
 		cookieName: DefaultCookieName,
 		cookiePath: "/",
 		cookieSite: http.SameSiteLaxMode,
-		keys:       &keyCache{},
+
+		keyCacheSize: DefaultKeyCacheSize,
 	}
 }
 
@@ -98,6 +103,7 @@ func apiKeyOptions(opts []APIKeyOption) options {
 	for _, opt := range opts {
 		opt.applyAPIKey(&o)
 	}
+	o.keys = lru.New[string, cachedKey](o.keyCacheSize)
 	return o
 }
 
@@ -106,6 +112,7 @@ func sessionOptions(opts []SessionOption) options {
 	for _, opt := range opts {
 		opt.applySession(&o)
 	}
+	o.keys = lru.New[string, cachedKey](o.keyCacheSize)
 	return o
 }
 
@@ -114,16 +121,19 @@ func apiKeyOrTokenOptions(opts []APIKeyOrTokenOption) options {
 	for _, opt := range opts {
 		opt.applyAPIKeyOrToken(&o)
 	}
+	o.keys = lru.New[string, cachedKey](o.keyCacheSize)
 	return o
 }
 
-// WithLogger sets where server faults (5xx) are logged. Default: nothing is
-// logged (leave the option out). l must not be nil; WithLogger panics
+// WithLogger sets where server faults (5xx) are logged; the value of any
+// ?sessionId= query parameter is scrubbed from every line. Default: nothing
+// is logged (leave the option out). l must not be nil; WithLogger panics
 // otherwise. Read by every middleware.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		panic("middleware: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
 	}
+	l = telemetry.Logger(l)
 	return allOption(func(o *options) { o.log = l })
 }
 
@@ -210,8 +220,8 @@ const MaxKeyCacheTTL = 5 * time.Second
 
 // WithKeyCache makes [APIKey] and [APIKeyOrToken] remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request. Only valid keys are cached, so the cache is bounded by the number
-// of keys in use. A key revoked through this process (the operator package,
+// request. Only valid keys are cached, at most [WithKeyCacheSize] of them
+// (least recently used evicted). A key revoked through this process (the operator package,
 // or the bootstrap configuration) is refused at once; a key removed by
 // another process, or an account changed, is noticed at most ttl later. The
 // cache reads the clock of [WithClock]. Default: 0, no cache. ttl must be
@@ -222,4 +232,19 @@ func WithKeyCache(ttl time.Duration) KeyOption {
 		panic(fmt.Sprintf("middleware: WithKeyCache: ttl must be between 0 and MaxKeyCacheTTL (%v), got %v", MaxKeyCacheTTL, ttl))
 	}
 	return keyOption(func(o *options) { o.keyCacheTTL = ttl })
+}
+
+// DefaultKeyCacheSize is how many keys the cache of [WithKeyCache] holds
+// unless [WithKeyCacheSize] says otherwise.
+const DefaultKeyCacheSize = 10000
+
+// WithKeyCacheSize bounds the cache of [WithKeyCache] to n keys; beyond it
+// the least recently used key is evicted (and resolved from the store at
+// its next use). Default: [DefaultKeyCacheSize] (10,000). n must be
+// positive; WithKeyCacheSize panics otherwise.
+func WithKeyCacheSize(n int) KeyOption {
+	if n <= 0 {
+		panic(fmt.Sprintf("middleware: WithKeyCacheSize: count must be positive, got %d", n))
+	}
+	return keyOption(func(o *options) { o.keyCacheSize = n })
 }

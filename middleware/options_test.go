@@ -39,6 +39,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"middleware: WithCookieSameSite: not an http.SameSite mode, got 5":                                       func() { middleware.WithCookieSameSite(http.SameSiteNoneMode + 1) },
 		"middleware: WithKeyCache: ttl must be between 0 and MaxKeyCacheTTL (5s), got -1s":                       func() { middleware.WithKeyCache(-time.Second) },
 		"middleware: WithKeyCache: ttl must be between 0 and MaxKeyCacheTTL (5s), got 5.000000001s":              func() { middleware.WithKeyCache(middleware.MaxKeyCacheTTL + 1) },
+		"middleware: WithKeyCacheSize: count must be positive, got -1":                                           func() { middleware.WithKeyCacheSize(-1) },
 	})
 	middleware.WithKeyCache(0) // no cache: valid
 }

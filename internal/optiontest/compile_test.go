@@ -38,7 +38,7 @@ func main() {}
 var valid = []string{
 	`chatstream.NewHandler(st, nil, chatstream.WithLogger(l), chatstream.WithClock(time.Now), chatstream.WithTurnTimeout(time.Second), chatstream.WithKeyCache(time.Second))`,
 	`chatstream.NewReaper(st, 0, chatstream.WithLogger(l), chatstream.WithClock(time.Now), chatstream.WithReapBatch(1))`,
-	`middleware.APIKey(st, middleware.WithLogger(l), middleware.WithClock(time.Now), middleware.WithKeyCache(time.Second), middleware.Optional())`,
+	`middleware.APIKey(st, middleware.WithLogger(l), middleware.WithClock(time.Now), middleware.WithKeyCache(time.Second), middleware.WithKeyCacheSize(10), middleware.Optional())`,
 	`middleware.Session(st, middleware.WithLogger(l), middleware.WithClock(time.Now), middleware.WithTokenTTL(time.Hour), middleware.WithCookieName("c"), middleware.WithCookiePath("/"), middleware.WithSecureCookie(true), middleware.WithRedirectAfterExchange())`,
 	`middleware.APIKeyOrToken(st, middleware.WithLogger(l), middleware.WithClock(time.Now), middleware.WithKeyCache(time.Second))`,
 	`embedsession.NewHandler(st, embedsession.WithLogger(l), embedsession.WithClock(time.Now))`,
@@ -58,6 +58,7 @@ var wrong = []string{
 	`middleware.APIKey(st, middleware.WithRedirectAfterExchange())`,
 	`middleware.Session(st, middleware.Optional())`,
 	`middleware.Session(st, middleware.WithKeyCache(time.Second))`,
+	`middleware.Session(st, middleware.WithKeyCacheSize(10))`,
 	`middleware.APIKeyOrToken(st, middleware.Optional())`,
 	`middleware.APIKeyOrToken(st, middleware.WithCookiePath("/"))`,
 }
