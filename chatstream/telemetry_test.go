@@ -41,7 +41,13 @@ func attrOf(sp sdktrace.ReadOnlySpan, key attribute.Key) string {
 // one returns the single ended span named name.
 func one(t *testing.T, rec *telemetrytest.Recorder, name string) sdktrace.ReadOnlySpan {
 	t.Helper()
+	// The client may read a stream's last line before the server's
+	// handler returns and ends its spans: wait for them (bounded).
 	spans := rec.Ended(name)
+	for deadline := time.Now().Add(5 * time.Second); len(spans) == 0 && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+		spans = rec.Ended(name)
+	}
 	if len(spans) != 1 {
 		t.Fatalf("%d spans %q ended, want 1", len(spans), name)
 	}
