@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -229,7 +228,7 @@ func BenchmarkParallelTurns(b *testing.B) {
 	var n atomic.Int64
 	b.SetParallelism(16)
 	b.ReportAllocs()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), cpuTime(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			id := n.Add(1)
@@ -244,16 +243,7 @@ func BenchmarkParallelTurns(b *testing.B) {
 	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "turns/s")
 	// CPU of the whole process (server, store and the benchmark's own
 	// clients) per turn: an upper bound of the library's per-turn work.
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(n.Load())/1e3, "cpu-µs/turn")
-}
-
-// cpuTime returns the process's user and system CPU time in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(n.Load())/1e3, "cpu-µs/turn")
 }
 
 // BenchmarkAbortLatency starts a turn whose agent waits, aborts it, and

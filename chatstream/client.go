@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -22,28 +23,38 @@ type Client struct {
 	client *http.Client
 }
 
-// ClientOption configures a [Client].
+// ClientOption configures a [Client] at [NewClient]. Like the handler's
+// options, an invalid value panics when its With function is called.
 type ClientOption func(*Client)
 
-// WithAPIKey authenticates with Authorization: Api-Key <key>.
+// WithAPIKey authenticates with Authorization: Api-Key <key>. Default: no
+// Authorization header. key must not be empty; WithAPIKey panics
+// otherwise.
 func WithAPIKey(key string) ClientOption {
+	if key == "" {
+		panic(`chatstream: WithAPIKey: key must not be empty, got ""`)
+	}
 	return func(c *Client) { c.auth = "Api-Key " + key }
 }
 
 // WithBearerToken authenticates with Authorization: Bearer <token> (an
-// embed session's token).
+// embed session's token). Default: no Authorization header. token must not
+// be empty; WithBearerToken panics otherwise.
 func WithBearerToken(token string) ClientOption {
+	if token == "" {
+		panic(`chatstream: WithBearerToken: token must not be empty, got ""`)
+	}
 	return func(c *Client) { c.auth = "Bearer " + token }
 }
 
 // WithHTTPClient sets the HTTP client. Default: http.DefaultClient. Its
-// Timeout, if any, bounds whole streams.
+// Timeout, if any, bounds whole streams. hc must not be nil;
+// WithHTTPClient panics otherwise.
 func WithHTTPClient(hc *http.Client) ClientOption {
-	return func(c *Client) {
-		if hc != nil {
-			c.client = hc
-		}
+	if hc == nil {
+		panic("chatstream: WithHTTPClient: client must not be nil, got nil")
 	}
+	return func(c *Client) { c.client = hc }
 }
 
 // NewClient returns a client for the chat API at baseURL (the chat base URL,
@@ -90,11 +101,25 @@ func readAPIError(resp *http.Response) error {
 	return httperr.Parse(resp.StatusCode, b)
 }
 
+// ErrIncompleteStream is yielded by [Client.Stream] when a stream ends
+// before its __state__ message: the connection was cut (by a proxy, a
+// write deadline, a server that stopped) and the messages received may be
+// incomplete. Requesting the chat's state again (no input) rejoins the turn
+// if it still runs, or returns the stored history.
+var ErrIncompleteStream = errors.New("chatstream: the stream ended before its __state__ message")
+
 // Stream sends req and yields the stream's messages as they arrive. An HTTP
-// error is yielded once as an [*httperr.Error]; a broken stream as its error.
+// error is yielded once as an [*httperr.Error]; a broken stream as its error; a
+// stream that ends without a __state__ message as [ErrIncompleteStream]. A
+// request holding a string that is not valid UTF-8 is refused before it is
+// sent (JSON encoding would replace the invalid bytes silently).
 // The response body is closed when the loop ends or breaks.
 func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Request) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {
+		if err := req.checkText(); err != nil {
+			yield(Message{}, fmt.Errorf("chatstream: %w", err))
+			return
+		}
 		resp, err := c.post(ctx, c.url(accountName, agentID, "stream-chat-state"), req)
 		if err != nil {
 			yield(Message{}, err)
@@ -116,10 +141,15 @@ func (c *Client) Stream(ctx context.Context, accountName, agentID string, req Re
 			if !yield(m, nil) {
 				return
 			}
+			if m.ID == StateID {
+				return // the end of the stream, whatever follows
+			}
 		}
 		if err := sc.Err(); err != nil {
 			yield(Message{}, err)
+			return
 		}
+		yield(Message{}, ErrIncompleteStream)
 	}
 }
 
@@ -129,6 +159,9 @@ func (c *Client) Abort(ctx context.Context, accountName, agentID, chatID string,
 	body := AbortRequest{ChatID: chatID}
 	if settings.ExternalID != "" || settings.InternalID != "" {
 		body.SessionSettings = &settings
+	}
+	if err := (&Request{ChatID: chatID, SessionSettings: body.SessionSettings}).checkText(); err != nil {
+		return fmt.Errorf("chatstream: %w", err)
 	}
 	resp, err := c.post(ctx, c.url(accountName, agentID, "abort"), body)
 	if err != nil {

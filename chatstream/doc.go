@@ -122,4 +122,14 @@
 // form). sort strictly increases after __cutoff__ and continues across the
 // turns of a thread. [Conversation] merges lines by id and applies the
 // spec's final-answer rule.
+//
+// # Observability
+//
+// The handler records a span per request, per turn ("invoke_agent") and per
+// tool call ("execute_tool {name}"), and metrics of requests by route and
+// status, turn durations, running turns, streamed lines and tool calls,
+// through OpenTelemetry's API on the providers of [WithTracerProvider] and
+// [WithMeterProvider] (by default the global ones). It logs faults to
+// [WithLogger]'s logger, with ?sessionId= values scrubbed. The names and
+// attributes are in the repository's docs/observability.md.
 package chatstream

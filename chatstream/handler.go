@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -42,29 +43,33 @@ type Handler struct {
 	cfg     config
 	turns   *registry
 	persist *persister
+	tel     *telemetry.Telemetry
 }
 
 // NewHandler returns a handler that answers chat requests with agent and
 // keeps users, threads and histories in st.
 //
-// Options read: [WithDevelopment], [WithTurnTimeout],
-// [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxTurnBytes], [WithDefaultLimits], [WithCluster], [WithLogger],
-// [WithClock].
+// Its options are the functions of this package returning [Option] or
+// [SharedOption]; an invalid option value panics when its With function is
+// called.
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
-	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}}
+	tel := telemetry.New(scope, cfg.tp, cfg.mp)
+	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}, tel: tel}
 }
 
 // Routes returns the chat endpoints with authentication applied
 // (middleware.APIKeyOrToken: Authorization: Api-Key <key>, or Bearer <token>
 // of an embed session).
 func (h *Handler) Routes() []Route {
-	auth := middleware.APIKeyOrToken(h.st, middleware.WithClock(h.cfg.now), middleware.WithLogger(h.cfg.log),
-		middleware.WithKeyCache(h.cfg.keyCacheTTL))
+	mo := []middleware.APIKeyOrTokenOption{middleware.WithClock(h.cfg.now), middleware.WithKeyCache(h.cfg.keyCacheTTL)}
+	if h.cfg.log != nil {
+		mo = append(mo, middleware.WithLogger(h.cfg.log))
+	}
+	auth := middleware.APIKeyOrToken(h.st, mo...)
 	return []Route{
-		{Method: http.MethodPost, Pattern: StreamPattern, Handler: auth(h.Stream())},
-		{Method: http.MethodPost, Pattern: AbortPattern, Handler: auth(h.Abort())},
+		{Method: http.MethodPost, Pattern: StreamPattern, Handler: h.tel.Route(http.MethodPost, StreamPattern, auth(http.HandlerFunc(h.serveStream)))},
+		{Method: http.MethodPost, Pattern: AbortPattern, Handler: h.tel.Route(http.MethodPost, AbortPattern, auth(http.HandlerFunc(h.serveAbort)))},
 	}
 }
 
@@ -72,11 +77,15 @@ func (h *Handler) Routes() []Route {
 // expects middleware.AccountFromContext (and, for tokens,
 // middleware.EmbedSessionFromContext) to be set by the host's middleware,
 // and answers 401 otherwise. Most hosts mount [Handler.Routes] instead.
-func (h *Handler) Stream() http.Handler { return http.HandlerFunc(h.serveStream) }
+func (h *Handler) Stream() http.Handler {
+	return h.tel.Route(http.MethodPost, StreamPattern, http.HandlerFunc(h.serveStream))
+}
 
 // Abort returns the abort endpoint without authentication; see
 // [Handler.Stream].
-func (h *Handler) Abort() http.Handler { return http.HandlerFunc(h.serveAbort) }
+func (h *Handler) Abort() http.Handler {
+	return h.tel.Route(http.MethodPost, AbortPattern, http.HandlerFunc(h.serveAbort))
+}
 
 // Shutdown stops accepting new turns (503) and lets running turns finish
 // until ctx ends; it then aborts the remaining ones (their streams end with
@@ -279,7 +288,8 @@ func ownerGone(ctx context.Context, users interface {
 // running turn rejoined.
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
-	lw := newLineWriter(ctx, w)
+	lw := h.newLineWriter(ctx, w)
+	defer lw.end()
 	if req.ChatID == "" {
 		// A new chat: its id is handed out; the thread is stored with its
 		// first input.
@@ -570,7 +580,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 
 	// Past the commit nothing can fail with an HTTP status: answer at once.
-	lw := newLineWriter(ctx, w)
+	lw := h.newLineWriter(ctx, w)
+	defer lw.end()
 	lw.send(cutoffMessage(chatID, false))
 
 	// The user's attributes and groups are read after the commit, off the

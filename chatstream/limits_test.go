@@ -5,322 +5,169 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
+	"reflect"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
 
-// withLimits sets the test account's own limits.
-func withLimits(l store.Limits) func(*operator.Config) {
-	return func(c *operator.Config) { c.Accounts[0].Limits = l }
+// chars returns n characters, most of them several bytes long in UTF-8.
+func chars(n int) string {
+	return strings.Repeat("é", n/2) + strings.Repeat("日", n-n/2)
 }
 
-// startTurn starts a "slow" turn (it pauses after its first pieces) of
-// user in chatID and returns once it streams: the turn keeps running.
-func startTurn(t *testing.T, e *env, user, chatID string) {
-	t.Helper()
-	got, _ := streamUntil(t, t.Context(), e.client, chatstream.Request{Input: "slow", ChatID: chatID, SessionSettings: ext(user)}, isPiece("partial "))
-	if !slices.ContainsFunc(got, isPiece("partial ")) {
-		t.Fatalf("turn of %s in %s did not start: %+v", user, chatID, got)
+// limitsCatalog adds 500 groups, 500 number attributes, a string attribute
+// and array attributes to the demo account, so that chat requests can name
+// as many as the limits allow.
+func limitsCatalog(c *operator.Config) {
+	a := &c.Accounts[0]
+	for i := range 500 {
+		a.Groups = append(a.Groups, operator.Group{Name: fmt.Sprintf("g%04d", i)})
+		a.UserAttributes = append(a.UserAttributes, operator.Attribute{Name: fmt.Sprintf("n%04d", i), Type: store.TypeNumber})
 	}
+	a.UserAttributes = append(a.UserAttributes,
+		operator.Attribute{Name: "s", Type: store.TypeString},
+		operator.Attribute{Name: "sa", Type: store.TypeStringArray},
+		operator.Attribute{Name: "na", Type: store.TypeNumberArray})
 }
 
-// send posts input for user in chatID and returns the whole answer.
-func send(t *testing.T, e *env, user, chatID, input string) apitest.Response {
-	t.Helper()
-	return e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
-		map[string]any{"input": input, "chatId": chatID, "sessionSettings": map[string]any{"externalId": user}}))
-}
-
-// wantRefused checks a refusal: the status, the JSON error, and for 429 a
-// Retry-After of at least one second.
-func wantRefused(t *testing.T, what string, r apitest.Response, status int, msg string) {
-	t.Helper()
-	if r.Status != status {
-		t.Fatalf("%s: status %d %s, want %d", what, r.Status, r.Raw, status)
-	}
-	if got, _ := r.Body["error"].(string); msg != "" && got != msg {
-		t.Errorf("%s: error %q, want %q", what, got, msg)
-	} else if got == "" {
-		t.Errorf("%s: body %s has no error", what, r.Raw)
-	}
-	if status == http.StatusTooManyRequests {
-		if n, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || n < 1 {
-			t.Errorf("%s: Retry-After %q, want whole seconds ≥ 1", what, r.Header.Get("Retry-After"))
+// TestChatFieldLimits sends, for every limited field of a chat request, the
+// longest (or fullest) allowed value, which starts a turn, then one
+// character (or entry, or byte) more, which is a 400 naming the field and
+// changes nothing: no user, no thread, no attribute or group.
+func TestChatFieldLimits(t *testing.T) {
+	seq := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%04d", prefix, i%500)
 		}
+		if n > 500 {
+			out[500] = "sales" // distinct, and it exists
+		}
+		return out
 	}
-}
-
-// wantNoUser checks that a refused request created no user.
-func wantNoUser(t *testing.T, e *env, externalID string) {
-	t.Helper()
-	_, err := e.Store.UserByExternalID(t.Context(), e.Accounts[acct].ID, externalID, e.Now())
-	if !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("user %s after a refused request: err = %v, want ErrNotFound", externalID, err)
+	cases := []struct {
+		field string
+		set   func(r *chatstream.Request, over int)
+	}{
+		{"input", func(r *chatstream.Request, over int) {
+			r.Input = "echo:" + strings.Repeat("ü", (32<<10-5)/2) + strings.Repeat("x", (32<<10-5)%2+over)
+		}},
+		{"sessionSettings.externalId", func(r *chatstream.Request, over int) { r.SessionSettings.ExternalID = "x" + chars(254+over) }},
+		{"sessionSettings.email", func(r *chatstream.Request, over int) { r.SessionSettings.Email = new(chars(310+over) + "@mail.test") }},
+		{"sessionSettings.groups", func(r *chatstream.Request, over int) { r.SessionSettings.Groups = seq("g", 500+over) }},
+		{"sessionSettings.userAttributes", func(r *chatstream.Request, over int) {
+			for i := range 500 + over {
+				name := fmt.Sprintf("n%04d", i)
+				if i == 500 {
+					name = "s"
+				}
+				r.SessionSettings.UserAttributes = append(r.SessionSettings.UserAttributes, chatstream.UserAttribute{Name: name, Value: i})
+			}
+		}},
+		{"sessionSettings.userAttributes[0].value", func(r *chatstream.Request, over int) {
+			r.SessionSettings.UserAttributes = []chatstream.UserAttribute{{Name: "s", Value: chars(1024 + over)}}
+		}},
+		{"sessionSettings.userAttributes[0].value[1]", func(r *chatstream.Request, over int) {
+			r.SessionSettings.UserAttributes = []chatstream.UserAttribute{{Name: "sa", Value: []string{"a", chars(1024 + over)}}}
+		}},
+		{"sessionSettings.userAttributes[0].value", func(r *chatstream.Request, over int) {
+			r.SessionSettings.UserAttributes = []chatstream.UserAttribute{{Name: "na", Value: make([]int, 1000+over)}}
+		}},
 	}
-}
-
-// wantNoChat checks that a refused request created no thread.
-func wantNoChat(t *testing.T, e *env, chatID string) {
-	t.Helper()
-	if _, err := e.Store.Thread(t.Context(), e.Accounts[acct].ID, chatID); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("thread %s after a refused request: err = %v, want ErrNotFound", chatID, err)
-	}
-}
-
-func TestRunningTurnLimits(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{RunningTurns: 3, RunningTurnsPerUser: 2})})
-		startTurn(t, e, "u1", "c1")
-		startTurn(t, e, "u1", "c2") // the user's last allowed turn
-		r := send(t, e, "u1", "c3", "echo:x")
-		wantRefused(t, "the user's third turn", r, http.StatusTooManyRequests, "running turn limit of 2 per user reached: wait for a turn to end")
-		wantNoChat(t, e, "c3")
-		startTurn(t, e, "u2", "c4") // the account's last allowed turn
-		r = send(t, e, "u3", "c5", "echo:x")
-		wantRefused(t, "the account's fourth turn", r, http.StatusTooManyRequests, "running turn limit of 3 reached for this account: try again later")
-		wantNoChat(t, e, "c5")
-		wantNoUser(t, e, "u3")
-
-		// A turn that ends frees its place at once.
-		if st := e.Send(t, e.Request(t, http.MethodPost, abortPath(acct, agentID), apitest.AdminKey,
-			map[string]any{"chatId": "c1", "sessionSettings": map[string]any{"externalId": "u1"}})); st.Status != http.StatusNoContent {
-			t.Fatalf("abort: %d %s", st.Status, st.Raw)
-		}
-		if r := send(t, e, "u1", "c3", "echo:x"); r.Status != http.StatusOK {
-			t.Fatalf("after an abort: %d %s, want 200", r.Status, r.Raw)
+		t.Parallel()
+		e := newEnv(t, tg, envOpts{cfg: limitsCatalog})
+		for i, c := range cases {
+			mk := func(over int) chatstream.Request {
+				r := chatstream.Request{Input: "echo:hi", ChatID: fmt.Sprintf("limit-%02d-%d", i, over),
+					SessionSettings: &chatstream.SessionSettings{ExternalID: fmt.Sprintf("limits-%02d", i), IsEphemeral: new(false)}}
+				c.set(&r, over)
+				return r
+			}
+			ok := mk(0)
+			user := ok.SessionSettings.ExternalID
+			msgs := collect(t, e.client, ok)
+			if st := last(msgs).State; st == nil || st.Error != "" {
+				t.Fatalf("%s at its limit: the turn did not end well: %+v", c.field, last(msgs))
+			}
+			before := e.User(t, apitest.Account, user, "")
+			over := mk(1)
+			if c.field == "sessionSettings.externalId" {
+				over.SessionSettings.ExternalID = user + "x"
+			} else {
+				over.SessionSettings.SecurityContext = []byte(`{"changed":true}`)
+			}
+			_, err := collectErr(t.Context(), e.client, over)
+			var ae *httperr.Error
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.HasPrefix(ae.Message, c.field+" must") {
+				t.Errorf("%s over its limit: %v, want 400 naming the field", c.field, err)
+			}
+			if got := e.User(t, apitest.Account, user, ""); !reflect.DeepEqual(got, before) {
+				t.Errorf("%s over its limit changed the user", c.field)
+			}
+			if u := e.User(t, apitest.Account, user+"x", ""); u.Exists {
+				t.Errorf("%s over its limit stored a user", c.field)
+			}
+			if _, err := e.Store.Thread(context.Background(), e.Accounts[acct].ID, over.ChatID); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("%s over its limit: thread %q: %v, want not found", c.field, over.ChatID, err)
+			}
 		}
 	})
 }
 
-// TestRunningTurnLimitConcurrent starts 64 turns of 64 users at once with
-// an account limit of 5: exactly 5 run.
-func TestRunningTurnLimitConcurrent(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{RunningTurns: 5})})
-		runConcurrent(t, 64, 5, func(ctx context.Context, i int) error {
-			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: fmt.Sprintf("cc-%d", i), SessionSettings: ext(fmt.Sprintf("cu-%d", i))})
-		})
-	})
-}
-
-// firstLine starts a stream and returns once its first line arrived (nil),
-// or with the request's error; the turn runs on.
-func firstLine(ctx context.Context, c *chatstream.Client, req chatstream.Request) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for _, err := range c.Stream(ctx, acct, agentID, req) {
-		return err
+// TestChatInvalidUTF8 puts invalid text into every string field (and keys)
+// of a chat request: each is a 400 that names the field, and nothing is
+// stored.
+func TestChatInvalidUTF8(t *testing.T) {
+	badText := []string{"col\xff", "col\xfe", "\xc3(", "\xed\xa0\x80", `\ud800`, `\udc00`, `x\uD83Dy`, `\ud83d\u0041`}
+	const ss = `"sessionSettings":{"externalId":"utf","isEphemeral":false`
+	fields := []struct{ name, body string }{
+		{"input", `{"input":"hello BAD",` + ss + `}}`},
+		{"chatId", `{"input":"hi","chatId":"cBAD",` + ss + `}}`},
+		{"activeBranchName", `{"input":"hi","activeBranchName":"devBAD",` + ss + `}}`},
+		{"sessionSettings.externalId", `{"input":"hi","sessionSettings":{"externalId":"BAD"}}`},
+		{"sessionSettings.internalId", `{"input":"hi","sessionSettings":{"internalId":"alice@acme.testBAD"}}`},
+		{"sessionSettings.email", `{"input":"hi",` + ss + `,"email":"BAD@x.test"}}`},
+		{"sessionSettings.groups[0]", `{"input":"hi",` + ss + `,"groups":["BAD"]}}`},
+		{"sessionSettings.userAttributes[0].name", `{"input":"hi",` + ss + `,"userAttributes":[{"name":"countryBAD","value":"DE"}]}}`},
+		{"sessionSettings.userAttributes[0].value", `{"input":"hi",` + ss + `,"userAttributes":[{"name":"country","value":"DBAD"}]}}`},
+		{"sessionSettings.securityContext.k", `{"input":"hi",` + ss + `,"securityContext":{"k":"BAD"}}}`},
+		{"the keys of field sessionSettings", `{"input":"hi",` + ss + `,"BAD":1}}`},
+		{"the keys of the request body", `{"input":"hi",` + ss + `},"BAD":1}`},
 	}
-	return errors.New("empty stream")
-}
-
-// runConcurrent runs n calls of fn at once and checks that exactly want
-// succeed and the others get 429.
-func runConcurrent(t *testing.T, n, want int, fn func(ctx context.Context, i int) error) {
-	t.Helper()
-	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			err := fn(t.Context(), i)
-			switch {
-			case err == nil:
-				ok.Add(1)
-			case apiStatus(err) == http.StatusTooManyRequests:
-				refused.Add(1)
-			default:
-				t.Errorf("request %d: %v", i, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if ok.Load() != int64(want) || refused.Load() != int64(n-want) {
-		t.Errorf("%d succeeded and %d got 429, want %d and %d", ok.Load(), refused.Load(), want, n-want)
-	}
-}
-
-func TestNewEphemeralUserLimit(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{NewEphemeralUsersPerMinute: 3})})
-		// The window is the clock minute: start at its beginning.
-		e.Advance(e.Now().Truncate(time.Minute).Add(time.Minute).Sub(e.Now()))
-		for i := range 3 {
-			if r := send(t, e, fmt.Sprintf("e%d", i), fmt.Sprintf("ec%d", i), "echo:x"); r.Status != http.StatusOK {
-				t.Fatalf("new user %d: %d %s", i, r.Status, r.Raw)
+		t.Parallel()
+		e := newEnv(t, tg, envOpts{})
+		path := streamPath(acct, agentID)
+		for _, f := range fields {
+			for _, bad := range badText {
+				raw := strings.ReplaceAll(f.body, "BAD", bad)
+				status, out := e.Do(t, http.MethodPost, path, apitest.AdminKey, raw)
+				msg, _ := out["error"].(string)
+				want := "field " + f.name + " must be valid UTF-8"
+				if strings.HasPrefix(f.name, "the keys") {
+					want = f.name + " must be valid UTF-8"
+				}
+				if status != http.StatusBadRequest || !strings.HasPrefix(msg, want) {
+					t.Errorf("%q: %d %q, want 400 %q", raw, status, msg, want)
+				}
 			}
 		}
-		e.Advance(59 * time.Second)
-		r := send(t, e, "e3", "ec3", "echo:x")
-		wantRefused(t, "the fourth new user of the minute", r, http.StatusTooManyRequests,
-			"new ephemeral user limit of 3 per minute reached for this account: try again later")
-		if got := r.Header.Get("Retry-After"); got != "1" {
-			t.Errorf("Retry-After %q one second before the window ends, want 1", got)
-		}
-		wantNoUser(t, e, "e3")
-		wantNoChat(t, e, "ec3")
-		// Known users, and persistent ones, are not counted.
-		if r := send(t, e, "e0", "ec0", "echo:y"); r.Status != http.StatusOK {
-			t.Fatalf("a known user: %d %s", r.Status, r.Raw)
-		}
-		if r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
-			map[string]any{"input": "echo:x", "sessionSettings": map[string]any{"externalId": "p1", "isEphemeral": false}})); r.Status != http.StatusOK {
-			t.Fatalf("a new persistent user: %d %s", r.Status, r.Raw)
-		}
-		e.Advance(time.Second) // the next minute
-		if r := send(t, e, "e3", "ec3", "echo:x"); r.Status != http.StatusOK {
-			t.Fatalf("in the next minute: %d %s", r.Status, r.Raw)
-		}
-	})
-}
-
-func TestNewEphemeralUserLimitConcurrent(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{NewEphemeralUsersPerMinute: 10})})
-		e.Advance(e.Now().Truncate(time.Minute).Add(time.Minute).Sub(e.Now()))
-		runConcurrent(t, 64, 10, func(ctx context.Context, i int) error {
-			_, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:x", SessionSettings: ext(fmt.Sprintf("n-%d", i))})
-			return err
-		})
-	})
-}
-
-func TestThreadLimits(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{ThreadTurns: 2})})
-		for i := range 2 {
-			if r := send(t, e, "u", "full", "echo:x"); r.Status != http.StatusOK {
-				t.Fatalf("turn %d: %d %s", i+1, r.Status, r.Raw)
+		for _, id := range []string{"utf", "col", "col\ufffd"} {
+			if u := e.User(t, apitest.Account, id, ""); u.Exists {
+				t.Errorf("user %q was stored", id)
 			}
 		}
-		before, err := e.Store.Messages(t.Context(), e.Accounts[acct].ID, "full")
-		if err != nil {
-			t.Fatal(err)
+		// Abort decodes alike.
+		status, out := e.Do(t, http.MethodPost, abortPath(acct, agentID), apitest.AdminKey, "{\"chatId\":\"c\",\"sessionSettings\":{\"externalId\":\"a\xff\"}}")
+		if msg, _ := out["error"].(string); status != http.StatusBadRequest || !strings.HasPrefix(msg, "field sessionSettings.externalId must be valid UTF-8") {
+			t.Errorf("abort: %d %q", status, msg)
 		}
-		r := send(t, e, "u", "full", "echo:x")
-		wantRefused(t, "the third turn", r, http.StatusConflict, "thread is full: start a new chat")
-		after, err := e.Store.Messages(t.Context(), e.Accounts[acct].ID, "full")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(after) != len(before) {
-			t.Errorf("history has %d messages after the refusal, %d before", len(after), len(before))
-		}
-		if r := send(t, e, "u", "new", "echo:x"); r.Status != http.StatusOK {
-			t.Fatalf("a new chat: %d %s", r.Status, r.Raw)
-		}
-
-		// threadBytes: the stored size of the thread's messages.
-		a := e.Accounts[acct]
-		setBytes := func(n int64) {
-			a.Limits = store.Limits{ThreadBytes: n}
-			if _, err := e.Store.SaveAccount(t.Context(), a); err != nil {
-				t.Fatal(err)
-			}
-		}
-		size := func() int64 {
-			msgs, err := e.Store.Messages(t.Context(), a.ID, "big")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var n int64
-			for _, m := range msgs {
-				n += int64(len(m.Body))
-			}
-			return n
-		}
-		if r := send(t, e, "u", "big", "echo:x"); r.Status != http.StatusOK {
-			t.Fatalf("first turn: %d %s", r.Status, r.Raw)
-		}
-		setBytes(size() + 1) // one byte left: still allowed
-		if r := send(t, e, "u", "big", "echo:x"); r.Status != http.StatusOK {
-			t.Fatalf("below threadBytes: %d %s", r.Status, r.Raw)
-		}
-		n := size()
-		setBytes(n) // at the limit
-		r = send(t, e, "u", "big", "echo:x")
-		wantRefused(t, "at threadBytes", r, http.StatusConflict, "thread is full: start a new chat")
-		if size() != n {
-			t.Errorf("the refused turn changed the thread")
-		}
-	})
-}
-
-// TestLimitsAcrossReplicas: two replicas on one PostgreSQL database share
-// the running-turn count and the new-ephemeral-user window.
-func TestLimitsAcrossReplicas(t *testing.T) {
-	t.Run("running turns", func(t *testing.T) {
-		p := newPair(t, pairOpts{handler: []chatstream.Option{chatstream.WithDefaultLimits(store.Limits{RunningTurns: 2})}})
-		startTurn(t, p.a, "u1", "c1")
-		startTurn(t, p.b, "u2", "c2")
-		for _, e := range []*env{p.a, p.b} {
-			r := send(t, e, "u3", "c3", "echo:x")
-			wantRefused(t, "a third turn", r, http.StatusTooManyRequests, "running turn limit of 2 reached for this account: try again later")
-			wantNoChat(t, e, "c3")
-		}
-	})
-	t.Run("running turns at once", func(t *testing.T) {
-		p := newPair(t, pairOpts{handler: []chatstream.Option{chatstream.WithDefaultLimits(store.Limits{RunningTurns: 5})}})
-		runConcurrent(t, 64, 5, func(ctx context.Context, i int) error {
-			e := p.a
-			if i%2 == 1 {
-				e = p.b
-			}
-			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: fmt.Sprintf("cc-%d", i), SessionSettings: ext(fmt.Sprintf("cu-%d", i))})
-		})
-	})
-	t.Run("new ephemeral users", func(t *testing.T) {
-		p := newPair(t, pairOpts{handler: []chatstream.Option{chatstream.WithDefaultLimits(store.Limits{NewEphemeralUsersPerMinute: 3})}})
-		next := p.a.Now().Truncate(time.Minute).Add(time.Minute)
-		p.a.Advance(next.Sub(p.a.Now()))
-		p.b.Advance(next.Sub(p.b.Now()))
-		for i, e := range []*env{p.a, p.b, p.a} {
-			if r := send(t, e, fmt.Sprintf("e%d", i), fmt.Sprintf("ec%d", i), "echo:x"); r.Status != http.StatusOK {
-				t.Fatalf("new user %d: %d %s", i, r.Status, r.Raw)
-			}
-		}
-		r := send(t, p.b, "e3", "ec3", "echo:x")
-		wantRefused(t, "the fourth new user, on the other replica", r, http.StatusTooManyRequests, "")
-		wantNoUser(t, p.b, "e3")
-	})
-}
-
-// TestThreadBytesCapsTheTurn: a turn whose answer would take the thread far
-// past threadBytes is cut like a too-long answer, so that the thread stays
-// near its limit.
-func TestThreadBytesCapsTheTurn(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{ThreadBytes: 4096})})
-		long := "echo:" + strings.Repeat("x", 8000)
-		msgs := collect(t, e.client, chatstream.Request{Input: long, ChatID: "long", SessionSettings: ext("u")})
-		if st := last(msgs).State; st == nil || st.Error == "" {
-			t.Fatalf("a turn past threadBytes ends with %+v, want state.error", st)
-		}
-		stored, err := e.Store.Messages(t.Context(), e.Accounts[acct].ID, "long")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n int
-		for _, m := range stored {
-			n += len(m.Body)
-		}
-		// The input itself is stored whole (its own limit applies).
-		if n > 4096+len(long)+1024 {
-			t.Errorf("the thread stores %d bytes", n)
-		}
-		r := send(t, e, "u", "long", "echo:x")
-		wantRefused(t, "the next turn", r, http.StatusConflict, "thread is full: start a new chat")
 	})
 }

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"time"
 )
 
 // ContentType is the media type of the chat stream.
@@ -37,17 +41,62 @@ func encodeLine(m *Message) []byte {
 }
 
 // lineWriter writes NDJSON lines to a response and flushes them. Writes stop
-// once the request's context ends or a write fails.
+// once the request's context ends or a write fails. Each line, and each
+// writeChunk of a long line, must reach the connection within timeout (a
+// client that reads nothing fails the write); the deadline is cleared while
+// the stream waits for more lines.
+// A writer that cannot flush still gets every line, delivered when the
+// response ends.
 type lineWriter struct {
 	ctx     context.Context
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	timeout time.Duration
+	h       *Handler // for its logger and its once-only warning
 	started bool
+	// noFlush: the writer has no Flush (nor Unwrap to one); lines go out
+	// when the response ends.
+	noFlush bool
+	// noDeadline: the writer takes no write deadline.
+	noDeadline bool
+	// armed: a write deadline is set, at armedAt.
+	armed   bool
+	armedAt time.Time
 	err     error
 }
 
-func newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
-	return &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w)}
+// newLineWriter returns a lineWriter for a stream of h. The caller defers
+// its end.
+func (h *Handler) newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
+	return &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h}
+}
+
+// warn logs, once per handler, that the stream's writer cannot flush or
+// take a deadline, naming what it lacks.
+func (lw *lineWriter) warn() {
+	lw.h.cfg.flushWarning.Do(func() {
+		log := lw.h.cfg.log
+		if log == nil {
+			log = slog.Default()
+		}
+		// The culprit is the innermost writer reached through Unwrap
+		// (route wrappers such as the telemetry one unwrap properly).
+		w := lw.w
+		for {
+			u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+			if !ok {
+				break
+			}
+			w = u.Unwrap()
+		}
+		msg := "lacks an Unwrap method: no write deadline can be set, so a client that stops reading is not disconnected"
+		if _, flush := w.(http.Flusher); !flush {
+			msg = "lacks Flush and Unwrap methods: lines reach the client only when the response ends (or the writer flushes on its own), and a client that stops reading is not disconnected"
+		}
+		log.LogAttrs(lw.ctx, slog.LevelWarn, "chatstream: the stream's ResponseWriter "+msg+
+			"; give the wrapping ResponseWriter an Unwrap() http.ResponseWriter method (see http.ResponseController)",
+			slog.String("writer", fmt.Sprintf("%T", w)))
+	})
 }
 
 // begin writes the status and headers once.
@@ -63,6 +112,44 @@ func (lw *lineWriter) begin() {
 	lw.w.WriteHeader(http.StatusOK)
 }
 
+// arm sets the write deadline of the next line. A deadline set less than
+// an eighth of the timeout ago is kept (lines come in bursts; setting a
+// deadline costs a lock and a timer update), so a line gets between 7/8 of
+// the timeout and all of it.
+func (lw *lineWriter) arm() {
+	if lw.noDeadline {
+		return
+	}
+	now := time.Now()
+	if lw.armed && now.Sub(lw.armedAt) < lw.timeout/8 {
+		return
+	}
+	lw.armedAt = now
+	if err := lw.rc.SetWriteDeadline(now.Add(lw.timeout)); err != nil {
+		lw.noDeadline = true
+		if errors.Is(err, http.ErrNotSupported) {
+			lw.warn()
+		}
+		return
+	}
+	lw.armed = true
+}
+
+// disarm clears the write deadline while the stream waits for lines (an
+// HTTP/2 stream whose deadline passes is reset even when nothing is being
+// written).
+func (lw *lineWriter) disarm() {
+	if lw.armed {
+		lw.armed = false
+		_ = lw.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// writeChunk is how much of a line one write deadline covers: a client
+// must take a piece this large within the timeout, so that a long line (a
+// __state__ with a long history) to a slow but reading client is not cut.
+const writeChunk = 64 << 10
+
 // write writes one encoded line without flushing. It reports false once
 // the stream is dead.
 func (lw *lineWriter) write(line []byte) bool {
@@ -70,9 +157,14 @@ func (lw *lineWriter) write(line []byte) bool {
 		return false
 	}
 	lw.begin()
-	if _, err := lw.w.Write(line); err != nil {
-		lw.err = err
-		return false
+	for len(line) > 0 {
+		n := min(len(line), writeChunk)
+		lw.arm()
+		if _, err := lw.w.Write(line[:n]); err != nil {
+			lw.err = err
+			return false
+		}
+		line = line[n:]
 	}
 	return true
 }
@@ -86,14 +178,30 @@ func (lw *lineWriter) flush() bool {
 		lw.err = err
 		return false
 	}
-	if err := lw.rc.Flush(); err != nil {
-		lw.err = err
-		return false
+	if !lw.noFlush {
+		if err := lw.rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+			// Keep writing: the lines go out when the response ends.
+			lw.noFlush = true
+			lw.warn()
+		} else if err != nil {
+			lw.err = err
+			return false
+		}
 	}
+	lw.disarm()
 	return true
 }
 
 // send writes and flushes one message.
 func (lw *lineWriter) send(m Message) bool {
 	return lw.write(encodeLine(&m)) && lw.flush()
+}
+
+// end bounds what the server still writes after the handler returns (the
+// end of a chunked body, or every line when the writer could not flush) by
+// one more write deadline.
+func (lw *lineWriter) end() {
+	if lw.started && lw.err == nil {
+		lw.arm()
+	}
 }

@@ -1,11 +1,25 @@
 package chatstream
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "chatstream: WithX: <what is wrong>,
+// got <value>" when it is invalid (options are checked when the With
+// function is called, never silently replaced by a default), then returns
+// handlerOption (read by NewHandler), reaperOption (NewReaper) or
+// sharedOption (both), wrapping a func that sets a field of config. Its doc
+// comment states the default and the valid range; add a row to
+// TestInvalidOptionsPanic.
+
 import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
 )
@@ -13,7 +27,7 @@ import (
 // Defaults of the handler's options.
 const (
 	// DefaultTurnTimeout is the deadline of a turn unless [WithTurnTimeout]
-	// says otherwise (decisions.md §5).
+	// says otherwise.
 	DefaultTurnTimeout = 5 * time.Minute
 	// DefaultEphemeralTTL is the lifetime of a new ephemeral user when the
 	// request names none, unless [WithDefaultEphemeralTTL] says otherwise.
@@ -46,9 +60,33 @@ const (
 	shutdownGrace = 5 * time.Second
 )
 
-// Option configures a [Handler] or a [Reaper]. Each option says which one
-// reads it; the other ignores it.
-type Option func(*config)
+// Option configures a [Handler] at [NewHandler]. Only this package's With
+// functions make one, so an option that the handler does not read (one of
+// [ReaperOption] alone) does not compile. An invalid value (see each
+// option) panics when its With function is called, so a misconfigured
+// server fails at start-up with a message naming the option.
+type Option interface{ applyHandler(*config) }
+
+// ReaperOption configures a [Reaper] at [NewReaper].
+type ReaperOption interface{ applyReaper(*config) }
+
+// SharedOption is an option read by both [NewHandler] and [NewReaper]:
+// [WithLogger] and [WithClock].
+type SharedOption interface {
+	Option
+	ReaperOption
+}
+
+type (
+	handlerOption func(*config)
+	reaperOption  func(*config)
+	sharedOption  func(*config)
+)
+
+func (f handlerOption) applyHandler(c *config) { f(c) }
+func (f reaperOption) applyReaper(c *config)   { f(c) }
+func (f sharedOption) applyHandler(c *config)  { f(c) }
+func (f sharedOption) applyReaper(c *config)   { f(c) }
 
 type config struct {
 	dev                bool
@@ -61,11 +99,17 @@ type config struct {
 	maxTurnBytes       int
 	cluster            Cluster
 	keyCacheTTL        time.Duration
+	tp                 trace.TracerProvider // see telemetry.go
+	mp                 metric.MeterProvider
+	streamWriteTimeout time.Duration
 	limits             store.Limits // the defaults; every field set
+	// flushWarning makes the warning about a ResponseWriter that cannot
+	// flush a once-per-handler one.
+	flushWarning *sync.Once
 }
 
-func newConfig(opts []Option) config {
-	c := config{
+func defaultConfig() config {
+	return config{
 		turnTimeout:  DefaultTurnTimeout,
 		ephemeralTTL: DefaultEphemeralTTL,
 		now:          time.Now,
@@ -78,86 +122,112 @@ func newConfig(opts []Option) config {
 			ThreadTurns:                DefaultMaxThreadTurns,
 			ThreadBytes:                DefaultMaxThreadBytes,
 		},
+
+		streamWriteTimeout: DefaultStreamWriteTimeout,
+		flushWarning:       new(sync.Once),
 	}
+}
+
+func newConfig(opts []Option) config {
+	c := defaultConfig()
 	for _, o := range opts {
-		o(&c)
+		o.applyHandler(&c)
 	}
 	return c
 }
 
+func newReaperConfig(opts []ReaperOption) config {
+	c := defaultConfig()
+	for _, o := range opts {
+		o.applyReaper(&c)
+	}
+	return c
+}
+
+// mustPositive panics with the message of an invalid option when d ≤ 0.
+func mustPositive[T time.Duration | int](option string, v T) {
+	if v <= 0 {
+		what := "count"
+		if _, ok := any(v).(time.Duration); ok {
+			what = "duration"
+		}
+		panic(fmt.Sprintf("chatstream: %s: %s must be positive, got %v", option, what, v))
+	}
+}
+
 // WithDevelopment turns development mode on or off: in development mode the
 // agent's thinking is streamed (and kept in the history); otherwise it is
-// dropped. Default: off. Read by [Handler].
-func WithDevelopment(on bool) Option { return func(c *config) { c.dev = on } }
+// dropped. Default: off.
+func WithDevelopment(on bool) Option { return handlerOption(func(c *config) { c.dev = on }) }
 
 // WithTurnTimeout sets the deadline of every turn, after which the agent's
 // context ends and the turn ends with state.error. Default:
-// [DefaultTurnTimeout] (5 minutes). Values ≤ 0 are ignored. Read by
-// [Handler].
+// [DefaultTurnTimeout] (5 minutes). d must be positive; WithTurnTimeout
+// panics otherwise.
 func WithTurnTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.turnTimeout = d
-		}
-	}
+	mustPositive("WithTurnTimeout", d)
+	return handlerOption(func(c *config) { c.turnTimeout = d })
 }
 
 // WithCancelOnDisconnect makes a turn end (as if aborted) when the client of
 // the request that started it disconnects before the turn is complete.
 // Default: false: a turn belongs to the server and runs on to completion;
-// its answer is stored and can be rejoined. Read by [Handler].
-func WithCancelOnDisconnect(on bool) Option { return func(c *config) { c.cancelOnDisconnect = on } }
+// its answer is stored and can be rejoined.
+func WithCancelOnDisconnect(on bool) Option {
+	return handlerOption(func(c *config) { c.cancelOnDisconnect = on })
+}
 
 // WithDefaultEphemeralTTL sets the lifetime of ephemeral users created by a
 // request without sessionSettings.ephemeralTtlSeconds. Default:
-// [DefaultEphemeralTTL] (one week). Values ≤ 0 are ignored. Read by
-// [Handler].
+// [DefaultEphemeralTTL] (one week). d must be positive;
+// WithDefaultEphemeralTTL panics otherwise.
 func WithDefaultEphemeralTTL(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.ephemeralTTL = d
-		}
-	}
+	mustPositive("WithDefaultEphemeralTTL", d)
+	return handlerOption(func(c *config) { c.ephemeralTTL = d })
 }
 
 // WithLogger sets where server faults (5xx, agent errors, failed stores,
-// reaper failures) are logged. Secrets are never logged. Default: nothing is
-// logged. Read by [Handler] and [Reaper].
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// reaper failures) are logged. Secrets are never logged, and the value of
+// any ?sessionId= query parameter is scrubbed from every line. Default:
+// nothing is logged (leave the option out), except the one warning about a
+// ResponseWriter that cannot flush (see [WithStreamWriteTimeout]), which
+// goes to slog.Default(). l must not be nil; WithLogger panics otherwise.
+// Read by [NewHandler] and [NewReaper].
+func WithLogger(l *slog.Logger) SharedOption {
+	if l == nil {
+		panic("chatstream: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
+	}
+	l = telemetry.Logger(l)
+	return sharedOption(func(c *config) { c.log = l })
+}
 
 // WithClock sets the clock used for user expiry and token checks. Default:
-// time.Now. Turn deadlines use the real clock. Read by [Handler] and
-// [Reaper].
-func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now != nil {
-			c.now = now
-		}
+// time.Now. Turn deadlines use the real clock. now must not be nil;
+// WithClock panics otherwise. Read by [NewHandler] and [NewReaper].
+func WithClock(now func() time.Time) SharedOption {
+	if now == nil {
+		panic("chatstream: WithClock: clock must not be nil, got nil")
 	}
+	return sharedOption(func(c *config) { c.now = now })
 }
 
 // WithReapBatch sets how many expired rows (users; session ids, tokens and
-// counters) a [Reaper] deletes per store call. Default: [DefaultReapBatch]. Values ≤ 0 are ignored. Read by
-// [Reaper].
-func WithReapBatch(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.reapBatch = n
-		}
-	}
+// quota counters) a [Reaper] deletes per store call. Default:
+// [DefaultReapBatch] (500). n must be positive; WithReapBatch panics
+// otherwise.
+func WithReapBatch(n int) ReaperOption {
+	mustPositive("WithReapBatch", n)
+	return reaperOption(func(c *config) { c.reapBatch = n })
 }
 
 // WithMaxTurnBytes caps the encoded size of one turn's stream (every line
 // a rejoining client would replay). Once it is exceeded, the agent's Emitter
 // returns [ErrTurnTooLong] and the turn ends like an agent error, with a
-// short final message. Default: [DefaultMaxTurnBytes] (64 MiB). Values ≤ 0
-// are ignored. Read by [Handler].
+// short final message. Default: [DefaultMaxTurnBytes] (64 MiB). n must be
+// positive; WithMaxTurnBytes panics otherwise.
 func WithMaxTurnBytes(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxTurnBytes = n
-		}
-	}
+	mustPositive("WithMaxTurnBytes", n)
+	return handlerOption(func(c *config) { c.maxTurnBytes = n })
 }
 
 // WithCluster shares running turns with the other replicas of the server
@@ -168,22 +238,51 @@ func WithMaxTurnBytes(n int) Option {
 // runs. pgcluster.New returns one for PostgreSQL. The handler does not close
 // it: the host closes it after [Handler.Shutdown] returns, so that the
 // turns stopped by Shutdown can still release their claims. A request's
-// calls to the cluster are bounded by 5 seconds (then 503). Default: nil, a
-// single process (what SQLite deployments need). Read by [Handler].
-func WithCluster(c Cluster) Option { return func(cfg *config) { cfg.cluster = c } }
+// calls to the cluster are bounded by 5 seconds (then 503). Default: no
+// cluster, a single process (what SQLite deployments need; leave the option
+// out). cl must not be nil; WithCluster panics otherwise.
+func WithCluster(cl Cluster) Option {
+	if cl == nil {
+		panic("chatstream: WithCluster: cluster must not be nil, got nil (leave the option out for a single process)")
+	}
+	return handlerOption(func(c *config) { c.cluster = cl })
+}
 
 // WithKeyCache makes the handler's authentication remember a resolved API
 // key (its account and admin flag) for ttl, saving two store reads per
-// request (see middleware.WithKeyCache). A key revoked through this process
-// is refused at once; a key removed by another process, or an account
-// changed, is noticed at most ttl later. ttl must be between 0 and
-// middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics otherwise. Default:
-// 0, no cache.
+// request (see middleware.WithKeyCache). The cache holds at most
+// middleware.DefaultKeyCacheSize keys (least recently used evicted). A key
+// revoked through this process is refused at once; a key removed by another process, or an account
+// changed, is noticed at most ttl later. Default: 0, no cache. ttl must be
+// between 0 and middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics
+// otherwise.
 func WithKeyCache(ttl time.Duration) Option {
 	if ttl < 0 || ttl > middleware.MaxKeyCacheTTL {
-		panic(fmt.Sprintf("chatstream.WithKeyCache: ttl %v is outside 0 to middleware.MaxKeyCacheTTL (%v)", ttl, middleware.MaxKeyCacheTTL))
+		panic(fmt.Sprintf("chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (%v), got %v", middleware.MaxKeyCacheTTL, ttl))
 	}
-	return func(c *config) { c.keyCacheTTL = ttl }
+	return handlerOption(func(c *config) { c.keyCacheTTL = ttl })
+}
+
+// DefaultStreamWriteTimeout is how long one line of a stream may take to
+// reach a client that does not read before the stream is closed, unless
+// [WithStreamWriteTimeout] says otherwise.
+const DefaultStreamWriteTimeout = 30 * time.Second
+
+// WithStreamWriteTimeout bounds the write of each stream line (and of each
+// 64 KiB of a longer line): a client that reads nothing for d (its
+// connection's buffers full) gets its stream closed, so that it holds
+// neither a goroutine nor buffered output; the turn itself goes on and is stored, and can be rejoined. Set through
+// http.ResponseController.SetWriteDeadline per line and cleared while the
+// stream waits for the next line, so it also replaces http.Server's
+// WriteTimeout for streams. A ResponseWriter wrapper of the host without
+// Unwrap (nor Flush) methods cannot take a deadline or flush: its stream
+// still delivers every line (when the wrapper flushes, or when the response
+// ends) and the handler logs one warning naming the missing methods.
+// Default: [DefaultStreamWriteTimeout] (30 seconds). d must be positive;
+// WithStreamWriteTimeout panics otherwise.
+func WithStreamWriteTimeout(d time.Duration) Option {
+	mustPositive("WithStreamWriteTimeout", d)
+	return handlerOption(func(c *config) { c.streamWriteTimeout = d })
 }
 
 // WithDefaultLimits sets the limits of accounts whose own limit
@@ -194,17 +293,17 @@ func WithKeyCache(ttl time.Duration) Option {
 // NewEphemeralUsersPerMinute [DefaultMaxNewEphemeralUsersPerMinute] (600;
 // 429), ThreadTurns [DefaultMaxThreadTurns] (500; 409) and ThreadBytes
 // [DefaultMaxThreadBytes] (4 MiB; 409). A negative value turns a limit
-// off. EmbedTenants is not read here: embedsession.WithMaxEmbedTenants
-// sets its default. Read by [Handler].
+// off, so every value is valid. EmbedTenants is not read here:
+// embedsession.WithMaxEmbedTenants sets its default.
 func WithDefaultLimits(l store.Limits) Option {
-	return func(c *config) {
+	return handlerOption(func(c *config) {
 		d := &c.limits
 		d.RunningTurns = cmp.Or(l.RunningTurns, d.RunningTurns)
 		d.RunningTurnsPerUser = cmp.Or(l.RunningTurnsPerUser, d.RunningTurnsPerUser)
 		d.NewEphemeralUsersPerMinute = cmp.Or(l.NewEphemeralUsersPerMinute, d.NewEphemeralUsersPerMinute)
 		d.ThreadTurns = cmp.Or(l.ThreadTurns, d.ThreadTurns)
 		d.ThreadBytes = cmp.Or(l.ThreadBytes, d.ThreadBytes)
-	}
+	})
 }
 
 // limitsOf returns the limits of an account: its own non-zero fields, the

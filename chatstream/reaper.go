@@ -42,12 +42,12 @@ type Reaper struct {
 // NewReaper returns a reaper that runs every interval ([DefaultReapInterval]
 // when interval ≤ 0). It does nothing until [Reaper.Start].
 //
-// Options read: [WithReapBatch], [WithClock], [WithLogger].
-func NewReaper(st ExpiredDeleter, interval time.Duration, opts ...Option) *Reaper {
+// Its options are [WithReapBatch], [WithClock] and [WithLogger].
+func NewReaper(st ExpiredDeleter, interval time.Duration, opts ...ReaperOption) *Reaper {
 	if interval <= 0 {
 		interval = DefaultReapInterval
 	}
-	return &Reaper{st: st, interval: interval, cfg: newConfig(opts)}
+	return &Reaper{st: st, interval: interval, cfg: newReaperConfig(opts)}
 }
 
 // Start runs the reaper on its own goroutine until [Reaper.Close]. It reaps

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/wire"
@@ -14,11 +15,11 @@ import (
 // user for longer makes it persistent (isEphemeral false).
 const MaxEphemeralTTL = 90 * 24 * time.Hour
 
-// MaxInputBytes caps the input of a chat request (the whole body is capped
-// at 1 MiB too).
-const MaxInputBytes = 64 << 10
+// MaxInputBytes caps the input of a chat request: 32 KiB of UTF-8 (the
+// whole body is capped at 1 MiB too). A longer input is a 400.
+const MaxInputBytes = 32 << 10
 
-// maxBranchName caps activeBranchName.
+// maxBranchName caps activeBranchName, in characters.
 const maxBranchName = 255
 
 // Request is the body of a stream-chat-state request. The handler decodes it
@@ -146,9 +147,9 @@ func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 		}
 	}
 	if len(req.Input) > MaxInputBytes {
-		return chatRequest{}, wire.BadRequest("input must be at most %d bytes", MaxInputBytes)
+		return chatRequest{}, wire.BadRequest("input must be at most %d bytes (32 KiB)", MaxInputBytes)
 	}
-	if len(req.ActiveBranchName) > maxBranchName {
+	if len(req.ActiveBranchName) > maxBranchName && utf8.RuneCountInString(req.ActiveBranchName) > maxBranchName {
 		return chatRequest{}, wire.BadRequest("activeBranchName must be at most %d characters", maxBranchName)
 	}
 	if req.ResumeAfterSort != nil && *req.ResumeAfterSort < 0 {
@@ -268,4 +269,54 @@ func rawValue(v any) json.RawMessage {
 		return json.RawMessage("{}") // rejected by validation
 	}
 	return b
+}
+
+// checkText refuses a request holding a string that is not valid UTF-8,
+// before the client encodes it: encoding/json would silently replace the
+// invalid bytes with U+FFFD (merging, say, two externalIds that differ only
+// in them). The server refuses such text too (400).
+func (r *Request) checkText() error {
+	for _, f := range []struct{ name, v string }{{"input", r.Input}, {"chatId", r.ChatID}, {"activeBranchName", r.ActiveBranchName}} {
+		if !utf8.ValidString(f.v) {
+			return wire.BadRequest("%s must be valid UTF-8", f.name)
+		}
+	}
+	return r.SessionSettings.checkText()
+}
+
+func (s *SessionSettings) checkText() error {
+	if s == nil {
+		return nil
+	}
+	for i, a := range s.UserAttributes {
+		if !validValueText(a.Value) {
+			return wire.BadRequest("sessionSettings.userAttributes[%d].value must be valid UTF-8", i)
+		}
+	}
+	p := s.provision(time.Time{}, 0)
+	return p.CheckText("sessionSettings.")
+}
+
+// validValueText reports whether the strings of an attribute value set by
+// a caller are valid UTF-8.
+func validValueText(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return utf8.ValidString(x)
+	case []string:
+		for _, s := range x {
+			if !utf8.ValidString(s) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !validValueText(e) {
+				return false
+			}
+		}
+	case json.RawMessage:
+		return utf8.Valid(x)
+	}
+	return true
 }

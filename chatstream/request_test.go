@@ -1,8 +1,11 @@
 package chatstream
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/wire"
 )
@@ -18,6 +21,10 @@ func FuzzDecodeChatRequest(f *testing.F) {
 		`{"input":5}`, `[]`, `{`, `null`, `{"sessionSettings":{"userAttributes":[{"name":1}]}}`,
 		`{"sessionSettings":{"externalId":"a","userAttributes":[{"name":"n","value":[1,"x"]}]}}`,
 		`{"sessionSettings":{"externalId":"a","ephemeralTtlSeconds":1e40}}`,
+		"{\"input\":\"a\xffb\",\"sessionSettings\":{\"externalId\":\"a\"}}",
+		`{"input":"\ud800","sessionSettings":{"externalId":"a\udfff"}}`,
+		`{"input":"` + strings.Repeat("ü", 16384) + `","sessionSettings":{"externalId":"a","email":"` + strings.Repeat("é", 321) + `"}}`,
+		`{"input":"x","sessionSettings":{"externalId":"a","groups":[` + strings.Repeat(`"g",`, 500) + `"g"]}}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), true)
@@ -33,6 +40,26 @@ func FuzzDecodeChatRequest(f *testing.F) {
 		}
 		if req.ChatID != "" && !ValidChatID(req.ChatID) {
 			t.Fatalf("accepted invalid chatId %q", req.ChatID)
+		}
+		if len(req.Input) > MaxInputBytes || !utf8.ValidString(req.Input) || utf8.RuneCountInString(req.ActiveBranchName) > 255 {
+			t.Fatalf("accepted input of %d bytes or a long branch name", len(req.Input))
+		}
+		spelledFFFD := bytes.Contains(body, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
+		for _, s := range []string{req.Input, req.ActiveBranchName} {
+			if !spelledFFFD && strings.ContainsRune(s, utf8.RuneError) {
+				t.Fatalf("accepted replaced text %q", s)
+			}
+		}
+		if s := req.SessionSettings; s != nil {
+			if utf8.RuneCountInString(s.ExternalID) > 255 || utf8.RuneCountInString(s.InternalID) > 255 ||
+				(s.Email != nil && utf8.RuneCountInString(*s.Email) > 320) || len(s.Groups) > 500 || len(s.UserAttributes) > 500 {
+				t.Fatalf("accepted settings over a limit: %+v", s)
+			}
+			for _, v := range append([]string{s.ExternalID, s.InternalID}, s.Groups...) {
+				if !utf8.ValidString(v) || (!spelledFFFD && strings.ContainsRune(v, utf8.RuneError)) {
+					t.Fatalf("accepted replaced text %q", v)
+				}
+			}
 		}
 		if needSettings && req.SessionSettings == nil {
 			t.Fatal("accepted a request without sessionSettings")

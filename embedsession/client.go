@@ -22,16 +22,17 @@ type Client struct {
 	hc     *http.Client
 }
 
-// ClientOption configures a [Client].
+// ClientOption configures a [Client] at [NewClient]. Like the handler's
+// options, an invalid value panics when its With function is called.
 type ClientOption func(*Client)
 
-// WithHTTPClient sets the HTTP client. Default: http.DefaultClient.
+// WithHTTPClient sets the HTTP client. Default: http.DefaultClient. hc must
+// not be nil; WithHTTPClient panics otherwise.
 func WithHTTPClient(hc *http.Client) ClientOption {
-	return func(c *Client) {
-		if hc != nil {
-			c.hc = hc
-		}
+	if hc == nil {
+		panic("embedsession: WithHTTPClient: client must not be nil, got nil")
 	}
+	return func(c *Client) { c.hc = hc }
 }
 
 // NewClient returns a client of the API at baseURL (the server root, for
@@ -45,8 +46,14 @@ func NewClient(baseURL, apiKey string, opts ...ClientOption) *Client {
 }
 
 // GenerateSession provisions the user of req and returns a new sessionId to
-// place in the embed URL. Failures answered by the server are *[httperr.Error].
+// place in the embed URL. Failures answered by the server are
+// *[httperr.Error]. A request holding a string that is not valid UTF-8 is
+// refused before it is sent (JSON encoding would replace the invalid bytes
+// silently).
 func (c *Client) GenerateSession(ctx context.Context, req SessionRequest) (string, error) {
+	if err := req.checkText(); err != nil {
+		return "", fmt.Errorf("embedsession: %w", err)
+	}
 	var out SessionResponse
 	if err := c.do(ctx, http.MethodPost, PathGenerateSession, req, &out); err != nil {
 		return "", err

@@ -40,4 +40,9 @@
 // project's decisions (400 bad input, 401 bad key, 403 not allowed, 404
 // missing, 409 cannot change type, 413 body over 1 MiB, 503 database
 // unavailable). [Client] calls the API from Go.
+//
+// Each route records a span named after its pattern and the
+// http.server.request.duration metric through OpenTelemetry's API, on the
+// providers of [WithTracerProvider] and [WithMeterProvider] (by default the
+// global ones); see the repository's docs/observability.md.
 package embedsession

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
 	"github.com/embedkit/embedkit/internal/provision"
@@ -61,8 +62,8 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		tk.name = store.DefaultEmbedTenant
 	}
 	if h.o.cacheTTL > 0 {
-		if et, ok := h.tenants.Load(tk); ok {
-			preq.KnownEmbedTenant = et.(store.EmbedTenant)
+		if et, ok := h.tenants.Get(tk, time.Time{}); ok { // entries never expire
+			preq.KnownEmbedTenant = et
 		}
 	}
 	now := h.o.now()
@@ -99,7 +100,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.o.cacheTTL > 0 && tenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
 		// Committed, and embed tenants are never deleted: keep it.
-		h.tenants.Store(tk, tenant)
+		h.tenants.Add(tk, tenant, time.Time{})
 	}
 	wire.WriteJSON(w, http.StatusOK, SessionResponse{SessionID: sid.Reveal()})
 }

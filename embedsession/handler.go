@@ -3,9 +3,10 @@ package embedsession
 import (
 	"context"
 	"net/http"
-	"sync"
 	"time"
 
+	"github.com/embedkit/embedkit/internal/lru"
+	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
 )
@@ -15,10 +16,12 @@ import (
 // embed-tenant admin endpoints. Mount it with [Handler.Routes]. A Handler is
 // safe for concurrent use.
 type Handler struct {
-	st          store.Store
-	o           options
-	deployments sync.Map // [2]int64{accountID, deploymentID} → expiry time.Time; see WithCacheTTL
-	tenants     sync.Map // tenantKey → store.EmbedTenant, committed ones only; see WithCacheTTL
+	st  store.Store
+	o   options
+	tel *telemetry.Telemetry
+	// Caches of WithCacheTTL, each bounded by WithCacheSize.
+	deployments *lru.Cache[[2]int64, struct{}]           // {accountID, deploymentID} of existing deployments
+	tenants     *lru.Cache[tenantKey, store.EmbedTenant] // committed embed tenants (never deleted: no expiry)
 }
 
 type tenantKey struct {
@@ -28,7 +31,10 @@ type tenantKey struct {
 
 // NewHandler returns a Handler serving from st.
 func NewHandler(st store.Store, opts ...Option) *Handler {
-	return &Handler{st: st, o: newOptions(opts)}
+	o := newOptions(opts)
+	return &Handler{st: st, o: o, tel: telemetry.New(scope, o.tp, o.mp),
+		deployments: lru.New[[2]int64, struct{}](o.cacheSize),
+		tenants:     lru.New[tenantKey, store.EmbedTenant](o.cacheSize)}
 }
 
 // Route is one endpoint: mount Handler for Method and Pattern on a router.
@@ -77,12 +83,15 @@ const (
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 func (h *Handler) Routes() []Route {
-	mo := []middleware.Option{middleware.WithLogger(h.o.log), middleware.WithClock(h.o.now),
-		middleware.WithKeyCache(min(h.o.cacheTTL, middleware.MaxKeyCacheTTL))}
+	mo := []middleware.APIKeyOption{middleware.WithClock(h.o.now),
+		middleware.WithKeyCache(min(h.o.cacheTTL, middleware.MaxKeyCacheTTL)), middleware.WithKeyCacheSize(h.o.cacheSize)}
+	if h.o.log != nil {
+		mo = append(mo, middleware.WithLogger(h.o.log))
+	}
 	key := middleware.APIKey(h.st, mo...)
-	optKey := middleware.APIKey(h.st, append(mo, middleware.Optional())...)
+	optKey := middleware.APIKey(h.st, append(mo[:len(mo):len(mo)], middleware.Optional())...)
 	admin := func(f http.HandlerFunc) http.Handler { return key(middleware.RequireAdmin(f)) }
-	return []Route{
+	return h.instrument([]Route{
 		{http.MethodPost, PathGenerateSession, key(http.HandlerFunc(h.generateSession))},
 		{http.MethodPost, PathSessionToken, optKey(http.HandlerFunc(h.exchangeToken))},
 		{http.MethodGet, PathTenantGroups, admin(h.listGroups)},
@@ -91,7 +100,16 @@ func (h *Handler) Routes() []Route {
 		{http.MethodDelete, PathTenantAttr, admin(h.deleteAttribute)},
 		{http.MethodDelete, PathUserSessions, admin(h.revokeSessions)},
 		{http.MethodDelete, PathUser, admin(h.deleteUser)},
+	})
+}
+
+// instrument gives every route its span and request metric (see
+// [WithTracerProvider]).
+func (h *Handler) instrument(rs []Route) []Route {
+	for i := range rs {
+		rs[i].Handler = h.tel.Route(rs[i].Method, rs[i].Pattern, rs[i].Handler)
 	}
+	return rs
 }
 
 // deploymentExists checks that the account has the deployment, through the
@@ -99,7 +117,7 @@ func (h *Handler) Routes() []Route {
 func (h *Handler) deploymentExists(ctx context.Context, accountID, id int64) error {
 	k := [2]int64{accountID, id}
 	if h.o.cacheTTL > 0 {
-		if exp, ok := h.deployments.Load(k); ok && time.Now().Before(exp.(time.Time)) {
+		if _, ok := h.deployments.Get(k, time.Now()); ok {
 			return nil
 		}
 	}
@@ -107,7 +125,7 @@ func (h *Handler) deploymentExists(ctx context.Context, accountID, id int64) err
 		return err
 	}
 	if h.o.cacheTTL > 0 {
-		h.deployments.Store(k, time.Now().Add(h.o.cacheTTL))
+		h.deployments.Add(k, struct{}{}, time.Now().Add(h.o.cacheTTL))
 	}
 	return nil
 }

@@ -113,16 +113,25 @@ func Value(v any) json.RawMessage {
 func String(s string) *string { return &s }
 
 // Validate checks the rules of the request that need no database, as the
-// handler does, and returns an error naming the offending field: an
-// *[github.com/embedkit/embedkit/middleware/httperr.Error] with status 400, whose Message is the text the server
-// would answer. A request that passes may still fail on the server (unknown
-// names, limits, flags).
+// handler does (valid UTF-8, lengths in characters and entry counts, id and
+// name rules), and returns an error naming the offending field: an
+// *[github.com/embedkit/embedkit/middleware/httperr.Error] with status 400,
+// whose Message is the text the server would answer. A request that passes
+// may still fail on the server (unknown names, limits, flags).
 func (r *SessionRequest) Validate() error {
 	if r.DeploymentID <= 0 {
 		return wire.BadRequest("deploymentId is required and must be a positive number")
 	}
 	p := r.provision()
 	return p.Validate("")
+}
+
+// checkText refuses a request with a string that is not valid UTF-8,
+// which encoding/json would silently replace with U+FFFD (merging, say,
+// two externalIds that differ only in invalid bytes).
+func (r *SessionRequest) checkText() error {
+	p := r.provision()
+	return p.CheckText("")
 }
 
 // provision converts the request to the shared provisioning request.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
 	"github.com/embedkit/embedkit/internal/keyrevoke"
@@ -30,9 +28,9 @@ type APIKeyStore interface {
 // echoed or logged. With [Optional], a request without an Authorization
 // header passes through unauthenticated.
 //
-// Options read: [Optional], [WithKeyCache], [WithLogger].
-func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
-	o := newOptions(opts)
+// Options: [Optional], [WithKeyCache], [WithClock], [WithLogger].
+func APIKey(st APIKeyStore, opts ...APIKeyOption) func(http.Handler) http.Handler {
+	o := apiKeyOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, key, ok := authn.Authorization(r)
@@ -59,14 +57,10 @@ func APIKey(st APIKeyStore, opts ...Option) func(http.Handler) http.Handler {
 }
 
 type cachedKey struct {
-	acct    store.Account
-	admin   bool
-	expires time.Time
-	gen     uint64 // keyrevoke generation read before the lookup
+	acct  store.Account
+	admin bool
+	gen   uint64 // keyrevoke generation read before the lookup
 }
-
-// keyCache remembers resolved keys by their hash; see [WithKeyCache].
-type keyCache struct{ m sync.Map }
 
 // resolveKey resolves key through the cache when one is configured.
 func (o *options) resolveKey(ctx context.Context, st APIKeyStore, key string) (store.Account, bool, error) {
@@ -75,17 +69,16 @@ func (o *options) resolveKey(ctx context.Context, st APIKeyStore, key string) (s
 	}
 	h := string(secret.Hash(key))
 	now := o.now()
-	if v, ok := o.keys.m.Load(h); ok {
+	if c, ok := o.keys.Get(h, now); ok {
 		// A key revoked by this process is refused at once.
-		if c := v.(cachedKey); now.Before(c.expires) && keyrevoke.Valid(h, c.gen) {
+		if keyrevoke.Valid(h, c.gen) {
 			return c.acct, c.admin, nil
 		}
-		o.keys.m.Delete(h)
 	}
 	gen := keyrevoke.Gen()
 	acct, admin, err := authn.APIKey(ctx, st, key)
 	if err == nil {
-		o.keys.m.Store(h, cachedKey{acct, admin, now.Add(o.keyCacheTTL), gen})
+		o.keys.Add(h, cachedKey{acct, admin, gen}, now.Add(o.keyCacheTTL))
 	}
 	return acct, admin, err
 }

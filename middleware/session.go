@@ -53,11 +53,11 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 // It puts the [EmbedSession] (the grant and its user) in the request
 // context. Anything else is 401.
 //
-// Options read: [WithTokenTTL], [WithCookieName], [WithCookiePath],
+// Options: [WithTokenTTL], [WithCookieName], [WithCookiePath],
 // [WithCookieSameSite], [WithSecureCookie], [WithRedirectAfterExchange],
 // [WithClock], [WithLogger].
-func Session(st SessionStore, opts ...Option) func(http.Handler) http.Handler {
-	o := newOptions(opts)
+func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Handler {
+	o := sessionOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
@@ -183,9 +183,9 @@ func resolveToken(ctx context.Context, st SessionStore, tok string, now time.Tim
 // endpoint uses it so that pages inside an embed can call it without the API
 // key.
 //
-// Options read: [WithKeyCache], [WithClock], [WithLogger].
-func APIKeyOrToken(st AuthStore, opts ...Option) func(http.Handler) http.Handler {
-	o := newOptions(opts)
+// Options: [WithKeyCache], [WithClock], [WithLogger].
+func APIKeyOrToken(st AuthStore, opts ...APIKeyOrTokenOption) func(http.Handler) http.Handler {
+	o := apiKeyOrTokenOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()

@@ -371,7 +371,7 @@ func (h *Handler) render() error {
 	scriptSrc = append(scriptSrc, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
 	imgSrc := append([]string{"'self'", "data:"}, h.o.imgSrc...)
 	connect := "'self'"
-	if h.o.chatBase != "" {
+	if h.o.chatBase != "" && !strings.HasPrefix(h.o.chatBase, "/") { // a path prefix is 'self'
 		connect += " " + h.o.chatBase
 	}
 	h.csp = strings.Join([]string{

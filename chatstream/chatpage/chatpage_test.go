@@ -263,6 +263,8 @@ func TestOptionsAreChecked(t *testing.T) {
 		"path":            chatpage.WithPath("embed/{x}"),
 		"vega CDN":        chatpage.WithVegaCDN("ftp://cdn.example"),
 		"chat base":       chatpage.WithChatBaseURL("javascript:x"),
+		"chat base //":    chatpage.WithChatBaseURL("//evil.example"),
+		"chat base path":  chatpage.WithChatBaseURL("/api prefix"),
 		"vega dir":        chatpage.WithVegaDir(t.TempDir()),
 	} {
 		if _, err := chatpage.New(st, chatpage.FixedAgent("7"), opt); err == nil {
@@ -271,6 +273,30 @@ func TestOptionsAreChecked(t *testing.T) {
 	}
 	if _, err := chatpage.New(nil, chatpage.FixedAgent("7")); err == nil {
 		t.Error("New accepted a nil store")
+	}
+}
+
+// TestChatBasePathPrefix: a host that mounts the APIs under a path prefix
+// names it; the page's endpoints get it, and the CSP stays 'self' (a path
+// is no CSP source).
+func TestChatBasePathPrefix(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	h, err := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithChatBaseURL("/analytics/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if csp := h.ContentSecurityPolicy(); strings.Contains(csp, "/analytics") || !strings.Contains(csp, "connect-src 'self'") {
+		t.Errorf("CSP %q", csp)
+	}
+	mux := http.NewServeMux()
+	for _, rt := range h.Routes() {
+		mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/embed/chat", nil))
+	if body := rec.Body.String(); !strings.Contains(body, `data-token-url="/analytics/api/v1/embed/session/token"`) {
+		t.Errorf("shell does not name the prefixed token URL: %s", body)
 	}
 }
 

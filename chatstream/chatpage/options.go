@@ -20,7 +20,7 @@ type options struct {
 	vegaCDN        string
 	vegaDir        string
 	chatBase       string
-	sessionOpts    []middleware.Option
+	sessionOpts    []middleware.SessionOption
 	log            *slog.Logger
 	err            error
 }
@@ -128,14 +128,17 @@ func WithVegaCDN(prefix string) Option {
 // Default: "" (the CDN).
 func WithVegaDir(dir string) Option { return func(o *options) { o.vegaDir = dir } }
 
-// WithChatBaseURL sets the origin of the chat and session-token
-// endpoints when they are not on the page's own origin (for example
-// "https://api.example.com"); it is added to the CSP connect-src.
-// Default: "" (same origin).
+// WithChatBaseURL sets where the chat and session-token endpoints are
+// when they are not at the root of the page's own origin: another origin
+// (for example "https://api.example.com"), which is added to the CSP
+// connect-src, or a path prefix on the page's origin where the host
+// mounted the APIs (for example "/analytics"). Default: "" (same origin,
+// no prefix).
 func WithChatBaseURL(base string) Option {
 	return func(o *options) {
-		if base != "" && !strings.HasPrefix(base, "https://") && !strings.HasPrefix(base, "http://") {
-			o.fail(fmt.Errorf("chatpage: chat base URL %q: want an http(s) origin", base))
+		if base != "" && !strings.HasPrefix(base, "https://") && !strings.HasPrefix(base, "http://") &&
+			(!strings.HasPrefix(base, "/") || strings.HasPrefix(base, "//") || strings.ContainsAny(base, "?#{}* ")) {
+			o.fail(fmt.Errorf("chatpage: chat base URL %q: want an http(s) origin or an absolute path prefix", base))
 			return
 		}
 		o.chatBase = strings.TrimRight(base, "/")
@@ -145,7 +148,7 @@ func WithChatBaseURL(base string) Option {
 // WithSessionOptions passes options to the [middleware.Session] in front
 // of the user endpoint (for example middleware.WithClock or
 // middleware.WithLogger). Default: none.
-func WithSessionOptions(opts ...middleware.Option) Option {
+func WithSessionOptions(opts ...middleware.SessionOption) Option {
 	return func(o *options) { o.sessionOpts = append(o.sessionOpts, opts...) }
 }
 

@@ -1,8 +1,17 @@
 package pgcluster
 
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "pgcluster: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. A rule between two options is checked by
+// New, which returns an error. Its doc comment states the default and the
+// valid range; add a row to TestInvalidOptionsPanic.
+
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -28,7 +37,9 @@ const (
 	DefaultRetention = time.Minute
 )
 
-// Option configures a [Cluster].
+// Option configures a [Cluster] at [New]. An invalid value (see each
+// option) panics when its With function is called, with a message naming
+// the option.
 type Option func(*config)
 
 type config struct {
@@ -82,72 +93,62 @@ func defaultReplicaID() string {
 // WithReplicaID names this process in the claims it writes (the owner
 // column) and in the application_name of its LISTEN connection. Each
 // process must have its own. Default: the host name and a random suffix,
-// new at every [New]. An empty id is ignored.
+// new at every [New]. id must not be empty; WithReplicaID panics
+// otherwise.
 func WithReplicaID(id string) Option {
-	return func(c *config) {
-		if id != "" {
-			c.replicaID = id
-		}
+	if id == "" {
+		panic(`pgcluster: WithReplicaID: id must not be empty, got ""`)
 	}
+	return func(c *config) { c.replicaID = id }
 }
 
 // WithHeartbeat sets how often the replica renews all of its live claims
-// (one UPDATE per heartbeat). It must be shorter than the lease timeout.
-// Default: [DefaultHeartbeat] (1 s). Values ≤ 0 are ignored.
+// (one UPDATE per heartbeat). Default: [DefaultHeartbeat] (1 s). d must be
+// positive; WithHeartbeat panics otherwise. It must also be shorter than the
+// lease timeout; [New] returns an error otherwise.
 func WithHeartbeat(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.heartbeat = d
-		}
-	}
+	mustPositive("WithHeartbeat", d)
+	return func(c *config) { c.heartbeat = d }
 }
 
 // WithLeaseTimeout sets how long after its last heartbeat a claim counts as
 // dead (its replica crashed or lost the database): the thread can then run
 // a new turn anywhere, and readers of the dead turn end with
 // [chatstream.ErrTurnLost]. Use the same value on every replica. Default:
-// [DefaultLeaseTimeout] (5 s). Values ≤ 0 are ignored.
+// [DefaultLeaseTimeout] (5 s). d must be positive; it panics
+// otherwise.
 func WithLeaseTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.lease = d
-		}
-	}
+	mustPositive("WithLeaseTimeout", d)
+	return func(c *config) { c.lease = d }
 }
 
 // WithPublishInterval sets the least time between two writes of published
 // lines (one multi-row INSERT for all of the replica's turns). Remote
 // readers see lines this much later at most, plus the write. Default:
-// [DefaultPublishInterval] (50 ms). Values ≤ 0 are ignored.
+// [DefaultPublishInterval] (50 ms). d must be positive; it panics
+// otherwise.
 func WithPublishInterval(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.publishInterval = d
-		}
-	}
+	mustPositive("WithPublishInterval", d)
+	return func(c *config) { c.publishInterval = d }
 }
 
 // WithPollInterval sets how often the replica polls the abort requests of
 // its turns, and how long a remote reader waits for a notification before
 // it reads again: the fallback when a notification is lost. Default:
-// [DefaultPollInterval] (500 ms). Values ≤ 0 are ignored.
+// [DefaultPollInterval] (500 ms). d must be positive; it panics
+// otherwise.
 func WithPollInterval(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.pollInterval = d
-		}
-	}
+	mustPositive("WithPollInterval", d)
+	return func(c *config) { c.pollInterval = d }
 }
 
 // WithRetention sets how long the lines of an ended (or dead) turn stay in
 // the database, for readers that joined late. Default: [DefaultRetention]
-// (1 minute). Values ≤ 0 are ignored.
+// (1 minute). d must be positive; it panics
+// otherwise.
 func WithRetention(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.retention = d
-		}
-	}
+	mustPositive("WithRetention", d)
+	return func(c *config) { c.retention = d }
 }
 
 // WithListen turns LISTEN on or off. Off, the replica holds no dedicated
@@ -159,5 +160,17 @@ func WithListen(on bool) Option { return func(c *config) { c.listen = on } }
 
 // WithLogger sets where background failures (heartbeats, writes of lines,
 // the LISTEN connection) are logged. The DSN is never logged. Default:
-// nothing is logged.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+// nothing is logged (leave the option out). l must not be nil; WithLogger
+// panics otherwise.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		panic("pgcluster: WithLogger: logger must not be nil, got nil (leave the option out to log nothing)")
+	}
+	return func(c *config) { c.log = l }
+}
+
+func mustPositive(option string, d time.Duration) {
+	if d <= 0 {
+		panic(fmt.Sprintf("pgcluster: %s: duration must be positive, got %v", option, d))
+	}
+}

@@ -27,7 +27,16 @@ const (
 // ErrClosed is returned by [Agent.Answer] after [Agent.Close].
 var ErrClosed = errors.New("demoagent: agent is closed")
 
-// Option configures an [Agent] at [New].
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "demoagent: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. Its doc comment states the default and
+// the valid range; add a row to TestInvalidOptionsPanic.
+
+// Option configures an [Agent] at [New]. An invalid value panics when its
+// With function is called (New's error reports failures to build the data
+// set, never a bad option).
 type Option func(*config)
 
 type config struct {
@@ -36,20 +45,23 @@ type config struct {
 }
 
 // WithDelay sets the pause between two streamed content pieces. Default
-// [DefaultDelay] (15ms); zero or less streams without pausing.
+// [DefaultDelay] (15ms); zero streams without pausing. d must not be
+// negative; WithDelay panics otherwise.
 func WithDelay(d time.Duration) Option {
-	return func(c *config) { c.delay = max(d, 0) }
+	if d < 0 {
+		panic(fmt.Sprintf("demoagent: WithDelay: duration must not be negative, got %v", d))
+	}
+	return func(c *config) { c.delay = d }
 }
 
 // WithRowLimit sets how many rows a svcSqlApi result holds at most in its
-// data; totalRows still counts them all. Default [DefaultRowLimit] (100);
-// values below 1 keep the default.
+// data; totalRows still counts them all. Default [DefaultRowLimit] (100).
+// n must be positive; WithRowLimit panics otherwise.
 func WithRowLimit(n int) Option {
-	return func(c *config) {
-		if n >= 1 {
-			c.rowLimit = n
-		}
+	if n <= 0 {
+		panic(fmt.Sprintf("demoagent: WithRowLimit: count must be positive, got %d", n))
 	}
+	return func(c *config) { c.rowLimit = n }
 }
 
 // Agent is the demo analytics agent: a [chatstream.Agent] that answers

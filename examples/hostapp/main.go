@@ -30,6 +30,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/chatpage"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -123,6 +124,21 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = helloPage.Execute(w, map[string]any{"Name": es.User.DisplayName, "Attributes": attrs})
 	}))).Methods(http.MethodGet)
+
+	// 5. embedkit's chat page for the embed iframe: it exchanges the
+	// ?sessionId= itself and chats with the session token (no API key in
+	// the browser). The APIs it calls are under the prefix.
+	page, err := chatpage.New(st, chatpage.FixedAgent("assistant"),
+		chatpage.WithPath(Prefix+"/embed/chat"),
+		chatpage.WithChatBaseURL(Prefix),
+		chatpage.WithTitle("Shop analytics"),
+		chatpage.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	for _, rt := range page.Routes() {
+		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+	}
 
 	return &App{Handler: http.MaxBytesHandler(r, 1<<20), APIKey: key, chat: chat, reaper: reaper, st: st}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/chatpage"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/store/memstore"
 )
@@ -69,7 +70,43 @@ func TestWalkthrough(t *testing.T) {
 	// The cookie alone opens it again (the sessionId is single-use).
 	getWith(t, &http.Client{Jar: jar}, srv.URL+Prefix+"/embed/hello", http.StatusOK)
 
-	// Chat with the host's agent.
+	// embedkit's chat page: the shell loads with no credentials; with the
+	// session token it names the user and the chat endpoints under the
+	// prefix.
+	if body := get(t, srv.URL+Prefix+"/embed/chat", http.StatusOK); !strings.Contains(body, "Shop analytics") {
+		t.Errorf("chat page shell: %q", body)
+	}
+	tok, err := sessions.ExchangeToken(ctx, mustSession(t, sessions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+Prefix+"/embed/chat/me", nil)
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var me chatpage.Me
+	err = json.NewDecoder(resp.Body).Decode(&me)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || me.DisplayName != "Jane Doe" ||
+		me.StreamURL != Prefix+"/api/v1/public/shop/agents/assistant/chat/stream-chat-state" {
+		t.Errorf("chat page /me: %d %+v %v", resp.StatusCode, me, err)
+	}
+
+	// Chat with the host's agent, as the page does: with the token.
+	var tconv chatstream.Conversation
+	for m, err := range chatstream.NewClient(srv.URL+Prefix, chatstream.WithBearerToken(tok.Token)).Stream(ctx, "shop", "assistant", chatstream.Request{Input: "hello"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		tconv.Add(m)
+	}
+	if a, _ := tconv.FinalAnswer(); strings.TrimSpace(a.Content) != "You asked: hello" {
+		t.Errorf("chat with the token: %q", a.Content)
+	}
+
+	// Chat with the host's agent from its backend (API key).
 	chat := chatstream.NewClient(srv.URL+Prefix, chatstream.WithAPIKey(app.APIKey))
 	var conv chatstream.Conversation
 	for m, err := range chat.Stream(ctx, "shop", "assistant", chatstream.Request{
@@ -85,6 +122,16 @@ func TestWalkthrough(t *testing.T) {
 	if !ok || strings.TrimSpace(answer.Content) != "You asked: revenue by region" {
 		t.Errorf("final answer %q (ok %v)", answer.Content, ok)
 	}
+}
+
+// mustSession mints a fresh sessionId for jane.
+func mustSession(t *testing.T, c *embedsession.Client) string {
+	t.Helper()
+	sid, err := c.GenerateSession(t.Context(), embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sid
 }
 
 func get(t *testing.T, url string, want int) string {

@@ -19,6 +19,7 @@
 //	-dev          EMBED_DEV          development mode: thinking is streamed (false)
 //	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
 //	-vega-dir     EMBED_VEGA_DIR     node_modules folder to serve the chat page's chart libraries from (CDN)
+//	-metrics      EMBED_METRICS      serve Prometheus metrics at GET /metrics (false)
 package main
 
 import (
@@ -60,7 +61,7 @@ func main() {
 
 type options struct {
 	addr, db, config string
-	dev              bool
+	dev, metrics     bool
 	agentDelay       time.Duration
 	vegaDir          string
 }
@@ -83,7 +84,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
 	fs.StringVar(&o.vegaDir, "vega-dir", envOr("EMBED_VEGA_DIR", ""), "node_modules folder with the pinned vega packages; empty loads them from the CDN (env EMBED_VEGA_DIR)")
-	return o, fs.Parse(args)
+	metrics, err := strconv.ParseBool(envOr("EMBED_METRICS", "false"))
+	if err != nil {
+		return o, fmt.Errorf("EMBED_METRICS: %w", err)
+	}
+	fs.BoolVar(&o.metrics, "metrics", metrics, "serve Prometheus metrics at GET /metrics on the same address (env EMBED_METRICS)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.agentDelay < 0 {
+		return o, fmt.Errorf("-agent-delay (EMBED_AGENT_DELAY) must not be negative, got %v", o.agentDelay)
+	}
+	return o, nil
 }
 
 func envOr(key, def string) string {
@@ -123,6 +135,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("demo agent: %w", err)
 	}
 	defer agent.Close()
+
+	// With -metrics, the handlers' metrics go to a Prometheus exporter (see
+	// metrics.go).
+	metrics, err := startMetrics(o.metrics)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
 
 	// Accounts and deployments come from the bootstrap config and change
 	// only at a restart, so caching them for a few seconds is safe and
@@ -164,6 +184,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, rt := range chat.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
+	metrics.mount(r)
 	pages := &embedPages{st: st}
 	session := middleware.Session(st)
 	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)

@@ -272,6 +272,9 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if err != nil || o.addr != "127.0.0.1:1" || o.dev {
 		t.Errorf("flags override env: %+v %v", o, err)
 	}
+	if _, err = parseFlags([]string{"-agent-delay=-1s"}, io.Discard); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+		t.Errorf("negative -agent-delay: %v, want an error", err)
+	}
 }
 
 func TestInitials(t *testing.T) {

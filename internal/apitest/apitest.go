@@ -103,7 +103,7 @@ type Option func(*config)
 type config struct {
 	cfg         operator.Config
 	embedOpts   []embedsession.Option
-	sessionOpts []middleware.Option
+	sessionOpts []middleware.SessionOption
 	routes      []func(s *Server) []Route
 	storeOpts   []gormstore.Option
 	storeOpen   func(t testing.TB, backend string) store.Store
@@ -121,7 +121,7 @@ func WithEmbedOptions(opts ...embedsession.Option) Option {
 
 // WithSessionOptions adds options to the middleware.Session in front of
 // [WhoamiPath] (after the server's clock).
-func WithSessionOptions(opts ...middleware.Option) Option {
+func WithSessionOptions(opts ...middleware.SessionOption) Option {
 	return func(c *config) { c.sessionOpts = append(c.sessionOpts, opts...) }
 }
 
@@ -210,7 +210,7 @@ func New(t testing.TB, tg Target, opts ...Option) *Server {
 	for _, rt := range s.Embed.Routes() {
 		routes = append(routes, Route(rt))
 	}
-	session := middleware.Session(st, append([]middleware.Option{middleware.WithClock(s.Now)}, c.sessionOpts...)...)
+	session := middleware.Session(st, append([]middleware.SessionOption{middleware.WithClock(s.Now)}, c.sessionOpts...)...)
 	routes = append(routes, Route{http.MethodGet, WhoamiPath, session(http.HandlerFunc(s.whoami))})
 	for _, fn := range c.routes {
 		routes = append(routes, fn(s)...)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -87,9 +89,36 @@ type Result struct {
 	Scope store.Scope
 }
 
-// maxName bounds ids and names (externalId, internalId, group and
-// attribute names), so that error messages quoting them stay small.
-const maxName = 255
+// Limits of a request's fields. Lengths count characters (Unicode code
+// points, not bytes: a body is valid UTF-8 by then); a value over its limit
+// is a 400 naming the field.
+const (
+	// MaxName bounds externalId, internalId, group names and attribute
+	// names.
+	MaxName = 255
+	// MaxEmail bounds email.
+	MaxEmail = 320
+	// MaxDisplayName bounds userProfile.displayName.
+	MaxDisplayName = 255
+	// MaxPicture bounds userProfile.picture.
+	MaxPicture = 2048
+	// MaxDefinitionText bounds the description, displayName and
+	// defaultValue of group and attribute definitions.
+	MaxDefinitionText = 1024
+	// MaxStringValue bounds a string attribute value, and each string of a
+	// string-array value.
+	MaxStringValue = 1024
+	// MaxArrayItems bounds the items of an array attribute value.
+	MaxArrayItems = 1000
+	// MaxEntries bounds the entries of groups, userAttributes,
+	// groupDefinitions and userAttributeDefinitions.
+	MaxEntries = 500
+)
+
+// tooLong reports whether s has more than n characters.
+func tooLong(s string, n int) bool {
+	return len(s) > n && utf8.RuneCountInString(s) > n
+}
 
 var tenantNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{3,34}[a-z0-9]$`)
 
@@ -98,28 +127,111 @@ var tenantNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{3,34}[a-z0-9]$`)
 // digit, only a-z, 0-9 and '-'.
 func ValidEmbedTenantName(name string) bool { return tenantNameRE.MatchString(name) }
 
+// CheckText returns a 400 *wire.Error naming the first string field of r
+// that is not valid UTF-8. Bodies decoded by the server always pass (the
+// decoder refuses such text); Go clients call it before encoding a request,
+// because encoding/json would silently replace invalid bytes with U+FFFD.
+func (r *Request) CheckText(prefix string) error {
+	bad := func(field string) error {
+		return wire.BadRequest("%s%s must be valid UTF-8", prefix, field)
+	}
+	for _, f := range []struct {
+		name string
+		v    string
+	}{{"externalId", r.ExternalID}, {"internalId", r.InternalID}, {"embedTenantName", r.EmbedTenantName}} {
+		if !utf8.ValidString(f.v) {
+			return bad(f.name)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"email", r.Email}, {"userProfile.displayName", r.DisplayName}, {"userProfile.picture", r.Picture}} {
+		if f.v != nil && !utf8.ValidString(*f.v) {
+			return bad(f.name)
+		}
+	}
+	if !utf8.Valid(r.SecurityContext) {
+		return bad("securityContext")
+	}
+	for i, g := range r.Groups {
+		if !utf8.ValidString(g) {
+			return bad(fmt.Sprintf("groups[%d]", i))
+		}
+	}
+	for i, a := range r.Attributes {
+		if !utf8.ValidString(a.Name) {
+			return bad(fmt.Sprintf("userAttributes[%d].name", i))
+		}
+		if !utf8.Valid(a.Value) {
+			return bad(fmt.Sprintf("userAttributes[%d].value", i))
+		}
+	}
+	opt := func(s *string) bool { return s == nil || utf8.ValidString(*s) }
+	for i, d := range r.GroupDefinitions {
+		if !utf8.ValidString(d.Name) || !opt(d.Description) {
+			return bad(fmt.Sprintf("groupDefinitions[%d]", i))
+		}
+	}
+	for i, d := range r.AttributeDefinitions {
+		if !utf8.ValidString(d.Name) || !utf8.ValidString(string(d.Type)) || !opt(d.DisplayName) || !opt(d.DefaultValue) || !opt(d.Description) {
+			return bad(fmt.Sprintf("userAttributeDefinitions[%d]", i))
+		}
+	}
+	return nil
+}
+
 // Validate checks the rules that need no database and returns a 400
 // *wire.Error naming the field. prefix is prepended to field names
 // ("sessionSettings." for chat). An email sent with internalId is ignored,
 // and so is a field it forbids sent as null (null counts as omitted).
 func (r *Request) Validate(prefix string) error {
+	if err := r.CheckText(prefix); err != nil {
+		return err
+	}
 	switch {
 	case r.ExternalID == "" && r.InternalID == "":
 		return wire.BadRequest("exactly one of %sexternalId or %sinternalId is required", prefix, prefix)
 	case r.ExternalID != "" && r.InternalID != "":
 		return wire.BadRequest("exactly one of %sexternalId or %sinternalId is allowed, not both", prefix, prefix)
 	}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{
+		{"groups", len(r.Groups)},
+		{"userAttributes", len(r.Attributes)},
+		{"groupDefinitions", len(r.GroupDefinitions)},
+		{"userAttributeDefinitions", len(r.AttributeDefinitions)},
+	} {
+		if c.n > MaxEntries {
+			return wire.BadRequest("%s%s must have at most %d entries", prefix, c.name, MaxEntries)
+		}
+	}
 	if r.ExternalID != "" {
+		if tooLong(r.ExternalID, MaxName) {
+			return wire.BadRequest("%sexternalId must be at most %d characters", prefix, MaxName)
+		}
 		if r.ExternalID != strings.ToLower(strings.TrimSpace(r.ExternalID)) ||
 			strings.IndexFunc(r.ExternalID, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0 {
 			return wire.BadRequest("%sexternalId must be lowercase and trimmed, without spaces", prefix)
 		}
-		if len(r.ExternalID) > maxName {
-			return wire.BadRequest("%sexternalId must be at most %d characters", prefix, maxName)
-		}
 	}
-	if len(r.InternalID) > maxName {
-		return wire.BadRequest("%sinternalId must be at most %d characters", prefix, maxName)
+	if tooLong(r.InternalID, MaxName) {
+		return wire.BadRequest("%sinternalId must be at most %d characters", prefix, MaxName)
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+		max  int
+	}{
+		{"email", r.Email, MaxEmail},
+		{"userProfile.displayName", r.DisplayName, MaxDisplayName},
+		{"userProfile.picture", r.Picture, MaxPicture},
+	} {
+		if f.v != nil && tooLong(*f.v, f.max) {
+			return wire.BadRequest("%s%s must be at most %d characters", prefix, f.name, f.max)
+		}
 	}
 	if r.InternalID != "" {
 		forbidden := []struct {
@@ -156,6 +268,9 @@ func (r *Request) Validate(prefix string) error {
 		if a.Name == "" {
 			return wire.BadRequest("%suserAttributes[%d].name is required", prefix, i)
 		}
+		if tooLong(a.Name, MaxName) { // before a message quotes it
+			return wire.BadRequest("%suserAttributes[%d].name must be at most %d characters", prefix, i, MaxName)
+		}
 		if seen[a.Name] {
 			return wire.BadRequest("%suserAttributes has duplicate name %q", prefix, a.Name)
 		}
@@ -166,26 +281,35 @@ func (r *Request) Validate(prefix string) error {
 		if _, err := valueKind(a.Value); err != nil {
 			return wire.BadRequest("%suserAttributes[%d].value must be a string, number, string array, number array or null", prefix, i)
 		}
+		if field, limit := valueOverLimit(a.Value); limit != "" {
+			return wire.BadRequest("%suserAttributes[%d].value%s %s", prefix, i, field, limit)
+		}
 	}
 	clear(seen)
 	for i, g := range r.Groups {
-		if g == "" || len(g) > maxName {
-			return wire.BadRequest("%sgroups[%d] must be 1 to %d characters", prefix, i, maxName)
-		}
-	}
-	for i, a := range r.Attributes {
-		if len(a.Name) > maxName {
-			return wire.BadRequest("%suserAttributes[%d].name must be at most %d characters", prefix, i, maxName)
+		if g == "" || tooLong(g, MaxName) {
+			return wire.BadRequest("%sgroups[%d] must be 1 to %d characters", prefix, i, MaxName)
 		}
 	}
 	for i, d := range r.GroupDefinitions {
-		if len(d.Name) > maxName {
-			return wire.BadRequest("%sgroupDefinitions[%d].name must be at most %d characters", prefix, i, maxName)
+		if tooLong(d.Name, MaxName) {
+			return wire.BadRequest("%sgroupDefinitions[%d].name must be at most %d characters", prefix, i, MaxName)
+		}
+		if d.Description != nil && tooLong(*d.Description, MaxDefinitionText) {
+			return wire.BadRequest("%sgroupDefinitions[%d].description must be at most %d characters", prefix, i, MaxDefinitionText)
 		}
 	}
 	for i, d := range r.AttributeDefinitions {
-		if len(d.Name) > maxName {
-			return wire.BadRequest("%suserAttributeDefinitions[%d].name must be at most %d characters", prefix, i, maxName)
+		if tooLong(d.Name, MaxName) {
+			return wire.BadRequest("%suserAttributeDefinitions[%d].name must be at most %d characters", prefix, i, MaxName)
+		}
+		for _, f := range []struct {
+			name string
+			v    *string
+		}{{"displayName", d.DisplayName}, {"defaultValue", d.DefaultValue}, {"description", d.Description}} {
+			if f.v != nil && tooLong(*f.v, MaxDefinitionText) {
+				return wire.BadRequest("%suserAttributeDefinitions[%d].%s must be at most %d characters", prefix, i, f.name, MaxDefinitionText)
+			}
 		}
 	}
 
@@ -278,6 +402,39 @@ func valueKind(v json.RawMessage) (store.AttributeType, error) {
 }
 
 var errBadValue = errors.New("bad attribute value")
+
+// valueOverLimit checks a value that valueKind accepted against
+// MaxStringValue and MaxArrayItems. It returns the offending part ("" for
+// the value itself, "[7]" for an item) and what it must be; limit is ""
+// when the value is within the limits.
+func valueOverLimit(v json.RawMessage) (field, limit string) {
+	s := strings.TrimSpace(string(v))
+	if s == "" {
+		return "", ""
+	}
+	switch s[0] {
+	case '"':
+		var x string
+		if json.Unmarshal(v, &x) == nil && tooLong(x, MaxStringValue) {
+			return "", fmt.Sprintf("must be at most %d characters", MaxStringValue)
+		}
+	case '[':
+		var xs []json.RawMessage
+		if json.Unmarshal(v, &xs) != nil {
+			return "", ""
+		}
+		if len(xs) > MaxArrayItems {
+			return "", fmt.Sprintf("must have at most %d items", MaxArrayItems)
+		}
+		for i, x := range xs {
+			var item string
+			if len(x) > 0 && x[0] == '"' && json.Unmarshal(x, &item) == nil && tooLong(item, MaxStringValue) {
+				return fmt.Sprintf("[%d]", i), fmt.Sprintf("must be at most %d characters", MaxStringValue)
+			}
+		}
+	}
+	return "", ""
+}
 
 func fits(kind, def store.AttributeType) bool {
 	if kind == "[]" {

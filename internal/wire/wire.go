@@ -23,7 +23,7 @@ import (
 	"github.com/embedkit/embedkit/middleware/httperr"
 )
 
-// MaxBodyBytes caps request bodies (decisions.md §6: 1 MiB).
+// MaxBodyBytes caps request bodies: 1 MiB. A larger body is a 413.
 const MaxBodyBytes = 1 << 20
 
 // Error is the public error type, [httperr.Error]: an HTTP status, the
@@ -95,7 +95,10 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 }
 
 // Unmarshal decodes a JSON object in body into v with the error rules of
-// [DecodeJSON].
+// [DecodeJSON]: a 400 *Error for a body that is not one JSON object, for a
+// known field of the wrong type, and for text that is not valid UTF-8 (raw
+// invalid bytes, or a \u escape of an unpaired surrogate, in any string or
+// key) or holds NUL; such text is refused, never replaced.
 func Unmarshal(body []byte, v any) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
@@ -103,6 +106,11 @@ func Unmarshal(body []byte, v any) error {
 	}
 	if trimmed[0] != '{' {
 		return BadRequest("request body must be a JSON object")
+	}
+	if off := badTextOffset(trimmed); off >= 0 {
+		// Never replaced silently: "a\xff" and "a\xfe" would both become
+		// "a\uFFFD", one user where the caller meant two.
+		return invalidTextError(trimmed, off)
 	}
 	if hasNULEscape(trimmed) {
 		// PostgreSQL text cannot hold NUL; refuse it alike on every backend.

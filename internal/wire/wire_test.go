@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -108,13 +110,29 @@ func TestUnmarshalErrors(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	for _, s := range []string{`{}`, `{"name":"x","count":3,"tags":["a"]}`, `{"inner":{"on":true}}`, `[`, `{"count":1e400}`} {
+	for _, s := range []string{`{}`, `{"name":"x","count":3,"tags":["a"]}`, `{"inner":{"on":true}}`, `[`, `{"count":1e400}`,
+		"{\"name\":\"col\xff\"}", `{"tags":["\ud800"]}`, `{"name":"\ud83d\ude00"}`, `{"name":"\ufffd"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var v target
 		err := wire.Unmarshal(b, &v)
 		if err == nil {
+			// Nothing was replaced: a decoded string holds U+FFFD only
+			// when the body spelled it (raw or as \ufffd).
+			strs := v.Tags
+			if v.Name != nil {
+				strs = append(strs, *v.Name)
+			}
+			for _, s := range strs {
+				if !utf8.ValidString(s) {
+					t.Fatalf("Unmarshal(%q) decoded invalid UTF-8 %q", b, s)
+				}
+				if strings.ContainsRune(s, utf8.RuneError) && !bytes.Contains(b, []byte("\uFFFD")) &&
+					!bytes.Contains(bytes.ToLower(b), []byte(`\ufffd`)) {
+					t.Fatalf("Unmarshal(%q) replaced text: %q", b, s)
+				}
+			}
 			return
 		}
 		if status, _ := wire.Status(err); status != 400 {

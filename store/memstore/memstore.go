@@ -25,7 +25,15 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Option configures a [Store] at [New].
+// How to add an option to this package: write a With function that checks
+// its argument first and panics with "memstore: WithX: <what is wrong>, got
+// <value>" when it is invalid (options are checked when the With function is
+// called, never silently replaced by a default), then returns an Option: a
+// func that sets a field of config. Its doc comment states the default and
+// the valid range; add a row to TestInvalidOptionsPanic.
+
+// Option configures a [Store] at [New]. An invalid value panics when its
+// With function is called.
 type Option func(*config)
 
 type config struct {
@@ -36,13 +44,13 @@ type config struct {
 // explicitly: CreatedAt and UpdatedAt of embed tenants, groups, attribute
 // definitions and internal users, UpdatedAt of a thread in AppendMessages,
 // and "now" wherever a caller passes a zero time. Expiry always uses the
-// now arguments of the methods. A nil clock keeps the default, time.Now.
+// now arguments of the methods. Default: time.Now. c must not be nil;
+// WithClock panics otherwise.
 func WithClock(c store.Clock) Option {
-	return func(cfg *config) {
-		if c != nil {
-			cfg.clock = c
-		}
+	if c == nil {
+		panic("memstore: WithClock: clock must not be nil, got nil")
 	}
+	return func(cfg *config) { cfg.clock = c }
 }
 
 // New returns an empty store. It starts no goroutine and holds no resource

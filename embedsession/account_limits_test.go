@@ -1,0 +1,85 @@
+package embedsession_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
+)
+
+func tenantCount(t *testing.T, s *apitest.Server) int {
+	t.Helper()
+	n, err := s.Store.CountEmbedTenants(t.Context(), s.Accounts[apitest.Account].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestEmbedTenantLimit(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		s := apitest.New(t, tg, apitest.WithConfig(func(c *operator.Config) { c.Accounts[0].Limits = store.Limits{EmbedTenants: 3} }))
+		if n := tenantCount(t, s); n != 0 {
+			t.Fatalf("%d embed tenants before the test, want 0", n)
+		}
+		for i := range 3 {
+			r := s.Send(t, s.Request(t, http.MethodPost, gen, apitest.AdminKey, body("u", obj{"embedTenantName": fmt.Sprintf("tenant-%d", i)})))
+			if r.Status != http.StatusOK {
+				t.Fatalf("tenant %d: %d %s", i, r.Status, r.Raw)
+			}
+		}
+		checkRejection(t, s, rejection{body: body("u4", obj{"embedTenantName": "tenant-3"}), status: http.StatusForbidden,
+			msg: "embed tenant limit of 3 reached for this account", exact: true})
+		if n := tenantCount(t, s); n != 3 {
+			t.Errorf("%d embed tenants after the refusal, want 3", n)
+		}
+		if _, err := s.Store.UserByExternalID(t.Context(), s.Accounts[apitest.Account].ID, "u4", s.Now()); err == nil {
+			t.Errorf("the refused request created its user")
+		}
+		// An existing tenant is still usable at the limit.
+		if r := s.Send(t, s.Request(t, http.MethodPost, gen, apitest.AdminKey, body("u4", obj{"embedTenantName": "tenant-1"}))); r.Status != http.StatusOK {
+			t.Fatalf("an existing tenant at the limit: %d %s", r.Status, r.Raw)
+		}
+	})
+}
+
+// TestEmbedTenantLimitConcurrent: 64 generate-sessions naming 64 new
+// tenants at once with the handler's default limit at 10 create exactly
+// 10.
+func TestEmbedTenantLimitConcurrent(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		s := apitest.New(t, tg, apitest.WithEmbedOptions(embedsession.WithMaxEmbedTenants(10)))
+		var ok, refused atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 64 {
+			wg.Go(func() {
+				<-start
+				r := s.Send(t, s.Request(t, http.MethodPost, gen, apitest.AdminKey,
+					body(fmt.Sprintf("u%d", i), obj{"embedTenantName": fmt.Sprintf("tenant-%d", i)})))
+				switch r.Status {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusForbidden:
+					refused.Add(1)
+				default:
+					t.Errorf("request %d: %d %s", i, r.Status, r.Raw)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if ok.Load() != 10 || refused.Load() != 54 {
+			t.Errorf("%d succeeded and %d got 403, want 10 and 54", ok.Load(), refused.Load())
+		}
+		if n := tenantCount(t, s); n != 10 {
+			t.Errorf("%d embed tenants, want 10", n)
+		}
+	})
+}

@@ -1,0 +1,202 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+)
+
+// Redacted replaces the value of a ?sessionId= query parameter.
+const Redacted = "REDACTED"
+
+// param is the query parameter scrubbed, lower-cased; it matches
+// case-insensitively, plain ("sessionId=") or percent-encoded
+// ("sessionId%3D", a URL inside another URL's query).
+const param = "sessionid"
+
+// RedactSessionID returns s with the value of every sessionId query
+// parameter replaced by [Redacted]: "/embed?sessionId=abc&x=1" becomes
+// "/embed?sessionId=REDACTED&x=1". The name matches case-insensitively,
+// when it starts s or follows a character that cannot be part of a
+// parameter name ('?', '&', ';', a space, a quote...), and also
+// percent-encoded ("sessionId%3Dabc" inside another URL's query). The
+// value ends at '&', ';', '#', a space, a quote, '<', '>', or an encoded
+// '&' ("%26"). s is returned as is when it has no such parameter.
+func RedactSessionID(s string) string {
+	i := indexParam(s, 0)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	last := 0
+	for i >= 0 {
+		v := i + len(param) // after the name: '=' or "%3D"
+		if s[v] == '=' {
+			v++
+		} else {
+			v += 3
+		}
+		end := valueEnd(s, v)
+		b.WriteString(s[last:v])
+		if end > v {
+			b.WriteString(Redacted)
+		}
+		last = end
+		i = indexParam(s, end)
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// indexParam returns the index of the next sessionId parameter name in s
+// at or after from, followed by '=' or "%3D", or -1.
+func indexParam(s string, from int) int {
+	for i := from; i+len(param) < len(s); i++ {
+		c := s[i]
+		if c != 's' && c != 'S' {
+			continue
+		}
+		if !strings.EqualFold(s[i:i+len(param)], param) {
+			continue
+		}
+		if i > 0 && isNameByte(s[i-1]) && !afterEncodedDelim(s, i) {
+			continue
+		}
+		rest := s[i+len(param):]
+		if rest[0] == '=' || (len(rest) >= 3 && rest[0] == '%' && rest[1] == '3' && (rest[2] == 'D' || rest[2] == 'd')) {
+			return i
+		}
+	}
+	return -1
+}
+
+// afterEncodedDelim reports whether s[:i] ends with a percent-encoded '?',
+// '&' or ';' (a parameter of a URL inside another URL's query).
+func afterEncodedDelim(s string, i int) bool {
+	if i < 3 || s[i-3] != '%' {
+		return false
+	}
+	switch strings.ToUpper(s[i-2 : i]) {
+	case "3F", "26", "3B":
+		return true
+	}
+	return false
+}
+
+// isNameByte reports whether c can be part of a query parameter's name
+// (then "xsessionId=" is another parameter).
+func isNameByte(c byte) bool {
+	return c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+func valueEnd(s string, from int) int {
+	for i := from; i < len(s); i++ {
+		switch s[i] {
+		case '&', ';', '#', ' ', '\t', '\n', '\r', '"', '\'', '<', '>', '`':
+			return i
+		case '%':
+			if i+2 < len(s) && s[i+1] == '2' && (s[i+2] == '6' || s[i+2] == '3') { // %26 &, %23 #
+				return i
+			}
+		}
+	}
+	return len(s)
+}
+
+// containsParam reports whether s may hold a sessionId parameter.
+func containsParam(s string) bool { return indexParam(s, 0) >= 0 }
+
+// RedactingHandler returns a slog.Handler that passes records to h with
+// every ?sessionId= value scrubbed (see [RedactSessionID]) from the
+// message and from every attribute: strings, and other values whose text
+// holds one (they are replaced by their scrubbed text).
+func RedactingHandler(h slog.Handler) slog.Handler {
+	if _, ok := h.(*redacting); ok {
+		return h
+	}
+	return &redacting{h: h}
+}
+
+// Logger returns l logging through [RedactingHandler]; nil stays nil.
+func Logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return nil
+	}
+	if _, ok := l.Handler().(*redacting); ok {
+		return l
+	}
+	return slog.New(RedactingHandler(l.Handler()))
+}
+
+type redacting struct{ h slog.Handler }
+
+func (r *redacting) Enabled(ctx context.Context, l slog.Level) bool { return r.h.Enabled(ctx, l) }
+
+func (r *redacting) Handle(ctx context.Context, rec slog.Record) error {
+	dirty := containsParam(rec.Message)
+	if !dirty {
+		rec.Attrs(func(a slog.Attr) bool {
+			dirty = attrDirty(a)
+			return !dirty
+		})
+	}
+	if !dirty {
+		return r.h.Handle(ctx, rec)
+	}
+	clean := slog.NewRecord(rec.Time, rec.Level, RedactSessionID(rec.Message), rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		clean.AddAttrs(redactAttr(a))
+		return true
+	})
+	return r.h.Handle(ctx, clean)
+}
+
+func (r *redacting) WithAttrs(as []slog.Attr) slog.Handler {
+	clean := make([]slog.Attr, len(as))
+	for i, a := range as {
+		clean[i] = redactAttr(a)
+	}
+	return &redacting{h: r.h.WithAttrs(clean)}
+}
+
+func (r *redacting) WithGroup(name string) slog.Handler { return &redacting{h: r.h.WithGroup(name)} }
+
+func attrDirty(a slog.Attr) bool {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return containsParam(v.String())
+	case slog.KindGroup:
+		for _, g := range v.Group() {
+			if attrDirty(g) {
+				return true
+			}
+		}
+		return false
+	case slog.KindAny:
+		return containsParam(fmt.Sprint(v.Any()))
+	}
+	return false
+}
+
+func redactAttr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, RedactSessionID(v.String()))
+	case slog.KindGroup:
+		g := v.Group()
+		clean := make([]slog.Attr, len(g))
+		for i, ga := range g {
+			clean[i] = redactAttr(ga)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(clean...)}
+	case slog.KindAny:
+		if s := fmt.Sprint(v.Any()); containsParam(s) {
+			return slog.String(a.Key, RedactSessionID(s))
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}

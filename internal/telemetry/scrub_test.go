@@ -1,0 +1,110 @@
+package telemetry_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
+)
+
+func TestRedactSessionID(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"/embed/page", "/embed/page"},
+		{"/embed?sessionId=abc", "/embed?sessionId=REDACTED"},
+		{"/embed?sessionId=abc&x=1", "/embed?sessionId=REDACTED&x=1"},
+		{"/embed?x=1&sessionId=abc#frag", "/embed?x=1&sessionId=REDACTED#frag"},
+		{"/embed?x=1;sessionId=abc", "/embed?x=1;sessionId=REDACTED"},
+		{"/embed?SESSIONID=abc", "/embed?SESSIONID=REDACTED"},
+		{"/embed?sessionid=abc&sessionId=def", "/embed?sessionid=REDACTED&sessionId=REDACTED"},
+		{"/embed?sessionId=", "/embed?sessionId="},
+		{"/embed?xsessionId=abc", "/embed?xsessionId=abc"},
+		{"/embed?session_id=abc", "/embed?session_id=abc"},
+		{"/embed?sessionIdx=abc", "/embed?sessionIdx=abc"},
+		{"sessionId=abc", "sessionId=REDACTED"},
+		{"GET /embed?sessionId=abc HTTP/1.1", "GET /embed?sessionId=REDACTED HTTP/1.1"},
+		{`url="/e?sessionId=abc"`, `url="/e?sessionId=REDACTED"`},
+		{"/login?next=%2Fembed%3FsessionId%3Dabc%26x%3D1", "/login?next=%2Fembed%3FsessionId%3DREDACTED%26x%3D1"},
+		{"/login?next=%2Fembed%3fsessionid%3dabc", "/login?next=%2Fembed%3fsessionid%3dREDACTED"},
+		{"/embed?sessionId=a%2Bb&y", "/embed?sessionId=REDACTED&y"},
+		{"sessionId", "sessionId"},
+		{"sessionId%3", "sessionId%3"},
+	} {
+		if got := telemetry.RedactSessionID(c.in); got != c.want {
+			t.Errorf("RedactSessionID(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// FuzzRedactSessionID checks that the value of a sessionId parameter never
+// survives, whatever surrounds it, and that strings without one are kept.
+func FuzzRedactSessionID(f *testing.F) {
+	f.Add("/embed", "abc123", "x=1")
+	f.Add("", "s", "")
+	f.Add("/a?b=c", "Zz9-_.~", "#f")
+	f.Fuzz(func(t *testing.T, path, secret, rest string) {
+		if len(secret) < 4 || strings.ContainsAny(secret, "&;#%\"'<> \t\r\n`") {
+			t.Skip()
+		}
+		u := path + "?sessionId=" + secret
+		if rest != "" {
+			u += "&" + rest
+		}
+		got := telemetry.RedactSessionID(u)
+		if idx := strings.Index(got, "sessionId="); idx < 0 || strings.HasPrefix(got[idx+len("sessionId="):], secret) {
+			t.Fatalf("RedactSessionID(%q) = %q", u, got)
+		}
+		// An encoded URL inside a query.
+		enc := "/login?next=" + url.QueryEscape(u)
+		if g := telemetry.RedactSessionID(enc); strings.Contains(g, "sessionId%3D"+url.QueryEscape(secret)) {
+			t.Fatalf("RedactSessionID(%q) = %q", enc, g)
+		}
+		// Idempotent.
+		if again := telemetry.RedactSessionID(got); again != got {
+			t.Fatalf("not idempotent: %q then %q", got, again)
+		}
+		// Without the parameter nothing changes.
+		plain := path + rest
+		if !strings.Contains(strings.ToLower(plain), "sessionid") && telemetry.RedactSessionID(plain) != plain {
+			t.Fatalf("changed %q", plain)
+		}
+	})
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }
+
+func TestRedactingHandler(t *testing.T) {
+	var buf bytes.Buffer
+	log := telemetry.Logger(slog.New(slog.NewTextHandler(&buf, nil)))
+	if telemetry.Logger(log) != log {
+		t.Error("Logger wraps a redacting logger again")
+	}
+	if telemetry.Logger(nil) != nil {
+		t.Error("Logger(nil) is not nil")
+	}
+	log = log.With("base", "/p?sessionId=with1")
+	log.Info("GET /embed?sessionId=msg1 failed",
+		"url", "/embed?sessionId=str1&a=b",
+		"err", errors.New("get /embed?sessionId=err1: refused"),
+		slog.Group("req", "u", "/x?sessionId=grp1", "n", 3),
+		"addr", stringer("/y?sessionId=any1"),
+		"count", 7)
+	log.WithGroup("g").Info("clean", "path", "/embed/page")
+	out := buf.String()
+	for _, secret := range []string{"with1", "msg1", "str1", "err1", "grp1", "any1"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("log holds %s: %s", secret, out)
+		}
+	}
+	for _, want := range []string{"count=7", "req.n=3", "a=b", "g.path=/embed/page", "sessionId=REDACTED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s: %s", want, out)
+		}
+	}
+}
