@@ -49,8 +49,8 @@ type Handler struct {
 //
 // Options read: [WithDevelopment], [WithTurnTimeout],
 // [WithCancelOnDisconnect], [WithDefaultEphemeralTTL],
-// [WithMaxExternalUsers], [WithMaxTurnBytes], [WithDefaultLimits],
-// [WithCluster], [WithLogger], [WithClock].
+// [WithMaxTurnBytes], [WithDefaultLimits], [WithCluster], [WithLogger],
+// [WithClock].
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	return &Handler{st: st, agent: agent, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}}
@@ -479,7 +479,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		} else {
 			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
-			res, err := provision.Apply(ctx, tx, c.acct, p, h.maxUsers(c.acct), now)
+			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 			if err != nil {
 				return err
 			}
@@ -610,13 +610,6 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	if !t.follow(ctx, lw, 0) && h.cfg.cancelOnDisconnect && ctx.Err() != nil {
 		t.stop(errDisconnected, outcomeAborted)
 	}
-}
-
-func (h *Handler) maxUsers(a store.Account) int {
-	if a.MaxExternalUsers > 0 {
-		return a.MaxExternalUsers
-	}
-	return h.cfg.maxExternalUsers
 }
 
 func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {

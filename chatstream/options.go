@@ -16,10 +16,6 @@ const (
 	// DefaultEphemeralTTL is the lifetime of a new ephemeral user when the
 	// request names none, unless [WithDefaultEphemeralTTL] says otherwise.
 	DefaultEphemeralTTL = 7 * 24 * time.Hour
-	// DefaultMaxExternalUsers is the limit of persistent external users of
-	// an account whose own limit is 0, unless [WithMaxExternalUsers] says
-	// otherwise.
-	DefaultMaxExternalUsers = 10000
 	// DefaultReapInterval is how often a [Reaper] looks for expired
 	// ephemeral users unless its constructor is given another interval.
 	DefaultReapInterval = time.Minute
@@ -57,7 +53,6 @@ type config struct {
 	turnTimeout        time.Duration
 	cancelOnDisconnect bool
 	ephemeralTTL       time.Duration
-	maxExternalUsers   int
 	log                *slog.Logger
 	now                func() time.Time
 	reapBatch          int
@@ -69,12 +64,11 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{
-		turnTimeout:      DefaultTurnTimeout,
-		ephemeralTTL:     DefaultEphemeralTTL,
-		maxExternalUsers: DefaultMaxExternalUsers,
-		now:              time.Now,
-		reapBatch:        DefaultReapBatch,
-		maxTurnBytes:     DefaultMaxTurnBytes,
+		turnTimeout:  DefaultTurnTimeout,
+		ephemeralTTL: DefaultEphemeralTTL,
+		now:          time.Now,
+		reapBatch:    DefaultReapBatch,
+		maxTurnBytes: DefaultMaxTurnBytes,
 		limits: store.Limits{
 			RunningTurns:               DefaultMaxRunningTurns,
 			RunningTurnsPerUser:        DefaultMaxRunningTurnsPerUser,
@@ -120,19 +114,6 @@ func WithDefaultEphemeralTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
 			c.ephemeralTTL = d
-		}
-	}
-}
-
-// WithMaxExternalUsers sets the limit of persistent external users of
-// accounts whose own limit (store.Account.MaxExternalUsers) is 0; an
-// account's own positive limit always wins. Ephemeral users do not count.
-// Default: [DefaultMaxExternalUsers] (10,000). Values ≤ 0 are ignored. Read
-// by [Handler].
-func WithMaxExternalUsers(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxExternalUsers = n
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/bootstrap"
 )
@@ -90,18 +89,6 @@ func TestUserLimit(t *testing.T) {
 			}
 			s.GenerateSession(t, body("one-too-many", nil))
 		})
-	})
-}
-
-// TestUserLimitHandlerDefault checks WithMaxExternalUsers for accounts
-// without their own limit.
-func TestUserLimitHandlerDefault(t *testing.T) {
-	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		t.Parallel()
-		s := apitest.New(t, tg, limitConfig(0), apitest.WithEmbedOptions(embedsession.WithMaxExternalUsers(2)))
-		s.GenerateSession(t, body("d1", nil))
-		s.GenerateSession(t, body("d2", nil))
-		checkRejection(t, s, rejection{body: body("d3", nil), status: 403, msg: "limit"})
 	})
 }
 

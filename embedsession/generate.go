@@ -67,7 +67,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.o.now()
 	var tenant store.EmbedTenant
-	maxUsers := h.maxUsers(acct)
+	maxUsers := acct.ExternalUserLimit()
 	sid := secret.New()
 	sidHash := secret.Hash(sid.Reveal())
 	err = h.st.InTx(ctx, func(tx store.Tx) error {

@@ -93,14 +93,6 @@ func (h *Handler) Routes() []Route {
 	}
 }
 
-// maxUsers is the limit of persistent external users for acct.
-func (h *Handler) maxUsers(acct store.Account) int {
-	if acct.MaxExternalUsers > 0 {
-		return acct.MaxExternalUsers
-	}
-	return h.o.maxUsers
-}
-
 // deploymentExists checks that the account has the deployment, through the
 // cache when [WithCacheTTL] is set.
 func (h *Handler) deploymentExists(ctx context.Context, accountID, id int64) error {

@@ -12,7 +12,6 @@ type Option func(*options)
 type options struct {
 	sessionTTL time.Duration
 	tokenTTL   time.Duration
-	maxUsers   int
 	maxTenants int
 	log        *slog.Logger
 	now        func() time.Time
@@ -21,9 +20,8 @@ type options struct {
 
 // Defaults of the options.
 const (
-	DefaultSessionTTL       = 5 * time.Minute
-	DefaultTokenTTL         = 24 * time.Hour
-	DefaultMaxExternalUsers = 10000
+	DefaultSessionTTL = 5 * time.Minute
+	DefaultTokenTTL   = 24 * time.Hour
 	// DefaultMaxEmbedTenants is the limit of embed tenants per account for
 	// accounts that set none (store.Limits.EmbedTenants).
 	DefaultMaxEmbedTenants = 1000
@@ -33,7 +31,6 @@ func newOptions(opts []Option) options {
 	o := options{
 		sessionTTL: DefaultSessionTTL,
 		tokenTTL:   DefaultTokenTTL,
-		maxUsers:   DefaultMaxExternalUsers,
 		maxTenants: DefaultMaxEmbedTenants,
 		now:        time.Now,
 	}
@@ -63,19 +60,6 @@ func WithTokenTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
 			o.tokenTTL = d
-		}
-	}
-}
-
-// WithMaxExternalUsers sets the limit of persistent external users per
-// account for accounts that set none themselves; an account's own
-// MaxExternalUsers, when above zero, takes precedence. Default:
-// [DefaultMaxExternalUsers] (10,000). Values of zero or less keep the
-// default.
-func WithMaxExternalUsers(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.maxUsers = n
 		}
 	}
 }

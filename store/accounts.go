@@ -9,7 +9,7 @@ import (
 // [PlanPremium] and [PlanEnterprise].
 type Plan string
 
-// The plans of decisions.md §1.
+// The plans an account can have.
 const (
 	PlanFree       Plan = "free"
 	PlanPremium    Plan = "premium"
@@ -26,8 +26,8 @@ type Account struct {
 	Name           string // unique
 	Plan           Plan
 	UseCreatorMode bool
-	// MaxExternalUsers limits persistent external users; 0 means the
-	// handler's default (10,000 unless configured otherwise).
+	// MaxExternalUsers limits persistent external users; 0 means
+	// [DefaultMaxExternalUsers]. See [Account.ExternalUserLimit].
 	MaxExternalUsers int
 	// Limits are the account's own limits; a zero field means the
 	// handler's default.
@@ -87,3 +87,19 @@ type Accounts interface {
 
 // Clock returns the current time; tests inject a fake one.
 type Clock func() time.Time
+
+// DefaultMaxExternalUsers is the limit of persistent external users of an
+// account whose MaxExternalUsers is 0.
+const DefaultMaxExternalUsers = 10000
+
+// ExternalUserLimit returns the account's limit of persistent external
+// users: MaxExternalUsers when above zero, [DefaultMaxExternalUsers]
+// otherwise. It is the one place the limit is decided: generate-session and
+// chat requests that provision users both enforce it, so the two endpoints
+// never disagree for one account.
+func (a Account) ExternalUserLimit() int {
+	if a.MaxExternalUsers > 0 {
+		return a.MaxExternalUsers
+	}
+	return DefaultMaxExternalUsers
+}

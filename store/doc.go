@@ -12,10 +12,17 @@
 //     ([Quotas]) with [ErrLimit]; adapters wrap their driver errors into
 //     these sentinels so callers use errors.Is.
 //   - A request runs in one transaction ([Store.InTx]): either every write of
-//     fn is committed or none is. Adapters retry transient failures (SQLite's
+//     fn is committed or none is. A call that fails with anything but
+//     [ErrNotFound] or [ErrLimit] aborts the transaction on every adapter,
+//     even when fn ignores it. Adapters retry transient failures (SQLite's
 //     busy state, serialization failures) themselves.
+//   - The limit of persistent external users is the account's:
+//     [Account.ExternalUserLimit].
 //
 // Adapters: [github.com/embedkit/embedkit/store/gormstore] (SQLite and
-// PostgreSQL through GORM) and [github.com/embedkit/embedkit/store/memstore]
-// (in memory, no cgo). Both pass [github.com/embedkit/embedkit/store/storetest].
+// PostgreSQL through the host's GORM handle; DSN conveniences in its
+// sqlite and postgres sub-packages) and
+// [github.com/embedkit/embedkit/store/memstore] (in memory, no cgo). Both
+// pass [github.com/embedkit/embedkit/store/storetest]. docs/storage.md
+// describes the tables, migrations and read replicas.
 package store

@@ -10,7 +10,7 @@ import (
 var sessionRules = []rule{
 	{
 		name: "ExchangeSession trades a session id for a token once",
-		doc:  "decisions §3: a session id is single use; the exchange returns the grant with the token's expiry, the token then resolves to the same grant, and a second exchange is ErrNotFound.",
+		doc:  "A session id is single use; the exchange returns the grant with the token's expiry, the token then resolves to the same grant, and a second exchange is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")

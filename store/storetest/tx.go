@@ -80,7 +80,7 @@ var txRules = []rule{
 	},
 	{
 		name: "an error from fn leaves nothing behind",
-		doc:  "A request is all or nothing (decisions §2): when fn fails, InTx returns fn's error unchanged and none of its writes, including the persistent-user count, are kept.",
+		doc:  "A request is all or nothing: when fn fails, InTx returns fn's error unchanged and none of its writes, including the persistent-user count, are kept.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			err := st.InTx(ctx(t), func(tx store.Tx) error {

@@ -142,7 +142,7 @@ var userRules = []rule{
 	},
 	{
 		name: "Persistent true converts an ephemeral user and counts it",
-		doc:  "decisions §3: a chat-created ephemeral user becomes persistent when generate-session names it; the conversion counts toward MaxUsers and fails with ErrLimit when the account is full.",
+		doc:  "A chat-created ephemeral user becomes persistent when generate-session names it; the conversion counts toward MaxUsers and fails with ErrLimit when the account is full.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			e := f.ephemeral(t, st, "e", t0.Add(time.Hour))
