@@ -6,7 +6,8 @@ import (
 )
 
 // Limits are an account's own limits. A zero field means "the handler's
-// default": chatstream's options set the defaults of RunningTurns,
+// default", a negative one "no limit": chatstream's options set the
+// defaults of RunningTurns,
 // RunningTurnsPerUser, NewEphemeralUsersPerMinute, ThreadTurns and
 // ThreadBytes, and embedsession's option the default of EmbedTenants. The
 // JSON names are those of the bootstrap file's "limits" object.
