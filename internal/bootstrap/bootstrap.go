@@ -23,22 +23,23 @@ type Config struct {
 
 // Account is one account of the bootstrap document.
 type Account struct {
-	Name             string     `json:"name"`
-	Plan             store.Plan `json:"plan"`
-	UseCreatorMode   bool       `json:"useCreatorMode"`
-	MaxExternalUsers int        `json:"maxExternalUsers"`
+	Name             string      `json:"name"`
+	Plan             store.Plan  `json:"plan"`
+	UseCreatorMode   bool        `json:"useCreatorMode"`
+	MaxExternalUsers int         `json:"maxExternalUsers"`
+	APIKeys          []APIKey    `json:"apiKeys"`
+	Deployments      []Deploy    `json:"deployments"`
+	Agents           []Agent     `json:"agents"`
+	UserAttributes   []Attribute `json:"userAttributes"`
+	Groups           []Group     `json:"groups"`
+	InternalUsers    []Internal  `json:"internalUsers"`
+	Branches         []string    `json:"branches"`
+
 	// Limits are the account's own limits (runningTurns,
 	// runningTurnsPerUser, newEphemeralUsersPerMinute, embedTenants,
 	// threadTurns, threadBytes); an omitted or zero one is the handler's
 	// default, a negative one is no limit.
-	Limits         store.Limits `json:"limits"`
-	APIKeys        []APIKey     `json:"apiKeys"`
-	Deployments    []Deploy     `json:"deployments"`
-	Agents         []Agent      `json:"agents"`
-	UserAttributes []Attribute  `json:"userAttributes"`
-	Groups         []Group      `json:"groups"`
-	InternalUsers  []Internal   `json:"internalUsers"`
-	Branches       []string     `json:"branches"`
+	Limits store.Limits `json:"limits"`
 }
 
 // APIKey is a raw API key; only its hash is stored.
