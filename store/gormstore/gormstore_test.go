@@ -31,6 +31,13 @@ func TestConformance(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) store.Store { return testdb.Open(t, backend) })
 		})
 	}
+	// PostgreSQL with every statement through GORM's callbacks.
+	t.Run("postgres-without-pipelining", func(t *testing.T) {
+		testdb.OpenDSN(t, testdb.Postgres) // skips without the DSN variable
+		storetest.Run(t, func(t *testing.T) store.Store {
+			return testdb.Open(t, testdb.Postgres, gormstore.WithoutPipelining())
+		})
+	})
 }
 
 func BenchmarkStore(b *testing.B) {

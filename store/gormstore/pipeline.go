@@ -73,6 +73,20 @@ func (s *Store) attemptPipelined(actx context.Context, fn func(tx store.Tx) erro
 	})
 }
 
+// pgxArgs undoes the wrapping that bind does for GORM: pgx encodes []byte
+// and lists natively (binary arrays), faster than through driver.Valuer.
+func pgxArgs(args []any) []any {
+	for i, a := range args {
+		switch v := a.(type) {
+		case blobArg:
+			args[i] = []byte(v)
+		case listArg:
+			args[i] = v.v
+		}
+	}
+	return args
+}
+
 // numbered rewrites the ? placeholders of a statement (after bind) into
 // PostgreSQL's $1, $2, ... (our statements have no other question marks).
 func numbered(query string) string {
@@ -153,10 +167,11 @@ func (p *pgxTx) send(ctx context.Context, queries ...pendingStmt) (pgx.BatchResu
 
 // queue adds a write to send with the next statement or the commit.
 func (p *pgxTx) queue(op, query string, args []any) {
-	p.pending = append(p.pending, pendingStmt{op: op, query: query, args: args})
+	p.pending = append(p.pending, pendingStmt{op: op, query: query, args: pgxArgs(args)})
 }
 
 func (p *pgxTx) run(ctx context.Context, query string, args []any) (int64, error) {
+	args = pgxArgs(args)
 	begin := time.Now()
 	if p.begun && len(p.pending) == 0 {
 		tag, err := p.conn.Exec(ctx, query, args...)
@@ -177,6 +192,7 @@ func (p *pgxTx) run(ctx context.Context, query string, args []any) (int64, error
 
 // rows runs a query and scans its rows into dest (see txn.find).
 func (p *pgxTx) rows(ctx context.Context, query string, args []any, dest any) (int64, error) {
+	args = pgxArgs(args)
 	begin := time.Now()
 	if p.begun && len(p.pending) == 0 {
 		r, err := p.conn.Query(ctx, query, args...)
@@ -210,7 +226,7 @@ func (p *pgxTx) all(ctx context.Context, op string, queries []query) ([]int64, e
 	stmts := make([]pendingStmt, len(queries))
 	for i, q := range queries {
 		sql, args := bind(q.sql, true, q.args)
-		stmts[i] = pendingStmt{query: numbered(sql), args: args}
+		stmts[i] = pendingStmt{query: numbered(sql), args: pgxArgs(args)}
 	}
 	begin := time.Now()
 	br, err := p.send(ctx, stmts...)
