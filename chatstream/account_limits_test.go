@@ -113,6 +113,18 @@ func TestRunningTurnLimitConcurrent(t *testing.T) {
 	})
 }
 
+// TestRunningTurnsPerUserConcurrent starts 64 turns of one user at once
+// with a per-user limit of 3: exactly 3 run.
+func TestRunningTurnsPerUserConcurrent(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{RunningTurnsPerUser: 3})})
+		send(t, e, "one", "warm", "echo:x") // the user exists: no upsert races
+		runConcurrent(t, 64, 3, func(ctx context.Context, i int) error {
+			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: fmt.Sprintf("pu-%d", i), SessionSettings: ext("one")})
+		})
+	})
+}
+
 // firstLine starts a stream and returns once its first line arrived (nil),
 // or with the request's error; the turn runs on.
 func firstLine(ctx context.Context, c *chatstream.Client, req chatstream.Request) error {

@@ -6,10 +6,11 @@ import (
 )
 
 // Limits are an account's own limits. A zero field means "the handler's
-// default": chatstream's options set the defaults of RunningTurns,
-// RunningTurnsPerUser, NewEphemeralUsersPerMinute, ThreadTurns and
-// ThreadBytes, and embedsession's option the default of EmbedTenants. The
-// JSON names are those of the bootstrap file's "limits" object.
+// default", a negative one "no limit". chatstream's options set the
+// defaults of RunningTurns, RunningTurnsPerUser, NewEphemeralUsersPerMinute,
+// ThreadTurns and ThreadBytes, and embedsession's option the default of
+// EmbedTenants. The JSON names are those of the bootstrap file's "limits"
+// object.
 type Limits struct {
 	// RunningTurns caps the chat turns of the account running at once,
 	// across all replicas (429 over it).

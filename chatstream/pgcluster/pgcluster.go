@@ -45,6 +45,8 @@ var schema = []string{
 		ended_at        timestamptz,
 		PRIMARY KEY (account_id, chat_id)
 	)`,
+	// The running turns of an account, which a claim with limits counts.
+	`CREATE INDEX IF NOT EXISTS embedkit_turns_running ON embedkit_turns (account_id, user_id) WHERE ended_at IS NULL`,
 	`CREATE TABLE IF NOT EXISTS embedkit_turn_lines (
 		turn_id    text        NOT NULL,
 		seq        integer     NOT NULL,

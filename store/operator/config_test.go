@@ -140,3 +140,38 @@ func TestApplyIsIdempotent(t *testing.T) {
 		})
 	}
 }
+
+// TestLimits: an account's "limits" object reaches store.Account.Limits,
+// and a later start without it clears them (the file is authoritative).
+func TestLimits(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			st := testdb.Open(t, backend)
+			ctx := t.Context()
+			cfg, err := operator.DecodeConfig(strings.NewReader(`{"accounts":[{"name":"lim","plan":"premium","limits":{
+				"runningTurns":7,"runningTurnsPerUser":2,"newEphemeralUsersPerMinute":30,
+				"embedTenants":4,"threadTurns":9,"threadBytes":1048576}}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := operator.New(st).Apply(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			acct, err := st.AccountByName(ctx, "lim")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := store.Limits{RunningTurns: 7, RunningTurnsPerUser: 2, NewEphemeralUsersPerMinute: 30, EmbedTenants: 4, ThreadTurns: 9, ThreadBytes: 1 << 20}
+			if acct.Limits != want {
+				t.Errorf("limits = %+v, want %+v", acct.Limits, want)
+			}
+			cfg.Accounts[0].Limits = store.Limits{}
+			if err := operator.New(st).Apply(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if acct, _ = st.AccountByName(ctx, "lim"); acct.Limits != (store.Limits{}) {
+				t.Errorf("limits after a start without them = %+v, want none", acct.Limits)
+			}
+		})
+	}
+}
