@@ -390,12 +390,13 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 // field, when the endpoint streams one.
 func reasoningOf(d openai.ChatCompletionChunkChoiceDelta) string {
 	for _, k := range []string{"reasoning_content", "reasoning"} {
-		f, ok := d.JSON.ExtraFields[k]
-		if !ok || !f.Valid() {
+		// Extra fields are never Valid() in the SDK: read the raw JSON.
+		raw := d.JSON.ExtraFields[k].Raw()
+		if raw == "" {
 			continue
 		}
 		var s string
-		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+		if json.Unmarshal([]byte(raw), &s) == nil && s != "" {
 			return s
 		}
 	}
