@@ -170,7 +170,7 @@ func usage(prompt, completion int) string {
 	b, _ := json.Marshal(map[string]any{
 		"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "fake-model",
 		"choices": []any{},
-		"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
 	})
 	return string(b)
 }
