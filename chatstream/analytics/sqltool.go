@@ -221,6 +221,10 @@ func viewSQL(v View) string {
 		fmt.Fprintf(&b, "((SELECT %sall()) OR (%s) IN (SELECT value FROM json_each(%svalues('%s'))))",
 			rlsPrefix, f.Column, rlsPrefix, strings.ReplaceAll(f.Attribute, "'", "''"))
 	}
+	// OFFSET keeps SQLite from flattening the view into the query that
+	// reads it, so every table the view reads is checked in the view's
+	// context, even one the query extracts no column from.
+	b.WriteString("\nLIMIT -1 OFFSET 0")
 	return b.String()
 }
 
@@ -382,6 +386,9 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 	g.begin(access, t.maxSteps)
 	defer g.end()
 
+	if name := cteNamedLike(q, g.views); name != "" {
+		return nil, toolErr("a common table expression may not be named like the view %q of the data model", name)
+	}
 	first, readonly, explain, more, err := g.check(q)
 	switch {
 	case err != nil:
