@@ -100,7 +100,10 @@ func summary(q parsed, res *analytics.SQLResult, a analytics.Access) string {
 		fmt.Fprintf(&b, "%s, from %s to %s (%d %s): the highest was %s with %s, the lowest %s with %s.",
 			res.QueryTitle, label(first), label(last), len(res.Data), plural(len(res.Data), p.dim),
 			label(hi), val(hi), label(lo), val(lo))
-		if len(res.Data) > 1 {
+		switch {
+		case len(res.Data) > 1 && res.TotalRows > len(res.Data):
+			fmt.Fprintf(&b, " The last %s in the result, %s, had %s.", p.dim.title, label(last), val(last))
+		case len(res.Data) > 1:
 			fmt.Fprintf(&b, " The latest %s, %s, had %s.", p.dim.title, label(last), val(last))
 		}
 	default:
@@ -174,7 +177,11 @@ func notUnderstood(q parsed) string {
 		for i, w := range q.ignored {
 			quoted[i] = "“" + w + "”"
 		}
-		fmt.Fprintf(&b, "\n\nI did not understand %s in your question, so the answer ignores it.", joinAnd(quoted))
+		it := "it"
+		if len(quoted) > 1 {
+			it = "them"
+		}
+		fmt.Fprintf(&b, "\n\nI did not understand %s in your question, so the answer ignores %s.", joinAnd(quoted), it)
 	}
 	return b.String()
 }

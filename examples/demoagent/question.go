@@ -30,7 +30,7 @@ var (
 		expr: "SUM(quantity)", additive: true, words: "units sold"}
 	metricAOV = &metric{key: "average_order_value", title: "Average order value", member: "orders.average_order_value",
 		expr: "ROUND(SUM(quantity * price) / COUNT(DISTINCT order_id), 2)", decimals: 2, words: "average order value (revenue per order)"}
-	metricCustomers = &metric{key: "customers", title: "Customers", member: "orders.customers",
+	metricCustomers = &metric{key: "customers", title: "Ordering customers", member: "orders.customers",
 		expr: "COUNT(DISTINCT customer_id)", words: "number of ordering customers"}
 	metricProducts = &metric{key: "products", title: "Products sold", member: "products.count",
 		expr: "COUNT(DISTINCT product_id)", words: "number of distinct products sold"}
@@ -502,27 +502,57 @@ func (p *parsed) readPeriod(toks []string, used []bool) {
 	setWindow := func(from, to time.Time, name, asked string) {
 		p.from, p.to, p.window = from.Format(dayLayout), to.Format(dayLayout), name
 		if asked != "" {
-			p.notes = append(p.notes, fmt.Sprintf("The sample data ends on 31 December 2025, so I read “%s” as %s.", asked, name))
+			p.notes = append(p.notes, fmt.Sprintf("The sample data ends on 31 December 2025; taking that as today, I read “%s” as %s.", asked, name))
 		}
 	}
 	monthEnd := dataEnd.AddDate(0, 0, 1) // 2026-01-01, first day after the data
 
+	// "this" is the data's latest period, "last" the one before: the
+	// data's last day stands for today.
 	for i, t := range toks {
-		rel := t == "last" || t == "this" || t == "past" || t == "previous" || t == "current" || t == "latest" || t == "recent"
+		this := t == "this" || t == "current" || t == "latest"
+		last := t == "last" || t == "previous" || t == "past"
+		if !this && !last {
+			goto other
+		}
+		switch at(i + 1) {
+		case "month":
+			used[i], used[i+1] = true, true
+			from := time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)
+			if last {
+				from = from.AddDate(0, -1, 0)
+			}
+			setWindow(from, from.AddDate(0, 1, 0), from.Format("January 2006"), t+" month")
+			continue
+		case "quarter":
+			used[i], used[i+1] = true, true
+			from, name := time.Date(2025, 10, 1, 0, 0, 0, 0, time.UTC), "Q4 2025"
+			if last {
+				from, name = from.AddDate(0, -3, 0), "Q3 2025"
+			}
+			setWindow(from, from.AddDate(0, 3, 0), name, t+" quarter")
+			continue
+		case "year":
+			used[i], used[i+1] = true, true
+			y := "2025"
+			if last {
+				y = "2024"
+			}
+			years = appendNew(years, y)
+			p.notes = append(p.notes, fmt.Sprintf("The sample data ends on 31 December 2025; taking that as today, I read “%s year” as %s.", t, y))
+			continue
+		case "week":
+			used[i], used[i+1] = true, true
+			from := dataEnd.AddDate(0, 0, -6)
+			if last {
+				from = from.AddDate(0, 0, -7)
+			}
+			to := from.AddDate(0, 0, 7)
+			setWindow(from, to, fmt.Sprintf("the week of %s to %s", from.Format("2 January 2006"), to.AddDate(0, 0, -1).Format("2 January 2006")), t+" week")
+			continue
+		}
+	other:
 		switch {
-		case rel && (at(i+1) == "month" || at(i+1) == "months" && at(i) == "past"):
-			used[i], used[i+1] = true, true
-			setWindow(time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC), monthEnd, "December 2025", t+" "+at(i+1))
-		case rel && at(i+1) == "quarter":
-			used[i], used[i+1] = true, true
-			setWindow(time.Date(2025, 10, 1, 0, 0, 0, 0, time.UTC), monthEnd, "the fourth quarter of 2025", t+" quarter")
-		case rel && at(i+1) == "year":
-			used[i], used[i+1] = true, true
-			years = appendNew(years, "2025")
-			p.notes = append(p.notes, fmt.Sprintf("The sample data ends on 31 December 2025, so I read “%s year” as 2025.", t))
-		case rel && at(i+1) == "week":
-			used[i], used[i+1] = true, true
-			setWindow(dataEnd.AddDate(0, 0, -6), monthEnd, "the week of 25 to 31 December 2025", t+" week")
 		case (t == "last" || t == "past") && at(i+2) != "":
 			n, ok := parseCount(at(i + 1))
 			unit := strings.TrimSuffix(at(i+2), "s")
@@ -582,6 +612,10 @@ func (p *parsed) readPeriod(toks []string, used []bool) {
 		}
 	}
 	p.years = years
+	// "2024 vs 2025", "this year and last year": one row per year.
+	if len(years) > 1 && p.dim == nil {
+		p.dim, p.hasDim = dimYear, true
+	}
 }
 
 // counted reports whether toks[i] follows "how many", "number of" or
