@@ -11,7 +11,9 @@ extern int sqlite3_prepare_v2(sqlite3 *, const char *, int, sqlite3_stmt **, con
 extern int sqlite3_finalize(sqlite3_stmt *);
 extern int sqlite3_stmt_readonly(sqlite3_stmt *);
 extern int sqlite3_stmt_isexplain(sqlite3_stmt *);
+extern int sqlite3_bind_parameter_count(sqlite3_stmt *);
 extern const char *sqlite3_errmsg(sqlite3 *);
+extern int sqlite3_limit(sqlite3 *, int, int);
 
 // Implemented in Go (guard.go).
 extern int analyticsAuthorize(uintptr_t, int, char *, char *, char *, char *);
@@ -31,9 +33,14 @@ static int progress(void *p) {
 void analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b) {
 	sqlite3_set_authorizer(db, authorize, (void *)handle);
 	sqlite3_progress_handler(db, ANALYTICS_PROGRESS_STEPS, progress, b);
+	// A single instruction can build a huge value (zeroblob, printf,
+	// replace) that the progress handler cannot interrupt: bound values
+	// and statements instead.
+	sqlite3_limit(db, 0 /* SQLITE_LIMIT_LENGTH */, ANALYTICS_MAX_VALUE_BYTES);
+	sqlite3_limit(db, 1 /* SQLITE_LIMIT_SQL_LENGTH */, 1 << 20);
 }
 
-int analytics_check(sqlite3 *db, const char *sql, int n, int *used, int *readonly, int *explain, int *more) {
+int analytics_check(sqlite3 *db, const char *sql, int n, int *used, int *readonly, int *explain, int *more, int *none, int *params) {
 	sqlite3_stmt *st = NULL;
 	const char *tail = NULL;
 	int rc = sqlite3_prepare_v2(db, sql, n, &st, &tail);
@@ -41,10 +48,16 @@ int analytics_check(sqlite3 *db, const char *sql, int n, int *used, int *readonl
 	*readonly = 0;
 	*explain = 0;
 	*more = 0;
+	*none = 0;
+	*params = 0;
 	if (rc != 0) return rc;
-	if (st == NULL) return 0;
+	if (st == NULL) {
+		*none = 1;
+		return 0;
+	}
 	*readonly = sqlite3_stmt_readonly(st);
 	*explain = sqlite3_stmt_isexplain(st);
+	*params = sqlite3_bind_parameter_count(st);
 	sqlite3_finalize(st);
 	const char *rest = sql + *used;
 	while (rest < sql + n) {

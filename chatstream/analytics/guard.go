@@ -106,17 +106,21 @@ func (g *guard) end() {
 func (g *guard) exhausted() bool { return g.budget.remaining <= 0 }
 
 // check compiles sql without running it. It returns the text of its first
-// statement and whether that statement is read-only, is an EXPLAIN, and is
-// followed by another statement.
-func (g *guard) check(sql string) (first string, readonly, explain, more bool, err error) {
+// statement ("" when sql holds none) and whether that statement is
+// read-only, is an EXPLAIN, is followed by another statement, and has
+// parameters.
+func (g *guard) check(sql string) (first string, readonly, explain, more, params bool, err error) {
 	cs := C.CString(sql)
 	defer C.free(unsafe.Pointer(cs))
-	var used, ro, ex, mo C.int
-	rc := C.analytics_check(g.db, cs, C.int(len(sql)), &used, &ro, &ex, &mo)
+	var used, ro, ex, mo, none, pa C.int
+	rc := C.analytics_check(g.db, cs, C.int(len(sql)), &used, &ro, &ex, &mo, &none, &pa)
 	if rc != 0 {
-		return "", false, false, false, fmt.Errorf("%s", C.GoString(C.analytics_errmsg(g.db)))
+		return "", false, false, false, false, fmt.Errorf("%s", C.GoString(C.analytics_errmsg(g.db)))
 	}
-	return sql[:int(used)], ro != 0, ex != 0, mo != 0, nil
+	if none != 0 {
+		return "", false, false, false, false, nil
+	}
+	return sql[:int(used)], ro != 0, ex != 0, mo != 0, pa != 0, nil
 }
 
 //export analyticsAuthorize

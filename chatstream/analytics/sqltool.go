@@ -300,6 +300,13 @@ func (t *SQLTool) prepare(sc *sqlite3.SQLiteConn) (*guard, error) {
 			return nil, fmt.Errorf("analytics: create view %q: %w", t.views[i], err)
 		}
 	}
+	for i, v := range t.views {
+		rows, err := sc.Query(fmt.Sprintf("SELECT * FROM temp.%q LIMIT 0", v), nil)
+		if err != nil {
+			return nil, fmt.Errorf("analytics: view %q does not compile: %w", t.views[i], err)
+		}
+		rows.Close()
+	}
 	if _, err := sc.Exec("PRAGMA query_only = 1", nil); err != nil {
 		return nil, fmt.Errorf("analytics: set query_only: %w", err)
 	}
@@ -389,12 +396,13 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 	if name := cteNamedLike(q, g.views); name != "" {
 		return nil, toolErr("a common table expression may not be named like the view %q of the data model", name)
 	}
-	first, readonly, explain, more, err := g.check(q)
+	first, readonly, explain, more, params, err := g.check(q)
 	switch {
+	case err != nil && g.denied != "":
+		return nil, toolErr("%s", g.denied)
+	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
+		return nil, toolErr("only a single read-only SELECT statement is allowed")
 	case err != nil:
-		if g.denied != "" {
-			return nil, toolErr("%s", g.denied)
-		}
 		return nil, toolErr("the query is not valid SQL: %s", err)
 	case strings.TrimSpace(first) == "":
 		return nil, toolErr("sqlQuery holds no statement")
@@ -404,6 +412,8 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 		return nil, toolErr("EXPLAIN is not allowed; send a single SELECT")
 	case !readonly:
 		return nil, toolErr("only a single read-only SELECT statement is allowed")
+	case params:
+		return nil, toolErr("the query has parameters; write the values into it")
 	}
 
 	rows, err := conn.QueryContext(ctx, first)
@@ -474,7 +484,7 @@ func (t *SQLTool) failure(ctx context.Context, g *guard, err error) error {
 	if errors.As(err, &se) {
 		return toolErr("the query failed: %s", se.Error())
 	}
-	return fmt.Errorf("analytics: query: %w", err)
+	return toolErr("the query failed")
 }
 
 // ctxOr returns ctx's error when ctx ended, else err.
