@@ -422,6 +422,7 @@ func FuzzSQLTool(f *testing.F) {
 		"SELECT * FROM customers", "SELECT name FROM main.customers", "WITH customers AS (SELECT * FROM main.customers) SELECT name FROM customers",
 		"SELECT group_concat(customer) FROM orders", "DELETE FROM orders", "SELECT 1; DROP TABLE orders", "PRAGMA query_only=0",
 		"SELECT * FROM customers WHERE name LIKE 'SECRET%'", "SELECT (SELECT name FROM main.customers LIMIT 1)",
+		"SELECT#A0000000000000", "SELECT ?", "SELECT zeroblob(1000000000)",
 	} {
 		f.Add(q)
 	}

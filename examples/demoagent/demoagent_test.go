@@ -672,3 +672,33 @@ func BenchmarkNew(b *testing.B) {
 		a.Close()
 	}
 }
+
+// BenchmarkSQLWithoutCache runs the SQL of "revenue by country" through a
+// svcSqlApi executor without the agent's result cache: what a question
+// costs the first time it is asked.
+func BenchmarkSQLWithoutCache(b *testing.B) {
+	a := newAgent(b)
+	tool, err := analytics.NewSQLTool(demoagent.DBOf(a), demoagent.Model())
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := analytics.SQLInput{SQLQuery: "SELECT country, ROUND(SUM(quantity * price), 2) AS revenue FROM orders GROUP BY 1 ORDER BY 2 DESC"}
+	for _, bb := range []struct {
+		name string
+		user chatstream.User
+	}{
+		{"all rows", staff},
+		{"row filter", chatstream.User{ExternalID: "u", Attributes: map[string]any{"country": "Germany"}}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			start := cpuTime()
+			for b.Loop() {
+				if _, err := tool.Run(b.Context(), chatstream.Turn{User: bb.user}, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
