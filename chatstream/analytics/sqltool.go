@@ -582,7 +582,11 @@ func (t *SQLTool) Call(ctx context.Context, tu chatstream.Turn, args json.RawMes
 	if in.SQLQuery == "" {
 		in.SQLQuery = in.Query
 	}
-	return t.Run(ctx, tu, in.SQLInput)
+	res, err := t.Run(ctx, tu, in.SQLInput)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // MetaTool is the svcMeta executor: it searches a [Model].
