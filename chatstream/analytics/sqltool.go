@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -250,7 +251,8 @@ func (t *SQLTool) conn(ctx context.Context) (*sql.Conn, *guard, error) {
 		}
 		ng, err := t.prepare(sc)
 		if err != nil {
-			return err
+			// The connection may hold part of the setup: drop it.
+			return fmt.Errorf("%w (%w)", err, driver.ErrBadConn)
 		}
 		t.guardMu.Lock()
 		t.guards[key] = ng
@@ -342,28 +344,26 @@ func (t *SQLTool) Run(ctx context.Context, tu chatstream.Turn, in SQLInput) (*SQ
 	access := AccessOf(t.model, tu.User)
 	key := q + "\x00" + access.key()
 
-	res, err := t.cached(key)
+	res := t.cached(key)
 	if res == nil {
-		res, err = t.query(ctx, q, access)
-		if err == nil {
-			t.store(key, res)
+		var err error
+		if res, err = t.query(ctx, q, access); err != nil {
+			return nil, err
 		}
-	}
-	if err != nil {
-		return nil, err
+		t.store(key, res)
 	}
 	out := *res
 	out.QueryTitle, out.Description, out.UserRequest, out.VegaSpec = in.QueryTitle, in.Description, in.UserRequest, in.VegaSpec
 	return &out, nil
 }
 
-func (t *SQLTool) cached(key string) (*SQLResult, error) {
+func (t *SQLTool) cached(key string) *SQLResult {
 	if t.cacheSize == 0 {
-		return nil, nil
+		return nil
 	}
 	t.cacheMu.Lock()
 	defer t.cacheMu.Unlock()
-	return t.cache[key], nil
+	return t.cache[key]
 }
 
 func (t *SQLTool) store(key string, r *SQLResult) {
