@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,11 @@ func TestRowSecurity(t *testing.T) {
 		"SELECT customer FROM orders UNION ALL SELECT name FROM customers",
 		"SELECT c.name FROM customers c LEFT JOIN orders o ON 1 = 1",
 		"SELECT name FROM temp.customers",
+		"WITH de AS (SELECT name, country FROM customers) SELECT name FROM de",
+		"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT name FROM customers, n",
+		"SELECT o.customer, c.region FROM orders o JOIN customers c ON c.name = o.customer",
+		"SELECT name FROM customers WHERE id IN (SELECT id FROM customers)",
+		"SELECT value FROM json_each('[1, 2]')",
 	} {
 		res, err := run(t, tool, german, q)
 		if err != nil {
@@ -445,4 +451,40 @@ func FuzzSQLTool(f *testing.F) {
 			t.Fatalf("after %q: %d rows (%v), want 6", q, n, err)
 		}
 	})
+}
+
+// Users with different access share the tool's connections without
+// seeing each other's rows.
+func TestConcurrentUsers(t *testing.T) {
+	tool, _ := newTool(t)
+	french := chatstream.User{ExternalID: "jean", Attributes: map[string]any{"country": "France"}}
+	done := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			u, want := german, int64(2)
+			switch i % 3 {
+			case 1:
+				u, want = french, 1
+			case 2:
+				u, want = internal, 3
+			}
+			for range 50 {
+				res, err := tool.Run(context.Background(), chatstream.Turn{User: u}, analytics.SQLInput{SQLQuery: "SELECT count(*) FROM customers"})
+				if err != nil {
+					done <- err
+					return
+				}
+				if got := res.Data[0][0].(int64); got != want {
+					done <- fmt.Errorf("user %d saw %d customers, want %d", i, got, want)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
 }
