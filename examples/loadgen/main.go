@@ -13,7 +13,7 @@
 // Open streams plus arrivals (1,000 streams held open, their starts spread
 // over 5 s, and 200 new streams per second measured on their own):
 //
-//	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s
+//	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s -country Germany
 //
 // The session mode first sends one creator-mode request that defines the
 // attributes and groups it uses in the embed tenant "loadgen-tenant", so it
@@ -53,6 +53,7 @@ func main() {
 	flag.Float64Var(&cfg.rate, "rate", 0, "chat: new streams per second on top of -c open ones (0: closed loop)")
 	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
 	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
+	flag.StringVar(&cfg.country, "country", "", `chat: the users' "country" attribute (the demo agent shows no rows to external users without one)`)
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -75,6 +76,7 @@ func main() {
 
 type config struct {
 	mode, url, key, account, agent, question string
+	country                                  string
 	deployment                               int64
 	concurrency, users                       int
 	duration, ramp, warmup                   time.Duration
@@ -289,12 +291,11 @@ func runChat(ctx context.Context, cfg config) error {
 }
 
 func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *chatStats, arrival *latencies) {
-	body := map[string]any{
-		"input": cfg.question,
-		"sessionSettings": map[string]any{
-			"externalId": fmt.Sprintf("chat-load-%d", user),
-		},
+	settings := map[string]any{"externalId": fmt.Sprintf("chat-load-%d", user)}
+	if cfg.country != "" {
+		settings["userAttributes"] = []map[string]any{{"name": "country", "value": cfg.country}}
 	}
+	body := map[string]any{"input": cfg.question, "sessionSettings": settings}
 	t0 := time.Now()
 	resp, err := post(ctx, c, fmt.Sprintf("%s/api/v1/public/%s/agents/%s/chat/stream-chat-state", cfg.url, cfg.account, cfg.agent), cfg.key, body)
 	if err != nil {
