@@ -18,6 +18,12 @@
 //	-config       EMBED_CONFIG       bootstrap JSON file (built-in demo)
 //	-dev          EMBED_DEV          development mode: thinking is streamed (false)
 //	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
+//	-agent        EMBED_AGENT        chat agent: demo, or llm (demo)
+//	-llm-model    EMBED_LLM_MODEL    model name for -agent llm (none)
+//
+// With -agent llm a language model answers through the demo data set's
+// tools; its OpenAI-compatible endpoint is OPENAI_BASE_URL and its key
+// OPENAI_API_KEY (see docs/llm-agent.md).
 package main
 
 import (
@@ -42,7 +48,6 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/examples/demoagent"
 	"github.com/embedkit/embedkit/internal/bootstrap"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
@@ -62,6 +67,8 @@ type options struct {
 	addr, db, config string
 	dev              bool
 	agentDelay       time.Duration
+	// agent is demo or llm; llmModel, llmBaseURL and llmAPIKey configure llm.
+	agent, llmModel, llmBaseURL, llmAPIKey string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -81,7 +88,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("EMBED_AGENT_DELAY: %w", err)
 	}
 	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
-	return o, fs.Parse(args)
+	fs.StringVar(&o.agent, "agent", envOr("EMBED_AGENT", agentDemo), "chat agent: demo, or llm for a language model at OPENAI_BASE_URL (env EMBED_AGENT)")
+	fs.StringVar(&o.llmModel, "llm-model", envOr("EMBED_LLM_MODEL", ""), "model name for -agent llm (env EMBED_LLM_MODEL)")
+	o.llmBaseURL, o.llmAPIKey = llmEnv()
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, o.checkAgent()
 }
 
 func envOr(key, def string) string {
@@ -116,11 +129,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 
-	agent, err := demoagent.New(demoagent.WithDelay(o.agentDelay))
+	agent, closeAgent, err := newAgent(o, log)
 	if err != nil {
-		return fmt.Errorf("demo agent: %w", err)
+		return err
 	}
-	defer agent.Close()
+	defer closeAgent()
 
 	// Keys, accounts and deployments come from the bootstrap config and
 	// change only at a restart, so caching them for a few seconds is safe
