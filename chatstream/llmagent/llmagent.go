@@ -145,17 +145,22 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 		if err != nil {
 			return err
 		}
-		if note := finishNote(res.finish); note != "" {
-			if err := e.Content(note); err != nil {
-				return err
-			}
-			tr.wrote = true
-		}
 		if len(res.calls) == 0 || !toolsOK {
-			if !tr.wrote {
-				if err := e.Content(noAnswer(round)); err != nil {
-					return err
-				}
+			// The turn ends with this call: say why when the model's text
+			// does not.
+			note := finishNote(res.finish)
+			switch {
+			case note != "":
+			case round >= MaxToolRounds && res.content == "":
+				note = fmt.Sprintf("I could not finish the analysis within %d rounds of tool calls.", MaxToolRounds)
+			case !tr.wrote:
+				note = "The model gave no answer."
+			}
+			if note != "" && tr.wrote {
+				note = "\n\n" + note
+			}
+			if note != "" {
+				return e.Content(note)
 			}
 			return nil
 		}
@@ -175,18 +180,11 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 func finishNote(reason string) string {
 	switch reason {
 	case "length":
-		return "\n\n[The answer was cut off at the output limit.]"
+		return "[The answer was cut off at the output limit.]"
 	case "content_filter":
-		return "\n\n[Part of the answer was withheld by the model's content filter.]"
+		return "[Part of the answer was withheld by the model's content filter.]"
 	}
 	return ""
-}
-
-func noAnswer(round int) string {
-	if round >= MaxToolRounds {
-		return fmt.Sprintf("I could not finish the analysis within %d rounds of tool calls.", MaxToolRounds)
-	}
-	return "The model gave no answer."
 }
 
 // turn is the state of one Answer call.

@@ -272,6 +272,25 @@ func TestFinishReasons(t *testing.T) {
 			}
 		})
 	}
+	t.Run("length without text", func(t *testing.T) {
+		f := newFake(t, reply{chunks: []string{role(), finish("length")}})
+		a, _ := newAgent(t, f, nil)
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil || rec.Text() != "[The answer was cut off at the output limit.]" {
+			t.Errorf("got %q, %v", rec.Text(), err)
+		}
+	})
+	t.Run("length in a tool round", func(t *testing.T) {
+		// The arguments were cut: the tool is not run, the model hears why
+		// and answers in the next round; no note.
+		f := newFake(t, reply{chunks: []string{toolStart(0, "c", "t", `{"q":"ab`), finish("length")}}, say("Sorry."))
+		tool := &fakeTool{name: "t"}
+		a, _ := newAgent(t, f, []llmagent.Tool{tool})
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil || rec.Text() != "Sorry." || len(tool.called()) != 0 {
+			t.Errorf("got %q, %v, tool ran %d times", rec.Text(), err, len(tool.called()))
+		}
+	})
 	t.Run("empty answer", func(t *testing.T) {
 		f := newFake(t, reply{chunks: []string{role(), finish("stop")}})
 		a, _ := newAgent(t, f, nil)
@@ -461,6 +480,20 @@ func TestAtMostEightToolRounds(t *testing.T) {
 	}
 	if want := fmt.Sprintf("I could not finish the analysis within %d rounds of tool calls.", llmagent.MaxToolRounds); rec.Text() != want {
 		t.Errorf("text = %q", rec.Text())
+	}
+}
+
+func TestLastRoundAnswersWithoutTools(t *testing.T) {
+	round := reply{chunks: []string{text("Checking. "), toolStart(0, "c", "t", `{}`), finish("tool_calls")}}
+	var replies []reply
+	for range llmagent.MaxToolRounds {
+		replies = append(replies, round)
+	}
+	f := newFake(t, append(replies, say("Best effort."))...)
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t", result: 1}})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if want := strings.Repeat("Checking. ", llmagent.MaxToolRounds) + "Best effort."; err != nil || rec.Text() != want {
+		t.Errorf("got %q, %v", rec.Text(), err)
 	}
 }
 

@@ -45,7 +45,7 @@ func sum(ms []msg) int {
 }
 
 // omitted replaces a tool result that did not fit the budget.
-const omitted = `{"error":"this earlier result was left out to fit the context budget; run a narrower query if you need it"}`
+const omitted = `{"error":"this result was left out to fit the context budget; run a narrower query if you need it"}`
 
 // fit returns the messages of one call within the context budget: the
 // system prompt, the newest exchanges of the history that fit, and the
