@@ -59,10 +59,13 @@ func newFake(t testing.TB, replies ...reply) *fakeLLM {
 
 func (f *fakeLLM) url() string { return f.srv.URL + "/v1" }
 
-func (f *fakeLLM) setReplies(r ...reply) {
+// reset sets the replies of the next requests and forgets the earlier
+// requests.
+func (f *fakeLLM) reset(r ...reply) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.replies = r
+	f.requests = nil
 }
 
 func (f *fakeLLM) reqs() []request {

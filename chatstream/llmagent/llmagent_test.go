@@ -633,3 +633,40 @@ func TestNoKeyNoAuthorizationAndNoEnvironment(t *testing.T) {
 		t.Errorf("Authorization = %q, want none", h)
 	}
 }
+
+// FuzzStreamedToolCall streams arbitrary text and an arbitrary tool call
+// (name and arguments) from the model: the turn completes, the tool-call
+// message's input and result are JSON, and the tool runs only with valid
+// JSON arguments.
+func FuzzStreamedToolCall(f *testing.F) {
+	f.Add("t", `{"q":"x"}`, "Hi")
+	f.Add("", `{"q":`, "")
+	f.Add("a b", "\xff\"", "<b>&</b>")
+	f.Add("t", `  [1, 2]  `, "\u2028")
+	fake := newFake(f, say("x"))
+	tool := &fakeTool{name: "t", result: map[string]string{"ok": "<yes>"}}
+	a, _ := newAgent(f, fake, []llmagent.Tool{tool})
+	f.Fuzz(func(t *testing.T, name, args, content string) {
+		fake.reset(reply{chunks: []string{text(content), toolStart(0, "c", name, args), finish("tool_calls")}}, say("done"))
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var call *chatstreamtest.Recorded
+		for _, e := range rec.Events() {
+			if e.Kind == chatstreamtest.KindTool {
+				call = &e
+			}
+		}
+		if call == nil {
+			t.Fatalf("no tool call: %+v", rec.Events())
+		}
+		if !json.Valid([]byte(call.Input)) || !json.Valid([]byte(call.Result)) {
+			t.Errorf("input %q, result %q", call.Input, call.Result)
+		}
+		ran := strings.Contains(call.Result, "yes")
+		if want := name == "t" && (strings.TrimSpace(args) == "" || json.Valid([]byte(args))); ran != want {
+			t.Errorf("name %q args %q: tool ran = %v", name, args, ran)
+		}
+	})
+}
