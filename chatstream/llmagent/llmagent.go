@@ -56,6 +56,8 @@ type Agent struct {
 	cfg        config
 }
 
+var _ chatstream.Agent = (*Agent)(nil)
+
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // New returns an agent that streams from the Chat Completions endpoint at

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
@@ -669,4 +672,57 @@ func FuzzStreamedToolCall(f *testing.F) {
 			t.Errorf("name %q args %q: tool ran = %v", name, args, ran)
 		}
 	})
+}
+
+func TestRequestOptionsAndHTTPClient(t *testing.T) {
+	f := newFake(t, say("ok"))
+	var mu sync.Mutex
+	used := 0
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		used++
+		mu.Unlock()
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	a, _ := newAgent(t, f, nil, llmagent.WithHTTPClient(hc),
+		llmagent.WithRequestOptions(option.WithHeader("X-Tenant", "acme"), option.WithJSONSet("max_tokens", 77),
+			option.WithMaxRetries(5), option.WithBaseURL("http://127.0.0.1:9/v1")))
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.reqs()[0]
+	if r.Header.Get("X-Tenant") != "acme" || r.Body["max_tokens"] != 77.0 {
+		t.Errorf("header %q, max_tokens %v", r.Header.Get("X-Tenant"), r.Body["max_tokens"])
+	}
+	if used != 1 {
+		t.Errorf("the HTTP client was used %d times", used)
+	}
+	// The host's options cannot turn the SDK's retries back on.
+	f.reset(reply{status: 500, body: `{}`})
+	if _, err := answer(t, a, chatstream.Turn{}); err == nil || len(f.reqs()) != 2 {
+		t.Errorf("err %v after %d requests, want 2", err, len(f.reqs()))
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestConcurrentTurns(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{text("a"), toolStart(0, "c", "t", `{}`), finish("tool_calls")}},
+		say("b"))
+	// Every request after the first two gets say("b"): turns share the
+	// fake, so only check that each turn completes on its own.
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t", result: 1}})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			rec, err := answer(t, a, chatstream.Turn{})
+			if err != nil || !strings.HasSuffix(rec.Text(), "b") {
+				t.Errorf("got %q, %v", rec.Text(), err)
+			}
+		})
+	}
+	wg.Wait()
 }
