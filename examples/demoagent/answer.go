@@ -172,6 +172,9 @@ func notUnderstood(q parsed) string {
 	if q.badGrain != "" {
 		fmt.Fprintf(&b, "\n\nI cannot break results down by %s; the finest time breakdown is by day.", q.badGrain)
 	}
+	if len(q.badStats) > 0 {
+		fmt.Fprintf(&b, "\n\nI cannot compute %s; the answer shows %s instead.", joinAnd(q.badStats), q.metric.words)
+	}
 	if len(q.ignored) > 0 {
 		quoted := make([]string, len(q.ignored))
 		for i, w := range q.ignored {
@@ -214,6 +217,8 @@ func cannotText(q parsed) string {
 	case len(q.lacking) > 0:
 		fmt.Fprintf(&b, "I cannot answer that: the sample data has no %s. ", joinAnd(q.lacking))
 		b.WriteString("It records orders (date, customer, country, product, category, quantity and the price paid), without costs, returns, subscriptions or web traffic.")
+	case len(q.badStats) > 0:
+		fmt.Fprintf(&b, "I cannot answer that: I do not compute %s.", joinAnd(q.badStats))
 	default:
 		fmt.Fprintf(&b, "I cannot break results down by %s: the finest time breakdown the sample data offers is by day.", q.badGrain)
 	}

@@ -82,7 +82,15 @@ func TestQuestionTable(t *testing.T) {
 		{q: "revenue by country and month", tools: both, rows: 12, says: []string{"one thing at a time", "not by month"}},
 		{q: "top 5 products in each category", tools: both, rows: 5, says: []string{"one thing at a time", "not by product"}},
 
+		{q: "What's the revenue for Germany vs France?", tools: both, rows: 2,
+			sqlHas: []string{"country AS country", "country IN ('Germany', 'France')"}, notSays: []string{"did not understand"}},
+		{q: "revenue in Q1 and Q2 2025", tools: both, rows: 1,
+			sqlHas: []string{"created_at >= '2025-04-01' AND created_at < '2025-07-01'"}, sqlNot: []string{"strftime('%m'"},
+			says: []string{"one period at a time, so I used Q2 2025 and not January, February and March"}},
+
 		// Parts it cannot honour are named.
+		{q: "median order value by country", tools: both, rows: 12, says: []string{"cannot compute medians", "average order value"}},
+		{q: "average price of products", tools: meta, rows: -1, says: []string{"do not compute prices"}, notSays: []string{"leads with"}},
 		{q: "revenue in paris", tools: both, rows: 1, sqlNot: []string{"WHERE"}, says: []string{"did not understand “paris”", "ignores it"}},
 		{q: "average order value for new customers", tools: both, rows: 789, says: []string{"“new”"}},
 		{q: "which products have more than 100 units sold", tools: both, rows: 160, says: []string{"“more”", "“100”"}},
