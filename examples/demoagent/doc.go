@@ -32,9 +32,10 @@
 // value and ordering customers; the breakdowns country, category, product,
 // customer, day, week, month, quarter and year; "top N" and "bottom N";
 // filters naming countries or categories, also excluded ("excluding
-// Germany"; several countries or categories give one row each); and periods: years, months, quarters, and "this" or "last"
-// month, quarter, year or week, "last 30 days", "yesterday", read with the
-// data's last day (31 December 2025) as today. Every part it cannot honour
+// Germany"), where several countries or categories give one row each; and
+// periods: years, months, quarters, and "this" or "last" month, quarter,
+// year or week, "last 30 days", "yesterday", read with the data's last day
+// (31 December 2025) as today. Every part it cannot honour
 // is named in the answer:
 //
 //   - a measure the data lacks (profit, margin, churn, returns, ...): when
