@@ -33,7 +33,6 @@ const (
 	opRecursive = 33
 )
 
-
 // guard is the per-connection state of the hooks installed on one SQLite
 // connection: the authorizer (in Go, through analyticsAuthorize) and the
 // progress handler (in C, counting down budget). It is used by one query at
