@@ -1,3 +1,5 @@
+//go:build cgo
+
 package analytics
 
 /*
@@ -7,6 +9,8 @@ package analytics
 import "C"
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"runtime/cgo"
@@ -28,10 +32,6 @@ const (
 	opFunction  = 31
 	opRecursive = 33
 )
-
-// rlsPrefix starts the names of the SQL functions through which the
-// filtered views read the user's row access. Only the views may call them.
-const rlsPrefix = "embedkit_rls_"
 
 // guard is the per-connection state of the hooks installed on one SQLite
 // connection: the authorizer (in Go, through analyticsAuthorize) and the
@@ -181,4 +181,58 @@ func (g *guard) viewList() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// prepare installs the views, query_only and the hooks on a new
+// connection.
+func (t *SQLTool) prepare(sc *sqlite3.SQLiteConn) (*guard, error) {
+	g := &guard{}
+	if err := sc.RegisterFunc(rlsPrefix+"all", func() int64 {
+		if g.active && g.access.all {
+			return 1
+		}
+		return 0
+	}, false); err != nil {
+		return nil, fmt.Errorf("analytics: register row filter: %w", err)
+	}
+	if err := sc.RegisterFunc(rlsPrefix+"values", func(attr string) string {
+		if !g.active || g.access.all {
+			return "[]"
+		}
+		b, err := json.Marshal(g.access.values[attr])
+		if err != nil || len(g.access.values[attr]) == 0 {
+			return "[]"
+		}
+		return string(b)
+	}, false); err != nil {
+		return nil, fmt.Errorf("analytics: register row filter: %w", err)
+	}
+	for i, s := range t.setup {
+		if _, err := sc.Exec(s, nil); err != nil {
+			return nil, fmt.Errorf("analytics: create view %q: %w", t.views[i], err)
+		}
+	}
+	for i, v := range t.views {
+		rows, err := sc.Query(fmt.Sprintf("SELECT * FROM temp.%q LIMIT 0", v), nil)
+		if err != nil {
+			return nil, fmt.Errorf("analytics: view %q does not compile: %w", t.views[i], err)
+		}
+		rows.Close()
+	}
+	if _, err := sc.Exec("PRAGMA query_only = 1", nil); err != nil {
+		return nil, fmt.Errorf("analytics: set query_only: %w", err)
+	}
+	if err := g.install(sc, t.views); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// sqliteMessage returns the message of a SQLite error.
+func sqliteMessage(err error) (string, bool) {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		return se.Error(), true
+	}
+	return "", false
 }

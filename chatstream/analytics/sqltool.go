@@ -28,6 +28,10 @@ const (
 	SQLToolName  = "svcSqlApi"
 )
 
+// rlsPrefix starts the names of the SQL functions through which the
+// filtered views read the user's row access. Only the views may call them.
+const rlsPrefix = "embedkit_rls_"
+
 // Defaults of the [SQLTool] options.
 const (
 	DefaultRowLimit = 100
@@ -273,51 +277,6 @@ func (t *SQLTool) conn(ctx context.Context) (*sql.Conn, *guard, error) {
 	return conn, g, nil
 }
 
-// prepare installs the views, query_only and the hooks on a new
-// connection.
-func (t *SQLTool) prepare(sc *sqlite3.SQLiteConn) (*guard, error) {
-	g := &guard{}
-	if err := sc.RegisterFunc(rlsPrefix+"all", func() int64 {
-		if g.active && g.access.all {
-			return 1
-		}
-		return 0
-	}, false); err != nil {
-		return nil, fmt.Errorf("analytics: register row filter: %w", err)
-	}
-	if err := sc.RegisterFunc(rlsPrefix+"values", func(attr string) string {
-		if !g.active || g.access.all {
-			return "[]"
-		}
-		b, err := json.Marshal(g.access.values[attr])
-		if err != nil || len(g.access.values[attr]) == 0 {
-			return "[]"
-		}
-		return string(b)
-	}, false); err != nil {
-		return nil, fmt.Errorf("analytics: register row filter: %w", err)
-	}
-	for i, s := range t.setup {
-		if _, err := sc.Exec(s, nil); err != nil {
-			return nil, fmt.Errorf("analytics: create view %q: %w", t.views[i], err)
-		}
-	}
-	for i, v := range t.views {
-		rows, err := sc.Query(fmt.Sprintf("SELECT * FROM temp.%q LIMIT 0", v), nil)
-		if err != nil {
-			return nil, fmt.Errorf("analytics: view %q does not compile: %w", t.views[i], err)
-		}
-		rows.Close()
-	}
-	if _, err := sc.Exec("PRAGMA query_only = 1", nil); err != nil {
-		return nil, fmt.Errorf("analytics: set query_only: %w", err)
-	}
-	if err := g.install(sc, t.views); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
 // Run runs in.SQLQuery for the user of turn tu and returns the result. A
 // failure the caller may show (not a single read-only SELECT, denied by
 // row security, a syntax error, over the timeout or the work budget, an
@@ -480,9 +439,8 @@ func (t *SQLTool) failure(ctx context.Context, g *guard, err error) error {
 	case g.exhausted():
 		return toolErr("the query did too much work and was stopped; aggregate more or filter more")
 	}
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		return toolErr("the query failed: %s", se.Error())
+	if msg, ok := sqliteMessage(err); ok {
+		return toolErr("the query failed: %s", msg)
 	}
 	return toolErr("the query failed")
 }

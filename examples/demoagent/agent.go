@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,7 +192,7 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 		return a.runSQL(ctx, t, e, access)
 	}
 	q, ok := understand(t.Input, history)
-	if cannot := len(q.lacking) > 0 && !q.hasMetric || q.badGrain != "" && !q.hasDim; cannot {
+	if cannot := (len(q.lacking) > 0 || len(q.badStats) > 0) && !q.hasMetric || q.badGrain != "" && !q.hasDim; cannot {
 		return a.cannot(ctx, t, e, q)
 	}
 	if !ok {
@@ -296,7 +297,7 @@ func (a *Agent) runSQL(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 // cannot answers a question whose measure or breakdown the data lacks: it
 // searches the data model for it, finds nothing, and says so.
 func (a *Agent) cannot(ctx context.Context, t chatstream.Turn, e chatstream.Emitter, q parsed) error {
-	words := q.lacking
+	words := append(slices.Clone(q.lacking), q.badStats...)
 	if len(words) == 0 {
 		words = []string{q.badGrain}
 	}

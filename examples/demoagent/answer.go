@@ -80,10 +80,8 @@ func summary(q parsed, res *analytics.SQLResult, a analytics.Access) string {
 	label := func(row []any) string { return fmt.Sprint(row[0]) }
 
 	switch {
-	case len(res.Data) == 0 || p.dim == nil && res.Data[0][0] == nil:
-		fmt.Fprintf(&b, "%s: the query returned no rows.", res.QueryTitle)
-	case p.dim == nil && toFloat(res.Data[0][0]) == 0 && (p.filtered() || !a.All()):
-		fmt.Fprintf(&b, "%s: %s. No orders match.", res.QueryTitle, val(res.Data[0]))
+	case len(res.Data) == 0:
+		fmt.Fprintf(&b, "%s: the query returned no rows; no orders match.", res.QueryTitle)
 	case p.dim == nil:
 		fmt.Fprintf(&b, "%s: %s.", res.QueryTitle, val(res.Data[0]))
 	case p.dim.chronological && !p.ranked:
@@ -142,7 +140,7 @@ func summary(q parsed, res *analytics.SQLResult, a analytics.Access) string {
 	if p.top > 0 && res.TotalRows < p.top && res.TotalRows > 0 {
 		fmt.Fprintf(&b, "\n\nYou asked for %d; only %d %s match.", p.top, res.TotalRows, plural(res.TotalRows, p.dim))
 	}
-	if p.timed() && (len(res.Data) == 0 || p.dim == nil && toFloat(res.Data[0][0]) == 0) && outOfRange(p.filters) {
+	if p.timed() && len(res.Data) == 0 && outOfRange(p.filters) {
 		b.WriteString("\n\nThe sample data covers orders from 1 January 2024 to 31 December 2025 only.")
 	}
 	for _, n := range q.notes {
@@ -171,6 +169,9 @@ func notUnderstood(q parsed) string {
 	}
 	if q.badGrain != "" {
 		fmt.Fprintf(&b, "\n\nI cannot break results down by %s; the finest time breakdown is by day.", q.badGrain)
+	}
+	if len(q.badStats) > 0 {
+		fmt.Fprintf(&b, "\n\nI cannot compute %s; the answer shows %s instead.", joinAnd(q.badStats), q.metric.words)
 	}
 	if len(q.ignored) > 0 {
 		quoted := make([]string, len(q.ignored))
@@ -214,6 +215,8 @@ func cannotText(q parsed) string {
 	case len(q.lacking) > 0:
 		fmt.Fprintf(&b, "I cannot answer that: the sample data has no %s. ", joinAnd(q.lacking))
 		b.WriteString("It records orders (date, customer, country, product, category, quantity and the price paid), without costs, returns, subscriptions or web traffic.")
+	case len(q.badStats) > 0:
+		fmt.Fprintf(&b, "I cannot answer that: I do not compute %s.", joinAnd(q.badStats))
 	default:
 		fmt.Fprintf(&b, "I cannot break results down by %s: the finest time breakdown the sample data offers is by day.", q.badGrain)
 	}

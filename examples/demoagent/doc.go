@@ -32,9 +32,10 @@
 // value and ordering customers; the breakdowns country, category, product,
 // customer, day, week, month, quarter and year; "top N" and "bottom N";
 // filters naming countries or categories, also excluded ("excluding
-// Germany"); and periods: years, months, quarters, and "this" or "last"
-// month, quarter, year or week, "last 30 days", "yesterday", read with the
-// data's last day (31 December 2025) as today. Every part it cannot honour
+// Germany"), where several countries or categories give one row each; and
+// periods: years, months, quarters, and "this" or "last" month, quarter,
+// year or week, "last 30 days", "yesterday", read with the data's last day
+// (31 December 2025) as today. Every part it cannot honour
 // is named in the answer:
 //
 //   - a measure the data lacks (profit, margin, churn, returns, ...): when
@@ -42,6 +43,10 @@
 //     answer says it is not in the data, without running SQL; next to a
 //     measure the data has, the answer says that part is not answered;
 //   - a breakdown it does not offer (hour, weekday): said, no SQL;
+//   - a calculation it does not make (median, percentile, price): said;
+//     next to a measure it has, the answer names the measure shown;
+//   - two periods that exclude each other: the answer says which one it
+//     used;
 //   - a second breakdown: the answer says which one it used;
 //   - words it did not understand ("paris", "new"): quoted as ignored;
 //   - how a relative period was read ("last month" as November 2025).

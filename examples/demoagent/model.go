@@ -27,7 +27,8 @@ func Model() *analytics.Model {
 		{
 			Name: "orders", Title: "Orders",
 			Description: "One row per order line (a product in an order), with its order, customer and product. " +
-				"Count orders with COUNT(DISTINCT order_id). Orders run from 2024-01-01 to 2025-12-31.",
+				"Count orders with COUNT(DISTINCT order_id). Orders run from 2024-01-01 to 2025-12-31. " +
+				"Columns: line_id, order_id, created_at, customer_id, customer, country, product_id, product, category, quantity, price.",
 			SQL: `SELECT ol.id AS line_id, o.id AS order_id, o.created_at, c.id AS customer_id, c.name AS customer,
        c.country, p.id AS product_id, p.name AS product, p.category, ol.quantity, ol.price
 FROM main.order_lines AS ol
@@ -51,7 +52,7 @@ JOIN main.products AS p ON p.id = ol.product_id`,
 		},
 		{
 			Name: "products", Title: "Products",
-			Description: "One row per product of the catalog.",
+			Description: "One row per product of the catalog. Columns: id, name, category, price.",
 			SQL:         "SELECT id, name, category, price FROM main.products",
 			Members: []analytics.Member{
 				{Name: "products.count", Title: "Products", Description: "Number of products in the catalog.", Type: "number", AggType: "count"},
@@ -62,7 +63,7 @@ JOIN main.products AS p ON p.id = ol.product_id`,
 		},
 		{
 			Name: "customers", Title: "Customers",
-			Description: "One row per customer.",
+			Description: "One row per customer. Columns: id, name, country, created_at.",
 			SQL:         "SELECT id, name, country, created_at FROM main.customers",
 			Filters:     countryFilter(),
 			Members: []analytics.Member{

@@ -19,7 +19,7 @@ func (p plan) sqlText() string {
 	if p.dim != nil {
 		fmt.Fprintf(&b, "%s AS %s, %s AS %s\n", p.dim.expr, p.dim.key, p.metric.expr, p.metric.key)
 	} else {
-		fmt.Fprintf(&b, "COALESCE(%s, 0) AS %s\n", p.metric.expr, p.metric.key)
+		fmt.Fprintf(&b, "%s AS %s\n", p.metric.expr, p.metric.key)
 	}
 	b.WriteString("FROM orders")
 	var where []string
@@ -46,6 +46,10 @@ func (p plan) sqlText() string {
 	}
 	if len(where) > 0 {
 		b.WriteString("\nWHERE " + strings.Join(where, "\n  AND "))
+	}
+	if p.dim == nil {
+		// No orders, no row: a total over nothing is not a zero.
+		b.WriteString("\nHAVING COUNT(*) > 0")
 	}
 	if p.dim != nil {
 		b.WriteString("\nGROUP BY 1\nORDER BY ")

@@ -145,6 +145,8 @@ type parsed struct {
 	lacking []string
 	// badGrain is a breakdown asked for that the data cannot give ("hour").
 	badGrain string
+	// badStats are calculations the agent cannot do ("medians").
+	badStats []string
 }
 
 // The data set's period.
@@ -170,6 +172,16 @@ var lackingWords = map[string]string{
 	"predict": "forecasts", "prediction": "forecasts", "budget": "budgets", "spend": "spend", "ltv": "lifetime value",
 	"lifetime": "lifetime value", "age": "customer age", "gender": "gender", "city": "cities", "cities": "cities",
 	"supplier": "suppliers", "suppliers": "suppliers", "payment": "payment methods", "channel": "sales channels",
+}
+
+// statWords name calculations the agent does not make, although the data
+// would allow them.
+var statWords = map[string]string{
+	"median": "medians", "medians": "medians", "percentile": "percentiles", "percentiles": "percentiles",
+	"p90": "percentiles", "p95": "percentiles", "p99": "percentiles", "variance": "variances",
+	"deviation": "standard deviations", "stddev": "standard deviations", "price": "prices", "prices": "prices",
+	"correlation": "correlations", "share": "shares of a total", "percentage": "percentages", "percent": "percentages",
+	"ratio": "ratios", "rate": "rates",
 }
 
 // badGrainWords are breakdowns of time the agent does not offer.
@@ -432,10 +444,21 @@ func parse(s string) parsed {
 		}
 	}
 	p.readPeriod(toks, used)
+	// "Germany vs France", "books and toys": one row each.
+	switch {
+	case p.dim == nil && len(p.countries) > 1:
+		p.dim, p.hasDim = dimCountry, true
+	case p.dim == nil && len(p.categories) > 1:
+		p.dim, p.hasDim = dimCategory, true
+	}
 
 	for i, t := range toks {
 		if w, ok := lackingWords[t]; ok && !slices.Contains(p.lacking, w) {
 			p.lacking = append(p.lacking, w)
+			used[i] = true
+		}
+		if w, ok := statWords[t]; ok && !slices.Contains(p.badStats, w) {
+			p.badStats = append(p.badStats, w)
 			used[i] = true
 		}
 		if g, ok := badGrainWords[t]; ok && p.badGrain == "" {
@@ -500,6 +523,10 @@ func (p *parsed) readPeriod(toks []string, used []bool) {
 		}
 	}
 	setWindow := func(from, to time.Time, name, asked string) {
+		if p.window != "" {
+			p.notes = append(p.notes, fmt.Sprintf("I can use one period at a time, so I used %s and not %s.", p.window, name))
+			return
+		}
 		p.from, p.to, p.window = from.Format(dayLayout), to.Format(dayLayout), name
 		if asked != "" {
 			p.notes = append(p.notes, fmt.Sprintf("The sample data ends on 31 December 2025; taking that as today, I read “%s” as %s.", asked, name))
@@ -610,6 +637,18 @@ func (p *parsed) readPeriod(toks []string, used []bool) {
 				p.months = appendNew(p.months, fmt.Sprintf("%02d", int(m)))
 			}
 		}
+	}
+	// A window ("March 2025") and other periods ("2024", "in June") would
+	// leave no rows: keep the window, and say so.
+	if p.window != "" && len(years)+len(p.months) > 0 {
+		var other []string
+		other = append(other, years...)
+		for _, m := range p.months {
+			n, _ := strconv.Atoi(m)
+			other = append(other, time.Month(n).String())
+		}
+		p.notes = append(p.notes, fmt.Sprintf("I can use one period at a time, so I used %s and not %s.", p.window, joinAnd(other)))
+		years, p.months = nil, nil
 	}
 	p.years = years
 	// "2024 vs 2025", "this year and last year": one row per year.

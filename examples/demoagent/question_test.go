@@ -33,7 +33,7 @@ func TestUnderstand(t *testing.T) {
 		{question: "number of products sold per category", metric: "products", dim: "category"},
 		{question: "average order value by category in 2025", metric: "average_order_value", dim: "category", years: []string{"2025"}},
 		{question: "Total revenue in Germany", metric: "revenue", countries: []string{"Germany"}},
-		{question: "orders in the UK and the USA in 2024", metric: "orders", countries: []string{"United States", "United Kingdom"}, years: []string{"2024"}},
+		{question: "orders in the UK and the USA in 2024", metric: "orders", dim: "country", countries: []string{"United States", "United Kingdom"}, years: []string{"2024"}},
 		{question: "quarterly revenue for electronics", metric: "revenue", dim: "quarter", categories: []string{"Electronics"}},
 		{question: "revenue this year", metric: "revenue", years: []string{"2025"}},
 		{question: "daily orders", metric: "orders", dim: "day"},
