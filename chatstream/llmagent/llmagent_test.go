@@ -596,6 +596,11 @@ func TestToolGetsTheTurn(t *testing.T) {
 	if sys := messages(t, f, 0)[0]["content"].(string); strings.Contains(sys, "France") || strings.Contains(sys, "jane") {
 		t.Errorf("default system prompt names the user's attributes: %s", sys)
 	}
+	for _, want := range []string{llmagent.Guidelines, "Today is ", "external user", `development branch "dev-1"`} {
+		if sys := messages(t, f, 0)[0]["content"].(string); !strings.Contains(sys, want) {
+			t.Errorf("default system prompt lacks %q: %s", want, sys)
+		}
+	}
 }
 
 func TestNewValidates(t *testing.T) {
