@@ -34,7 +34,8 @@
 // Failures: a model request that fails before anything of it was streamed
 // (connection error, 408, 409, 429, 5xx, an error event, a stream cut or
 // silent for [WithIdleTimeout]) is retried once per turn, after
-// [WithRetryDelay] or the endpoint's Retry-After (up to 10 seconds). The
+// [WithRetryDelay] or the endpoint's retry-after-ms or Retry-After (up to 10
+// seconds). The
 // SDK's own retries are off, so that is one retry in total. A request that
 // failed after it streamed text, a second failure, or a 4xx other than
 // 408, 409 and 429 ends the turn with an error, which the chat handler

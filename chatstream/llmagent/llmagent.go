@@ -280,15 +280,24 @@ func retryWait(err error, delay time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	if apiErr.Response != nil {
-		if ra := apiErr.Response.Header.Get("Retry-After"); ra != "" {
-			var secs float64
-			if _, err := fmt.Sscan(ra, &secs); err == nil && secs >= 0 {
-				d := time.Duration(secs * float64(time.Second))
-				if d > maxRetryAfter {
-					return 0, false
-				}
-				return max(d, delay), true
+		// OpenAI sends retry-after-ms; the standard header is in seconds.
+		for _, h := range []struct {
+			name string
+			unit time.Duration
+		}{{"Retry-After-Ms", time.Millisecond}, {"Retry-After", time.Second}} {
+			var n float64
+			v := apiErr.Response.Header.Get(h.name)
+			if v == "" {
+				continue
 			}
+			if _, err := fmt.Sscan(v, &n); err != nil || n < 0 {
+				continue // an HTTP date: keep the default delay
+			}
+			d := time.Duration(n * float64(h.unit))
+			if d > maxRetryAfter {
+				return 0, false
+			}
+			return max(d, delay), true
 		}
 	}
 	return delay, true

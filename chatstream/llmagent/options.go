@@ -110,8 +110,9 @@ func WithContextBudget(tokens int) Option {
 }
 
 // WithRetryDelay sets the pause before the one retry a turn may make after
-// a failed model request (a Retry-After header up to 10 seconds lengthens
-// it; a longer one means no retry). Default: [DefaultRetryDelay].
+// a failed model request. A longer delay asked for by the endpoint
+// (retry-after-ms or Retry-After) up to 10 seconds is honoured; a longer
+// one means no retry. Default: [DefaultRetryDelay].
 func WithRetryDelay(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
