@@ -32,18 +32,20 @@
 //     (prompt, completion and reasoning tokens) is logged per call.
 //
 // Failures: a model request that fails before anything of it was streamed
-// (connection error, 408, 409, 429, 5xx, an error event, a stream cut or
-// silent for [WithIdleTimeout]) is retried once per turn, after
-// [WithRetryDelay] or the endpoint's retry-after-ms or Retry-After (up to 10
-// seconds). The
-// SDK's own retries are off, so that is one retry in total. A request that
-// failed after it streamed text, a second failure, or a 4xx other than
-// 408, 409 and 429 ends the turn with an error, which the chat handler
-// turns into state.error. Abort cancels the turn's context, which cancels
-// the HTTP request at once.
+// (connection error, 408, 409, 429, 5xx, an error event, a stream cut,
+// ended without a finish reason, or silent for [WithIdleTimeout]) is
+// retried once per turn, after [WithRetryDelay] or the endpoint's
+// retry-after-ms or Retry-After (up to 10 seconds). The SDK's own retries
+// are off, so that is one retry in total. A request that failed after it
+// streamed text or reasoning, a second failure, or a 4xx other than 408,
+// 409 and 429 ends the turn with an error, which the chat handler turns
+// into state.error. Abort cancels the turn's context, which cancels the
+// HTTP request at once.
 //
-// Safety: the agent sends data only to the base URL given to [New] and
-// reads no environment variable. The tools, not the model, must enforce
+// Safety: the agent sends data only to the base URL given to [New]; the
+// endpoint and the key never come from the environment (the SDK still
+// adds OPENAI_ORG_ID, OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS as
+// headers when they are set). The tools, not the model, must enforce
 // what the user may see (row filters, branches): the model's arguments are
 // untrusted, and a prompt injected through data can then at most make the
 // model run other queries the user could run anyway. The system prompt

@@ -64,9 +64,8 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // baseURL (for example "https://api.openai.com/v1" or
 // "http://127.0.0.1:11434/v1" for Ollama; "/chat/completions" is appended)
 // with the given model, offering it tools. The base URL is required: the
-// agent sends nothing anywhere else, and it reads no environment variable
-// (the SDK's OPENAI_BASE_URL and OPENAI_API_KEY are overridden; pass the
-// key with [WithAPIKey]).
+// agent sends nothing anywhere else. The SDK's OPENAI_BASE_URL and
+// OPENAI_API_KEY are overridden (pass the key with [WithAPIKey]).
 func New(baseURL, model string, tools []Tool, opts ...Option) (*Agent, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
