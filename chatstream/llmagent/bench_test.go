@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/chatstream/llmagent"
 )
 
@@ -71,3 +72,23 @@ func BenchmarkAbort(b *testing.B) {
 }
 
 var _ llmagent.Tool = (*fakeTool)(nil)
+
+// BenchmarkTurn measures one turn with one tool round (two streamed model
+// calls over loopback HTTP, one tool call) on the agent's side, fake
+// endpoint included: what a turn costs besides the model itself.
+func BenchmarkTurn(b *testing.B) {
+	replies := []reply{
+		{chunks: []string{role(), text("Let me check. "), toolStart(0, "c1", "t", `{"q":`), toolArgs(0, `"x"}`), finish("tool_calls"), usage(100, 20)}},
+		say("Revenue ", "is ", "42."),
+	}
+	f := newFake(b, replies...)
+	a, _ := newAgent(b, f, []llmagent.Tool{&fakeTool{name: "t", result: map[string]any{"data": [][]any{{42}}}}})
+	b.ReportAllocs()
+	for b.Loop() {
+		f.reset(replies...)
+		rec := &chatstreamtest.Recorder{}
+		if err := a.Answer(context.Background(), chatstream.Turn{Input: "How is revenue?"}, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -72,7 +73,11 @@ func newAgent(o options, log *slog.Logger) (agent chatstream.Agent, close func()
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("llm agent: %w", err), demo.Close())
 	}
-	log.Info("chat agent: language model", "model", o.llmModel, "endpoint", o.llmBaseURL)
+	endpoint := "?"
+	if u, err := url.Parse(o.llmBaseURL); err == nil {
+		endpoint = u.Redacted() // no password of the URL in the log
+	}
+	log.Info("chat agent: language model", "model", o.llmModel, "endpoint", endpoint)
 	return llm, demo.Close, nil
 }
 
