@@ -413,19 +413,21 @@ func TestSlowStream(t *testing.T) {
 
 func TestSilentStreamTimesOut(t *testing.T) {
 	f := newFake(t, reply{chunks: []string{role()}, hang: true})
-	a, logs := newAgent(t, f, nil, llmagent.WithIdleTimeout(50*time.Millisecond))
+	a, logs := newAgent(t, f, nil, llmagent.WithIdleTimeout(100*time.Millisecond))
 	_, err := answer(t, a, chatstream.Turn{})
 	if err == nil || !strings.Contains(err.Error(), "silent") {
 		t.Errorf("err = %v", err)
 	}
-	if n := len(f.reqs()); n != 2 {
-		t.Errorf("%d requests, want 2 (one retry)", n)
+	// Two attempts, both given up as silent. (On a loaded machine the
+	// timeout may fire before a request reaches the fake, so count the
+	// attempts in the log.)
+	l := logs.String()
+	if strings.Count(l, "model request failed") != 2 || !strings.Contains(l, "attempt=2") || strings.Count(l, "silent") != 2 {
+		t.Errorf("log = %s", l)
 	}
-	for range 2 {
-		<-f.cancelled // both requests were cancelled
-	}
-	if !strings.Contains(logs.String(), "silent") {
-		t.Errorf("log = %s", logs.String())
+	// Every request the fake got was cancelled.
+	for range f.reqs() {
+		<-f.cancelled
 	}
 }
 
