@@ -240,6 +240,18 @@ type chatStats struct {
 	causes   map[string]int
 }
 
+// innermost returns the error at the end of err's chain ("connection reset
+// by peer"), which names the cause without the addresses around it.
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
 // fail counts one error of the given cause.
 func (st *chatStats) fail(cause string) {
 	st.errs.Add(1)
@@ -317,7 +329,7 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 	resp, err := post(ctx, c, fmt.Sprintf("%s/api/v1/public/%s/agents/%s/chat/stream-chat-state", cfg.url, cfg.account, cfg.agent), cfg.key, body)
 	if err != nil {
 		if ctx.Err() == nil {
-			st.fail("request: " + err.Error())
+			st.fail("request: " + innermost(err).Error())
 		}
 		return
 	}
@@ -350,6 +362,6 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 		}
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		st.fail("read: " + err.Error())
+		st.fail("read: " + innermost(err).Error())
 	}
 }
