@@ -353,6 +353,9 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 		st.lines.Add(1)
 		var l chatLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			if ctx.Err() != nil {
+				return // the end of the run cut the line
+			}
 			st.fail("bad line")
 			return
 		}
