@@ -192,7 +192,7 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 		return a.runSQL(ctx, t, e, access)
 	}
 	q, ok := understand(t.Input, history)
-	if cannot := (len(q.lacking) > 0 || len(q.badStats) > 0) && !q.hasMetric || q.badGrain != "" && !q.hasDim; cannot {
+	if q.cannot() {
 		return a.cannot(ctx, t, e, q)
 	}
 	if !ok {

@@ -686,11 +686,21 @@ func parseCount(s string) (int, bool) {
 func understand(input string, history []string) (parsed, bool) {
 	var prev *plan
 	for _, h := range history {
-		if q, ok := resolve(parse(h), prev); ok {
+		if looksLikeSQL(h) {
+			continue
+		}
+		if q, ok := resolve(parse(h), prev); ok && !q.cannot() {
 			prev = &q.plan
 		}
 	}
 	return resolve(parse(input), prev)
+}
+
+// cannot reports whether the question asks only for what the agent cannot
+// give: a measure the data lacks, a calculation it does not make, or a
+// breakdown it does not offer.
+func (q parsed) cannot() bool {
+	return (len(q.lacking) > 0 || len(q.badStats) > 0) && !q.hasMetric || q.badGrain != "" && !q.hasDim
 }
 
 // resolve completes a parsed message with the previous plan, if any.

@@ -70,6 +70,21 @@ func TestUnderstand(t *testing.T) {
 	}
 }
 
+// A follow-up does not build on a message the agent could not answer or
+// on an SQL statement.
+func TestFollowUpSkipsUnanswered(t *testing.T) {
+	for _, history := range [][]string{
+		{"revenue in France by category", "which customers churned in 2025?"},
+		{"revenue in France by category", "DROP TABLE customers; --"},
+		{"revenue in France by category", "orders per hour"},
+	} {
+		q, ok := understand("and by month?", history)
+		if !ok || q.metric != metricRevenue || q.dim != dimMonth || !reflect.DeepEqual(q.countries, []string{"France"}) || len(q.years) > 0 {
+			t.Errorf("after %q: %s by %v in %v %v, want revenue by month in France", history, q.metric.key, q.dim, q.countries, q.years)
+		}
+	}
+}
+
 func TestUnderstandFollowUps(t *testing.T) {
 	history := []string{"hello", "revenue in France by category"}
 	tests := []struct {
