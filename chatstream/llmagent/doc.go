@@ -29,7 +29,8 @@
 //     [MaxToolRounds] rounds of tool calls per turn; after that the model is
 //     asked to answer without tools.
 //   - Every call is capped at [WithMaxOutputTokens] output tokens. Usage
-//     (prompt, completion and reasoning tokens) is logged per call.
+//     (prompt, completion and reasoning tokens) is logged per call and per
+//     turn.
 //
 // Failures: a model request that fails before anything of it was streamed
 // (connection error, 408, 409, 429, 5xx, an error event, a stream cut,

@@ -136,6 +136,7 @@ func (a *Agent) Model() string { return a.model }
 // with an error.
 func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
 	tr := &turn{a: a, t: t, e: e}
+	defer tr.logTurn(ctx)
 	system := msg{role: "system", content: a.cfg.systemPrompt(t)}
 	history := historyGroups(t.History)
 	cur := []msg{{role: "user", content: t.Input}}
@@ -167,6 +168,7 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 		}
 		cur = append(cur, msg{role: "assistant", content: res.content, calls: res.calls})
 		for _, c := range res.calls {
+			tr.tools++
 			out, err := tr.runTool(ctx, c)
 			if err != nil {
 				return err
@@ -195,6 +197,26 @@ type turn struct {
 	e       chatstream.Emitter
 	retried bool // the turn's one retry is used
 	wrote   bool // content was emitted
+
+	// Totals of the turn's model calls, for its usage record.
+	calls, tools           int
+	promptTok, completeTok int64
+}
+
+// logTurn logs the turn's totals: model calls (retries included), tool
+// calls and the tokens the endpoint reported.
+func (tr *turn) logTurn(ctx context.Context) {
+	if tr.calls == 0 {
+		return
+	}
+	tr.a.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "llmagent: turn usage",
+		slog.String("account", tr.t.AccountName),
+		slog.String("agent", tr.t.AgentID),
+		slog.String("model", tr.a.model),
+		slog.Int("model_calls", tr.calls),
+		slog.Int("tool_calls", tr.tools),
+		slog.Int64("prompt_tokens", tr.promptTok),
+		slog.Int64("completion_tokens", tr.completeTok))
 }
 
 // response is what one model call streamed.
@@ -477,6 +499,7 @@ func marshal(v any) ([]byte, error) {
 // logUsage logs one model call: usage when the endpoint reported it, the
 // failure otherwise. Nothing of the prompt, the answer or the key.
 func (tr *turn) logUsage(ctx context.Context, round, attempt int, res *response, d time.Duration, err error) {
+	tr.calls++
 	attrs := []slog.Attr{
 		slog.String("account", tr.t.AccountName),
 		slog.String("agent", tr.t.AgentID),
@@ -490,6 +513,8 @@ func (tr *turn) logUsage(ctx context.Context, round, attempt int, res *response,
 			attrs = append(attrs, slog.String("finish_reason", res.finish))
 		}
 		if u := res.usage; u != nil {
+			tr.promptTok += u.PromptTokens
+			tr.completeTok += u.CompletionTokens
 			attrs = append(attrs,
 				slog.Int64("prompt_tokens", u.PromptTokens),
 				slog.Int64("completion_tokens", u.CompletionTokens),

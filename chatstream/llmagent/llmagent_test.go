@@ -139,6 +139,9 @@ func TestStreamsTextAsContent(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, l)
 		}
 	}
+	if !strings.Contains(l, "llmagent: turn usage") || !strings.Contains(l, "model_calls=1 tool_calls=0 prompt_tokens=10 completion_tokens=5") {
+		t.Errorf("no turn usage record:\n%s", l)
+	}
 	if strings.Contains(l, testKey) || strings.Contains(l, "revenue") {
 		t.Errorf("log holds the key or the prompt:\n%s", l)
 	}

@@ -152,9 +152,9 @@ func WithSystemPrompt(f func(chatstream.Turn) string) Option {
 }
 
 // WithLogger sets the logger of usage (one Info record per model call:
-// model, tokens, finish reason) and of failed model requests (Warn). It
-// never logs the API key, the prompt or the answer. Default:
-// slog.Default().
+// model, tokens, finish reason; one per turn with its totals) and of
+// failed model requests (Warn). It never logs the API key, the prompt or
+// the answer. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
