@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // Tool is a function the model may call. The agent offers every tool to
@@ -260,7 +261,15 @@ func (tr *turn) call(ctx context.Context, msgs []msg, toolsOK bool, round int) (
 	}
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		res, err := tr.stream(ctx, params)
+		// A GenAI "chat" span and the gen_ai.client metrics, on the chat
+		// handler's OpenTelemetry providers when the turn runs in one.
+		mctx, mc := telemetry.StartModelCall(ctx, "openai", a.model)
+		res, err := tr.stream(mctx, params)
+		var u telemetry.Usage
+		if res != nil && res.usage != nil {
+			u.InputTokens, u.OutputTokens = res.usage.PromptTokens, res.usage.CompletionTokens
+		}
+		mc.End(u, err)
 		tr.logUsage(ctx, round, attempt, res, time.Since(start), err)
 		if err == nil {
 			return res, nil
