@@ -18,7 +18,7 @@
 // Mount it next to the embed-session and chat handlers, on the same
 // origin:
 //
-//	st, _ := gormstore.Open("embed.db")
+//	st, _ := sqlite.Open("embed.db") // store/gormstore/sqlite
 //	page, err := chatpage.New(st, chatpage.FixedAgent("7"),
 //		chatpage.WithTitle("Ask your data"),
 //		chatpage.WithFrameAncestors("https://app.example.com"))

@@ -10,7 +10,7 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/llmagent"
-	"github.com/embedkit/embedkit/store/gormstore"
+	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
 // clockTool is a minimal Tool: it takes no input and returns the time.
@@ -44,7 +44,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	st, err := gormstore.Open("embed.db")
+	st, err := sqlite.Open("embed.db")
 	if err != nil {
 		log.Fatal(err)
 	}
