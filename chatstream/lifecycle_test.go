@@ -114,7 +114,9 @@ func TestShutdownLetsTurnsFinish(t *testing.T) {
 
 func TestTurnTimeout(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		e := newEnv(t, tg, envOpts{opts: []chatstream.Option{chatstream.WithTurnTimeout(50 * time.Millisecond)}})
+		// The slow script emits its partial answer at once and then waits
+		// 30 s; 500 ms leaves a loaded machine time to emit it first.
+		e := newEnv(t, tg, envOpts{opts: []chatstream.Option{chatstream.WithTurnTimeout(500 * time.Millisecond)}})
 		msgs := collect(t, e.client, chatstream.Request{Input: "slow", SessionSettings: ext("timeout")})
 		st := last(msgs).State
 		if st == nil || st.Error == "" || st.Aborted {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
 
 	_ "github.com/mattn/go-sqlite3" // the "sqlite3" database/sql driver
 )
@@ -66,15 +67,20 @@ func WithRowLimit(n int) Option {
 
 // Agent is the demo analytics agent: a [chatstream.Agent] that answers
 // questions about a generated sample shop (customers, products, orders)
-// held in a private in-memory SQLite database. It is safe for concurrent
-// use; call [Agent.Close] to release the database.
+// held in a private in-memory SQLite database, through the svcMeta and
+// svcSqlApi executors of package analytics. It is safe for concurrent use;
+// call [Agent.Close] to release the database.
 type Agent struct {
-	db  *sql.DB
-	pin *sql.Conn // keeps the in-memory database alive until Close
+	db   *sql.DB   // read-write: loads the data set
+	ro   *sql.DB   // read-only: the tools' connections
+	pin  *sql.Conn // keeps the in-memory database alive until Close
+	meta *analytics.MetaTool
+	sql  *analytics.SQLTool
+	// model is the data model the tools expose.
+	model *analytics.Model
 
-	delay    time.Duration
-	rowLimit int
-	size     DataSize
+	delay time.Duration
+	size  DataSize
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -82,6 +88,11 @@ type Agent struct {
 }
 
 var _ chatstream.Agent = (*Agent)(nil)
+
+// resultCacheSize bounds the svcSqlApi results the agent keeps: its data
+// never changes, so a repeated question by a user with the same row access
+// is answered without running SQL again.
+const resultCacheSize = 4096
 
 // New generates the sample data set, loads it into a new in-memory
 // database private to the returned Agent, and returns the Agent. The data
@@ -95,12 +106,12 @@ func New(opts ...Option) (*Agent, error) {
 	// The memdb VFS shares one in-memory database between the connections
 	// of the pool (without the shared-cache mode); the random name keeps
 	// every Agent's database apart.
-	db, err := sql.Open("sqlite3", "file:/demoagent-"+rand.Text()+"?vfs=memdb")
+	name := "file:/demoagent-" + rand.Text() + "?vfs=memdb"
+	db, err := sql.Open("sqlite3", name)
 	if err != nil {
 		return nil, fmt.Errorf("demoagent: open database: %w", err)
 	}
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(8)
+	db.SetMaxOpenConns(4)
 	ctx := context.Background()
 	pin, err := db.Conn(ctx)
 	if err != nil {
@@ -113,29 +124,52 @@ func New(opts ...Option) (*Agent, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Agent{
-		db:       db,
-		pin:      pin,
-		delay:    cfg.delay,
-		rowLimit: cfg.rowLimit,
+	ro, err := sql.Open("sqlite3", name+"&mode=ro")
+	if err != nil {
+		pin.Close()
+		db.Close()
+		return nil, fmt.Errorf("demoagent: open database: %w", err)
+	}
+	ro.SetMaxOpenConns(8)
+	ro.SetMaxIdleConns(8)
+	a := &Agent{
+		db: db, ro: ro, pin: pin,
+		model: Model(),
+		delay: cfg.delay,
 		size: DataSize{
 			Customers:  len(tables[0].rows),
 			Products:   len(tables[1].rows),
 			Orders:     len(tables[2].rows),
 			OrderLines: len(tables[3].rows),
 		},
-	}, nil
+	}
+	if a.meta, err = analytics.NewMetaTool(a.model); err == nil {
+		a.sql, err = analytics.NewSQLTool(ro, a.model, analytics.WithRowLimit(cfg.rowLimit), analytics.WithResultCache(resultCacheSize))
+	}
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("demoagent: %w", err)
+	}
+	return a, nil
 }
 
 // Size reports how many rows each table of the sample data set holds.
 func (a *Agent) Size() DataSize { return a.size }
+
+// Tools returns the agent's svcMeta and svcSqlApi executors over the
+// sample data set, for another agent (such as a language model's) to call.
+// They stay usable until [Agent.Close].
+func (a *Agent) Tools() (*analytics.MetaTool, *analytics.SQLTool) { return a.meta, a.sql }
+
+// DataModel returns the data model the tools expose (see [Model]).
+func (a *Agent) DataModel() *analytics.Model { return a.model }
 
 // Close releases the database. Turns running meanwhile fail; later calls
 // to Answer return [ErrClosed]. Close is idempotent.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.closed.Store(true)
-		a.closeErr = errors.Join(a.pin.Close(), a.db.Close())
+		a.closeErr = errors.Join(a.ro.Close(), a.pin.Close(), a.db.Close())
 	})
 	return a.closeErr
 }
@@ -145,6 +179,9 @@ func (a *Agent) Close() error {
 func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
 	if a.closed.Load() {
 		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	var history []string
 	var memoryID string
@@ -161,8 +198,15 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 			}
 		}
 	}
+	access := analytics.AccessOf(a.model, t.User)
 
-	p, ok := understand(t.Input, history)
+	if looksLikeSQL(t.Input) {
+		return a.runSQL(ctx, t, e, access)
+	}
+	q, ok := understand(t.Input, history)
+	if q.cannot() {
+		return a.cannot(ctx, t, e, q)
+	}
 	if !ok {
 		if err := e.Thinking("The message names no metric or breakdown of the sample data that I know, so I will explain what I can answer."); err != nil {
 			return err
@@ -170,61 +214,118 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 		return a.say(ctx, e, helpText())
 	}
 
-	f := userFilter(t.User.Attributes)
-	if err := e.Thinking(reasoning(p, f)); err != nil {
+	if err := e.Thinking(reasoning(q, access)); err != nil {
 		return err
 	}
 	if err := a.say(ctx, e, "Let me look that up in the sample shop data."); err != nil {
 		return err
 	}
 
-	search := searchText(p)
-	meta, err := e.ToolCall(ToolMeta, MetaInput{SearchQuery: search})
+	search := searchText(q.plan)
+	meta, err := e.ToolCall(ToolMeta, analytics.MetaInput{SearchQuery: search})
 	if err != nil {
 		return err
 	}
-	if err := meta.Result(searchModel(search)); err != nil {
+	if err := meta.Result(a.model.Search(search)); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 
-	query, err := e.ToolCall(ToolSQL, SQLInput{
-		SQLQuery:    p.sqlText(),
-		QueryTitle:  p.title(),
-		Description: p.description(),
+	in := analytics.SQLInput{
+		SQLQuery:    q.sqlText(),
+		QueryTitle:  q.title(),
+		Description: q.description(),
 		UserRequest: t.Input,
 		MemoryID:    memoryID,
-		VegaSpec:    p.vega(),
-	})
+		VegaSpec:    q.vega(),
+	}
+	call, err := e.ToolCall(ToolSQL, in)
 	if err != nil {
 		return err
 	}
-	if b := t.ActiveBranchName; b != "" && !slices.Contains(t.Branches, b) {
-		if err := query.Fail(fmt.Sprintf("branch %q not found", b)); err != nil {
-			return err
-		}
-		return a.say(ctx, e, "\n\n"+unknownBranchText(b, t.Branches))
+	res, failed, err := a.run(ctx, t, in, call)
+	switch {
+	case err != nil:
+		return err
+	case res == nil && strings.HasPrefix(failed, "branch "):
+		return a.say(ctx, e, "\n\n"+unknownBranchText(t.ActiveBranchName, t.Branches))
+	case res == nil:
+		return a.say(ctx, e, "\n\nI could not run the query: "+failed+".")
 	}
-	res, err := run(ctx, a.db, p, f, a.rowLimit)
+	return a.say(ctx, e, "\n\n"+summary(q, res, access))
+}
+
+// run runs one svcSqlApi call and ends it. When the tool refuses the query
+// it returns a nil result, no error, and the tool's message, which is also
+// the call's error result.
+func (a *Agent) run(ctx context.Context, t chatstream.Turn, in analytics.SQLInput, call chatstream.ToolCall) (*analytics.SQLResult, string, error) {
+	res, err := a.sql.Run(ctx, t, in)
+	if err == nil {
+		return res, "", call.Result(res)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, "", ctxErr
+	}
+	var te *analytics.ToolError
+	if errors.As(err, &te) {
+		return nil, te.Msg, call.Fail(te.Msg)
+	}
+	if a.closed.Load() {
+		err = ErrClosed
+	}
+	if ferr := call.Fail("the query could not be run"); ferr != nil {
+		return nil, "", errors.Join(err, ferr)
+	}
+	return nil, "", err
+}
+
+// runSQL answers a message that is an SQL statement: it hands the
+// statement to svcSqlApi as it is, which runs it only if it is a single
+// read-only SELECT over the data model, under the user's row access.
+func (a *Agent) runSQL(ctx context.Context, t chatstream.Turn, e chatstream.Emitter, access analytics.Access) error {
+	if err := e.Thinking("The message is an SQL statement, not a question. I will pass it to the SQL tool unchanged: the tool runs only a single read-only SELECT over the data model's views, with the user's row access."); err != nil {
+		return err
+	}
+	if err := a.say(ctx, e, "That looks like an SQL statement, so I passed it to the query tool as it is."); err != nil {
+		return err
+	}
+	in := analytics.SQLInput{
+		SQLQuery: t.Input, QueryTitle: "Your SQL statement",
+		Description: "The statement from the message, run as given.", UserRequest: t.Input,
+	}
+	call, err := e.ToolCall(ToolSQL, in)
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return ctxErr
-		}
-		if a.closed.Load() {
-			err = ErrClosed
-		}
-		if ferr := query.Fail("the query could not be run"); ferr != nil {
-			return errors.Join(err, ferr)
-		}
 		return err
 	}
-	res.UserRequest = t.Input
-	if err := query.Result(res); err != nil {
+	res, failed, err := a.run(ctx, t, in, call)
+	if err != nil {
 		return err
 	}
-	return a.say(ctx, e, "\n\n"+summary(p, res, f))
+	return a.say(ctx, e, "\n\n"+sqlAnswer(res, failed, access))
+}
+
+// cannot answers a question whose measure or breakdown the data lacks: it
+// searches the data model for it, finds nothing, and says so.
+func (a *Agent) cannot(ctx context.Context, t chatstream.Turn, e chatstream.Emitter, q parsed) error {
+	words := append(slices.Clone(q.lacking), q.badStats...)
+	if len(words) == 0 {
+		words = []string{q.badGrain}
+	}
+	search := strings.Join(words, " ")
+	if err := e.Thinking(fmt.Sprintf("The question asks for %s. I will search the data model for it before answering.", joinAnd(words))); err != nil {
+		return err
+	}
+	meta, err := e.ToolCall(ToolMeta, analytics.MetaInput{SearchQuery: search})
+	if err != nil {
+		return err
+	}
+	found := a.model.Search(search)
+	if err := meta.Result(found); err != nil {
+		return err
+	}
+	return a.say(ctx, e, cannotText(q))
 }
 
 // unknownBranchText explains a failed query on an unknown branch.

@@ -2,6 +2,8 @@ package demoagent
 
 import (
 	"fmt"
+
+	"github.com/embedkit/embedkit/chatstream/analytics"
 	"math"
 	"slices"
 	"strconv"
@@ -35,17 +37,17 @@ func helpText() string {
 	return b.String()
 }
 
-// reasoning is the thinking text for plan p.
-func reasoning(p plan, f *rowFilter) string {
+// reasoning is the thinking text for question q.
+func reasoning(q parsed, a analytics.Access) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "The question asks for %s", p.metric.words)
-	if p.dim != nil {
-		fmt.Fprintf(&b, " per %s", p.dim.title)
+	fmt.Fprintf(&b, "The question asks for %s", q.metric.words)
+	if q.dim != nil {
+		fmt.Fprintf(&b, " per %s", q.dim.title)
 	}
-	b.WriteString(p.filterText())
-	fmt.Fprintf(&b, ". I will search the data model for %s, then query the orders view", strings.ToLower(searchText(p)))
-	if f != nil {
-		b.WriteString(", limited to the customers of the countries this user may see")
+	b.WriteString(q.filterText())
+	fmt.Fprintf(&b, ". I will search the data model for %s, then query the orders view", strings.ToLower(searchText(q.plan)))
+	if !a.All() {
+		b.WriteString(", which shows only the rows this user may see")
 	}
 	b.WriteString(".")
 	return b.String()
@@ -57,32 +59,29 @@ func searchText(p plan) string {
 	if p.dim != nil {
 		words = append(words, p.dim.title)
 	}
-	if len(p.countries) > 0 {
+	if len(p.countries)+len(p.notCountries) > 0 && p.dim != dimCountry {
 		words = append(words, "country")
 	}
-	if p.category != "" && p.dim != dimCategory {
+	if len(p.categories)+len(p.notCategories) > 0 && p.dim != dimCategory {
 		words = append(words, "category")
 	}
-	if len(p.years) > 0 && (p.dim == nil || !p.dim.chronological) {
+	if p.timed() && (p.dim == nil || !p.dim.chronological) {
 		words = append(words, "date")
 	}
 	return strings.Join(words, " ")
 }
 
-// summary is the answer text for the result of plan p.
-func summary(p plan, res SQLResult, f *rowFilter) string {
+// summary is the answer text for the result of question q.
+func summary(q parsed, res *analytics.SQLResult, a analytics.Access) string {
 	var b strings.Builder
+	p := q.plan
 	m := p.metric
 	val := func(row []any) string { return formatNumber(row[len(row)-1], m.decimals) }
 	label := func(row []any) string { return fmt.Sprint(row[0]) }
 
 	switch {
 	case len(res.Data) == 0:
-		fmt.Fprintf(&b, "%s: the query returned no rows", res.QueryTitle)
-		if f != nil {
-			b.WriteString(" for the countries you can see")
-		}
-		b.WriteString(".")
+		fmt.Fprintf(&b, "%s: the query returned no rows; no orders match.", res.QueryTitle)
 	case p.dim == nil:
 		fmt.Fprintf(&b, "%s: %s.", res.QueryTitle, val(res.Data[0]))
 	case p.dim.chronological && !p.ranked:
@@ -99,7 +98,10 @@ func summary(p plan, res SQLResult, f *rowFilter) string {
 		fmt.Fprintf(&b, "%s, from %s to %s (%d %s): the highest was %s with %s, the lowest %s with %s.",
 			res.QueryTitle, label(first), label(last), len(res.Data), plural(len(res.Data), p.dim),
 			label(hi), val(hi), label(lo), val(lo))
-		if len(res.Data) > 1 {
+		switch {
+		case len(res.Data) > 1 && res.TotalRows > len(res.Data):
+			fmt.Fprintf(&b, " The last %s in the result, %s, had %s.", p.dim.title, label(last), val(last))
+		case len(res.Data) > 1:
 			fmt.Fprintf(&b, " The latest %s, %s, had %s.", p.dim.title, label(last), val(last))
 		}
 	default:
@@ -135,18 +137,146 @@ func summary(p plan, res SQLResult, f *rowFilter) string {
 		fmt.Fprintf(&b, "\n\nThe query yields %s rows; the result holds the first %d. Run the SQL query through the data query API to load them all.",
 			formatNumber(int64(res.TotalRows), 0), len(res.Data))
 	}
-	if f != nil {
-		if len(f.countries) == 0 {
-			b.WriteString("\n\nYour access does not include any country, so no orders are visible to you.")
-		} else {
-			noun := "countries"
-			if len(f.countries) == 1 {
-				noun = "country"
-			}
-			fmt.Fprintf(&b, "\n\nResults are limited to your %s: %s.", noun, joinAnd(f.countries))
+	if p.top > 0 && res.TotalRows < p.top && res.TotalRows > 0 {
+		fmt.Fprintf(&b, "\n\nYou asked for %d; only %d %s match.", p.top, res.TotalRows, plural(res.TotalRows, p.dim))
+	}
+	if p.timed() && len(res.Data) == 0 && outOfRange(p.filters) {
+		b.WriteString("\n\nThe sample data covers orders from 1 January 2024 to 31 December 2025 only.")
+	}
+	for _, n := range q.notes {
+		b.WriteString("\n\n" + n)
+	}
+	b.WriteString(notUnderstood(q))
+	b.WriteString(accessNote(a))
+	return b.String()
+}
+
+// outOfRange reports whether the period of f lies outside the data.
+func outOfRange(f filters) bool {
+	for _, y := range f.years {
+		if y != "2024" && y != "2025" {
+			return true
 		}
 	}
+	return f.from != "" && (f.from > dataEnd.Format(dayLayout) || f.to <= dataStart.Format(dayLayout))
+}
+
+// notUnderstood says which parts of the question the answer did not use.
+func notUnderstood(q parsed) string {
+	var b strings.Builder
+	if len(q.lacking) > 0 {
+		fmt.Fprintf(&b, "\n\nThe sample data has no %s, so that part of your question is not answered.", joinAnd(q.lacking))
+	}
+	if q.badGrain != "" {
+		fmt.Fprintf(&b, "\n\nI cannot break results down by %s; the finest time breakdown is by day.", q.badGrain)
+	}
+	if len(q.badStats) > 0 {
+		fmt.Fprintf(&b, "\n\nI cannot compute %s; the answer shows %s instead.", joinAnd(q.badStats), q.metric.words)
+	}
+	if len(q.ignored) > 0 {
+		quoted := make([]string, len(q.ignored))
+		for i, w := range q.ignored {
+			quoted[i] = "“" + w + "”"
+		}
+		it := "it"
+		if len(quoted) > 1 {
+			it = "them"
+		}
+		fmt.Fprintf(&b, "\n\nI did not understand %s in your question, so the answer ignores %s.", joinAnd(quoted), it)
+	}
 	return b.String()
+}
+
+// accessNote says how row-level security limited the rows.
+func accessNote(a analytics.Access) string {
+	if a.All() {
+		return ""
+	}
+	vals := a.Values("country")
+	if len(vals) == 0 {
+		return "\n\nYour account has no country assigned, and row-level security shows only the orders of your countries, so no orders are visible to you."
+	}
+	names := make([]string, len(vals))
+	for i, v := range vals {
+		names[i] = fmt.Sprint(v)
+	}
+	noun := "countries"
+	if len(names) == 1 {
+		noun = "country"
+	}
+	return fmt.Sprintf("\n\nResults are limited to your %s: %s.", noun, joinAnd(names))
+}
+
+// cannotText answers a question whose measure or breakdown the data does
+// not have, after svcMeta found nothing for it.
+func cannotText(q parsed) string {
+	var b strings.Builder
+	switch {
+	case len(q.lacking) > 0:
+		fmt.Fprintf(&b, "I cannot answer that: the sample data has no %s. ", joinAnd(q.lacking))
+		b.WriteString("It records orders (date, customer, country, product, category, quantity and the price paid), without costs, returns, subscriptions or web traffic.")
+	case len(q.badStats) > 0:
+		fmt.Fprintf(&b, "I cannot answer that: I do not compute %s.", joinAnd(q.badStats))
+	default:
+		fmt.Fprintf(&b, "I cannot break results down by %s: the finest time breakdown the sample data offers is by day.", q.badGrain)
+	}
+	b.WriteString(" I can answer questions about revenue, orders, units sold, average order value and ordering customers, ")
+	b.WriteString("by country, category, product, customer, day, week, month, quarter or year.")
+	if q.hasDim && q.dim != nil {
+		fmt.Fprintf(&b, " For example: “revenue by %s”.", q.dim.title)
+	}
+	return b.String()
+}
+
+// sqlText answers a message that is an SQL statement, after svcSqlApi ran
+// it (res) or refused it (msg).
+func sqlAnswer(res *analytics.SQLResult, msg string, a analytics.Access) string {
+	if res == nil {
+		return "I did not run it: " + msg + ". Ask me a question in words instead, for example “" + exampleQuestions[0] + "”."
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "The query returned %s %s", formatNumber(int64(res.TotalRows), 0), map[bool]string{true: "row", false: "rows"}[res.TotalRows == 1])
+	if len(res.Data) == 0 {
+		b.WriteString(".")
+	} else {
+		b.WriteString(":\n\n|")
+		for _, c := range res.Schema {
+			b.WriteString(" " + mdCell(c.Name) + " |")
+		}
+		b.WriteString("\n|")
+		for range res.Schema {
+			b.WriteString(" --- |")
+		}
+		for _, row := range res.Data[:min(5, len(res.Data))] {
+			b.WriteString("\n|")
+			for _, v := range row {
+				b.WriteString(" " + mdCell(cellText(v)) + " |")
+			}
+		}
+		if res.TotalRows > 5 {
+			fmt.Fprintf(&b, "\n\nThe first 5 of %s rows are shown; the tool result holds up to %d.", formatNumber(int64(res.TotalRows), 0), len(res.Data))
+		}
+	}
+	b.WriteString(accessNote(a))
+	return b.String()
+}
+
+// cellText renders one value of a result.
+func cellText(v any) string {
+	switch v := v.(type) {
+	case int64:
+		return formatNumber(v, 0)
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case nil:
+		return "null"
+	}
+	return fmt.Sprint(v)
+}
+
+// mdCell makes s safe in a Markdown table cell.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ", "\r", " ").Replace(s)
 }
 
 // toFloat converts a scanned number to float64 (0 for anything else).

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
 	"github.com/embedkit/embedkit/examples/demoagent"
 )
 
@@ -29,7 +30,7 @@ func (p *printer) ToolCall(name string, input any) (chatstream.ToolCall, error) 
 type printedCall struct{}
 
 func (printedCall) Result(v any) error {
-	if r, ok := v.(demoagent.SQLResult); ok {
+	if r, ok := v.(*analytics.SQLResult); ok {
 		b, _ := json.Marshal(r.Data)
 		fmt.Printf("rows: %s (totalRows %d)\n", b, r.TotalRows)
 	}

@@ -1,136 +1,94 @@
 package demoagent
 
 import (
-	"slices"
 	"strings"
+
+	"github.com/embedkit/embedkit/chatstream/analytics"
 )
 
 // Tool names, as they appear in toolCall.name.
 const (
-	ToolMeta = "svcMeta"
-	ToolSQL  = "svcSqlApi"
+	ToolMeta = analytics.MetaToolName
+	ToolSQL  = analytics.SQLToolName
 )
 
-// MetaInput is the input of the svcMeta tool.
-type MetaInput struct {
-	SearchQuery string `json:"searchQuery"`
+// countryFilter is the row-level security of the sample data: an external
+// user sees the rows of the customers of the countries in their "country"
+// attribute.
+func countryFilter() []analytics.RowFilter {
+	return []analytics.RowFilter{{Attribute: "country", Column: "country", Normalize: canonicalCountry}}
 }
 
-// MetaResult is the result of the svcMeta tool: the views of the data model
-// that match the search, with their matching members.
-type MetaResult struct {
-	Cubes       []Cube `json:"cubes"`
-	SearchQuery string `json:"searchQuery"`
+// Model returns the data model of the sample data set: the views the tools
+// let queries read, with their members and the row filter on "country". It
+// returns a new Model on every call.
+func Model() *analytics.Model {
+	return &analytics.Model{Views: []analytics.View{
+		{
+			Name: "orders", Title: "Orders",
+			Description: "One row per order line (a product in an order), with its order, customer and product. " +
+				"Count orders with COUNT(DISTINCT order_id). Orders run from 2024-01-01 to 2025-12-31. " +
+				"Columns: line_id, order_id, created_at, customer_id, customer, country, product_id, product, category, quantity, price.",
+			SQL: `SELECT ol.id AS line_id, o.id AS order_id, o.created_at, c.id AS customer_id, c.name AS customer,
+       c.country, p.id AS product_id, p.name AS product, p.category, ol.quantity, ol.price
+FROM main.order_lines AS ol
+JOIN main.orders AS o ON o.id = ol.order_id
+JOIN main.customers AS c ON c.id = o.customer_id
+JOIN main.products AS p ON p.id = ol.product_id`,
+			Filters: countryFilter(),
+			Members: []analytics.Member{
+				{Name: "orders.count", Title: "Orders", Description: "Number of orders placed: COUNT(DISTINCT order_id).", Type: "number", AggType: "count"},
+				{Name: "orders.revenue", Title: "Revenue", Description: "Sales amount: SUM(quantity * price), the price paid per unit.", Type: "number", AggType: "sum"},
+				{Name: "orders.quantity", Title: "Quantity", Description: "Units sold: SUM(quantity).", Type: "number", AggType: "sum"},
+				{Name: "orders.average_order_value", Title: "Average order value", Description: "Revenue per order: SUM(quantity * price) / COUNT(DISTINCT order_id).", Type: "number", AggType: "avg"},
+				{Name: "orders.customers", Title: "Ordering customers", Description: "Number of distinct customers who ordered: COUNT(DISTINCT customer_id).", Type: "number", AggType: "countDistinct"},
+				{Name: "orders.created_at", Title: "Order date", Description: "When the order was placed, as 'YYYY-MM-DD hh:mm:ss' text (2024-01-01 to 2025-12-31).", Type: "time"},
+				{Name: "orders.country", Title: "Country", Description: "Country of the ordering customer.", Type: "string"},
+				{Name: "orders.category", Title: "Product category", Description: "Category of the product ordered.", Type: "string"},
+				{Name: "orders.product", Title: "Product", Description: "Name of the product ordered.", Type: "string"},
+				{Name: "orders.customer", Title: "Customer", Description: "Name of the ordering customer.", Type: "string"},
+				{Name: "orders.price", Title: "Unit price paid", Description: "Price paid per unit on the order line, after any discount.", Type: "number"},
+			},
+		},
+		{
+			Name: "products", Title: "Products",
+			Description: "One row per product of the catalog. Columns: id, name, category, price.",
+			SQL:         "SELECT id, name, category, price FROM main.products",
+			Members: []analytics.Member{
+				{Name: "products.count", Title: "Products", Description: "Number of products in the catalog.", Type: "number", AggType: "count"},
+				{Name: "products.name", Title: "Product name", Description: "Name of the product.", Type: "string"},
+				{Name: "products.category", Title: "Category", Description: "Product category, such as Electronics or Books.", Type: "string"},
+				{Name: "products.price", Title: "List price", Description: "Catalog price of the product.", Type: "number"},
+			},
+		},
+		{
+			Name: "customers", Title: "Customers",
+			Description: "One row per customer. Columns: id, name, country, created_at.",
+			SQL:         "SELECT id, name, country, created_at FROM main.customers",
+			Filters:     countryFilter(),
+			Members: []analytics.Member{
+				{Name: "customers.count", Title: "Customers", Description: "Number of customers.", Type: "number", AggType: "count"},
+				{Name: "customers.name", Title: "Customer name", Description: "Full name of the customer.", Type: "string"},
+				{Name: "customers.country", Title: "Country", Description: "Country the customer lives in.", Type: "string"},
+				{Name: "customers.created_at", Title: "Signup date", Description: "When the customer signed up.", Type: "time"},
+			},
+		},
+	}}
 }
 
-// Cube is a view of the data model.
-type Cube struct {
-	Name    string   `json:"name"`
-	Type    string   `json:"type"` // always "view"
-	Title   string   `json:"title"`
-	Members []Member `json:"members"`
-}
-
-// Member is a measure or dimension of a [Cube]. Name has the form
-// <entity>.<member>.
-type Member struct {
-	Name        string `json:"name"`
-	Title       string `json:"title"`
-	Description string `json:"description"`
-	// Type is string, number, time or boolean.
-	Type string `json:"type"`
-	// AggType is set on measures: count, sum, avg or countDistinct.
-	AggType string `json:"aggType,omitempty"`
-}
-
-// dataModel returns the views over the sample data set. It builds a new
-// slice on every call, so callers may keep or change what they get.
-func dataModel() []Cube {
-	return []Cube{
-		{Name: "orders", Type: "view", Title: "Orders", Members: []Member{
-			{Name: "orders.count", Title: "Orders", Description: "Number of orders placed.", Type: "number", AggType: "count"},
-			{Name: "orders.revenue", Title: "Revenue", Description: "Sales amount: quantity times the price paid, summed over order lines.", Type: "number", AggType: "sum"},
-			{Name: "orders.quantity", Title: "Quantity", Description: "Units sold: quantity summed over order lines.", Type: "number", AggType: "sum"},
-			{Name: "orders.average_order_value", Title: "Average order value", Description: "Revenue divided by the number of orders.", Type: "number", AggType: "avg"},
-			{Name: "orders.customers", Title: "Ordering customers", Description: "Number of distinct customers who ordered.", Type: "number", AggType: "countDistinct"},
-			{Name: "orders.created_at", Title: "Order date", Description: "When the order was placed (2024-01-01 to 2025-12-31).", Type: "time"},
-			{Name: "orders.country", Title: "Country", Description: "Country of the ordering customer.", Type: "string"},
-			{Name: "orders.category", Title: "Product category", Description: "Category of the product ordered.", Type: "string"},
-			{Name: "orders.product", Title: "Product", Description: "Name of the product ordered.", Type: "string"},
-			{Name: "orders.customer", Title: "Customer", Description: "Name of the ordering customer.", Type: "string"},
-		}},
-		{Name: "products", Type: "view", Title: "Products", Members: []Member{
-			{Name: "products.count", Title: "Products", Description: "Number of products in the catalog.", Type: "number", AggType: "count"},
-			{Name: "products.name", Title: "Product name", Description: "Name of the product.", Type: "string"},
-			{Name: "products.category", Title: "Category", Description: "Product category, such as Electronics or Books.", Type: "string"},
-			{Name: "products.price", Title: "List price", Description: "Catalog price of the product.", Type: "number"},
-		}},
-		{Name: "customers", Type: "view", Title: "Customers", Members: []Member{
-			{Name: "customers.count", Title: "Customers", Description: "Number of customers.", Type: "number", AggType: "count"},
-			{Name: "customers.name", Title: "Customer name", Description: "Full name of the customer.", Type: "string"},
-			{Name: "customers.country", Title: "Country", Description: "Country the customer lives in.", Type: "string"},
-			{Name: "customers.created_at", Title: "Signup date", Description: "When the customer signed up.", Type: "time"},
-		}},
-	}
-}
-
-// searchStopWords are words that match too much to narrow a search.
-var searchStopWords = map[string]bool{
-	"a": true, "an": true, "and": true, "by": true, "for": true, "in": true, "of": true,
-	"on": true, "per": true, "the": true, "to": true, "top": true, "what": true, "which": true,
-	"how": true, "many": true, "much": true, "is": true, "are": true, "me": true, "show": true,
-}
-
-// searchModel answers svcMeta: the views and members whose name, title or
-// description contain a word of q. A view that matches by name or title
-// keeps all its members. When nothing matches, every view is returned.
-func searchModel(q string) MetaResult {
-	var words []string
-	for _, w := range strings.FieldsFunc(strings.ToLower(q), func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
-	}) {
-		if searchStopWords[w] || len(w) < 2 {
-			continue
+// canonicalCountry maps "de", "germany" or "German" to "Germany". A value
+// naming no country of the data set is kept as given: it matches no row.
+func canonicalCountry(s string) string {
+	l := strings.ToLower(strings.TrimSpace(s))
+	for _, c := range countries {
+		if l == strings.ToLower(c.name) || l == strings.ToLower(c.code) {
+			return c.name
 		}
-		words = append(words, singular(w))
-	}
-	matches := func(s string) bool {
-		s = strings.ToLower(s)
-		return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
-	}
-
-	var cubes []Cube
-	for _, c := range dataModel() {
-		if matches(c.Name) || matches(c.Title) {
-			cubes = append(cubes, c)
-			continue
-		}
-		var ms []Member
-		for _, m := range c.Members {
-			if matches(m.Name) || matches(m.Title) || matches(m.Description) {
-				ms = append(ms, m)
+		for _, a := range c.aliases {
+			if l == a {
+				return c.name
 			}
 		}
-		if len(ms) > 0 {
-			c.Members = ms
-			cubes = append(cubes, c)
-		}
 	}
-	if len(cubes) == 0 {
-		cubes = dataModel()
-	}
-	return MetaResult{Cubes: cubes, SearchQuery: q}
-}
-
-// singular strips a plural ending so that "countries" finds "country".
-func singular(w string) string {
-	switch {
-	case strings.HasSuffix(w, "ies") && len(w) > 4:
-		return w[:len(w)-3] + "y"
-	case strings.HasSuffix(w, "ss"):
-		return w
-	case strings.HasSuffix(w, "s") && len(w) > 3:
-		return w[:len(w)-1]
-	}
-	return w
+	return s
 }

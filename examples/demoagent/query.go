@@ -1,90 +1,55 @@
 package demoagent
 
 import (
-	"context"
-	"crypto/sha256"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
-// SQLInput is the input of the svcSqlApi tool.
-type SQLInput struct {
-	SQLQuery    string `json:"sqlQuery"`
-	QueryTitle  string `json:"queryTitle"`
-	Description string `json:"description"`
-	UserRequest string `json:"userRequest"`
-	// MemoryID refers to the result of an earlier query in the thread that
-	// this one follows up on ("" when there is none).
-	MemoryID string `json:"memoryId"`
-	// VegaSpec is a Vega-Lite v5 spec without data, encoded as JSON; empty
-	// for a single total.
-	VegaSpec string `json:"vegaSpec,omitempty"`
-}
-
-// SQLResult is the result of the svcSqlApi tool.
-type SQLResult struct {
-	SQLQuery    string   `json:"sqlQuery"`
-	QueryTitle  string   `json:"queryTitle"`
-	Description string   `json:"description"`
-	UserRequest string   `json:"userRequest"`
-	Schema      []Column `json:"schema"`
-	// Data holds at most the row limit of rows (100 by default), each a
-	// slice of values in Schema order: string, int64, float64 or nil.
-	Data [][]any `json:"data"`
-	// TotalRows is how many rows the query yields, before the row limit.
-	TotalRows int `json:"totalRows"`
-	// UUID identifies this result. It is derived from the query and the
-	// user's row filter, so the same question by the same user gets the
-	// same id.
-	UUID     string `json:"uuid"`
-	VegaSpec string `json:"vegaSpec,omitempty"`
-}
-
-// Column describes one column of [SQLResult.Data].
-type Column struct {
-	Name string `json:"name"`
-	// ColumnType is string, number or time.
-	ColumnType string `json:"column_type"`
-}
-
-// fromClause joins the order lines with their orders and customers (which
-// row-level security filters), and with the products when p uses them.
-func (p plan) fromClause() string {
-	from := "FROM order_lines AS ol\nJOIN orders AS o ON o.id = ol.order_id\nJOIN customers AS c ON c.id = o.customer_id"
-	if p.dim == dimProduct || p.dim == dimCategory || p.category != "" || p.metric == metricProducts {
-		from += "\nJOIN products AS p ON p.id = ol.product_id"
-	}
-	return from
-}
-
-// sqlText renders p as the SQL query shown to the user. Filters named in
-// the question are inlined: they are constants of the data set chosen by
-// matching, never text copied from the question. Row-level security is not
-// part of it; see [rowFilter.wrap].
+// sqlText renders p as the SQL query over the data model's views. Filters
+// named in the question are inlined: they are constants of the data set
+// chosen by matching, never text copied from the question. Row-level
+// security is not part of it: the views apply it underneath, whatever the
+// query says.
 func (p plan) sqlText() string {
 	var b strings.Builder
 	b.WriteString("SELECT ")
 	if p.dim != nil {
 		fmt.Fprintf(&b, "%s AS %s, %s AS %s\n", p.dim.expr, p.dim.key, p.metric.expr, p.metric.key)
 	} else {
-		fmt.Fprintf(&b, "COALESCE(%s, 0) AS %s\n", p.metric.expr, p.metric.key)
+		fmt.Fprintf(&b, "%s AS %s\n", p.metric.expr, p.metric.key)
 	}
-	b.WriteString(p.fromClause())
+	b.WriteString("FROM orders")
 	var where []string
 	if len(p.countries) > 0 {
-		where = append(where, "c.country IN ("+quoteList(p.countries)+")")
+		where = append(where, "country IN ("+quoteList(p.countries)+")")
 	}
-	if p.category != "" {
-		where = append(where, "p.category = "+quote(p.category))
+	if len(p.notCountries) > 0 {
+		where = append(where, "country NOT IN ("+quoteList(p.notCountries)+")")
+	}
+	if len(p.categories) > 0 {
+		where = append(where, "category IN ("+quoteList(p.categories)+")")
+	}
+	if len(p.notCategories) > 0 {
+		where = append(where, "category NOT IN ("+quoteList(p.notCategories)+")")
 	}
 	if len(p.years) > 0 {
-		where = append(where, "strftime('%Y', o.created_at) IN ("+quoteList(p.years)+")")
+		where = append(where, "strftime('%Y', created_at) IN ("+quoteList(p.years)+")")
+	}
+	if len(p.months) > 0 {
+		where = append(where, "strftime('%m', created_at) IN ("+quoteList(p.months)+")")
+	}
+	if p.from != "" {
+		where = append(where, "created_at >= "+quote(p.from)+" AND created_at < "+quote(p.to))
 	}
 	if len(where) > 0 {
 		b.WriteString("\nWHERE " + strings.Join(where, "\n  AND "))
+	}
+	if p.dim == nil {
+		// No orders, no row: a total over nothing is not a zero.
+		b.WriteString("\nHAVING COUNT(*) > 0")
 	}
 	if p.dim != nil {
 		b.WriteString("\nGROUP BY 1\nORDER BY ")
@@ -139,16 +104,34 @@ func (p plan) filterText() string {
 	if len(p.countries) > 0 {
 		parts = append(parts, joinAnd(p.countries))
 	}
-	if p.category != "" {
-		parts = append(parts, p.category)
+	if len(p.categories) > 0 {
+		parts = append(parts, joinAnd(p.categories))
 	}
 	if len(p.years) > 0 {
 		parts = append(parts, joinAnd(p.years))
 	}
-	if len(parts) == 0 {
-		return ""
+	if len(p.months) > 0 {
+		var names []string
+		for _, m := range p.months {
+			n, _ := strconv.Atoi(m)
+			names = append(names, time.Month(n).String())
+		}
+		parts = append(parts, joinAnd(names)+" (of every year)")
 	}
-	return " in " + strings.Join(parts, ", ")
+	if p.window != "" {
+		parts = append(parts, p.window)
+	}
+	var out string
+	if len(parts) > 0 {
+		out = " in " + strings.Join(parts, ", ")
+	}
+	var not []string
+	not = append(not, p.notCountries...)
+	not = append(not, p.notCategories...)
+	if len(not) > 0 {
+		out += " excluding " + joinAnd(not)
+	}
+	return out
 }
 
 func plural(n int, d *dimension) string {
@@ -198,15 +181,6 @@ func upperFirst(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-// schema is the result's columns.
-func (p plan) schema() []Column {
-	m := Column{Name: p.metric.key, ColumnType: "number"}
-	if p.dim == nil {
-		return []Column{m}
-	}
-	return []Column{{Name: p.dim.key, ColumnType: p.dim.colType}, m}
 }
 
 // vegaSpec is a Vega-Lite v5 spec without data.
@@ -271,140 +245,4 @@ func (p plan) vega() string {
 		return ""
 	}
 	return string(b)
-}
-
-// rowFilter is the row-level security of one user: the countries whose
-// customers they may see. A nil *rowFilter sees everything.
-type rowFilter struct {
-	countries []string
-}
-
-// userFilter reads the "country" attribute: a string or a list of strings.
-// Values are matched to the data set's country names by name, alias or ISO
-// code, ignoring case; other values are kept as given and match nothing.
-// An attribute of another type denies every row.
-func userFilter(attrs map[string]any) *rowFilter {
-	v, ok := attrs["country"]
-	if !ok || v == nil {
-		return nil
-	}
-	var vals []string
-	switch v := v.(type) {
-	case string:
-		vals = []string{v}
-	case []string:
-		vals = v
-	case []any:
-		for _, e := range v {
-			s, ok := e.(string)
-			if !ok {
-				return &rowFilter{}
-			}
-			vals = append(vals, s)
-		}
-	default:
-		return &rowFilter{}
-	}
-	f := &rowFilter{countries: make([]string, 0, len(vals))}
-	for _, s := range vals {
-		f.countries = append(f.countries, canonicalCountry(s))
-	}
-	return f
-}
-
-// canonicalCountry maps "de", "germany" or "German" to "Germany".
-func canonicalCountry(s string) string {
-	l := strings.ToLower(strings.TrimSpace(s))
-	for _, c := range countries {
-		if l == strings.ToLower(c.name) || l == strings.ToLower(c.code) {
-			return c.name
-		}
-		for _, a := range c.aliases {
-			if l == a {
-				return c.name
-			}
-		}
-	}
-	return s
-}
-
-// wrap returns the statement to run for query q and its arguments. It
-// shadows the customers table with a common table expression holding only
-// the allowed customers, so every join through customers is filtered. The
-// countries are bound parameters.
-func (f *rowFilter) wrap(q string) (string, []any) {
-	if f == nil {
-		return q, nil
-	}
-	if len(f.countries) == 0 {
-		return "WITH customers AS (SELECT * FROM main.customers WHERE 0)\n" + q, nil
-	}
-	args := make([]any, len(f.countries))
-	for i, c := range f.countries {
-		args[i] = c
-	}
-	marks := strings.TrimSuffix(strings.Repeat("?, ", len(args)), ", ")
-	return "WITH customers AS (SELECT * FROM main.customers WHERE country IN (" + marks + "))\n" + q, args
-}
-
-// run executes p for a user with filter f and returns at most limit rows.
-func run(ctx context.Context, db *sql.DB, p plan, f *rowFilter, limit int) (SQLResult, error) {
-	text := p.sqlText()
-	stmt, args := f.wrap(text)
-	res := SQLResult{
-		SQLQuery:    text,
-		QueryTitle:  p.title(),
-		Description: p.description(),
-		Schema:      p.schema(),
-		Data:        [][]any{},
-		VegaSpec:    p.vega(),
-	}
-	rows, err := db.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return SQLResult{}, fmt.Errorf("demoagent: query: %w", err)
-	}
-	defer rows.Close()
-	n := len(res.Schema)
-	for rows.Next() {
-		res.TotalRows++
-		if len(res.Data) >= limit {
-			continue
-		}
-		row := make([]any, n)
-		ptrs := make([]any, n)
-		for i := range row {
-			ptrs[i] = &row[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return SQLResult{}, fmt.Errorf("demoagent: scan: %w", err)
-		}
-		for i, v := range row {
-			if b, ok := v.([]byte); ok {
-				row[i] = string(b)
-			}
-		}
-		res.Data = append(res.Data, row)
-	}
-	if err := rows.Err(); err != nil {
-		return SQLResult{}, fmt.Errorf("demoagent: query: %w", err)
-	}
-
-	h := sha256.New()
-	h.Write([]byte(stmt))
-	for _, a := range args {
-		fmt.Fprintf(h, "\x00%v", a)
-	}
-	fmt.Fprintf(h, "\x00%d", limit)
-	res.UUID = uuidFrom(h.Sum(nil))
-	return res, nil
-}
-
-// uuidFrom formats the first 16 bytes of sum as a version 8 UUID.
-func uuidFrom(sum []byte) string {
-	var u [16]byte
-	copy(u[:], sum)
-	u[6] = u[6]&0x0f | 0x80
-	u[8] = u[8]&0x3f | 0x80
-	s := hex.EncodeToString(u[:])
-	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
 }

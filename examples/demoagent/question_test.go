@@ -8,14 +8,14 @@ import (
 
 func TestUnderstand(t *testing.T) {
 	tests := []struct {
-		question  string
-		metric    string // "" when not understood
-		dim       string
-		top       int
-		ascending bool
-		countries []string
-		category  string
-		years     []string
+		question   string
+		metric     string // "" when not understood
+		dim        string
+		top        int
+		ascending  bool
+		countries  []string
+		categories []string
+		years      []string
 	}{
 		{question: "Revenue by country", metric: "revenue", dim: "country"},
 		{question: "sales per category", metric: "revenue", dim: "category"},
@@ -33,9 +33,9 @@ func TestUnderstand(t *testing.T) {
 		{question: "number of products sold per category", metric: "products", dim: "category"},
 		{question: "average order value by category in 2025", metric: "average_order_value", dim: "category", years: []string{"2025"}},
 		{question: "Total revenue in Germany", metric: "revenue", countries: []string{"Germany"}},
-		{question: "orders in the UK and the USA in 2024", metric: "orders", countries: []string{"United States", "United Kingdom"}, years: []string{"2024"}},
-		{question: "quarterly revenue for electronics", metric: "revenue", dim: "quarter", category: "Electronics"},
-		{question: "revenue this year", metric: "revenue"},
+		{question: "orders in the UK and the USA in 2024", metric: "orders", dim: "country", countries: []string{"United States", "United Kingdom"}, years: []string{"2024"}},
+		{question: "quarterly revenue for electronics", metric: "revenue", dim: "quarter", categories: []string{"Electronics"}},
+		{question: "revenue this year", metric: "revenue", years: []string{"2025"}},
 		{question: "daily orders", metric: "orders", dim: "day"},
 		{question: "by country", metric: "revenue", dim: "country"},
 		{question: "Show me sales by region", metric: "revenue", dim: "country"},
@@ -63,10 +63,25 @@ func TestUnderstand(t *testing.T) {
 				t.Errorf("plan = %s by %q top %d asc %v, want %s by %q top %d asc %v",
 					p.metric.key, dim, p.top, p.ascending, tt.metric, tt.dim, tt.top, tt.ascending)
 			}
-			if !reflect.DeepEqual(p.countries, tt.countries) || p.category != tt.category || !reflect.DeepEqual(p.years, tt.years) {
-				t.Errorf("filters = %v %q %v, want %v %q %v", p.countries, p.category, p.years, tt.countries, tt.category, tt.years)
+			if !reflect.DeepEqual(p.countries, tt.countries) || !reflect.DeepEqual(p.categories, tt.categories) || !reflect.DeepEqual(p.years, tt.years) {
+				t.Errorf("filters = %v %q %v, want %v %q %v", p.countries, p.categories, p.years, tt.countries, tt.categories, tt.years)
 			}
 		})
+	}
+}
+
+// A follow-up does not build on a message the agent could not answer or
+// on an SQL statement.
+func TestFollowUpSkipsUnanswered(t *testing.T) {
+	for _, history := range [][]string{
+		{"revenue in France by category", "which customers churned in 2025?"},
+		{"revenue in France by category", "DROP TABLE customers; --"},
+		{"revenue in France by category", "orders per hour"},
+	} {
+		q, ok := understand("and by month?", history)
+		if !ok || q.metric != metricRevenue || q.dim != dimMonth || !reflect.DeepEqual(q.countries, []string{"France"}) || len(q.years) > 0 {
+			t.Errorf("after %q: %s by %v in %v %v, want revenue by month in France", history, q.metric.key, q.dim, q.countries, q.years)
+		}
 	}
 }
 
@@ -98,7 +113,7 @@ func TestUnderstandFollowUps(t *testing.T) {
 }
 
 func TestSearchModel(t *testing.T) {
-	res := searchModel("Revenue country")
+	res := Model().Search("Revenue country")
 	names := map[string]bool{}
 	for _, c := range res.Cubes {
 		for _, m := range c.Members {
@@ -113,10 +128,10 @@ func TestSearchModel(t *testing.T) {
 	if names["products.price"] {
 		t.Errorf("search %q matched products.price", res.SearchQuery)
 	}
-	if all := searchModel("xyzzy"); len(all.Cubes) != len(dataModel()) || all.SearchQuery != "xyzzy" {
-		t.Errorf("search with no match = %d cubes, want all %d", len(all.Cubes), len(dataModel()))
+	if all := Model().Search("xyzzy"); len(all.Cubes) != len(Model().Views) || all.SearchQuery != "xyzzy" {
+		t.Errorf("search with no match = %d cubes, want all %d", len(all.Cubes), len(Model().Views))
 	}
-	if c := searchModel("products").Cubes; len(c) == 0 || c[0].Name != "orders" && c[0].Name != "products" {
+	if c := Model().Search("products").Cubes; len(c) == 0 || c[0].Name != "orders" && c[0].Name != "products" {
 		t.Errorf("search products = %v", c)
 	}
 }
@@ -153,19 +168,5 @@ func TestPieces(t *testing.T) {
 				t.Errorf("pieces(%q) has an empty piece", s)
 			}
 		}
-	}
-}
-
-func TestRowFilterUsesBoundParameters(t *testing.T) {
-	f := userFilter(map[string]any{"country": []string{"it", "x'); DROP TABLE orders; --"}})
-	stmt, args := f.wrap("SELECT 1")
-	if strings.Contains(stmt, "DROP") || strings.Contains(stmt, "Italy") {
-		t.Errorf("statement %q holds attribute values", stmt)
-	}
-	if want := []any{"Italy", "x'); DROP TABLE orders; --"}; !reflect.DeepEqual(args, want) {
-		t.Errorf("args = %v, want %v", args, want)
-	}
-	if f := userFilter(nil); f != nil {
-		t.Errorf("no attributes: filter %v, want none", f)
 	}
 }

@@ -13,7 +13,7 @@
 // Open streams plus arrivals (1,000 streams held open, their starts spread
 // over 5 s, and 200 new streams per second measured on their own):
 //
-//	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s
+//	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s -country Germany
 //
 // The session mode first sends one creator-mode request that defines the
 // attributes and groups it uses in the embed tenant "loadgen-tenant", so it
@@ -53,6 +53,7 @@ func main() {
 	flag.Float64Var(&cfg.rate, "rate", 0, "chat: new streams per second on top of -c open ones (0: closed loop)")
 	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
 	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
+	flag.StringVar(&cfg.country, "country", "", `chat: the users' "country" attribute (the demo agent shows no rows to external users without one)`)
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -75,6 +76,7 @@ func main() {
 
 type config struct {
 	mode, url, key, account, agent, question string
+	country                                  string
 	deployment                               int64
 	concurrency, users                       int
 	duration, ramp, warmup                   time.Duration
@@ -233,6 +235,32 @@ type chatStats struct {
 	// arrivals: time to first line of the open-loop (-rate) streams alone.
 	arrivals    latencies
 	lines, errs atomic.Int64
+	// causes counts the errors by cause, for the report.
+	causesMu sync.Mutex
+	causes   map[string]int
+}
+
+// innermost returns the error at the end of err's chain ("connection reset
+// by peer"), which names the cause without the addresses around it.
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
+// fail counts one error of the given cause.
+func (st *chatStats) fail(cause string) {
+	st.errs.Add(1)
+	st.causesMu.Lock()
+	defer st.causesMu.Unlock()
+	if st.causes == nil {
+		st.causes = map[string]int{}
+	}
+	st.causes[cause]++
 }
 
 func runChat(ctx context.Context, cfg config) error {
@@ -281,6 +309,9 @@ func runChat(ctx context.Context, cfg config) error {
 	fmt.Printf("  lines/s %.0f\n", float64(st.lines.Load())/elapsed.Seconds())
 	fmt.Printf("  time to first line p50 %s  p99 %s  max %s\n", st.firstLine.percentile(0.5), st.firstLine.percentile(0.99), st.firstLine.percentile(1))
 	fmt.Printf("  turn latency       p50 %s  p99 %s  max %s\n", st.turn.percentile(0.5), st.turn.percentile(0.99), st.turn.percentile(1))
+	for cause, n := range st.causes {
+		fmt.Printf("  errors: %d × %s\n", n, cause)
+	}
 	if cfg.rate > 0 {
 		fmt.Printf("  arrivals (%d): time to first line p50 %s  p99 %s  max %s\n", st.arrivals.count(),
 			st.arrivals.percentile(0.5), st.arrivals.percentile(0.99), st.arrivals.percentile(1))
@@ -289,23 +320,22 @@ func runChat(ctx context.Context, cfg config) error {
 }
 
 func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *chatStats, arrival *latencies) {
-	body := map[string]any{
-		"input": cfg.question,
-		"sessionSettings": map[string]any{
-			"externalId": fmt.Sprintf("chat-load-%d", user),
-		},
+	settings := map[string]any{"externalId": fmt.Sprintf("chat-load-%d", user)}
+	if cfg.country != "" {
+		settings["userAttributes"] = []map[string]any{{"name": "country", "value": cfg.country}}
 	}
+	body := map[string]any{"input": cfg.question, "sessionSettings": settings}
 	t0 := time.Now()
 	resp, err := post(ctx, c, fmt.Sprintf("%s/api/v1/public/%s/agents/%s/chat/stream-chat-state", cfg.url, cfg.account, cfg.agent), cfg.key, body)
 	if err != nil {
 		if ctx.Err() == nil {
-			st.errs.Add(1)
+			st.fail("request: " + innermost(err).Error())
 		}
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		st.errs.Add(1)
+		st.fail(fmt.Sprintf("status %d", resp.StatusCode))
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return
 	}
@@ -323,7 +353,10 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 		st.lines.Add(1)
 		var l chatLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			st.errs.Add(1)
+			if ctx.Err() != nil {
+				return // the end of the run cut the line
+			}
+			st.fail("bad line")
 			return
 		}
 		if l.ID == "__state__" {
@@ -332,6 +365,6 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 		}
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		st.errs.Add(1)
+		st.fail("read: " + innermost(err).Error())
 	}
 }

@@ -20,6 +20,12 @@
 //	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
 //	-vega-dir     EMBED_VEGA_DIR     node_modules folder to serve the chat page's chart libraries from (CDN)
 //	-metrics      EMBED_METRICS      serve Prometheus metrics at GET /metrics (false)
+//	-agent        EMBED_AGENT        chat agent: demo, or llm (demo)
+//	-llm-model    EMBED_LLM_MODEL    model name for -agent llm (none)
+//
+// With -agent llm a language model answers through the demo data set's
+// tools; its OpenAI-compatible endpoint is OPENAI_BASE_URL and its key
+// OPENAI_API_KEY (see docs/llm-agent.md).
 package main
 
 import (
@@ -44,7 +50,6 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/embedsession"
-	"github.com/embedkit/embedkit/examples/demoagent"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store/gormstore"
@@ -65,6 +70,8 @@ type options struct {
 	dev, metrics     bool
 	agentDelay       time.Duration
 	vegaDir          string
+	// agent is demo or llm; llmModel, llmBaseURL and llmAPIKey configure llm.
+	agent, llmModel, llmBaseURL, llmAPIKey string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -90,13 +97,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("EMBED_METRICS: %w", err)
 	}
 	fs.BoolVar(&o.metrics, "metrics", metrics, "serve Prometheus metrics at GET /metrics on the same address (env EMBED_METRICS)")
+	fs.StringVar(&o.agent, "agent", envOr("EMBED_AGENT", agentDemo), "chat agent: demo, or llm for a language model at OPENAI_BASE_URL (env EMBED_AGENT)")
+	fs.StringVar(&o.llmModel, "llm-model", envOr("EMBED_LLM_MODEL", ""), "model name for -agent llm (env EMBED_LLM_MODEL)")
+	o.llmBaseURL, o.llmAPIKey = llmEnv()
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if o.agentDelay < 0 {
 		return o, fmt.Errorf("-agent-delay (EMBED_AGENT_DELAY) must not be negative, got %v", o.agentDelay)
 	}
-	return o, nil
+	return o, o.checkAgent()
 }
 
 func envOr(key, def string) string {
@@ -131,11 +141,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 
-	agent, err := demoagent.New(demoagent.WithDelay(o.agentDelay))
+	agent, closeAgent, err := newAgent(o, log)
 	if err != nil {
-		return fmt.Errorf("demo agent: %w", err)
+		return err
 	}
-	defer agent.Close()
+	defer closeAgent()
 
 	// With -metrics, the handlers' metrics go to a Prometheus exporter (see
 	// metrics.go).

@@ -194,7 +194,7 @@ func TestServerContract(t *testing.T) {
 
 	t.Run("chat answers with real SQL", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, s.base+"/api/v1/public/acme/agents/7/chat/stream-chat-state",
-			strings.NewReader(`{"input":"revenue by country","sessionSettings":{"externalId":"chatter"}}`))
+			strings.NewReader(`{"input":"revenue by country","sessionSettings":{"externalId":"chatter","userAttributes":[{"name":"country","value":"Germany"}]}}`))
 		req.Header.Set("Authorization", "Api-Key sk-acme-user")
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.Do(req)

@@ -1,0 +1,490 @@
+package analytics_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
+)
+
+// A small shop: three customers in two countries, with one order each. The
+// French rows carry a marker that must never reach a German user.
+const fixtureSQL = `
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, country TEXT NOT NULL, region INTEGER NOT NULL);
+CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL, amount REAL NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE secrets (id INTEGER PRIMARY KEY, value TEXT);
+INSERT INTO customers VALUES (1, 'Anna', 'Germany', 10), (2, 'Ben', 'Germany', 11), (3, 'SECRET-FR Chloe', 'France', 20);
+INSERT INTO orders VALUES (1, 1, 10.5, '2025-01-02'), (2, 2, 20, '2025-02-03'), (3, 3, 999, '2025-03-04');
+INSERT INTO secrets VALUES (1, 'SECRET-TABLE');
+`
+
+func model() *analytics.Model {
+	byCountry := []analytics.RowFilter{{Attribute: "country", Column: "country", Normalize: func(s string) string {
+		if strings.EqualFold(s, "de") {
+			return "Germany"
+		}
+		return s
+	}}}
+	return &analytics.Model{Views: []analytics.View{
+		{
+			Name: "customers", Title: "Customers", Description: "One row per customer.",
+			SQL:     "SELECT id, name, country, region FROM main.customers",
+			Filters: byCountry,
+			Members: []analytics.Member{
+				{Name: "customers.count", Title: "Customers", Type: "number", AggType: "count"},
+				{Name: "customers.country", Title: "Country", Description: "Where the customer lives.", Type: "string"},
+			},
+		},
+		{
+			Name: "orders", Title: "Orders", Description: "One row per order.",
+			SQL: `SELECT o.id, o.amount, o.created_at, c.name AS customer, c.country
+FROM main.orders o JOIN main.customers c ON c.id = o.customer_id`,
+			Filters: byCountry,
+			Members: []analytics.Member{
+				{Name: "orders.amount", Title: "Amount", Description: "Order amount.", Type: "number", AggType: "sum"},
+				{Name: "orders.created_at", Title: "Order date", Type: "time"},
+			},
+		},
+	}}
+}
+
+// openDB returns a database with the fixture loaded, and a second handle
+// on it for the tool.
+func openDB(t testing.TB) (rw, ro *sql.DB) {
+	t.Helper()
+	name := "file:/analytics-" + rand.Text() + "?vfs=memdb"
+	rw, err := sql.Open("sqlite3", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.SetMaxIdleConns(2)
+	t.Cleanup(func() { rw.Close() })
+	// Keep the in-memory database alive.
+	pin, err := rw.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pin.Close() })
+	if _, err := pin.ExecContext(context.Background(), fixtureSQL); err != nil {
+		t.Fatal(err)
+	}
+	ro, err = sql.Open("sqlite3", name+"&mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	return rw, ro
+}
+
+func newTool(t testing.TB, opts ...analytics.SQLOption) (*analytics.SQLTool, *sql.DB) {
+	t.Helper()
+	rw, ro := openDB(t)
+	tool, err := analytics.NewSQLTool(ro, model(), opts...)
+	if err != nil {
+		t.Fatalf("NewSQLTool: %v", err)
+	}
+	return tool, rw
+}
+
+var (
+	german   = chatstream.User{ExternalID: "hans", Attributes: map[string]any{"country": "Germany"}}
+	internal = chatstream.User{InternalID: "alice@acme.test"}
+)
+
+func run(t *testing.T, tool *analytics.SQLTool, u chatstream.User, q string) (*analytics.SQLResult, error) {
+	t.Helper()
+	return tool.Run(t.Context(), chatstream.Turn{User: u}, analytics.SQLInput{SQLQuery: q})
+}
+
+// toolError asserts that err is a tool error whose message contains want.
+func toolError(t *testing.T, q string, err error, want string) {
+	t.Helper()
+	var te *analytics.ToolError
+	if !errors.As(err, &te) {
+		t.Fatalf("%s: error %v (%T), want a *ToolError", q, err, err)
+	}
+	if !strings.Contains(te.Msg, want) {
+		t.Errorf("%s: error %q, want it to contain %q", q, te.Msg, want)
+	}
+}
+
+func TestOnlyOneReadOnlySelect(t *testing.T) {
+	tool, rw := newTool(t)
+	for _, tt := range []struct{ q, want string }{
+		{"INSERT INTO orders VALUES (9, 1, 1, '2025-01-01')", "read-only SELECT"},
+		{"DELETE FROM orders", "read-only SELECT"},
+		{"UPDATE customers SET country = 'Germany'", "read-only SELECT"},
+		{"DROP TABLE orders; --", "read-only SELECT"},
+		{"SELECT 1; DELETE FROM orders", "more than one statement"},
+		{"SELECT 1; SELECT 2", "more than one statement"},
+		{"SELECT 1;; ;SELECT 2", "more than one statement"},
+		{"PRAGMA query_only = 0", "PRAGMA"},
+		{"PRAGMA table_info(customers)", "PRAGMA"},
+		{"SELECT * FROM pragma_table_info('customers')", "not the table"},
+		{"ATTACH DATABASE ':memory:' AS x", "read-only SELECT"},
+		{"DETACH DATABASE main", "read-only SELECT"},
+		{"WITH x AS (SELECT 1) DELETE FROM orders", "read-only SELECT"},
+		{"WITH x AS (SELECT 1) INSERT INTO secrets SELECT 2, 'x'", "read-only SELECT"},
+		{"CREATE TEMP VIEW v AS SELECT * FROM main.customers", "read-only SELECT"},
+		{"CREATE TEMP TABLE t AS SELECT 1", "read-only SELECT"},
+		{"BEGIN", "read-only SELECT"},
+		{"VACUUM", "read-only SELECT"},
+		{"ANALYZE", "read-only SELECT"},
+		{"EXPLAIN SELECT * FROM main.customers", "not the table"},
+		{"EXPLAIN SELECT 1", "EXPLAIN"},
+		{"SELECT load_extension('x')", "load_extension"},
+		{"", "empty"},
+		{"   -- just a comment", "no statement"},
+		{"SELEC 1", "not valid SQL"},
+	} {
+		_, err := run(t, tool, internal, tt.q)
+		toolError(t, tt.q, err, tt.want)
+	}
+	var n int
+	if err := rw.QueryRow("SELECT count(*) FROM orders").Scan(&n); err != nil || n != 3 {
+		t.Errorf("orders after the attempts: %d (%v), want 3", n, err)
+	}
+
+	// A query that reads no table runs as usual, and so does a trailing
+	// semicolon or comment.
+	for _, q := range []string{"SELECT 1", "SELECT 1;", "select 1 -- one", "SELECT 1; -- done", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5) SELECT count(*) FROM c"} {
+		res, err := run(t, tool, german, q)
+		if err != nil {
+			t.Errorf("%s: %v", q, err)
+			continue
+		}
+		if len(res.Data) != 1 || res.TotalRows != 1 {
+			t.Errorf("%s: %v, want one row", q, res.Data)
+		}
+	}
+}
+
+func TestRowSecurity(t *testing.T) {
+	tool, _ := newTool(t)
+	count := func(u chatstream.User, q string) int64 {
+		t.Helper()
+		res, err := run(t, tool, u, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return res.Data[0][0].(int64)
+	}
+	for _, tt := range []struct {
+		name string
+		user chatstream.User
+		want int64 // customers seen
+	}{
+		{"internal user sees every row", internal, 3},
+		{"one country", german, 2},
+		{"normalized value", chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": "de"}}, 2},
+		{"list of countries", chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": []any{"Germany", "France"}}}, 3},
+		{"no attribute: fails closed", chatstream.User{ExternalID: "x"}, 0},
+		{"empty list: fails closed", chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": []string{}}}, 0},
+		{"empty string: fails closed", chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": ""}}, 0},
+		{"other type: fails closed", chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": true}}, 0},
+		{"no identity at all: fails closed", chatstream.User{}, 0},
+		{"quotes are values, not SQL", chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": "x') OR 1=1 --"}}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := count(tt.user, "SELECT count(*) FROM customers"); got != tt.want {
+				t.Errorf("customers = %d, want %d", got, tt.want)
+			}
+			if got := count(tt.user, "SELECT count(*) FROM orders"); got != tt.want {
+				t.Errorf("orders = %d, want %d", got, tt.want)
+			}
+		})
+	}
+
+	// Whatever the SQL, a German user never reads French rows or the
+	// tables behind the views.
+	for _, q := range []string{
+		"SELECT * FROM main.customers",
+		"SELECT count(*) FROM main.customers",
+		"SELECT count(*) FROM main.orders, orders",
+		"SELECT * FROM secrets",
+		"SELECT * FROM main.secrets",
+		"SELECT * FROM sqlite_master",
+		"SELECT * FROM sqlite_temp_master",
+		"SELECT * FROM temp.sqlite_master",
+		"WITH customers AS (SELECT * FROM main.customers) SELECT * FROM customers",
+		`WITH "Customers"(id, name, country, region) AS (SELECT * FROM main.customers) SELECT name FROM "Customers"`,
+		"WITH x AS (SELECT 1), orders AS MATERIALIZED (SELECT * FROM main.orders) SELECT * FROM orders",
+		"WITH x AS (SELECT '--'), [orders] AS (SELECT * FROM main.orders) SELECT * FROM orders",
+		"SELECT * FROM (SELECT * FROM main.customers) AS customers",
+		"SELECT embedkit_rls_all()",
+		"SELECT * FROM customers WHERE (SELECT embedkit_rls_values('country')) IS NOT NULL",
+		"SELECT * FROM json_each((SELECT group_concat(name) FROM main.customers))",
+	} {
+		res, err := run(t, tool, german, q)
+		if err == nil {
+			b, _ := json.Marshal(res.Data)
+			t.Errorf("%s: ran, rows %s; want a tool error", q, b)
+			continue
+		}
+		var te *analytics.ToolError
+		if !errors.As(err, &te) {
+			t.Errorf("%s: %v, want a tool error", q, err)
+		}
+	}
+	// Through the views, filters in the query narrow what the user sees;
+	// nothing widens it.
+	for _, q := range []string{
+		"SELECT name FROM customers WHERE country = 'France' OR 1 = 1",
+		"SELECT customer FROM orders UNION ALL SELECT name FROM customers",
+		"SELECT c.name FROM customers c LEFT JOIN orders o ON 1 = 1",
+		"SELECT name FROM temp.customers",
+		"WITH de AS (SELECT name, country FROM customers) SELECT name FROM de",
+		"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT name FROM customers, n",
+		"SELECT o.customer, c.region FROM orders o JOIN customers c ON c.name = o.customer",
+		"SELECT name FROM customers WHERE id IN (SELECT id FROM customers)",
+		"SELECT value FROM json_each('[1, 2]')",
+	} {
+		res, err := run(t, tool, german, q)
+		if err != nil {
+			t.Errorf("%s: %v", q, err)
+			continue
+		}
+		b, _ := json.Marshal(res.Data)
+		if strings.Contains(string(b), "SECRET") {
+			t.Errorf("%s: %s reaches a German user", q, b)
+		}
+	}
+}
+
+func TestResultShapeAndRowCap(t *testing.T) {
+	tool, _ := newTool(t, analytics.WithRowLimit(2))
+	vega := `{"mark":"bar","encoding":{"x":{"field":"country"}}}`
+	in := analytics.SQLInput{
+		SQLQuery: "SELECT country, created_at, amount FROM orders ORDER BY amount", QueryTitle: "T", Description: "D",
+		UserRequest: "R", MemoryID: "m", VegaSpec: vega,
+	}
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TotalRows != 3 || len(res.Data) != 2 {
+		t.Errorf("rows %d of %d, want 2 of 3", len(res.Data), res.TotalRows)
+	}
+	want := []analytics.Column{{Name: "country", ColumnType: "string"}, {Name: "created_at", ColumnType: "time"}, {Name: "amount", ColumnType: "number"}}
+	for i, c := range want {
+		if res.Schema[i] != c {
+			t.Errorf("schema[%d] = %v, want %v", i, res.Schema[i], c)
+		}
+	}
+	if res.SQLQuery != in.SQLQuery || res.QueryTitle != "T" || res.Description != "D" || res.UserRequest != "R" || res.VegaSpec != vega || res.UUID == "" {
+		t.Errorf("result %+v does not echo the input", res)
+	}
+	if res.Data[0][2] != 10.5 || res.Data[0][0] != "Germany" {
+		t.Errorf("first row %v", res.Data[0])
+	}
+	again, _ := tool.Run(t.Context(), chatstream.Turn{User: internal}, in)
+	other, _ := tool.Run(t.Context(), chatstream.Turn{User: german}, in)
+	if again.UUID != res.UUID || other.UUID == res.UUID {
+		t.Errorf("uuids %s, %s (same query), %s (other access)", res.UUID, again.UUID, other.UUID)
+	}
+
+	if _, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT 1", VegaSpec: "{not json"}); err == nil {
+		t.Error("a vegaSpec that is not JSON was accepted")
+	}
+	if _, err := tool.Run(t.Context(), chatstream.Turn{User: internal, ActiveBranchName: "dev-2", Branches: []string{"main"}}, analytics.SQLInput{SQLQuery: "SELECT 1"}); err == nil || err.Error() != `branch "dev-2" not found` {
+		t.Errorf("unknown branch: %v", err)
+	}
+}
+
+func TestTimeAndWorkBounds(t *testing.T) {
+	const forever = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+	tool, _ := newTool(t, analytics.WithTimeout(50*time.Millisecond), analytics.WithMaxSteps(1<<40))
+	_, err := run(t, tool, internal, forever)
+	toolError(t, "timeout", err, "longer than 50ms")
+
+	tool, _ = newTool(t, analytics.WithMaxSteps(100))
+	_, err = run(t, tool, internal, forever)
+	toolError(t, "work budget", err, "too much work")
+
+	// The connection is usable afterwards.
+	if _, err := run(t, tool, internal, "SELECT count(*) FROM orders"); err != nil {
+		t.Errorf("after an interrupted query: %v", err)
+	}
+
+	// A cancelled caller gets ctx.Err(), not a tool error.
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	tool, _ = newTool(t, analytics.WithMaxSteps(1<<40))
+	if _, err := tool.Run(ctx, chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: forever}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
+}
+
+func TestCall(t *testing.T) {
+	tool, _ := newTool(t)
+	res, err := tool.Call(t.Context(), chatstream.Turn{User: german}, json.RawMessage(`{"sqlQuery":"SELECT count(*) AS n FROM customers","queryTitle":"n"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res)
+	var got map[string]any
+	json.Unmarshal(b, &got)
+	for _, k := range []string{"sqlQuery", "queryTitle", "description", "userRequest", "schema", "data", "totalRows", "uuid"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("result %s lacks %q", b, k)
+		}
+	}
+	if _, err := tool.Call(t.Context(), chatstream.Turn{}, json.RawMessage(`{"query":"SELECT 1"}`)); err != nil {
+		t.Errorf("query under \"query\": %v", err)
+	}
+	_, err = tool.Call(t.Context(), chatstream.Turn{}, json.RawMessage(`[1]`))
+	toolError(t, "not an object", err, "not a valid JSON object")
+
+	if tool.Name() != "svcSqlApi" || tool.Description() == "" {
+		t.Errorf("name %q, description %q", tool.Name(), tool.Description())
+	}
+	props := tool.Parameters()["properties"].(map[string]any)
+	for _, k := range []string{"sqlQuery", "queryTitle", "description", "userRequest", "memoryId", "vegaSpec"} {
+		if _, ok := props[k]; !ok {
+			t.Errorf("parameters lack %q", k)
+		}
+	}
+
+	meta, err := analytics.NewMetaTool(model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mres, err := meta.Call(t.Context(), chatstream.Turn{}, json.RawMessage(`{"searchQuery":"amounts"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := mres.(analytics.MetaResult)
+	if mr.SearchQuery != "amounts" || len(mr.Cubes) != 1 || mr.Cubes[0].Name != "orders" || mr.Cubes[0].Type != "view" || len(mr.Cubes[0].Members) != 1 {
+		t.Errorf("svcMeta(amounts) = %+v", mr)
+	}
+	if meta.Name() != "svcMeta" || meta.Parameters()["required"].([]string)[0] != "searchQuery" {
+		t.Errorf("svcMeta name/parameters: %q %v", meta.Name(), meta.Parameters())
+	}
+}
+
+func TestDescribeAndUserContext(t *testing.T) {
+	m := model()
+	d := m.Describe()
+	for _, s := range []string{"customers: Customers", "orders: Orders", "- amount (number, measure: sum): Amount"} {
+		if !strings.Contains(d, s) {
+			t.Errorf("Describe lacks %q:\n%s", s, d)
+		}
+	}
+	if c := m.UserContext(chatstream.Turn{User: german}); !strings.Contains(c, `country in ["Germany"]`) || strings.Contains(c, "hans") {
+		t.Errorf("UserContext(german) = %q", c)
+	}
+	if c := m.UserContext(chatstream.Turn{User: chatstream.User{ExternalID: "x"}}); !strings.Contains(c, "no rows") {
+		t.Errorf("UserContext(no country) = %q", c)
+	}
+	if c := m.UserContext(chatstream.Turn{User: internal}); !strings.Contains(c, "every row") {
+		t.Errorf("UserContext(internal) = %q", c)
+	}
+}
+
+func TestRefusesBadSetups(t *testing.T) {
+	_, ro := openDB(t)
+	if _, err := analytics.NewSQLTool(ro, &analytics.Model{}); err == nil {
+		t.Error("a model without views was accepted")
+	}
+	bad := model()
+	bad.Views[0].SQL = "SELECT * FROM nowhere"
+	if _, err := analytics.NewSQLTool(ro, bad); err == nil {
+		t.Error("a view over a missing table was accepted")
+	}
+	sql.Register("analytics-test-other", otherDriver{})
+	other, _ := sql.Open("analytics-test-other", "")
+	defer other.Close()
+	if _, err := analytics.NewSQLTool(other, model()); err == nil || !strings.Contains(err.Error(), "SQLite") {
+		t.Errorf("another driver: %v, want a refusal naming SQLite", err)
+	}
+}
+
+// otherDriver stands for any database that is not SQLite.
+type otherDriver struct{}
+
+func (otherDriver) Open(string) (driver.Conn, error) { return otherConn{}, nil }
+
+type otherConn struct{}
+
+func (otherConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("no") }
+func (otherConn) Close() error                        { return nil }
+func (otherConn) Begin() (driver.Tx, error)           { return nil, errors.New("no") }
+
+// FuzzSQLTool runs arbitrary SQL as a German user: whatever runs never
+// returns a French row, and nothing changes the data.
+func FuzzSQLTool(f *testing.F) {
+	for _, q := range []string{
+		"SELECT * FROM customers", "SELECT name FROM main.customers", "WITH customers AS (SELECT * FROM main.customers) SELECT name FROM customers",
+		"SELECT group_concat(customer) FROM orders", "DELETE FROM orders", "SELECT 1; DROP TABLE orders", "PRAGMA query_only=0",
+		"SELECT * FROM customers WHERE name LIKE 'SECRET%'", "SELECT (SELECT name FROM main.customers LIMIT 1)",
+		"SELECT#A0000000000000", "SELECT ?", "SELECT zeroblob(1000000000)",
+	} {
+		f.Add(q)
+	}
+	tool, rw := newTool(f, analytics.WithTimeout(200*time.Millisecond), analytics.WithMaxSteps(2000))
+	f.Fuzz(func(t *testing.T, q string) {
+		res, err := tool.Run(context.Background(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		if err != nil {
+			var te *analytics.ToolError
+			if !errors.As(err, &te) {
+				t.Fatalf("%q: %v is not a tool error", q, err)
+			}
+			return
+		}
+		b, _ := json.Marshal(res.Data)
+		if strings.Contains(string(b), "SECRET") {
+			t.Fatalf("%q returned %s to a German user", q, b)
+		}
+		var n int
+		if err := rw.QueryRow("SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM customers)").Scan(&n); err != nil || n != 6 {
+			t.Fatalf("after %q: %d rows (%v), want 6", q, n, err)
+		}
+	})
+}
+
+// Users with different access share the tool's connections without
+// seeing each other's rows.
+func TestConcurrentUsers(t *testing.T) {
+	tool, _ := newTool(t)
+	french := chatstream.User{ExternalID: "jean", Attributes: map[string]any{"country": "France"}}
+	done := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			u, want := german, int64(2)
+			switch i % 3 {
+			case 1:
+				u, want = french, 1
+			case 2:
+				u, want = internal, 3
+			}
+			for range 50 {
+				res, err := tool.Run(context.Background(), chatstream.Turn{User: u}, analytics.SQLInput{SQLQuery: "SELECT count(*) FROM customers"})
+				if err != nil {
+					done <- err
+					return
+				}
+				if got := res.Data[0][0].(int64); got != want {
+					done <- fmt.Errorf("user %d saw %d customers, want %d", i, got, want)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,361 @@
+package analytics
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/embedkit/embedkit/chatstream"
+)
+
+// Model is the data model that the tools expose: views over the host's
+// tables, each with its members (measures and dimensions) and its row
+// filters. svcMeta searches it; svcSqlApi lets queries read its views and
+// nothing else. A Model must not change once a tool uses it.
+type Model struct {
+	Views []View
+}
+
+// View is one queryable view of a [Model] (a "cube" of svcMeta's result).
+type View struct {
+	// Name is the SQL name queries use ("orders"). It shadows a table of
+	// the same name: queries can read the view, never the table.
+	Name  string
+	Title string
+	// Description says what one row is, for people and language models.
+	Description string
+	// SQL is the SELECT that defines the view over the host's tables, for
+	// example "SELECT o.id, o.created_at, c.country FROM main.orders o JOIN
+	// main.customers c ON c.id = o.customer_id". Qualify the host's tables
+	// with "main." when a view shares their name.
+	SQL string
+	// Members are the view's columns and measures as svcMeta describes
+	// them.
+	Members []Member
+	// Filters restrict the rows each user sees. All of them apply.
+	Filters []RowFilter
+}
+
+// Member is a measure or dimension of a [View]. Name has the form
+// <view>.<member>.
+type Member struct {
+	Name        string `json:"name"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	// Type is string, number, time or boolean.
+	Type string `json:"type"`
+	// AggType is set on measures: count, sum, avg, countDistinct, ...
+	AggType string `json:"aggType,omitempty"`
+}
+
+// RowFilter is row-level security on a [View]: a row is visible to an
+// external user only when the value of Column is one of the values of the
+// user's attribute Attribute. A user without a value of the attribute sees
+// no rows (the filter fails closed); an internal user sees every row.
+type RowFilter struct {
+	// Attribute is the user attribute's name ("country").
+	Attribute string
+	// Column is an SQL expression over the columns of the view's SQL
+	// ("country").
+	Column string
+	// Normalize, when set, maps each attribute value to the form stored in
+	// Column (for example "de" to "Germany"). A value it returns as "" is
+	// dropped.
+	Normalize func(string) string
+}
+
+// MetaResult is the result of the svcMeta tool.
+type MetaResult struct {
+	Cubes       []Cube `json:"cubes"`
+	SearchQuery string `json:"searchQuery"`
+}
+
+// Cube is a view as svcMeta describes it.
+type Cube struct {
+	Name    string   `json:"name"`
+	Type    string   `json:"type"` // always "view"
+	Title   string   `json:"title"`
+	Members []Member `json:"members"`
+}
+
+// validate checks the model once, when a tool is built.
+func (m *Model) validate() error {
+	if m == nil || len(m.Views) == 0 {
+		return fmt.Errorf("analytics: the model has no views")
+	}
+	seen := map[string]bool{}
+	for _, v := range m.Views {
+		if !isIdent(v.Name) {
+			return fmt.Errorf("analytics: view name %q is not a plain SQL identifier", v.Name)
+		}
+		if seen[strings.ToLower(v.Name)] {
+			return fmt.Errorf("analytics: view %q is defined twice", v.Name)
+		}
+		seen[strings.ToLower(v.Name)] = true
+		if strings.TrimSpace(v.SQL) == "" {
+			return fmt.Errorf("analytics: view %q has no SQL", v.Name)
+		}
+		for _, f := range v.Filters {
+			if f.Attribute == "" || f.Column == "" {
+				return fmt.Errorf("analytics: view %q has a row filter without attribute or column", v.Name)
+			}
+		}
+	}
+	return nil
+}
+
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// filterAttributes returns the attributes the model's row filters use, in
+// order of first use.
+func (m *Model) filterAttributes() []string {
+	var out []string
+	for _, v := range m.Views {
+		for _, f := range v.Filters {
+			if !slices.Contains(out, f.Attribute) {
+				out = append(out, f.Attribute)
+			}
+		}
+	}
+	return out
+}
+
+// normalizer returns the Normalize function of the first filter on attr.
+func (m *Model) normalizer(attr string) func(string) string {
+	for _, v := range m.Views {
+		for _, f := range v.Filters {
+			if f.Attribute == attr && f.Normalize != nil {
+				return f.Normalize
+			}
+		}
+	}
+	return nil
+}
+
+// cubes returns the model as svcMeta shows it, in a new slice.
+func (m *Model) cubes() []Cube {
+	out := make([]Cube, len(m.Views))
+	for i, v := range m.Views {
+		out[i] = Cube{Name: v.Name, Type: "view", Title: v.Title, Members: slices.Clone(v.Members)}
+	}
+	return out
+}
+
+// searchStopWords match too much to narrow a search.
+var searchStopWords = map[string]bool{
+	"a": true, "an": true, "and": true, "by": true, "for": true, "in": true, "of": true,
+	"on": true, "per": true, "the": true, "to": true, "top": true, "what": true, "which": true,
+	"how": true, "many": true, "much": true, "is": true, "are": true, "me": true, "show": true,
+}
+
+// Search answers svcMeta: the views and members whose name, title or
+// description contain a word of q (plurals match singulars). A view that
+// matches by name or title keeps all its members. When nothing matches,
+// or q has no searchable word, every view is returned.
+func (m *Model) Search(q string) MetaResult {
+	var words []string
+	for _, w := range strings.FieldsFunc(strings.ToLower(q), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+	}) {
+		if searchStopWords[w] || len(w) < 2 {
+			continue
+		}
+		words = append(words, singular(w))
+	}
+	matches := func(s string) bool {
+		s = strings.ToLower(s)
+		return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
+	}
+	var cubes []Cube
+	for _, c := range m.cubes() {
+		if matches(c.Name) || matches(c.Title) {
+			cubes = append(cubes, c)
+			continue
+		}
+		var ms []Member
+		for _, mb := range c.Members {
+			if matches(mb.Name) || matches(mb.Title) || matches(mb.Description) {
+				ms = append(ms, mb)
+			}
+		}
+		if len(ms) > 0 {
+			c.Members = ms
+			cubes = append(cubes, c)
+		}
+	}
+	if len(cubes) == 0 {
+		cubes = m.cubes()
+	}
+	return MetaResult{Cubes: cubes, SearchQuery: q}
+}
+
+// singular strips a plural ending so that "countries" finds "country".
+func singular(w string) string {
+	switch {
+	case strings.HasSuffix(w, "ies") && len(w) > 4:
+		return w[:len(w)-3] + "y"
+	case strings.HasSuffix(w, "ss"):
+		return w
+	case strings.HasSuffix(w, "s") && len(w) > 3:
+		return w[:len(w)-1]
+	}
+	return w
+}
+
+// Describe renders the model as text for a language model's system prompt:
+// each view with its SQL name and its members. It says nothing about any
+// user.
+func (m *Model) Describe() string {
+	var b strings.Builder
+	b.WriteString("SQL views you can query (SQLite dialect; one SELECT per svcSqlApi call; no other tables exist for you):\n")
+	for _, v := range m.Views {
+		fmt.Fprintf(&b, "\n%s: %s", v.Name, v.Title)
+		if v.Description != "" {
+			b.WriteString(". " + v.Description)
+		}
+		b.WriteString("\n")
+		for _, mb := range v.Members {
+			col := mb.Name
+			if _, after, ok := strings.Cut(mb.Name, "."); ok {
+				col = after
+			}
+			fmt.Fprintf(&b, "- %s (%s", col, mb.Type)
+			if mb.AggType != "" {
+				fmt.Fprintf(&b, ", measure: %s", mb.AggType)
+			}
+			fmt.Fprintf(&b, "): %s", mb.Title)
+			if mb.Description != "" {
+				b.WriteString(". " + mb.Description)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// UserContext describes the asking user for a language model's system
+// prompt: internal or external, their groups, and which rows the data layer
+// lets them see. The row restriction is stated as a fact the model cannot
+// change (the svcSqlApi executor enforces it whatever the SQL says); no
+// identifier, e-mail or security context is included.
+func (m *Model) UserContext(t chatstream.Turn) string {
+	var b strings.Builder
+	a := AccessOf(m, t.User)
+	switch {
+	case a.all:
+		b.WriteString("The user is an internal user and may see every row.")
+	default:
+		b.WriteString("The user is an external (embedded) user.")
+		for _, attr := range m.filterAttributes() {
+			vals := a.values[attr]
+			if len(vals) == 0 {
+				fmt.Fprintf(&b, " The user has no %q attribute, so every view filtered by it returns no rows for them; say so if a result is empty.", attr)
+				continue
+			}
+			enc, _ := json.Marshal(vals)
+			fmt.Fprintf(&b, " Rows are limited by the data layer to %s in %s; queries cannot change this.", attr, enc)
+		}
+	}
+	if len(t.User.Groups) > 0 {
+		enc, _ := json.Marshal(t.User.Groups)
+		fmt.Fprintf(&b, " Groups: %s.", enc)
+	}
+	return b.String()
+}
+
+// Access is the row access of one user: every row (an internal user), or
+// for each filtered attribute the values whose rows they may see.
+type Access struct {
+	all    bool
+	values map[string][]any // attribute → normalized values (string or float64)
+}
+
+// AccessOf derives the row access of u under the filters of m. An internal
+// user (InternalID set) sees every row. For an external user, each
+// attribute used by a row filter contributes its values: a string or
+// number, or a list of them, normalized by the filter's Normalize; a
+// missing, empty or otherwise typed value contributes nothing, so the
+// filter yields no rows.
+func AccessOf(m *Model, u chatstream.User) Access {
+	if u.InternalID != "" && u.ExternalID == "" {
+		return Access{all: true}
+	}
+	a := Access{values: map[string][]any{}}
+	for _, attr := range m.filterAttributes() {
+		norm := m.normalizer(attr)
+		var vals []any
+		add := func(v any) {
+			if s, ok := v.(string); ok {
+				if norm != nil {
+					s = norm(s)
+				}
+				if s == "" {
+					return
+				}
+				v = s
+			}
+			if !slices.Contains(vals, v) {
+				vals = append(vals, v)
+			}
+		}
+		switch v := u.Attributes[attr].(type) {
+		case string:
+			add(v)
+		case float64:
+			add(v)
+		case []string:
+			for _, s := range v {
+				add(s)
+			}
+		case []float64:
+			for _, f := range v {
+				add(f)
+			}
+		case []any:
+			for _, e := range v {
+				switch e.(type) {
+				case string, float64:
+					add(e)
+				}
+			}
+		}
+		a.values[attr] = vals
+	}
+	return a
+}
+
+// All reports whether the access covers every row.
+func (a Access) All() bool { return a.all }
+
+// Values returns the values of attr this access is limited to (nil for an
+// access that covers every row).
+func (a Access) Values(attr string) []any { return slices.Clone(a.values[attr]) }
+
+// key identifies the access in cache keys and result ids.
+func (a Access) key() string {
+	if a.all {
+		return "*"
+	}
+	attrs := make([]string, 0, len(a.values))
+	for k := range a.values {
+		attrs = append(attrs, k)
+	}
+	slices.Sort(attrs)
+	var b strings.Builder
+	for _, k := range attrs {
+		enc, _ := json.Marshal(a.values[k])
+		fmt.Fprintf(&b, "%q=%s;", k, enc)
+	}
+	return b.String()
+}

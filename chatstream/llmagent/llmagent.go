@@ -1,0 +1,561 @@
+package llmagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/telemetry"
+)
+
+// Tool is a function the model may call. The agent offers every tool to
+// the model with its name, description and parameters, shows each call in
+// the stream as a tool-call message (the model's arguments as
+// toolCall.input) and gives the model the result as data in a tool
+// message.
+type Tool interface {
+	// Name is the function name the model calls (1 to 64 characters of
+	// a-z A-Z 0-9 _ -), unique among the agent's tools.
+	Name() string
+	// Description tells the model what the tool does and when to use it.
+	Description() string
+	// Parameters returns the JSON Schema of the input object.
+	Parameters() map[string]any
+	// Call runs the tool for turn t with the model's arguments, a JSON
+	// value (not always what the schema says: validate it). The result is
+	// encoded as JSON for the model and for toolCall.result.
+	// err != nil is a tool error result: its message goes to the model and
+	// to the stream as {"error": msg}, so it must be fit for both.
+	// Call enforces whatever the user may see (row filters, branches): the
+	// model's arguments are untrusted.
+	Call(ctx context.Context, t chatstream.Turn, args json.RawMessage) (result any, err error)
+}
+
+// Agent is a [chatstream.Agent] that answers with a language model behind
+// an OpenAI-compatible Chat Completions endpoint, streaming. It is safe for
+// concurrent use by many turns.
+type Agent struct {
+	client     openai.Client
+	model      string
+	tools      map[string]Tool
+	names      []string // tool names in the order given
+	toolParams []openai.ChatCompletionToolUnionParam
+	toolTokens int // estimated tokens of the tool definitions
+	cfg        config
+}
+
+var _ chatstream.Agent = (*Agent)(nil)
+
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// New returns an agent that streams from the Chat Completions endpoint at
+// baseURL (for example "https://api.openai.com/v1" or
+// "http://127.0.0.1:11434/v1" for Ollama; "/chat/completions" is appended)
+// with the given model, offering it tools. The base URL is required: the
+// agent sends nothing anywhere else. The SDK's OPENAI_BASE_URL and
+// OPENAI_API_KEY are overridden (pass the key with [WithAPIKey]).
+func New(baseURL, model string, tools []Tool, opts ...Option) (*Agent, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("llmagent: the base URL must be an absolute http or https URL")
+	}
+	if strings.TrimSpace(model) == "" {
+		return nil, fmt.Errorf("llmagent: no model name")
+	}
+	cfg := config{
+		maxOutput:    DefaultMaxOutputTokens,
+		budget:       DefaultContextBudget,
+		retryDelay:   DefaultRetryDelay,
+		idleTimeout:  DefaultIdleTimeout,
+		systemPrompt: DefaultSystemPrompt,
+		logger:       slog.Default(),
+	}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	a := &Agent{model: model, tools: make(map[string]Tool, len(tools)), cfg: cfg}
+	for _, t := range tools {
+		if t == nil {
+			return nil, fmt.Errorf("llmagent: nil tool")
+		}
+		name := t.Name()
+		if !toolName.MatchString(name) {
+			return nil, fmt.Errorf("llmagent: tool name %q: want 1 to 64 characters of a-z A-Z 0-9 _ -", name)
+		}
+		if _, dup := a.tools[name]; dup {
+			return nil, fmt.Errorf("llmagent: two tools named %q", name)
+		}
+		a.tools[name] = t
+		a.names = append(a.names, name)
+		fd := shared.FunctionDefinitionParam{
+			Name:        name,
+			Description: param.NewOpt(t.Description()),
+			Parameters:  shared.FunctionParameters(t.Parameters()),
+		}
+		enc, err := json.Marshal(fd)
+		if err != nil {
+			return nil, fmt.Errorf("llmagent: tool %q: encode parameters: %w", name, err)
+		}
+		a.toolTokens += estimate(len(enc))
+		a.toolParams = append(a.toolParams, openai.ChatCompletionFunctionTool(fd))
+	}
+	// The host's SDK options first, then ours, so that the base URL, the
+	// key and the retries are always the agent's.
+	ro := slices.Clone(cfg.requestOpts)
+	if cfg.httpClient != nil {
+		ro = append(ro, option.WithHTTPClient(cfg.httpClient))
+	}
+	ro = append(ro, option.WithBaseURL(baseURL), option.WithAPIKey(cfg.apiKey), option.WithMaxRetries(0))
+	a.client = openai.NewClient(ro...)
+	return a, nil
+}
+
+// Model returns the model name the agent asks for.
+func (a *Agent) Model() string { return a.model }
+
+// Answer runs one turn: it sends the system prompt, the thread's history
+// (trimmed to the context budget) and the user's input to the model,
+// streams the model's text as content and its reasoning as thinking, runs
+// the tools the model calls and sends their results back, for at most
+// [MaxToolRounds] rounds. A model request that fails before anything of it
+// was streamed is retried once per turn; any other failure ends the turn
+// with an error.
+func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
+	tr := &turn{a: a, t: t, e: e}
+	defer tr.logTurn(ctx)
+	system := msg{role: "system", content: a.cfg.systemPrompt(t)}
+	history := historyGroups(t.History)
+	cur := []msg{{role: "user", content: t.Input}}
+	for round := 0; ; round++ {
+		toolsOK := round < MaxToolRounds && len(a.toolParams) > 0
+		msgs := a.fit(system, history, cur)
+		res, err := tr.call(ctx, msgs, toolsOK, round)
+		if err != nil {
+			return err
+		}
+		if len(res.calls) == 0 || !toolsOK {
+			// The turn ends with this call: say why when the model's text
+			// does not.
+			note := finishNote(res.finish)
+			switch {
+			case note != "":
+			case round >= MaxToolRounds && res.content == "":
+				note = fmt.Sprintf("I could not finish the analysis within %d rounds of tool calls.", MaxToolRounds)
+			case !tr.wrote:
+				note = "The model gave no answer."
+			}
+			if note != "" && tr.wrote {
+				note = "\n\n" + note
+			}
+			if note != "" {
+				return e.Content(note)
+			}
+			return nil
+		}
+		cur = append(cur, msg{role: "assistant", content: res.content, calls: res.calls})
+		for _, c := range res.calls {
+			tr.tools++
+			out, err := tr.runTool(ctx, c)
+			if err != nil {
+				return err
+			}
+			cur = append(cur, msg{role: "tool", content: out, callID: c.id})
+		}
+	}
+}
+
+// finishNote is what the user is told when the model stopped for a reason
+// other than the end of its answer or a tool call.
+func finishNote(reason string) string {
+	switch reason {
+	case "length":
+		return "[The answer was cut off at the output limit.]"
+	case "content_filter":
+		return "[Part of the answer was withheld by the model's content filter.]"
+	}
+	return ""
+}
+
+// turn is the state of one Answer call.
+type turn struct {
+	a       *Agent
+	t       chatstream.Turn
+	e       chatstream.Emitter
+	retried bool // the turn's one retry is used
+	wrote   bool // content was emitted
+
+	// Totals of the turn's model calls, for its usage record.
+	calls, tools           int
+	promptTok, completeTok int64
+}
+
+// logTurn logs the turn's totals: model calls (retries included), tool
+// calls and the tokens the endpoint reported.
+func (tr *turn) logTurn(ctx context.Context) {
+	if tr.calls == 0 {
+		return
+	}
+	tr.a.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "llmagent: turn usage",
+		slog.String("account", tr.t.AccountName),
+		slog.String("agent", tr.t.AgentID),
+		slog.String("model", tr.a.model),
+		slog.Int("model_calls", tr.calls),
+		slog.Int("tool_calls", tr.tools),
+		slog.Int64("prompt_tokens", tr.promptTok),
+		slog.Int64("completion_tokens", tr.completeTok))
+}
+
+// response is what one model call streamed.
+type response struct {
+	content  string
+	calls    []call
+	finish   string
+	usage    *openai.CompletionUsage
+	streamed bool // content or thinking was emitted: no retry
+}
+
+// errEmit marks an error of the Emitter: the turn is over.
+type errEmit struct{ err error }
+
+func (e *errEmit) Error() string { return e.err.Error() }
+func (e *errEmit) Unwrap() error { return e.err }
+
+var (
+	errIdle      = errors.New("llmagent: the model stream was silent for too long")
+	errTruncated = errors.New("llmagent: the model stream ended without a finish reason")
+)
+
+// call makes one model request, retrying it once per turn when it failed
+// before streaming anything and the failure may be transient.
+func (tr *turn) call(ctx context.Context, msgs []msg, toolsOK bool, round int) (*response, error) {
+	a := tr.a
+	params := openai.ChatCompletionNewParams{
+		Model:               shared.ChatModel(a.model),
+		Messages:            toParams(msgs),
+		MaxCompletionTokens: param.NewOpt(a.cfg.maxOutput),
+		StreamOptions:       openai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	}
+	if len(a.toolParams) > 0 {
+		// Tools stay defined once the rounds are used up, so that the
+		// endpoint accepts the tool messages of the history, but the model
+		// may no longer call them.
+		params.Tools = a.toolParams
+		if !toolsOK {
+			params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: param.NewOpt("none")}
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		// A GenAI "chat" span and the gen_ai.client metrics, on the chat
+		// handler's OpenTelemetry providers when the turn runs in one.
+		mctx, mc := telemetry.StartModelCall(ctx, "openai", a.model)
+		res, err := tr.stream(mctx, params)
+		var u telemetry.Usage
+		if res != nil && res.usage != nil {
+			u.InputTokens, u.OutputTokens = res.usage.PromptTokens, res.usage.CompletionTokens
+		}
+		mc.End(u, err)
+		tr.logUsage(ctx, round, attempt, res, time.Since(start), err)
+		if err == nil {
+			return res, nil
+		}
+		if ee, ok := errors.AsType[*errEmit](err); ok {
+			return nil, ee.err
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		wait, ok := retryWait(err, a.cfg.retryDelay)
+		if !ok || tr.retried || res.streamed {
+			return nil, fmt.Errorf("llmagent: model request failed: %w", err)
+		}
+		tr.retried = true
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, context.Cause(ctx)
+		case <-timer.C:
+		}
+	}
+}
+
+// retryWait says whether err may be transient and how long to wait before
+// the retry.
+func retryWait(err error, delay time.Duration) (time.Duration, bool) {
+	apiErr, ok := errors.AsType[*openai.Error](err)
+	if !ok {
+		// Connection failures, a cut or silent stream, an error event in
+		// the stream.
+		return delay, true
+	}
+	switch s := apiErr.StatusCode; {
+	case s == 408 || s == 409 || s == 429 || s >= 500:
+	default:
+		return 0, false
+	}
+	if apiErr.Response != nil {
+		// OpenAI sends retry-after-ms; the standard header is in seconds.
+		for _, h := range []struct {
+			name string
+			unit time.Duration
+		}{{"Retry-After-Ms", time.Millisecond}, {"Retry-After", time.Second}} {
+			var n float64
+			v := apiErr.Response.Header.Get(h.name)
+			if v == "" {
+				continue
+			}
+			if _, err := fmt.Sscan(v, &n); err != nil || n < 0 {
+				continue // an HTTP date: keep the default delay
+			}
+			d := time.Duration(n * float64(h.unit))
+			if d > maxRetryAfter {
+				return 0, false
+			}
+			return max(d, delay), true
+		}
+	}
+	return delay, true
+}
+
+// stream makes one streaming request and emits its text and reasoning as
+// they arrive. Tool calls are collected; they are emitted by the caller
+// once the request has succeeded.
+func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParams) (*response, error) {
+	a := tr.a
+	res := &response{}
+	reqCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(a.cfg.idleTimeout, func() { cancel(errIdle) })
+	defer idle.Stop()
+
+	s := a.client.Chat.Completions.NewStreaming(reqCtx, params, option.WithMaxRetries(0))
+	defer s.Close()
+	var pending []*call // by index
+	var content strings.Builder
+	for s.Next() {
+		idle.Reset(a.cfg.idleTimeout)
+		ch := s.Current()
+		if ch.JSON.Usage.Valid() {
+			u := ch.Usage
+			res.usage = &u
+		}
+		for _, c := range ch.Choices {
+			if c.Index != 0 {
+				continue
+			}
+			d := c.Delta
+			if r := reasoningOf(d); r != "" {
+				res.streamed = true
+				if err := tr.e.Thinking(r); err != nil {
+					return res, &errEmit{err}
+				}
+			}
+			for _, text := range []string{d.Content, d.Refusal} {
+				if text == "" {
+					continue
+				}
+				res.streamed = true
+				tr.wrote = true
+				content.WriteString(text)
+				if err := tr.e.Content(text); err != nil {
+					return res, &errEmit{err}
+				}
+			}
+			for _, tc := range d.ToolCalls {
+				if tc.Index < 0 || tc.Index >= 128 {
+					continue
+				}
+				for int(tc.Index) >= len(pending) {
+					pending = append(pending, nil)
+				}
+				p := pending[tc.Index]
+				if p == nil {
+					p = &call{}
+					pending[tc.Index] = p
+				}
+				if tc.ID != "" {
+					p.id = tc.ID
+				}
+				if n := tc.Function.Name; n != "" && n != p.name {
+					p.name += n
+				}
+				p.args += tc.Function.Arguments
+			}
+			if c.FinishReason != "" {
+				res.finish = c.FinishReason
+			}
+		}
+	}
+	res.content = content.String()
+	if err := s.Err(); err != nil {
+		if context.Cause(reqCtx) == errIdle && ctx.Err() == nil {
+			return res, errIdle
+		}
+		return res, err
+	}
+	if res.finish == "" {
+		return res, errTruncated
+	}
+	for i, p := range pending {
+		if p == nil {
+			continue
+		}
+		if p.id == "" {
+			p.id = fmt.Sprintf("call_%d", i)
+		}
+		res.calls = append(res.calls, *p)
+	}
+	return res, nil
+}
+
+// reasoningOf returns the reasoning text of a delta: the non-standard
+// "reasoning_content" (DeepSeek, vLLM) or "reasoning" (Ollama, OpenRouter)
+// field, when the endpoint streams one.
+func reasoningOf(d openai.ChatCompletionChunkChoiceDelta) string {
+	for _, k := range []string{"reasoning_content", "reasoning"} {
+		// Extra fields are never Valid() in the SDK: read the raw JSON.
+		raw := d.JSON.ExtraFields[k].Raw()
+		if raw == "" {
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(raw), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// runTool emits the call, runs it and returns the result for the model.
+func (tr *turn) runTool(ctx context.Context, c call) (string, error) {
+	args := strings.TrimSpace(c.args)
+	if args == "" {
+		args = "{}"
+	}
+	valid := json.Valid([]byte(args))
+	var input any = json.RawMessage(args)
+	if !valid {
+		input = args // shown as a JSON string
+	}
+	name := c.name
+	if name == "" {
+		name = "unknown"
+	}
+	tc, err := tr.e.ToolCall(name, input)
+	if err != nil {
+		return "", err
+	}
+	var result any
+	var terr error
+	tool, ok := tr.a.tools[c.name]
+	switch {
+	case !ok:
+		terr = fmt.Errorf("unknown tool %q; the tools are %s", c.name, strings.Join(tr.a.names, ", "))
+	case !valid:
+		terr = errors.New("the arguments are not valid JSON")
+	default:
+		result, terr = tool.Call(ctx, tr.t, json.RawMessage(args))
+	}
+	if ctx.Err() != nil {
+		return "", context.Cause(ctx)
+	}
+	var out []byte
+	if terr == nil {
+		if out, err = marshal(result); err != nil {
+			terr = errors.New("the tool's result could not be encoded")
+		}
+	}
+	if terr != nil {
+		out, _ = marshal(map[string]string{"error": terr.Error()})
+		if err := tc.Fail(terr.Error()); err != nil {
+			return "", err
+		}
+		return string(out), nil
+	}
+	if err := tc.Result(json.RawMessage(out)); err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// marshal encodes v as compact JSON without HTML escaping.
+func marshal(v any) ([]byte, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
+}
+
+// logUsage logs one model call: usage when the endpoint reported it, the
+// failure otherwise. Nothing of the prompt, the answer or the key.
+func (tr *turn) logUsage(ctx context.Context, round, attempt int, res *response, d time.Duration, err error) {
+	tr.calls++
+	attrs := []slog.Attr{
+		slog.String("account", tr.t.AccountName),
+		slog.String("agent", tr.t.AgentID),
+		slog.String("model", tr.a.model),
+		slog.Int("round", round+1),
+		slog.Int("attempt", attempt),
+		slog.Duration("duration", d),
+	}
+	if res != nil {
+		if res.finish != "" {
+			attrs = append(attrs, slog.String("finish_reason", res.finish))
+		}
+		if u := res.usage; u != nil {
+			tr.promptTok += u.PromptTokens
+			tr.completeTok += u.CompletionTokens
+			attrs = append(attrs,
+				slog.Int64("prompt_tokens", u.PromptTokens),
+				slog.Int64("completion_tokens", u.CompletionTokens),
+				slog.Int64("total_tokens", u.TotalTokens))
+			if r := u.CompletionTokensDetails.ReasoningTokens; r > 0 {
+				attrs = append(attrs, slog.Int64("reasoning_tokens", r))
+			}
+		}
+	}
+	if err != nil {
+		if _, ok := errors.AsType[*errEmit](err); ok || ctx.Err() != nil {
+			return // the turn is over; not a model failure
+		}
+		attrs = append(attrs, slog.String("error", describe(err)))
+		tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: model request failed", attrs...)
+		return
+	}
+	tr.a.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "llmagent: model usage", attrs...)
+}
+
+// describe summarizes a model failure for the log: the status and the
+// error code and type of the body, never the request (its URL or headers).
+func describe(err error) string {
+	if apiErr, ok := errors.AsType[*openai.Error](err); ok {
+		s := apiErr.Error()
+		if apiErr.Type != "" {
+			s += " type=" + apiErr.Type
+		}
+		if apiErr.Code != "" {
+			s += " code=" + apiErr.Code
+		}
+		return s
+	}
+	return err.Error()
+}

@@ -1,0 +1,740 @@
+package llmagent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
+	"github.com/embedkit/embedkit/chatstream/llmagent"
+)
+
+const testKey = "sk-test-secret-0123456789"
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newAgent(t testing.TB, f *fakeLLM, tools []llmagent.Tool, opts ...llmagent.Option) (*llmagent.Agent, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	base := []llmagent.Option{
+		llmagent.WithAPIKey(testKey),
+		llmagent.WithRetryDelay(time.Millisecond),
+		llmagent.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
+	}
+	a, err := llmagent.New(f.url(), "fake-model", tools, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, logs
+}
+
+func answer(t testing.TB, a chatstream.Agent, tu chatstream.Turn) (*chatstreamtest.Recorder, error) {
+	t.Helper()
+	if tu.Input == "" {
+		tu.Input = "How is revenue?"
+	}
+	if tu.AccountName == "" {
+		tu.AccountName, tu.AgentID, tu.ChatID = "acme", "7", "c1"
+	}
+	rec := &chatstreamtest.Recorder{}
+	err := a.Answer(context.Background(), tu, rec)
+	return rec, err
+}
+
+// messages returns the messages of the i-th request as role/content maps.
+func messages(t testing.TB, f *fakeLLM, i int) []map[string]any {
+	t.Helper()
+	reqs := f.reqs()
+	if i >= len(reqs) {
+		t.Fatalf("request %d not made; %d requests", i, len(reqs))
+	}
+	var out []map[string]any
+	for _, m := range reqs[i].Body["messages"].([]any) {
+		out = append(out, m.(map[string]any))
+	}
+	return out
+}
+
+func roles(ms []map[string]any) string {
+	var r []string
+	for _, m := range ms {
+		r = append(r, m["role"].(string))
+	}
+	return strings.Join(r, ",")
+}
+
+func TestStreamsTextAsContent(t *testing.T) {
+	f := newFake(t, say("Revenue ", "grew ", "12%."))
+	a, logs := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "svcMeta"}}, llmagent.WithMaxOutputTokens(321))
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pieces []string
+	for _, e := range rec.Events() {
+		pieces = append(pieces, e.Text)
+	}
+	if got := strings.Join(pieces, "|"); got != "Revenue |grew |12%." {
+		t.Errorf("content pieces = %q", got)
+	}
+	reqs := f.reqs()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	}
+	r := reqs[0]
+	if r.Path != "/v1/chat/completions" {
+		t.Errorf("path = %q", r.Path)
+	}
+	if got := r.Header.Get("Authorization"); got != "Bearer "+testKey {
+		t.Errorf("Authorization = %q", got)
+	}
+	b := r.Body
+	if b["model"] != "fake-model" || b["stream"] != true || b["max_completion_tokens"] != 321.0 {
+		t.Errorf("model, stream, max_completion_tokens = %v, %v, %v", b["model"], b["stream"], b["max_completion_tokens"])
+	}
+	if so, _ := b["stream_options"].(map[string]any); so["include_usage"] != true {
+		t.Errorf("stream_options = %v", b["stream_options"])
+	}
+	tools, _ := b["tools"].([]any)
+	if len(tools) != 1 || tools[0].(map[string]any)["function"].(map[string]any)["name"] != "svcMeta" {
+		t.Errorf("tools = %v", b["tools"])
+	}
+	if _, ok := b["tool_choice"]; ok {
+		t.Errorf("tool_choice sent in round 1: %v", b["tool_choice"])
+	}
+	ms := messages(t, f, 0)
+	if roles(ms) != "system,user" || ms[1]["content"] != "How is revenue?" {
+		t.Errorf("messages = %v", ms)
+	}
+	l := logs.String()
+	for _, want := range []string{"llmagent: model usage", "prompt_tokens=10", "completion_tokens=5", "total_tokens=15", "finish_reason=stop", "model=fake-model"} {
+		if !strings.Contains(l, want) {
+			t.Errorf("log lacks %q:\n%s", want, l)
+		}
+	}
+	if !strings.Contains(l, "llmagent: turn usage") || !strings.Contains(l, "model_calls=1 tool_calls=0 prompt_tokens=10 completion_tokens=5") {
+		t.Errorf("no turn usage record:\n%s", l)
+	}
+	if strings.Contains(l, testKey) || strings.Contains(l, "revenue") {
+		t.Errorf("log holds the key or the prompt:\n%s", l)
+	}
+}
+
+func TestToolCallArgumentsSplitAcrossChunks(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{role(),
+			toolStart(0, "call_abc", "svcSqlApi", ""),
+			toolArgs(0, `{"sqlQuery":"SELECT `),
+			toolArgs(0, `1","queryTitle":`),
+			toolArgs(0, `"One"}`),
+			finish("tool_calls"), usage(20, 9)}},
+		say("The answer is 1."))
+	sql := &fakeTool{name: "svcSqlApi", result: map[string]any{"data": [][]any{{1}}, "totalRows": 1, "note": "<b>&"}}
+	a, _ := newAgent(t, f, []llmagent.Tool{sql})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.Events()
+	if len(ev) != 2 || ev[0].Kind != chatstreamtest.KindTool || ev[1].Kind != chatstreamtest.KindContent {
+		t.Fatalf("events = %+v", ev)
+	}
+	wantIn := `{"sqlQuery":"SELECT 1","queryTitle":"One"}`
+	if ev[0].Name != "svcSqlApi" || ev[0].Input != wantIn {
+		t.Errorf("tool call = %s %s", ev[0].Name, ev[0].Input)
+	}
+	if got := sql.called(); len(got) != 1 || got[0] != wantIn {
+		t.Errorf("tool got %q", got)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(ev[0].Result), &res); err != nil || res["totalRows"] != 1.0 {
+		t.Errorf("result = %s", ev[0].Result)
+	}
+	ms := messages(t, f, 1)
+	if roles(ms) != "system,user,assistant,tool" {
+		t.Fatalf("second request roles = %s", roles(ms))
+	}
+	tc := ms[2]["tool_calls"].([]any)[0].(map[string]any)
+	fn := tc["function"].(map[string]any)
+	if tc["id"] != "call_abc" || fn["name"] != "svcSqlApi" || fn["arguments"] != wantIn {
+		t.Errorf("assistant tool call = %v", tc)
+	}
+	if ms[3]["tool_call_id"] != "call_abc" || ms[3]["content"] != `{"data":[[1]],"note":"<b>&","totalRows":1}` {
+		t.Errorf("tool message = %v", ms[3])
+	}
+}
+
+func TestSeveralToolCallsInOneResponse(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{role(),
+			toolStart(0, "call_1", "svcMeta", `{"q":`),
+			toolStart(1, "call_2", "svcSqlApi", `{"q":"x`),
+			toolArgs(0, `"orders"}`),
+			toolArgs(1, `"}`),
+			toolStart(2, "call_3", "dropTables", `{}`),
+			toolStart(3, "call_4", "svcSqlApi", `{"q":`), // never completed: not JSON
+			finish("tool_calls")}},
+		say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: map[string]any{"cubes": []any{}}}
+	sql := &fakeTool{name: "svcSqlApi", err: errors.New("only SELECT is allowed")}
+	a, _ := newAgent(t, f, []llmagent.Tool{meta, sql})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.Events()
+	want := []struct{ name, input, result string }{
+		{"svcMeta", `{"q":"orders"}`, `{"cubes":[]}`},
+		{"svcSqlApi", `{"q":"x"}`, `{"error":"only SELECT is allowed"}`},
+		{"dropTables", `{}`, `{"error":"unknown tool \"dropTables\"; the tools are svcMeta, svcSqlApi"}`},
+		{"svcSqlApi", `"{\"q\":"`, `{"error":"the arguments are not valid JSON"}`},
+	}
+	if len(ev) != len(want)+1 {
+		t.Fatalf("events = %+v", ev)
+	}
+	for i, w := range want {
+		if ev[i].Name != w.name || ev[i].Input != w.input || ev[i].Result != w.result {
+			t.Errorf("call %d = %s %s %s, want %s %s %s", i, ev[i].Name, ev[i].Input, ev[i].Result, w.name, w.input, w.result)
+		}
+	}
+	if len(sql.called()) != 1 {
+		t.Errorf("svcSqlApi ran %d times, want 1 (the invalid call is not run)", len(sql.called()))
+	}
+	ms := messages(t, f, 1)
+	if roles(ms) != "system,user,assistant,tool,tool,tool,tool" {
+		t.Fatalf("roles = %s", roles(ms))
+	}
+	if n := len(ms[2]["tool_calls"].([]any)); n != 4 {
+		t.Errorf("assistant message has %d tool calls", n)
+	}
+	for i, id := range []string{"call_1", "call_2", "call_3", "call_4"} {
+		if ms[3+i]["tool_call_id"] != id || ms[3+i]["content"] != want[i].result {
+			t.Errorf("tool message %d = %v", i, ms[3+i])
+		}
+	}
+}
+
+func TestReasoningBecomesThinking(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{role(),
+		reasoning("reasoning_content", "Think A. "),
+		reasoning("reasoning", "Think B."),
+		text("Answer."), finish("stop")}})
+	a, _ := newAgent(t, f, nil)
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.Events()
+	if len(ev) != 3 || ev[0].Kind != chatstreamtest.KindThinking || ev[0].Text != "Think A. " ||
+		ev[1].Kind != chatstreamtest.KindThinking || ev[1].Text != "Think B." || ev[2].Text != "Answer." {
+		t.Errorf("events = %+v", ev)
+	}
+	if _, ok := f.reqs()[0].Body["tools"]; ok {
+		t.Error("tools sent by an agent without tools")
+	}
+}
+
+func TestFinishReasons(t *testing.T) {
+	for _, tc := range []struct {
+		reason, want string
+	}{
+		{"stop", "Hi"},
+		{"length", "Hi\n\n[The answer was cut off at the output limit.]"},
+		{"content_filter", "Hi\n\n[Part of the answer was withheld by the model's content filter.]"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			f := newFake(t, reply{chunks: []string{role(), text("Hi"), finish(tc.reason)}})
+			a, _ := newAgent(t, f, nil)
+			rec, err := answer(t, a, chatstream.Turn{})
+			if err != nil || rec.Text() != tc.want {
+				t.Errorf("got %q, %v; want %q", rec.Text(), err, tc.want)
+			}
+		})
+	}
+	t.Run("length without text", func(t *testing.T) {
+		f := newFake(t, reply{chunks: []string{role(), finish("length")}})
+		a, _ := newAgent(t, f, nil)
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil || rec.Text() != "[The answer was cut off at the output limit.]" {
+			t.Errorf("got %q, %v", rec.Text(), err)
+		}
+	})
+	t.Run("length in a tool round", func(t *testing.T) {
+		// The arguments were cut: the tool is not run, the model hears why
+		// and answers in the next round; no note.
+		f := newFake(t, reply{chunks: []string{toolStart(0, "c", "t", `{"q":"ab`), finish("length")}}, say("Sorry."))
+		tool := &fakeTool{name: "t"}
+		a, _ := newAgent(t, f, []llmagent.Tool{tool})
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil || rec.Text() != "Sorry." || len(tool.called()) != 0 {
+			t.Errorf("got %q, %v, tool ran %d times", rec.Text(), err, len(tool.called()))
+		}
+	})
+	t.Run("empty answer", func(t *testing.T) {
+		f := newFake(t, reply{chunks: []string{role(), finish("stop")}})
+		a, _ := newAgent(t, f, nil)
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil || rec.Text() != "The model gave no answer." {
+			t.Errorf("got %q, %v", rec.Text(), err)
+		}
+	})
+}
+
+func TestErrorStatuses(t *testing.T) {
+	errBody := `{"error":{"message":"Incorrect API key provided: sk-test-***","type":"invalid_request_error","code":"invalid_api_key","param":null}}`
+	for _, tc := range []struct {
+		name     string
+		replies  []reply
+		requests int
+		ok       bool
+		logHas   string
+	}{
+		{"400 is not retried", []reply{{status: 400, body: errBody}}, 1, false, "code=invalid_api_key"},
+		{"401 is not retried", []reply{{status: 401, body: errBody}}, 1, false, "401 Unauthorized"},
+		{"429 then success", []reply{{status: 429, body: `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`, header: map[string]string{"Retry-After": "0"}}, say("ok")}, 2, true, "429 Too Many Requests"},
+		{"429 with a long Retry-After fails at once", []reply{{status: 429, body: `{}`, header: map[string]string{"Retry-After": "60"}}, say("ok")}, 1, false, "429"},
+		{"429 with a long retry-after-ms fails at once", []reply{{status: 429, body: `{}`, header: map[string]string{"retry-after-ms": "20000"}}, say("ok")}, 1, false, "429"},
+		{"503 with a short retry-after-ms", []reply{{status: 503, body: `{}`, header: map[string]string{"retry-after-ms": "5", "Retry-After": "60"}}, say("ok")}, 2, true, "503"},
+		{"500 then success", []reply{{status: 500, body: `{"error":{"message":"boom"}}`}, say("ok")}, 2, true, "500 Internal Server Error"},
+		{"500 twice: one retry in total", []reply{{status: 500, body: `{}`}, {status: 500, body: `{}`}, say("never")}, 2, false, "500"},
+		{"503 with a non-JSON body", []reply{{status: 503, body: `<html>down</html>`}, {status: 502, body: ``}, say("never")}, 2, false, "502"},
+		{"error event in the stream", []reply{{chunks: []string{`{"error":{"message":"overloaded","type":"server_error"}}`}}, say("ok")}, 2, true, "received error while streaming"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, tc.replies...)
+			a, logs := newAgent(t, f, nil)
+			rec, err := answer(t, a, chatstream.Turn{})
+			if got := len(f.reqs()); got != tc.requests {
+				t.Errorf("%d requests, want %d", got, tc.requests)
+			}
+			if tc.ok {
+				if err != nil || rec.Text() != "ok" {
+					t.Errorf("got %q, %v", rec.Text(), err)
+				}
+			} else if err == nil {
+				t.Errorf("no error; content %q", rec.Text())
+			}
+			l := logs.String()
+			if !strings.Contains(l, tc.logHas) {
+				t.Errorf("log lacks %q:\n%s", tc.logHas, l)
+			}
+			for _, s := range []string{testKey, "sk-test-***"} {
+				if strings.Contains(l, s) || (err != nil && strings.Contains(err.Error(), s)) {
+					t.Errorf("%q leaked: %v\n%s", s, err, l)
+				}
+			}
+		})
+	}
+}
+
+func TestOneRetryPerTurn(t *testing.T) {
+	// Round 1 fails once and succeeds with a tool call; round 2 fails: the
+	// turn's retry is used, so the turn ends.
+	f := newFake(t,
+		reply{status: 500, body: `{}`},
+		reply{chunks: []string{toolStart(0, "c1", "t", `{}`), finish("tool_calls")}},
+		reply{status: 500, body: `{}`},
+		say("never"))
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t", result: 1}})
+	_, err := answer(t, a, chatstream.Turn{})
+	if err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("err = %v", err)
+	}
+	if n := len(f.reqs()); n != 3 {
+		t.Errorf("%d requests, want 3", n)
+	}
+}
+
+func TestStreamCut(t *testing.T) {
+	t.Run("after text: no retry", func(t *testing.T) {
+		f := newFake(t, reply{chunks: []string{role(), text("Revenue was ")}, cut: true}, say("never"))
+		a, _ := newAgent(t, f, nil)
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if rec.Text() != "Revenue was " || len(f.reqs()) != 1 {
+			t.Errorf("content %q after %d requests", rec.Text(), len(f.reqs()))
+		}
+	})
+	t.Run("before text: retried", func(t *testing.T) {
+		f := newFake(t, reply{chunks: []string{role(), toolStart(0, "c", "t", `{"q":`)}, cut: true}, say("ok"))
+		a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t"}})
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil || rec.Text() != "ok" || len(f.reqs()) != 2 {
+			t.Errorf("got %q, %v after %d requests", rec.Text(), err, len(f.reqs()))
+		}
+		if ev := rec.Events(); len(ev) != 1 {
+			t.Errorf("events = %+v (the half tool call must not show)", ev)
+		}
+	})
+	t.Run("clean end without finish_reason", func(t *testing.T) {
+		f := newFake(t, reply{chunks: []string{role(), text("partial")}, noDone: true}, say("never"))
+		a, _ := newAgent(t, f, nil)
+		_, err := answer(t, a, chatstream.Turn{})
+		if err == nil || !strings.Contains(err.Error(), "without a finish reason") || len(f.reqs()) != 1 {
+			t.Errorf("err = %v after %d requests", err, len(f.reqs()))
+		}
+	})
+}
+
+func TestSlowStream(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{role(), text("slow "), text("but "), text("steady"), finish("stop")}, delay: 30 * time.Millisecond})
+	a, _ := newAgent(t, f, nil, llmagent.WithIdleTimeout(5*time.Second))
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil || rec.Text() != "slow but steady" {
+		t.Errorf("got %q, %v", rec.Text(), err)
+	}
+}
+
+func TestSilentStreamTimesOut(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{role()}, hang: true})
+	a, logs := newAgent(t, f, nil, llmagent.WithIdleTimeout(100*time.Millisecond))
+	_, err := answer(t, a, chatstream.Turn{})
+	if err == nil || !strings.Contains(err.Error(), "silent") {
+		t.Errorf("err = %v", err)
+	}
+	// Two attempts, both given up as silent. (On a loaded machine the
+	// timeout may fire before a request reaches the fake, so count the
+	// attempts in the log.)
+	l := logs.String()
+	if strings.Count(l, "model request failed") != 2 || !strings.Contains(l, "attempt=2") || strings.Count(l, "silent") != 2 {
+		t.Errorf("log = %s", l)
+	}
+	// Every request the fake got was cancelled.
+	for range f.reqs() {
+		<-f.cancelled
+	}
+}
+
+func TestAbortCancelsTheRequest(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{role(), text("first")}, hang: true})
+	a, _ := newAgent(t, f, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	rec := &contentSignal{got: make(chan struct{}, 1)}
+	done := make(chan error, 1)
+	go func() { done <- a.Answer(ctx, chatstream.Turn{Input: "hi"}, rec) }()
+	<-rec.got
+	abort := errors.New("aborted by the user")
+	cancel(abort)
+	<-f.cancelled
+	if err := <-done; !errors.Is(err, abort) {
+		t.Errorf("Answer returned %v, want the abort cause", err)
+	}
+	if n := len(f.reqs()); n != 1 {
+		t.Errorf("%d requests after abort, want 1", n)
+	}
+}
+
+// contentSignal is a Recorder that signals the first content piece.
+type contentSignal struct {
+	chatstreamtest.Recorder
+	got chan struct{}
+}
+
+func (c *contentSignal) Content(p string) error {
+	select {
+	case c.got <- struct{}{}:
+	default:
+	}
+	return c.Recorder.Content(p)
+}
+
+func TestAtMostEightToolRounds(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{toolStart(0, "c", "t", `{}`), finish("tool_calls")}})
+	tool := &fakeTool{name: "t", result: "more"}
+	a, _ := newAgent(t, f, []llmagent.Tool{tool})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.reqs()
+	if len(reqs) != llmagent.MaxToolRounds+1 {
+		t.Fatalf("%d requests, want %d", len(reqs), llmagent.MaxToolRounds+1)
+	}
+	if n := len(tool.called()); n != llmagent.MaxToolRounds {
+		t.Errorf("tool ran %d times", n)
+	}
+	for i, r := range reqs {
+		tc, has := r.Body["tool_choice"]
+		if last := i == len(reqs)-1; last != has || (last && tc != "none") {
+			t.Errorf("request %d: tool_choice = %v", i+1, tc)
+		}
+	}
+	if want := fmt.Sprintf("I could not finish the analysis within %d rounds of tool calls.", llmagent.MaxToolRounds); rec.Text() != want {
+		t.Errorf("text = %q", rec.Text())
+	}
+}
+
+func TestLastRoundAnswersWithoutTools(t *testing.T) {
+	round := reply{chunks: []string{text("Checking. "), toolStart(0, "c", "t", `{}`), finish("tool_calls")}}
+	var replies []reply
+	for range llmagent.MaxToolRounds {
+		replies = append(replies, round)
+	}
+	f := newFake(t, append(replies, say("Best effort."))...)
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t", result: 1}})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if want := strings.Repeat("Checking. ", llmagent.MaxToolRounds) + "Best effort."; err != nil || rec.Text() != want {
+		t.Errorf("got %q, %v", rec.Text(), err)
+	}
+}
+
+func TestHistoryBecomesModelMessages(t *testing.T) {
+	f := newFake(t, say("Again 42."))
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "svcSqlApi"}})
+	result := `{"data":[[42]]}`
+	yes := false
+	thinking := "secret reasoning"
+	hist := []chatstream.Message{
+		{ID: "u1", Role: "user", Content: "How many orders?", Sort: 1},
+		{ID: "t1", Role: "assistant", ToolCall: &chatstream.ToolInfo{Name: "svcSqlApi", Input: `{"sqlQuery":"SELECT 42"}`, Result: &result}, GraphPath: []string{"agent", "tools"}, Sort: 4},
+		{ID: "a1", Role: "assistant", Content: "42 orders.", Thinking: &thinking, GraphPath: []string{"final", "agent"}, IsStructuredResponse: &yes, Sort: 6},
+	}
+	if _, err := answer(t, a, chatstream.Turn{Input: "And now?", History: hist}); err != nil {
+		t.Fatal(err)
+	}
+	ms := messages(t, f, 0)
+	if roles(ms) != "system,user,assistant,tool,assistant,user" {
+		t.Fatalf("roles = %s", roles(ms))
+	}
+	call := ms[2]["tool_calls"].([]any)[0].(map[string]any)
+	if fn := call["function"].(map[string]any); fn["name"] != "svcSqlApi" || fn["arguments"] != `{"sqlQuery":"SELECT 42"}` {
+		t.Errorf("call = %v", call)
+	}
+	if ms[3]["tool_call_id"] != call["id"] || ms[3]["content"] != result {
+		t.Errorf("tool message = %v", ms[3])
+	}
+	if ms[1]["content"] != "How many orders?" || ms[4]["content"] != "42 orders." || ms[5]["content"] != "And now?" {
+		t.Errorf("messages = %v", ms)
+	}
+	if b, _ := json.Marshal(ms); strings.Contains(string(b), thinking) {
+		t.Error("thinking sent to the model")
+	}
+}
+
+func TestHistoryTrimmedToBudget(t *testing.T) {
+	f := newFake(t, say("ok"))
+	a, _ := newAgent(t, f, nil, llmagent.WithContextBudget(1000), llmagent.WithSystemPrompt(func(chatstream.Turn) string { return "sys" }))
+	var hist []chatstream.Message
+	for i := range 10 {
+		// About 250 tokens per exchange: the budget holds the newest three.
+		hist = append(hist,
+			chatstream.Message{ID: fmt.Sprint("u", i), Role: "user", Content: fmt.Sprintf("question %d %s", i, strings.Repeat("x", 480)), Sort: int64(2*i + 1)},
+			chatstream.Message{ID: fmt.Sprint("a", i), Role: "assistant", Content: fmt.Sprintf("answer %d %s", i, strings.Repeat("y", 480)), Sort: int64(2*i + 2)})
+	}
+	if _, err := answer(t, a, chatstream.Turn{Input: "latest", History: hist}); err != nil {
+		t.Fatal(err)
+	}
+	ms := messages(t, f, 0)
+	if ms[0]["content"] != "sys" || ms[len(ms)-1]["content"] != "latest" {
+		t.Fatalf("first/last = %v / %v", ms[0], ms[len(ms)-1])
+	}
+	kept := ms[1 : len(ms)-1]
+	if len(kept) != 6 {
+		t.Fatalf("kept %d history messages, want 6: %s", len(kept), roles(ms))
+	}
+	if c := kept[0]["content"].(string); !strings.HasPrefix(c, "question 7 ") {
+		t.Errorf("oldest kept = %.20s, want question 7", c)
+	}
+}
+
+func TestBigToolResultsLeftOutToFitBudget(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{toolStart(0, "c1", "t", `{}`), finish("tool_calls")}},
+		reply{chunks: []string{toolStart(0, "c2", "t", `{}`), finish("tool_calls")}},
+		say("ok"))
+	big := strings.Repeat("z", 3000) // about 750 tokens
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t", result: big}}, llmagent.WithContextBudget(1200),
+		llmagent.WithSystemPrompt(func(chatstream.Turn) string { return "sys" }))
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	ms := messages(t, f, 2)
+	if roles(ms) != "system,user,assistant,tool,assistant,tool" {
+		t.Fatalf("roles = %s", roles(ms))
+	}
+	if c := ms[3]["content"].(string); !strings.Contains(c, "left out to fit the context budget") {
+		t.Errorf("older result kept: %.40s", c)
+	}
+	if c := ms[5]["content"].(string); c != `"`+big+`"` {
+		t.Errorf("newest result replaced: %.40s", c)
+	}
+}
+
+func TestToolGetsTheTurn(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{toolStart(0, "c1", "t", `{}`), finish("tool_calls")}}, say("ok"))
+	tool := &fakeTool{name: "t", result: 1}
+	a, _ := newAgent(t, f, []llmagent.Tool{tool})
+	u := chatstream.User{ExternalID: "jane", Attributes: map[string]any{"country": "France"}}
+	if _, err := answer(t, a, chatstream.Turn{User: u, ActiveBranchName: "dev-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if tu := tool.turns[0]; tu.User.ExternalID != "jane" || tu.ActiveBranchName != "dev-1" {
+		t.Errorf("tool got turn %+v", tu)
+	}
+	if sys := messages(t, f, 0)[0]["content"].(string); strings.Contains(sys, "France") || strings.Contains(sys, "jane") {
+		t.Errorf("default system prompt names the user's attributes: %s", sys)
+	}
+	for _, want := range []string{llmagent.Guidelines, "Today is ", "external user", `development branch "dev-1"`} {
+		if sys := messages(t, f, 0)[0]["content"].(string); !strings.Contains(sys, want) {
+			t.Errorf("default system prompt lacks %q: %s", want, sys)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	tool := &fakeTool{name: "t"}
+	for _, tc := range []struct {
+		name, url, model string
+		tools            []llmagent.Tool
+		opts             []llmagent.Option
+	}{
+		{"no base URL", "", "m", nil, nil},
+		{"relative base URL", "/v1", "m", nil, nil},
+		{"ftp base URL", "ftp://x/v1", "m", nil, nil},
+		{"no model", "http://127.0.0.1:1/v1", " ", nil, nil},
+		{"duplicate tools", "http://127.0.0.1:1/v1", "m", []llmagent.Tool{tool, tool}, nil},
+		{"bad tool name", "http://127.0.0.1:1/v1", "m", []llmagent.Tool{&fakeTool{name: "a b"}}, nil},
+		{"nil tool", "http://127.0.0.1:1/v1", "m", []llmagent.Tool{nil}, nil},
+		{"zero output tokens", "http://127.0.0.1:1/v1", "m", nil, []llmagent.Option{llmagent.WithMaxOutputTokens(0)}},
+		{"tiny budget", "http://127.0.0.1:1/v1", "m", nil, []llmagent.Option{llmagent.WithContextBudget(10)}},
+	} {
+		if _, err := llmagent.New(tc.url, tc.model, tc.tools, tc.opts...); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}
+
+func TestNoKeyNoAuthorizationAndNoEnvironment(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-from-env")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+	f := newFake(t, say("ok"))
+	a, err := llmagent.New(f.url(), "m", nil, llmagent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.reqs()[0].Header.Get("Authorization"); h != "" {
+		t.Errorf("Authorization = %q, want none", h)
+	}
+}
+
+// FuzzStreamedToolCall streams arbitrary text and an arbitrary tool call
+// (name and arguments) from the model: the turn completes, the tool-call
+// message's input and result are JSON, and the tool runs only with valid
+// JSON arguments.
+func FuzzStreamedToolCall(f *testing.F) {
+	f.Add("t", `{"q":"x"}`, "Hi")
+	f.Add("", `{"q":`, "")
+	f.Add("a b", "\xff\"", "<b>&</b>")
+	f.Add("t", `  [1, 2]  `, "\u2028")
+	fake := newFake(f, say("x"))
+	tool := &fakeTool{name: "t", result: map[string]string{"ok": "<yes>"}}
+	a, _ := newAgent(f, fake, []llmagent.Tool{tool})
+	f.Fuzz(func(t *testing.T, name, args, content string) {
+		fake.reset(reply{chunks: []string{text(content), toolStart(0, "c", name, args), finish("tool_calls")}}, say("done"))
+		rec, err := answer(t, a, chatstream.Turn{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var call *chatstreamtest.Recorded
+		for _, e := range rec.Events() {
+			if e.Kind == chatstreamtest.KindTool {
+				call = &e
+			}
+		}
+		if call == nil {
+			t.Fatalf("no tool call: %+v", rec.Events())
+		}
+		if !json.Valid([]byte(call.Input)) || !json.Valid([]byte(call.Result)) {
+			t.Errorf("input %q, result %q", call.Input, call.Result)
+		}
+		ran := strings.Contains(call.Result, "yes")
+		if want := name == "t" && (strings.TrimSpace(args) == "" || json.Valid([]byte(args))); ran != want {
+			t.Errorf("name %q args %q: tool ran = %v", name, args, ran)
+		}
+	})
+}
+
+func TestRequestOptionsAndHTTPClient(t *testing.T) {
+	f := newFake(t, say("ok"))
+	var mu sync.Mutex
+	used := 0
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		used++
+		mu.Unlock()
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	a, _ := newAgent(t, f, nil, llmagent.WithHTTPClient(hc),
+		llmagent.WithRequestOptions(option.WithHeader("X-Tenant", "acme"), option.WithJSONSet("max_tokens", 77),
+			option.WithMaxRetries(5), option.WithBaseURL("http://127.0.0.1:9/v1")))
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.reqs()[0]
+	if r.Header.Get("X-Tenant") != "acme" || r.Body["max_tokens"] != 77.0 {
+		t.Errorf("header %q, max_tokens %v", r.Header.Get("X-Tenant"), r.Body["max_tokens"])
+	}
+	if used != 1 {
+		t.Errorf("the HTTP client was used %d times", used)
+	}
+	// The host's options cannot turn the SDK's retries back on.
+	f.reset(reply{status: 500, body: `{}`})
+	if _, err := answer(t, a, chatstream.Turn{}); err == nil || len(f.reqs()) != 2 {
+		t.Errorf("err %v after %d requests, want 2", err, len(f.reqs()))
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestConcurrentTurns(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{text("a"), toolStart(0, "c", "t", `{}`), finish("tool_calls")}},
+		say("b"))
+	// Every request after the first two gets say("b"): turns share the
+	// fake, so only check that each turn completes on its own.
+	a, _ := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "t", result: 1}})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			rec, err := answer(t, a, chatstream.Turn{})
+			if err != nil || !strings.HasSuffix(rec.Text(), "b") {
+				t.Errorf("got %q, %v", rec.Text(), err)
+			}
+		})
+	}
+	wg.Wait()
+}
