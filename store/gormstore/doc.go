@@ -11,8 +11,10 @@
 //
 // The sub-packages open a store from a DSN: [github.com/embedkit/embedkit/store/gormstore/sqlite]
 // (cgo, through mattn/go-sqlite3) and [github.com/embedkit/embedkit/store/gormstore/postgres]
-// (pgx, no cgo). This package imports no database driver, so a host on
-// PostgreSQL builds with CGO_ENABLED=0.
+// (pgx, no cgo). This package registers and opens no database driver (the
+// host picks the dialector); it imports pgx, pure Go, only to pipeline
+// PostgreSQL transactions, so a host on PostgreSQL builds with
+// CGO_ENABLED=0.
 //
 // # Tables and migrations
 //
