@@ -445,9 +445,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// serveTurn answers a request with input: it provisions the user, finds or
-// creates the thread, stores the user echo (one transaction), starts the
-// turn and streams it.
+// serveTurn answers a request with input in three steps: it reserves the
+// thread for the caller's user (in this process and in the cluster), opens
+// the turn in one transaction (provisioning, thread, user echo), then starts
+// the turn and streams it. The reservation comes first and outside the
+// transaction, whose function may run more than once.
 func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
 	now := h.cfg.now()
@@ -457,13 +459,102 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 	key := turnKey{c.acct.ID, chatID}
 	var (
-		t           *turn
-		seq         *sequence
-		echo        Message
-		info        Turn
-		turnUserRow store.User
-		turnScope   store.Scope
+		t   *turn
+		op  openedTurn
+		err error
 	)
+	for attempt := 0; ; attempt++ {
+		var owner int64
+		if owner, err = h.turnOwner(ctx, c, req, chatID, now); err == nil {
+			if t, err = h.turns.reserve(ctx, key, owner, h.cfg.maxTurnBytes); err == nil {
+				if op, err = h.openTurn(ctx, c, req, chatID, owner, now); err != nil {
+					h.turns.release(ctx, t)
+				}
+			}
+		}
+		if !errors.Is(err, errOwnerChanged) || attempt == 2 {
+			break
+		}
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.runTurn(w, r, c, t, op)
+}
+
+// errOwnerChanged reports that the user a request provisions is not the one
+// its reservation was made for (it was replaced meanwhile): serveTurn
+// reserves again.
+var errOwnerChanged = fmt.Errorf("chatstream: the chat's user changed while the turn was reserved: %w", store.ErrUnavailable)
+
+// turnOwner returns the id of the user a turn request runs for, without
+// changing anything when it can: the session's user, or the existing user
+// the request names. A user the request creates is created here, in a
+// transaction of its own, so that the thread can be reserved for it; before
+// that, a chat that exists and cannot be this user's is refused, so a
+// refused request leaves nothing behind. (Only a concurrent first request of
+// the same new user can then refuse it, and that one provisions the same
+// user.)
+func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, chatID string, now time.Time) (int64, error) {
+	if c.es != nil {
+		return c.es.User.ID, nil
+	}
+	ss := req.SessionSettings
+	var (
+		u   store.User
+		err error
+	)
+	if ss.ExternalID != "" {
+		u, err = h.st.UserByExternalID(ctx, c.acct.ID, ss.ExternalID, now)
+	} else {
+		u, err = h.st.InternalUser(ctx, c.acct.ID, ss.InternalID)
+	}
+	if err == nil {
+		return u.ID, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return 0, err
+	}
+	if th, err := h.st.Thread(ctx, c.acct.ID, chatID); err == nil {
+		gone, err := ownerGone(ctx, h.st, th, now)
+		if err != nil {
+			return 0, err
+		}
+		if !gone {
+			if th.AgentID != c.agent.ID {
+				return 0, errChatGone
+			}
+			return 0, errNotOwner
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return 0, err
+	}
+	var id int64
+	err = h.st.InTx(ctx, func(tx store.Tx) error {
+		res, err := provision.Apply(ctx, tx, c.acct, ss.provision(now, h.cfg.ephemeralTTL), c.acct.ExternalUserLimit(), now)
+		id = res.User.ID
+		return err
+	})
+	return id, err
+}
+
+// openedTurn is what openTurn committed and the turn needs.
+type openedTurn struct {
+	chatID string
+	seq    *sequence
+	echo   Message
+	info   Turn
+	user   store.User
+	scope  store.Scope
+}
+
+// openTurn provisions the user (the request's profile, attributes and
+// groups), finds or creates the thread and stores the user echo, in one
+// transaction with no effect outside it. The user must be owner, for whom
+// the thread is reserved.
+func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatID string, owner int64, now time.Time) (openedTurn, error) {
+	var op openedTurn
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
 		var (
 			user  store.User
@@ -483,15 +574,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 			user, scope = res.User, res.Scope
 		}
-		if t != nil && t.userID != user.ID { // a retry provisioned anew
-			h.turns.release(ctx, t)
-			t = nil
-		}
-		if t == nil {
-			var err error
-			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes); err != nil {
-				return err
-			}
+		if user.ID != owner {
+			return errOwnerChanged
 		}
 		th, err := tx.Thread(ctx, c.acct.ID, chatID)
 		if err == nil && th.UserID != user.ID {
@@ -533,8 +617,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			history, last = decodeHistory(msgs)
 			th.LastSort = max(th.LastSort, last)
 		}
-		seq = newSequence(chatID, h.cfg.dev, th.LastSort, history)
-		echo = seq.echo(newID(), req.Input)
+		seq := newSequence(chatID, h.cfg.dev, th.LastSort, history)
+		echo := seq.echo(newID(), req.Input)
 		stored, err := toStored([]Message{echo})
 		if err != nil {
 			return err
@@ -542,8 +626,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort, stored); err != nil {
 			return err
 		}
-		turnUserRow, turnScope = user, scope
-		info = Turn{
+		op = openedTurn{chatID: chatID, seq: seq, echo: echo, user: user, scope: scope, info: Turn{
 			AccountName:      c.acct.Name,
 			AgentID:          c.agent.ID,
 			ChatID:           chatID,
@@ -553,16 +636,18 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			IsDefaultBranch:  req.branchDefault,
 			Branches:         c.acct.Branches,
 			DeploymentID:     c.agent.DeploymentID,
-		}
+		}}
 		return nil
 	})
-	if err != nil {
-		if t != nil {
-			h.turns.release(ctx, t)
-		}
-		h.fail(w, r, err)
-		return
-	}
+	return op, err
+}
+
+// runTurn starts the turn opened by openTurn on its reservation t and
+// streams it.
+func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *turn, op openedTurn) {
+	ctx := r.Context()
+	chatID, seq, echo, info := op.chatID, op.seq, op.echo, op.info
+	turnUserRow, turnScope := op.user, op.scope
 
 	// Past the commit nothing can fail with an HTTP status: answer at once.
 	lw := newLineWriter(ctx, w)
