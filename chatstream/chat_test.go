@@ -888,3 +888,25 @@ func TestConcurrentStreams(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedFirstRequestLeavesNothing checks that a new user's first
+// request on another user's chat is refused (403, or 404 for another
+// agent's chat) without creating the user: the turn is reserved for its
+// user before anything is written, and a chat that cannot be the new
+// user's is refused first.
+func TestRefusedFirstRequestLeavesNothing(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{})
+		ctx := t.Context()
+		msgs := collect(t, e.client, chatstream.Request{Input: "echo:mine", ChatID: "owned-chat", SessionSettings: ext("owner")})
+		if len(msgs) == 0 {
+			t.Fatal("no messages")
+		}
+		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:x", ChatID: "owned-chat", SessionSettings: ext("newcomer")}); apiStatus(err) != 403 {
+			t.Errorf("new user on another user's chat: %v, want 403", err)
+		}
+		if u := e.User(t, acct, "newcomer", ""); u.Exists {
+			t.Errorf("refused first request created its user: %+v", u)
+		}
+	})
+}

@@ -455,9 +455,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// serveTurn answers a request with input: it provisions the user, finds or
-// creates the thread, stores the user echo (one transaction), starts the
-// turn and streams it.
+// serveTurn answers a request with input in three steps: it reserves the
+// thread for the caller's user (in this process and in the cluster), opens
+// the turn in one transaction (provisioning, thread, user echo), then starts
+// the turn and streams it. The reservation comes first and outside the
+// transaction, whose function may run more than once.
 func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
 	now := h.cfg.now()
@@ -468,13 +470,117 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	key := turnKey{c.acct.ID, chatID}
 	lim := h.cfg.limitsOf(c.acct)
 	var (
-		t           *turn
-		seq         *sequence
-		echo        Message
-		info        Turn
-		turnUserRow store.User
-		turnScope   store.Scope
+		t   *turn
+		op  openedTurn
+		err error
 	)
+	for attempt := 0; ; attempt++ {
+		var (
+			owner   int64
+			created bool
+		)
+		if owner, created, err = h.turnOwner(ctx, c, req, chatID, lim, now); err == nil {
+			if t, err = h.turns.reserve(ctx, key, owner, h.cfg.maxTurnBytes,
+				TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}); err == nil {
+				if op, err = h.openTurn(ctx, c, req, chatID, owner, lim, now); err != nil {
+					h.turns.release(ctx, t)
+				}
+			}
+			if err != nil && created {
+				// A refused request changes nothing: the user it created
+				// for the reservation goes again (a concurrent first
+				// request of the same user then provisions it anew and
+				// reserves again, see errOwnerChanged).
+				if derr := h.st.DeleteUser(context.WithoutCancel(ctx), owner); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+					h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "user of a refused chat turn not deleted", slog.String("error", derr.Error()))
+				}
+			}
+		}
+		if !errors.Is(err, errOwnerChanged) || attempt == 2 {
+			break
+		}
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
+	h.runTurn(w, r, c, t, op)
+}
+
+// errOwnerChanged reports that the user a request provisions is not the one
+// its reservation was made for (it was replaced meanwhile): serveTurn
+// reserves again.
+var errOwnerChanged = fmt.Errorf("chatstream: the chat's user changed while the turn was reserved: %w", store.ErrUnavailable)
+
+// turnOwner returns the id of the user a turn request runs for, without
+// changing anything when it can: the session's user, or the existing user
+// the request names. A user the request creates is created here, in a
+// transaction of its own, so that the thread can be reserved for it; before
+// that, a chat that exists and cannot be this user's is refused, so a
+// refused request leaves nothing behind. (Only a concurrent first request of
+// the same new user can then refuse it, and that one provisions the same
+// user.)
+func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (id int64, created bool, err error) {
+	if c.es != nil {
+		return c.es.User.ID, false, nil
+	}
+	ss := req.SessionSettings
+	var u store.User
+	if ss.ExternalID != "" {
+		u, err = h.st.UserByExternalID(ctx, c.acct.ID, ss.ExternalID, now)
+	} else {
+		u, err = h.st.InternalUser(ctx, c.acct.ID, ss.InternalID)
+	}
+	if err == nil {
+		return u.ID, false, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return 0, false, err
+	}
+	if th, err := h.st.Thread(ctx, c.acct.ID, chatID); err == nil {
+		gone, err := ownerGone(ctx, h.st, th, now)
+		if err != nil {
+			return 0, false, err
+		}
+		if !gone {
+			if th.AgentID != c.agent.ID {
+				return 0, false, errChatGone
+			}
+			return 0, false, errNotOwner
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return 0, false, err
+	}
+	err = h.st.InTx(ctx, func(tx store.Tx) error {
+		p := ss.provision(now, h.cfg.ephemeralTTL)
+		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+		res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
+		id = res.User.ID
+		return err
+	})
+	return id, err == nil, err
+}
+
+// openedTurn is what openTurn committed and the turn needs.
+type openedTurn struct {
+	chatID string
+	seq    *sequence
+	echo   Message
+	info   Turn
+	user   store.User
+	scope  store.Scope
+	// maxSize caps the turn's stream: what is left of the thread's byte
+	// budget (see threadRoom).
+	maxSize int
+}
+
+// openTurn provisions the user (the request's profile, attributes and
+// groups), finds or creates the thread and stores the user echo, in one
+// transaction with no effect outside it. The user must be owner, for whom
+// the thread is reserved.
+func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatID string, owner int64, lim store.Limits, now time.Time) (openedTurn, error) {
+	var op openedTurn
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
 		var (
 			user  store.User
@@ -492,16 +598,8 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 			user, scope = res.User, res.Scope
 		}
-		if t != nil && t.userID != user.ID { // a retry provisioned anew
-			h.turns.release(ctx, t)
-			t = nil
-		}
-		if t == nil {
-			var err error
-			if t, err = h.turns.reserve(ctx, key, user.ID, h.cfg.maxTurnBytes,
-				TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}); err != nil {
-				return err
-			}
+		if user.ID != owner {
+			return errOwnerChanged
 		}
 		th, err := tx.Thread(ctx, c.acct.ID, chatID)
 		if err == nil && th.UserID != user.ID {
@@ -518,10 +616,13 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 				err = store.ErrNotFound
 			}
 		}
-		var history []Message
+		var (
+			history []Message
+			maxSize int
+		)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			t.maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
+			maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
 			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
 			if err := tx.CreateThread(ctx, th); err != nil {
 				if errors.Is(err, store.ErrConflict) {
@@ -542,13 +643,13 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			}
 			var last int64
 			history, last = decodeHistory(msgs)
-			if t.maxSize, err = threadRoom(msgs, history, lim, h.cfg.maxTurnBytes); err != nil {
+			if maxSize, err = threadRoom(msgs, history, lim, h.cfg.maxTurnBytes); err != nil {
 				return err
 			}
 			th.LastSort = max(th.LastSort, last)
 		}
-		seq = newSequence(chatID, h.cfg.dev, th.LastSort, history)
-		echo = seq.echo(newID(), req.Input)
+		seq := newSequence(chatID, h.cfg.dev, th.LastSort, history)
+		echo := seq.echo(newID(), req.Input)
 		stored, err := toStored([]Message{echo})
 		if err != nil {
 			return err
@@ -557,8 +658,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
 			return err
 		}
-		turnUserRow, turnScope = user, scope
-		info = Turn{
+		op = openedTurn{chatID: chatID, seq: seq, echo: echo, user: user, scope: scope, maxSize: maxSize, info: Turn{
 			AccountName:      c.acct.Name,
 			AgentID:          c.agent.ID,
 			ChatID:           chatID,
@@ -568,16 +668,18 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 			IsDefaultBranch:  req.branchDefault,
 			Branches:         c.acct.Branches,
 			DeploymentID:     c.agent.DeploymentID,
-		}
+		}}
 		return nil
 	})
-	if err != nil {
-		if t != nil {
-			h.turns.release(ctx, t)
-		}
-		h.fail(w, r, err)
-		return
-	}
+	return op, err
+}
+
+// runTurn starts the turn opened by openTurn on its reservation t and
+// streams it.
+func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *turn, op openedTurn) {
+	ctx := r.Context()
+	chatID, seq, echo, info := op.chatID, op.seq, op.echo, op.info
+	turnUserRow, turnScope := op.user, op.scope
 
 	// Past the commit nothing can fail with an HTTP status: answer at once.
 	lw := h.newLineWriter(ctx, w)
@@ -596,9 +698,9 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 	if err != nil {
 		readErr := err
-		agent = AgentFunc(func(context.Context, Turn, Emitter) error {
+		agent = instrumented{AgentFunc(func(context.Context, Turn, Emitter) error {
 			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", readErr)
-		})
+		}), h.tel} // traced and measured like any turn
 	}
 	info.User = turnUser(turnUserRow, attrs, groups)
 
