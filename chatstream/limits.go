@@ -7,11 +7,14 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// errThreadFull is the answer to input for a thread at its ThreadTurns or
-// ThreadBytes limit.
-var errThreadFull = wire.Errorf(http.StatusConflict, "thread is full: start a new chat")
+// errThreadTurns and errThreadBytes answer input for a thread at its
+// ThreadTurns or ThreadBytes limit.
+var (
+	errThreadTurns = wire.Limited("threadTurns", wire.Errorf(http.StatusConflict, "thread is full: start a new chat"))
+	errThreadBytes = wire.Limited("threadBytes", wire.Errorf(http.StatusConflict, "thread is full: start a new chat"))
+)
 
-// threadRoom returns errThreadFull when a thread whose stored messages are
+// threadRoom returns errThreadTurns or errThreadBytes when a thread whose stored messages are
 // msgs (decoded: history) has lim.ThreadTurns turns (user messages) or
 // lim.ThreadBytes bytes of stored messages already; non-positive limits are
 // off. Otherwise it caps the encoded stream of the next turn (turnCap,
@@ -31,8 +34,11 @@ func threadRoom(msgs []store.ThreadMessage, history []Message, lim store.Limits,
 			turns++
 		}
 	}
-	if (lim.ThreadTurns > 0 && turns >= lim.ThreadTurns) || (lim.ThreadBytes > 0 && size >= lim.ThreadBytes) {
-		return 0, errThreadFull
+	if lim.ThreadTurns > 0 && turns >= lim.ThreadTurns {
+		return 0, errThreadTurns
+	}
+	if lim.ThreadBytes > 0 && size >= lim.ThreadBytes {
+		return 0, errThreadBytes
 	}
 	if lim.ThreadBytes > 0 {
 		turnCap = int(min(int64(turnCap), 2*(lim.ThreadBytes-size)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/telemetry/telemetrytest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware/httperr"
+	"github.com/embedkit/embedkit/store"
 )
 
 // telemetryEnv is a chat server recording its spans, metrics and logs.
@@ -196,7 +199,12 @@ func TestTelemetryDeadlineAndError(t *testing.T) {
 	collect(t, e.client, chatstream.Request{Input: "fail", SessionSettings: ext("tel-deadline")})
 
 	byOutcome := map[string]sdktrace.ReadOnlySpan{}
-	for _, sp := range rec.Ended("invoke_agent") {
+	turns := rec.Ended("invoke_agent")
+	for deadline := time.Now().Add(5 * time.Second); len(turns) < 2 && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond) // spans end as the handlers return
+		turns = rec.Ended("invoke_agent")
+	}
+	for _, sp := range turns {
 		byOutcome[attrOf(sp, telemetry.AttrTurnOutcome)] = sp
 	}
 	if sp := byOutcome["deadline"]; sp == nil || sp.Status().Code != codes.Error || attrOf(sp, semconv.ErrorTypeKey) != "deadline" {
@@ -241,5 +249,20 @@ func TestTelemetryShutdown(t *testing.T) {
 	}
 	if n := rec.Value(t, telemetry.MetricTurnsRunning); n != 0 {
 		t.Errorf("running turns after Close: %v, want 0", n)
+	}
+}
+
+// TestTelemetryLimitRejection: a request refused by a limit counts in
+// embedkit.limit.rejections under the limit's name.
+func TestTelemetryLimitRejection(t *testing.T) {
+	e, rec, _ := telemetryEnv(t, nil, chatstream.WithDefaultLimits(store.Limits{ThreadTurns: 1}))
+	const chatID = "tel-full"
+	collect(t, e.client, chatstream.Request{Input: "echo:one", ChatID: chatID, SessionSettings: ext("tel-limit")})
+	_, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "echo:two", ChatID: chatID, SessionSettings: ext("tel-limit")})
+	if he, ok := errors.AsType[*httperr.Error](err); !ok || he.Status != http.StatusConflict {
+		t.Fatalf("second turn: %v, want 409", err)
+	}
+	if n := rec.Value(t, telemetry.MetricLimitRejections, telemetry.AttrLimit.String("threadTurns")); n != 1 {
+		t.Errorf("limit rejections counted: %v, want 1", n)
 	}
 }

@@ -167,9 +167,9 @@ const turnRetryAfter = time.Second
 // turnLimitError is the 429 of a reservation over its limits.
 func turnLimitError(e *TurnLimitError) error {
 	if e.PerUser {
-		return wire.TooMany(turnRetryAfter, "running turn limit of %d per user reached: wait for a turn to end", e.Max)
+		return wire.Limited("runningTurnsPerUser", wire.TooMany(turnRetryAfter, "running turn limit of %d per user reached: wait for a turn to end", e.Max))
 	}
-	return wire.TooMany(turnRetryAfter, "running turn limit of %d reached for this account: try again later", e.Max)
+	return wire.Limited("runningTurns", wire.TooMany(turnRetryAfter, "running turn limit of %d reached for this account: try again later", e.Max))
 }
 
 // release drops a reservation whose turn never started, and its claim.

@@ -581,7 +581,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		up.NotReturning = true // the Lookup found no returning user
 		u, err = tx.UpsertExternalUser(ctx, up)
 		if errors.Is(err, store.ErrLimit) {
-			return Result{}, wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers)
+			return Result{}, wire.Limited("maxExternalUsers", wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers))
 		}
 		if err != nil {
 			return Result{}, err
@@ -626,7 +626,7 @@ func embedTenant(ctx context.Context, tx store.Tx, acct store.Account, r Request
 		return store.EmbedTenant{}, err
 	}
 	if n >= r.MaxEmbedTenants {
-		return store.EmbedTenant{}, wire.Errorf(http.StatusForbidden, "embed tenant limit of %d reached for this account", r.MaxEmbedTenants)
+		return store.EmbedTenant{}, wire.Limited("embedTenants", wire.Errorf(http.StatusForbidden, "embed tenant limit of %d reached for this account", r.MaxEmbedTenants))
 	}
 	return tx.EnsureEmbedTenant(ctx, acct.ID, name)
 }
@@ -655,7 +655,7 @@ func takeEphemeral(ctx context.Context, tx store.Tx, acct store.Account, r Reque
 	key := "newEphemeralUsers:" + strconv.FormatInt(start.Unix(), 10)
 	err := tx.TakeQuota(ctx, acct.ID, key, end, r.MaxNewEphemeralPerMinute)
 	if errors.Is(err, store.ErrLimit) {
-		return wire.TooMany(end.Sub(now), "new ephemeral user limit of %d per minute reached for this account: try again later", r.MaxNewEphemeralPerMinute)
+		return wire.Limited("newEphemeralUsersPerMinute", wire.TooMany(end.Sub(now), "new ephemeral user limit of %d per minute reached for this account: try again later", r.MaxNewEphemeralPerMinute))
 	}
 	return err
 }

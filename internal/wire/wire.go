@@ -20,6 +20,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware/httperr"
 )
 
@@ -48,7 +49,17 @@ func Status(err error) (int, string) { return httperr.Status(err) }
 // ([httperr.Write]). Causes of 5xx errors are logged on log (if non-nil),
 // never sent.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	if e, ok := errors.AsType[*Error](err); ok && e.Limit != "" && r != nil {
+		telemetry.LimitRejected(r.Context(), e.Limit)
+	}
 	httperr.Write(w, r, log, err)
+}
+
+// Limited marks e as the refusal of the limit named limit (see
+// httperr.Error.Limit) and returns it.
+func Limited(limit string, e *Error) *Error {
+	e.Limit = limit
+	return e
 }
 
 // WriteJSON writes v as JSON with status.

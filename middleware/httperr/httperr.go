@@ -46,6 +46,12 @@ type Error struct {
 	// header, in whole seconds rounded up (a 429 of an account limit says
 	// when to try again). The clients leave it zero.
 	RetryAfter time.Duration
+	// Limit names the limit that refused the request (runningTurns,
+	// runningTurnsPerUser, newEphemeralUsersPerMinute, embedTenants,
+	// threadTurns or threadBytes, maxExternalUsers), "" otherwise. It is not
+	// sent; embedkit's handlers count it in the embedkit.limit.rejections
+	// metric.
+	Limit string
 }
 
 // Error returns "<status> <status text>: <message>", followed by ": <cause>"
