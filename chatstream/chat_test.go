@@ -73,7 +73,7 @@ func TestMessageSequence(t *testing.T) {
 	})
 }
 
-// checkSequence checks one turn's stream against decisions.md §5.
+// checkSequence checks one turn's stream against docs/decisions.md §5.
 func checkSequence(t *testing.T, msgs []chatstream.Message, input string, dev bool) {
 	t.Helper()
 	if len(msgs) < 5 {

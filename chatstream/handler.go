@@ -259,7 +259,7 @@ func (h *Handler) threadOf(ctx context.Context, c caller, chatID string, s *Sess
 	}
 	if !known || th.UserID != user.ID {
 		// The thread of an expired ephemeral user is as invisible as its
-		// owner (decisions.md §5) until the reaper deletes both: 404.
+		// owner (docs/decisions.md §5) until the reaper deletes both: 404.
 		gone, err := ownerGone(ctx, h.st, th, h.cfg.now())
 		if err != nil {
 			return store.Thread{}, err

@@ -56,7 +56,7 @@ const (
 
 // sequence turns emitter events into wire messages for one turn: it assigns
 // ids, sort numbers, graph paths and the delta/in-process flags, so that the
-// stream follows decisions.md §5 whatever the agent does. It is not safe for
+// stream follows docs/decisions.md §5 whatever the agent does. It is not safe for
 // concurrent use; the turn guards it.
 type sequence struct {
 	chatID string

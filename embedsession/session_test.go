@@ -141,7 +141,7 @@ func TestTokenExchange(t *testing.T) {
 
 // TestSessionMiddleware covers the embed-session middleware over HTTP: its
 // order (Bearer, then its cookie, then ?sessionId= on first use:
-// decisions.md §3) and the cookie it sets.
+// docs/decisions.md §3) and the cookie it sets.
 func TestSessionMiddleware(t *testing.T) {
 	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		t.Parallel()

@@ -38,7 +38,7 @@ const SessionIDParam = "sessionId"
 var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missing credentials: send Authorization: Bearer <token>, the session cookie, or ?sessionId="}
 
 // Session authenticates the end user on the host's embed routes
-// (decisions.md §3). It accepts, in this order:
+// (docs/decisions.md §3). It accepts, in this order:
 //
 //  1. Authorization: Bearer <token>; an invalid one is 401 whatever else
 //     the request carries;

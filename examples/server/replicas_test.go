@@ -152,7 +152,7 @@ const replicasConfig = `{"accounts":[
   "branches":["main"]}]}`
 
 // TestReplicas runs two example-server processes on one PostgreSQL schema
-// and checks what decisions.md §5 and the README promise across replicas:
+// and checks what docs/decisions.md §5 and the README promise across replicas:
 // sessions, chat abort and rejoin, and exact limits.
 func TestReplicas(t *testing.T) {
 	dsn := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN

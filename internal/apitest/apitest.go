@@ -1,7 +1,7 @@
 // Package apitest builds test servers for end-to-end tests of embedkit's
 // HTTP API: a fresh store on each backend (SQLite, and PostgreSQL when
 // EMBEDKIT_TEST_POSTGRES_DSN is set), seeded with the demo account of
-// decisions.md §6 plus a second account for cross-account checks, the
+// docs/decisions.md §6 plus a second account for cross-account checks, the
 // embedsession routes mounted on gorilla/mux or http.ServeMux, served by
 // httptest.NewServer.
 //
@@ -38,7 +38,7 @@ import (
 
 // Keys and names of the seeded accounts.
 const (
-	Account       = "acme"            // the demo account of decisions.md §6
+	Account       = "acme"            // the demo account of docs/decisions.md §6
 	AdminKey      = "sk-acme-admin"   // admin key of Account
 	UserKey       = "sk-acme-user"    // non-admin key of Account
 	OtherAccount  = "globex"          // a second account with the same catalog names
