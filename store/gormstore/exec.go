@@ -230,6 +230,24 @@ func (t *txn) find(ctx context.Context, op string, dest any, query string, args 
 // scanRows scans rows into dest (see find) and closes them.
 func scanRows(rows *sql.Rows, dest any) (int64, error) {
 	defer rows.Close()
+	n, err := scanEach(rows, dest)
+	if err != nil {
+		return 0, err
+	}
+	return n, rows.Close()
+}
+
+// rowSource is what scanEach reads: *sql.Rows and pgx.Rows.
+type rowSource interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanEach scans every row into dest: each into a new element of a
+// collector, or the first into a scanner (the others are only counted).
+// It returns the number of rows; the caller closes rows.
+func scanEach(rows rowSource, dest any) (int64, error) {
 	var n int64
 	for rows.Next() {
 		var d []any
@@ -251,7 +269,7 @@ func scanRows(rows *sql.Rows, dest any) (int64, error) {
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	return n, rows.Close()
+	return n, nil
 }
 
 // translate maps a driver error through the dialector's error translation

@@ -254,25 +254,11 @@ func (p *pgxTx) all(ctx context.Context, op string, queries []query) ([]int64, e
 // scanPgx scans rows into dest (see txn.find) and closes them.
 func scanPgx(rows pgx.Rows, dest any) (int64, error) {
 	defer rows.Close()
-	var n int64
-	for rows.Next() {
-		var d []any
-		switch v := dest.(type) {
-		case collector:
-			d = v.add()
-		case scanner:
-			if n > 0 {
-				n++
-				continue
-			}
-			d = v.dest()
-		}
-		if err := rows.Scan(d...); err != nil {
-			return 0, err
-		}
-		n++
+	n, err := scanEach(rows, dest)
+	if err != nil {
+		return 0, err
 	}
-	rows.Close()
+	rows.Close() // pgx reports some errors only once the rows are closed
 	return n, rows.Err()
 }
 
