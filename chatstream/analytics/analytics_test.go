@@ -16,6 +16,7 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/analytics"
+	"github.com/embedkit/embedkit/internal/optiontest"
 )
 
 // A small shop: three customers in two countries, with one order each. The
@@ -356,10 +357,7 @@ func TestCall(t *testing.T) {
 		}
 	}
 
-	meta, err := analytics.NewMetaTool(model())
-	if err != nil {
-		t.Fatal(err)
-	}
+	meta := analytics.NewMetaTool(model())
 	mres, err := meta.Call(t.Context(), chatstream.Turn{}, json.RawMessage(`{"searchQuery":"amounts"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -392,13 +390,17 @@ func TestDescribeAndUserContext(t *testing.T) {
 	}
 }
 
+// TestRefusesBadSetups: a database the tool cannot use is an error of
+// NewSQLTool (the views are compiled against it); an invalid model is a
+// configuration value, which Validate reports and the constructors panic
+// on (TestInvalidOptionsPanic).
 func TestRefusesBadSetups(t *testing.T) {
 	_, ro := openDB(t)
-	if _, err := analytics.NewSQLTool(ro, &analytics.Model{}); err == nil {
-		t.Error("a model without views was accepted")
-	}
 	bad := model()
 	bad.Views[0].SQL = "SELECT * FROM nowhere"
+	if err := bad.Validate(); err != nil {
+		t.Fatalf("Validate: %v; the SQL is checked against the database", err)
+	}
 	if _, err := analytics.NewSQLTool(ro, bad); err == nil {
 		t.Error("a view over a missing table was accepted")
 	}
@@ -408,6 +410,41 @@ func TestRefusesBadSetups(t *testing.T) {
 	if _, err := analytics.NewSQLTool(other, model()); err == nil || !strings.Contains(err.Error(), "SQLite") {
 		t.Errorf("another driver: %v, want a refusal naming SQLite", err)
 	}
+	if err := model().Validate(); err != nil {
+		t.Errorf("Validate of a valid model: %v", err)
+	}
+	twice := model()
+	twice.Views[1].Name = "Customers"
+	if err := twice.Validate(); err == nil || err.Error() != `analytics: invalid model: view names must be unique regardless of case, got "Customers" twice` {
+		t.Errorf("Validate of a model with a view twice: %v", err)
+	}
+}
+
+// TestInvalidOptionsPanic checks that every invalid option value panics,
+// when its With function is called, with a message naming the package, the
+// option and the value, and that the constructors panic on an invalid
+// model or a nil db.
+func TestInvalidOptionsPanic(t *testing.T) {
+	_, ro := openDB(t)
+	noSQL := model()
+	noSQL.Views[1].SQL = " "
+	badName := model()
+	badName.Views[0].Name = "my view"
+	badFilter := model()
+	badFilter.Views[0].Filters = []analytics.RowFilter{{Attribute: "country"}}
+	optiontest.Panics(t, map[string]func(){
+		"analytics: WithRowLimit: count must be positive, got 0":                                                                                           func() { analytics.WithRowLimit(0) },
+		"analytics: WithTimeout: duration must be positive, got -1s":                                                                                       func() { analytics.WithTimeout(-time.Second) },
+		"analytics: WithMaxSteps: count must be positive, got 0":                                                                                           func() { analytics.WithMaxSteps(0) },
+		"analytics: WithResultCache: count must be positive, got -1 (leave the option out for no cache)":                                                   func() { analytics.WithResultCache(-1) },
+		"analytics: NewSQLTool: db must not be nil, got nil":                                                                                               func() { _, _ = analytics.NewSQLTool(nil, model()) },
+		"analytics: NewSQLTool: invalid model: the model must not be nil, got nil":                                                                         func() { _, _ = analytics.NewSQLTool(ro, nil) },
+		"analytics: NewSQLTool: invalid model: the model must have at least one view, got none":                                                            func() { _, _ = analytics.NewSQLTool(ro, &analytics.Model{}) },
+		`analytics: NewSQLTool: invalid model: view "orders": SQL must not be empty, got " "`:                                                              func() { _, _ = analytics.NewSQLTool(ro, noSQL) },
+		`analytics: NewMetaTool: invalid model: view name must be a plain SQL identifier, got "my view"`:                                                   func() { analytics.NewMetaTool(badName) },
+		"analytics: NewMetaTool: invalid model: the model must have at least one view, got none":                                                           func() { analytics.NewMetaTool(&analytics.Model{}) },
+		`analytics: NewMetaTool: invalid model: view "customers": a row filter must have an attribute and a column, got attribute "country" and column ""`: func() { analytics.NewMetaTool(badFilter) },
+	})
 }
 
 // otherDriver stands for any database that is not SQLite.

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,30 +80,47 @@ type Cube struct {
 	Members []Member `json:"members"`
 }
 
-// validate checks the model once, when a tool is built.
-func (m *Model) validate() error {
-	if m == nil || len(m.Views) == 0 {
-		return fmt.Errorf("analytics: the model has no views")
+// Validate reports whether the model can be given to [NewMetaTool] and
+// [NewSQLTool], which panic on an invalid model: it must have at least one
+// view; view names must be plain SQL identifiers (letters, digits and _,
+// not starting with a digit), unique regardless of case; every view must
+// have SQL; every row filter must have an attribute and a column. Whether
+// the views' SQL compiles against the database is checked by
+// [NewSQLTool], which returns an error when it does not.
+func (m *Model) Validate() error {
+	if msg := m.check(); msg != "" {
+		return errors.New("analytics: invalid model: " + msg)
+	}
+	return nil
+}
+
+// check returns what is wrong with the model, or "".
+func (m *Model) check() string {
+	if m == nil {
+		return "the model must not be nil, got nil"
+	}
+	if len(m.Views) == 0 {
+		return "the model must have at least one view, got none"
 	}
 	seen := map[string]bool{}
 	for _, v := range m.Views {
 		if !isIdent(v.Name) {
-			return fmt.Errorf("analytics: view name %q is not a plain SQL identifier", v.Name)
+			return fmt.Sprintf("view name must be a plain SQL identifier, got %q", v.Name)
 		}
 		if seen[strings.ToLower(v.Name)] {
-			return fmt.Errorf("analytics: view %q is defined twice", v.Name)
+			return fmt.Sprintf("view names must be unique regardless of case, got %q twice", v.Name)
 		}
 		seen[strings.ToLower(v.Name)] = true
 		if strings.TrimSpace(v.SQL) == "" {
-			return fmt.Errorf("analytics: view %q has no SQL", v.Name)
+			return fmt.Sprintf("view %q: SQL must not be empty, got %q", v.Name, v.SQL)
 		}
 		for _, f := range v.Filters {
 			if f.Attribute == "" || f.Column == "" {
-				return fmt.Errorf("analytics: view %q has a row filter without attribute or column", v.Name)
+				return fmt.Sprintf("view %q: a row filter must have an attribute and a column, got attribute %q and column %q", v.Name, f.Attribute, f.Column)
 			}
 		}
 	}
-	return nil
+	return ""
 }
 
 func isIdent(s string) bool {

@@ -93,53 +93,53 @@ type Column struct {
 	ColumnType string `json:"column_type"`
 }
 
-// SQLOption configures an [SQLTool].
+// SQLOption configures an [SQLTool] at [NewSQLTool]. An invalid value
+// (see each option) panics when its With function is called, so a
+// misconfigured tool fails at start-up with a message naming the option.
 type SQLOption func(*SQLTool)
 
 // WithRowLimit sets how many rows a result holds at most in its data;
-// totalRows still counts them all. Default [DefaultRowLimit] (100); values
-// below 1 keep the default.
+// totalRows still counts them all. Default: [DefaultRowLimit] (100). n
+// must be positive; WithRowLimit panics otherwise.
 func WithRowLimit(n int) SQLOption {
-	return func(t *SQLTool) {
-		if n >= 1 {
-			t.rowLimit = n
-		}
+	if n < 1 {
+		panic(fmt.Sprintf("analytics: WithRowLimit: count must be positive, got %d", n))
 	}
+	return func(t *SQLTool) { t.rowLimit = n }
 }
 
 // WithTimeout sets the statement timeout: a query still running after d is
-// interrupted and the call fails. Default [DefaultTimeout] (5s); zero or
-// less keeps the default.
+// interrupted and the call fails. Default: [DefaultTimeout] (5s). d must
+// be positive; WithTimeout panics otherwise.
 func WithTimeout(d time.Duration) SQLOption {
-	return func(t *SQLTool) {
-		if d > 0 {
-			t.timeout = d
-		}
+	if d <= 0 {
+		panic(fmt.Sprintf("analytics: WithTimeout: duration must be positive, got %v", d))
 	}
+	return func(t *SQLTool) { t.timeout = d }
 }
 
 // WithMaxSteps sets the work budget of one query in thousands of SQLite
 // virtual machine instructions; a query that uses it up is interrupted
-// and the call fails, whatever the clock says. Default [DefaultMaxSteps];
-// values below 1 keep the default.
+// and the call fails, whatever the clock says. Default:
+// [DefaultMaxSteps] (200,000). n must be positive; WithMaxSteps panics
+// otherwise.
 func WithMaxSteps(n int64) SQLOption {
-	return func(t *SQLTool) {
-		if n >= 1 {
-			t.maxSteps = n
-		}
+	if n < 1 {
+		panic(fmt.Sprintf("analytics: WithMaxSteps: count must be positive, got %d", n))
 	}
+	return func(t *SQLTool) { t.maxSteps = n }
 }
 
 // WithResultCache keeps up to n results, by query text and row access, and
 // answers a repeated query from them without running it. Use it only when
 // the data does not change while the tool is in use (a fixed demo data
-// set, a read-only snapshot). Default: no cache.
+// set, a read-only snapshot). Default: no cache (leave the option out). n
+// must be positive; WithResultCache panics otherwise.
 func WithResultCache(n int) SQLOption {
-	return func(t *SQLTool) {
-		if n > 0 {
-			t.cacheSize = n
-		}
+	if n < 1 {
+		panic(fmt.Sprintf("analytics: WithResultCache: count must be positive, got %d (leave the option out for no cache)", n))
 	}
+	return func(t *SQLTool) { t.cacheSize = n }
 }
 
 // SQLTool is the svcSqlApi executor: it runs one read-only SELECT of the
@@ -182,12 +182,23 @@ type SQLTool struct {
 	cache   map[string]*SQLResult
 }
 
-// NewSQLTool returns the svcSqlApi executor over db and the views of m. It
-// checks that db is a SQLite database of github.com/mattn/go-sqlite3 and
-// that the views compile.
+// NewSQLTool returns the svcSqlApi executor over db and the views of m.
+//
+// db and m are configuration: a nil db or an invalid model (see
+// [Model.Validate]; a host that loads its model from a file checks it
+// with Validate first) panics, as http.ServeMux.Handle does for a bad
+// pattern. NewSQLTool then opens a connection of db to check that it is a
+// SQLite database of github.com/mattn/go-sqlite3 and that the views
+// compile against it; it returns an error when the database fails these
+// checks (another driver, a view over a missing table or column, a
+// connection that fails), the one thing it cannot know before it opens a
+// connection.
 func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
-	if err := m.validate(); err != nil {
-		return nil, err
+	if db == nil {
+		panic("analytics: NewSQLTool: db must not be nil, got nil")
+	}
+	if msg := m.check(); msg != "" {
+		panic("analytics: NewSQLTool: invalid model: " + msg)
 	}
 	t := &SQLTool{
 		db: db, model: m,
@@ -555,12 +566,15 @@ type MetaInput struct {
 	SearchQuery string `json:"searchQuery"`
 }
 
-// NewMetaTool returns the svcMeta executor over m.
-func NewMetaTool(m *Model) (*MetaTool, error) {
-	if err := m.validate(); err != nil {
-		return nil, err
+// NewMetaTool returns the svcMeta executor over m. An invalid model (see
+// [Model.Validate]) panics, as http.ServeMux.Handle does for a bad
+// pattern: a host that loads its model from a file checks it with
+// Validate first.
+func NewMetaTool(m *Model) *MetaTool {
+	if msg := m.check(); msg != "" {
+		panic("analytics: NewMetaTool: invalid model: " + msg)
 	}
-	return &MetaTool{model: m}, nil
+	return &MetaTool{model: m}
 }
 
 // Name returns "svcMeta".

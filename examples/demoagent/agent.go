@@ -143,10 +143,8 @@ func New(opts ...Option) (*Agent, error) {
 			OrderLines: len(tables[3].rows),
 		},
 	}
-	if a.meta, err = analytics.NewMetaTool(a.model); err == nil {
-		a.sql, err = analytics.NewSQLTool(ro, a.model, analytics.WithRowLimit(cfg.rowLimit), analytics.WithResultCache(resultCacheSize))
-	}
-	if err != nil {
+	a.meta = analytics.NewMetaTool(a.model)
+	if a.sql, err = analytics.NewSQLTool(ro, a.model, analytics.WithRowLimit(cfg.rowLimit), analytics.WithResultCache(resultCacheSize)); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("demoagent: %w", err)
 	}
