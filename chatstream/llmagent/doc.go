@@ -6,7 +6,7 @@
 // The host gives the agent an endpoint, a model name and its [Tool]s, and
 // hands the agent to [chatstream.NewHandler]:
 //
-//	agent, err := llmagent.New("http://127.0.0.1:11434/v1", "qwen3:8b",
+//	agent := llmagent.New("http://127.0.0.1:11434/v1", "qwen3:8b",
 //		[]llmagent.Tool{metaTool, sqlTool},
 //		llmagent.WithAPIKey(key),
 //		llmagent.WithSystemPrompt(prompt))

@@ -67,13 +67,20 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // with the given model, offering it tools. The base URL is required: the
 // agent sends nothing anywhere else. The SDK's OPENAI_BASE_URL and
 // OPENAI_API_KEY are overridden (pass the key with [WithAPIKey]).
-func New(baseURL, model string, tools []Tool, opts ...Option) (*Agent, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("llmagent: the base URL must be an absolute http or https URL")
+//
+// New opens nothing: its arguments are configuration, and an invalid one
+// panics, as http.ServeMux.Handle does for a bad pattern: a base URL that
+// is not an absolute http or https URL, an empty model name, a nil tool, a
+// tool name that is not 1 to 64 characters of a-z A-Z 0-9 _ -, two tools
+// of the same name, or tool parameters that do not encode as JSON. A host
+// that reads the base URL from its own configuration checks it with
+// [CheckBaseURL] first.
+func New(baseURL, model string, tools []Tool, opts ...Option) *Agent {
+	if err := CheckBaseURL(baseURL); err != nil {
+		panic("llmagent: New: " + strings.TrimPrefix(err.Error(), "llmagent: "))
 	}
 	if strings.TrimSpace(model) == "" {
-		return nil, fmt.Errorf("llmagent: no model name")
+		panic(fmt.Sprintf("llmagent: New: model must not be empty, got %q", model))
 	}
 	cfg := config{
 		maxOutput:    DefaultMaxOutputTokens,
@@ -84,21 +91,19 @@ func New(baseURL, model string, tools []Tool, opts ...Option) (*Agent, error) {
 		logger:       slog.Default(),
 	}
 	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+		o(&cfg)
 	}
 	a := &Agent{model: model, tools: make(map[string]Tool, len(tools)), cfg: cfg}
-	for _, t := range tools {
+	for i, t := range tools {
 		if t == nil {
-			return nil, fmt.Errorf("llmagent: nil tool")
+			panic(fmt.Sprintf("llmagent: New: tools must not be nil, got nil at index %d", i))
 		}
 		name := t.Name()
 		if !toolName.MatchString(name) {
-			return nil, fmt.Errorf("llmagent: tool name %q: want 1 to 64 characters of a-z A-Z 0-9 _ -", name)
+			panic(fmt.Sprintf("llmagent: New: tool name must be 1 to 64 characters of a-z A-Z 0-9 _ -, got %q", name))
 		}
 		if _, dup := a.tools[name]; dup {
-			return nil, fmt.Errorf("llmagent: two tools named %q", name)
+			panic(fmt.Sprintf("llmagent: New: tool names must be unique, got %q twice", name))
 		}
 		a.tools[name] = t
 		a.names = append(a.names, name)
@@ -109,7 +114,7 @@ func New(baseURL, model string, tools []Tool, opts ...Option) (*Agent, error) {
 		}
 		enc, err := json.Marshal(fd)
 		if err != nil {
-			return nil, fmt.Errorf("llmagent: tool %q: encode parameters: %w", name, err)
+			panic(fmt.Sprintf("llmagent: New: tool parameters must encode as JSON, got %v for tool %q", err, name))
 		}
 		a.toolTokens += estimate(len(enc))
 		a.toolParams = append(a.toolParams, openai.ChatCompletionFunctionTool(fd))
@@ -122,7 +127,33 @@ func New(baseURL, model string, tools []Tool, opts ...Option) (*Agent, error) {
 	}
 	ro = append(ro, option.WithBaseURL(baseURL), option.WithAPIKey(cfg.apiKey), option.WithMaxRetries(0))
 	a.client = openai.NewClient(ro...)
-	return a, nil
+	return a
+}
+
+// CheckBaseURL returns an error unless baseURL is an absolute http or
+// https URL, the base URL [New] accepts. The error shows the URL without
+// its password, query or fragment, which may hold a key.
+func CheckBaseURL(baseURL string) error {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		// The parser's reason without the URL itself.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("llmagent: base URL must be an absolute http or https URL, got one that does not parse (%v)", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		shown := *u
+		if shown.RawQuery != "" || shown.ForceQuery {
+			shown.RawQuery, shown.ForceQuery = "...", false
+		}
+		if shown.Fragment != "" {
+			shown.Fragment, shown.RawFragment = "...", ""
+		}
+		return fmt.Errorf("llmagent: base URL must be an absolute http or https URL, got %q", shown.Redacted())
+	}
+	return nil
 }
 
 // Model returns the model name the agent asks for.

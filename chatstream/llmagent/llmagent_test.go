@@ -18,6 +18,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/chatstream/llmagent"
+	"github.com/embedkit/embedkit/internal/optiontest"
 )
 
 const testKey = "sk-test-secret-0123456789"
@@ -48,11 +49,7 @@ func newAgent(t testing.TB, f *fakeLLM, tools []llmagent.Tool, opts ...llmagent.
 		llmagent.WithRetryDelay(time.Millisecond),
 		llmagent.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
 	}
-	a, err := llmagent.New(f.url(), "fake-model", tools, append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a, logs
+	return llmagent.New(f.url(), "fake-model", tools, append(base, opts...)...), logs
 }
 
 func answer(t testing.TB, a chatstream.Agent, tu chatstream.Turn) (*chatstreamtest.Recorder, error) {
@@ -610,26 +607,34 @@ func TestToolGetsTheTurn(t *testing.T) {
 	}
 }
 
-func TestNewValidates(t *testing.T) {
+// TestInvalidOptionsPanic checks that every invalid option value panics,
+// when its With function is called, and every invalid argument of New
+// when New is called, with a message naming the package, the function and
+// the value (without a URL's password or query).
+func TestInvalidOptionsPanic(t *testing.T) {
+	const base = "http://127.0.0.1:1/v1"
 	tool := &fakeTool{name: "t"}
-	for _, tc := range []struct {
-		name, url, model string
-		tools            []llmagent.Tool
-		opts             []llmagent.Option
-	}{
-		{"no base URL", "", "m", nil, nil},
-		{"relative base URL", "/v1", "m", nil, nil},
-		{"ftp base URL", "ftp://x/v1", "m", nil, nil},
-		{"no model", "http://127.0.0.1:1/v1", " ", nil, nil},
-		{"duplicate tools", "http://127.0.0.1:1/v1", "m", []llmagent.Tool{tool, tool}, nil},
-		{"bad tool name", "http://127.0.0.1:1/v1", "m", []llmagent.Tool{&fakeTool{name: "a b"}}, nil},
-		{"nil tool", "http://127.0.0.1:1/v1", "m", []llmagent.Tool{nil}, nil},
-		{"zero output tokens", "http://127.0.0.1:1/v1", "m", nil, []llmagent.Option{llmagent.WithMaxOutputTokens(0)}},
-		{"tiny budget", "http://127.0.0.1:1/v1", "m", nil, []llmagent.Option{llmagent.WithContextBudget(10)}},
-	} {
-		if _, err := llmagent.New(tc.url, tc.model, tc.tools, tc.opts...); err == nil {
-			t.Errorf("%s: no error", tc.name)
-		}
+	optiontest.Panics(t, map[string]func(){
+		`llmagent: WithAPIKey: key must not be empty, got "" (leave the option out to send none)`:                               func() { llmagent.WithAPIKey("") },
+		"llmagent: WithHTTPClient: client must not be nil, got nil":                                                             func() { llmagent.WithHTTPClient(nil) },
+		"llmagent: WithRequestOptions: options must not be nil, got nil at index 1":                                             func() { llmagent.WithRequestOptions(option.WithHeader("X-A", "b"), nil) },
+		"llmagent: WithMaxOutputTokens: count must be positive, got 0":                                                          func() { llmagent.WithMaxOutputTokens(0) },
+		"llmagent: WithContextBudget: budget must be at least 1000 tokens, got 10":                                              func() { llmagent.WithContextBudget(10) },
+		"llmagent: WithRetryDelay: duration must not be negative, got -1ms":                                                     func() { llmagent.WithRetryDelay(-time.Millisecond) },
+		"llmagent: WithIdleTimeout: duration must be positive, got 0s":                                                          func() { llmagent.WithIdleTimeout(0) },
+		"llmagent: WithSystemPrompt: prompt function must not be nil, got nil (leave the option out for DefaultSystemPrompt)":   func() { llmagent.WithSystemPrompt(nil) },
+		"llmagent: WithLogger: logger must not be nil, got nil (leave the option out for slog.Default())":                       func() { llmagent.WithLogger(nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got ""`:                                                 func() { llmagent.New("", "m", nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got "/v1"`:                                              func() { llmagent.New("/v1", "m", nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got "ftp://u:xxxxx@x/v1?..."`:                           func() { llmagent.New("ftp://u:secret@x/v1?api-key=secret", "m", nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got one that does not parse (invalid URL escape "%zz")`: func() { llmagent.New("http://x/%zz", "m", nil) },
+		`llmagent: New: model must not be empty, got " "`:                                                                       func() { llmagent.New(base, " ", nil) },
+		"llmagent: New: tools must not be nil, got nil at index 0":                                                              func() { llmagent.New(base, "m", []llmagent.Tool{nil}) },
+		`llmagent: New: tool name must be 1 to 64 characters of a-z A-Z 0-9 _ -, got "a b"`:                                     func() { llmagent.New(base, "m", []llmagent.Tool{&fakeTool{name: "a b"}}) },
+		`llmagent: New: tool names must be unique, got "t" twice`:                                                               func() { llmagent.New(base, "m", []llmagent.Tool{tool, tool}) },
+	})
+	if err := llmagent.CheckBaseURL(base); err != nil {
+		t.Errorf("CheckBaseURL(%q): %v", base, err)
 	}
 }
 
@@ -637,10 +642,7 @@ func TestNoKeyNoAuthorizationAndNoEnvironment(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-from-env")
 	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
 	f := newFake(t, say("ok"))
-	a, err := llmagent.New(f.url(), "m", nil, llmagent.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := llmagent.New(f.url(), "m", nil, llmagent.WithLogger(slog.New(slog.DiscardHandler)))
 	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/openai/openai-go/v3/option"
@@ -34,9 +35,16 @@ const (
 	maxRetryAfter = 10 * time.Second
 )
 
-// Option configures an [Agent]. Options are applied by [New] and frozen
-// there.
-type Option func(*config) error
+// Option configures an [Agent] at [New]. An invalid value (see each
+// option) panics when its With function is called, so a misconfigured
+// agent fails at start-up with a message naming the option.
+//
+// How to add an option: write a With function that checks its argument
+// first and panics with "llmagent: WithX: <what is wrong>, got <value>"
+// when it is invalid, then returns an Option setting a field of config.
+// Its doc comment states the default and the valid range; add a row to
+// TestInvalidOptionsPanic.
+type Option func(*config)
 
 type config struct {
 	apiKey       string
@@ -51,44 +59,51 @@ type config struct {
 }
 
 // WithAPIKey sets the key sent as "Authorization: Bearer <key>". Default:
-// none, which suits local servers such as Ollama or vLLM; the agent never
-// reads OPENAI_API_KEY itself.
+// none (leave the option out), which suits local servers such as Ollama or
+// vLLM; the agent never reads OPENAI_API_KEY itself. key must not be
+// empty; WithAPIKey panics otherwise.
 func WithAPIKey(key string) Option {
-	return func(c *config) error { c.apiKey = key; return nil }
+	if key == "" {
+		panic(`llmagent: WithAPIKey: key must not be empty, got "" (leave the option out to send none)`)
+	}
+	return func(c *config) { c.apiKey = key }
 }
 
 // WithHTTPClient sets the HTTP client of the model requests. Default: the
 // SDK's client (http.DefaultTransport with a response-header timeout).
-// Abort relies on the request's context, so any client works.
+// Abort relies on the request's context, so any client works. hc must not
+// be nil; WithHTTPClient panics otherwise.
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *config) error {
-		if hc == nil {
-			return fmt.Errorf("llmagent: nil HTTP client")
-		}
-		c.httpClient = hc
-		return nil
+	if hc == nil {
+		panic("llmagent: WithHTTPClient: client must not be nil, got nil")
 	}
+	return func(c *config) { c.httpClient = hc }
 }
 
 // WithRequestOptions adds options of the OpenAI SDK to every model request,
 // for example extra headers or body fields an endpoint needs
 // (option.WithJSONSet("max_tokens", 1024) for a server that does not know
 // max_completion_tokens). Options that change retries or the base URL are
-// overridden by the agent. Default: none.
+// overridden by the agent. Default: none. No option may be nil;
+// WithRequestOptions panics otherwise.
 func WithRequestOptions(opts ...option.RequestOption) Option {
-	return func(c *config) error { c.requestOpts = append(c.requestOpts, opts...); return nil }
+	for i, o := range opts {
+		if o == nil {
+			panic(fmt.Sprintf("llmagent: WithRequestOptions: options must not be nil, got nil at index %d", i))
+		}
+	}
+	opts = slices.Clone(opts)
+	return func(c *config) { c.requestOpts = append(c.requestOpts, opts...) }
 }
 
 // WithMaxOutputTokens caps the tokens the model may write in one call
-// (max_completion_tokens). Default: [DefaultMaxOutputTokens].
+// (max_completion_tokens). Default: [DefaultMaxOutputTokens] (2048). n
+// must be positive; WithMaxOutputTokens panics otherwise.
 func WithMaxOutputTokens(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("llmagent: max output tokens must be positive, got %d", n)
-		}
-		c.maxOutput = n
-		return nil
+	if n <= 0 {
+		panic(fmt.Sprintf("llmagent: WithMaxOutputTokens: count must be positive, got %d", n))
 	}
+	return func(c *config) { c.maxOutput = n }
 }
 
 // WithContextBudget sets how many tokens, estimated, one model call may
@@ -98,69 +113,59 @@ func WithMaxOutputTokens(n int64) Option {
 // replaced by a note. The estimate counts one token per 4 bytes of text
 // (rounded up) plus 4 per message; set the budget below the model's
 // context window minus [WithMaxOutputTokens]. Default:
-// [DefaultContextBudget].
+// [DefaultContextBudget] (24000). tokens must be at least 1000;
+// WithContextBudget panics otherwise.
 func WithContextBudget(tokens int) Option {
-	return func(c *config) error {
-		if tokens < 1000 {
-			return fmt.Errorf("llmagent: context budget must be at least 1000 tokens, got %d", tokens)
-		}
-		c.budget = tokens
-		return nil
+	if tokens < 1000 {
+		panic(fmt.Sprintf("llmagent: WithContextBudget: budget must be at least 1000 tokens, got %d", tokens))
 	}
+	return func(c *config) { c.budget = tokens }
 }
 
 // WithRetryDelay sets the pause before the one retry a turn may make after
 // a failed model request. A longer delay asked for by the endpoint
 // (retry-after-ms or Retry-After) up to 10 seconds is honoured; a longer
-// one means no retry. Default: [DefaultRetryDelay].
+// one means no retry. Default: [DefaultRetryDelay] (500ms). d must not be
+// negative (0 retries at once); WithRetryDelay panics otherwise.
 func WithRetryDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("llmagent: negative retry delay")
-		}
-		c.retryDelay = d
-		return nil
+	if d < 0 {
+		panic(fmt.Sprintf("llmagent: WithRetryDelay: duration must not be negative, got %v", d))
 	}
+	return func(c *config) { c.retryDelay = d }
 }
 
 // WithIdleTimeout sets the longest the agent waits for the next piece of a
 // model stream (or for its response headers) before it gives the request
-// up as failed. Default: [DefaultIdleTimeout].
+// up as failed. Default: [DefaultIdleTimeout] (60s). d must be positive;
+// WithIdleTimeout panics otherwise.
 func WithIdleTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("llmagent: idle timeout must be positive")
-		}
-		c.idleTimeout = d
-		return nil
+	if d <= 0 {
+		panic(fmt.Sprintf("llmagent: WithIdleTimeout: duration must be positive, got %v", d))
 	}
+	return func(c *config) { c.idleTimeout = d }
 }
 
 // WithSystemPrompt sets the system prompt, computed for each turn. It
 // should describe the data model and the user's context; it must not be
 // what restricts the user's rows (the tools do that), so it need not and
 // should not list the row-filter values. The agent adds nothing to it.
-// Default: [DefaultSystemPrompt].
+// Default: [DefaultSystemPrompt]. f must not be nil; WithSystemPrompt
+// panics otherwise.
 func WithSystemPrompt(f func(chatstream.Turn) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("llmagent: nil system prompt")
-		}
-		c.systemPrompt = f
-		return nil
+	if f == nil {
+		panic("llmagent: WithSystemPrompt: prompt function must not be nil, got nil (leave the option out for DefaultSystemPrompt)")
 	}
+	return func(c *config) { c.systemPrompt = f }
 }
 
 // WithLogger sets the logger of usage (one Info record per model call:
 // model, tokens, finish reason; one per turn with its totals) and of
 // failed model requests (Warn). It never logs the API key, the prompt or
-// the answer. Default: slog.Default().
+// the answer. Default: slog.Default(). l must not be nil; WithLogger
+// panics otherwise.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("llmagent: nil logger")
-		}
-		c.logger = l
-		return nil
+	if l == nil {
+		panic("llmagent: WithLogger: logger must not be nil, got nil (leave the option out for slog.Default())")
 	}
+	return func(c *config) { c.logger = l }
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -33,11 +32,16 @@ func (o options) checkAgent() error {
 		if o.llmBaseURL == "" {
 			missing = append(missing, "OPENAI_BASE_URL (the endpoint, e.g. http://127.0.0.1:11434/v1)")
 		}
-		if o.llmModel == "" {
+		if strings.TrimSpace(o.llmModel) == "" {
 			missing = append(missing, "-llm-model or EMBED_LLM_MODEL (the model name)")
 		}
 		if len(missing) > 0 {
 			return fmt.Errorf("-agent llm needs %s", strings.Join(missing, " and "))
+		}
+		// llmagent.New panics on a bad base URL: it is checked here, as
+		// a flag.
+		if err := llmagent.CheckBaseURL(o.llmBaseURL); err != nil {
+			return fmt.Errorf("OPENAI_BASE_URL: %w", err)
 		}
 		return nil
 	}
@@ -66,13 +70,14 @@ func newAgent(o options, log *slog.Logger) (agent chatstream.Agent, close func()
 	}
 	meta, sql := demo.Tools()
 	model := demo.DataModel()
-	llm, err := llmagent.New(o.llmBaseURL, o.llmModel, []llmagent.Tool{meta, sql},
-		llmagent.WithAPIKey(o.llmAPIKey),
+	opts := []llmagent.Option{
 		llmagent.WithLogger(log),
-		llmagent.WithSystemPrompt(func(t chatstream.Turn) string { return systemPrompt(model, t, time.Now()) }))
-	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("llm agent: %w", err), demo.Close())
+		llmagent.WithSystemPrompt(func(t chatstream.Turn) string { return systemPrompt(model, t, time.Now()) }),
 	}
+	if o.llmAPIKey != "" { // a local server (Ollama, vLLM) needs none
+		opts = append(opts, llmagent.WithAPIKey(o.llmAPIKey))
+	}
+	llm := llmagent.New(o.llmBaseURL, o.llmModel, []llmagent.Tool{meta, sql}, opts...)
 	endpoint := "?"
 	if u, err := url.Parse(o.llmBaseURL); err == nil {
 		endpoint = u.Redacted() // no password of the URL in the log
