@@ -12,9 +12,11 @@ import (
 	"html"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -79,46 +81,43 @@ var assetNames = []string{"chat.js", "chat.css", "markdown.js", "render.js", "ve
 const DefaultPath = "/embed/chat"
 
 // New returns the chat page handler. Users chat with the agent that the
-// [AgentFunc] chooses for their session, on the chat endpoints of [chatstream.Handler] mounted on the
-// same origin, with the token the page gets from the embed-session token
-// endpoint (embedsession.PathSessionToken).
+// [AgentFunc] chooses for their session, on the chat endpoints of
+// [chatstream.Handler] mounted on the same origin, with the token the page
+// gets from the embed-session token endpoint
+// (embedsession.PathSessionToken).
 //
-// It fails when an option is invalid: a theme variable or a frame
-// ancestor that is not allowed, or a vega folder ([WithVegaDir]) without
-// the pinned files.
-func New(st Store, agent AgentFunc, opts ...Option) (*Handler, error) {
-	if st == nil || agent == nil {
-		return nil, errors.New("chatpage: New needs a store and an AgentFunc")
+// New opens nothing (the chart libraries of [WithVega] are read by
+// [LoadVega]); its options are checked when their With functions are
+// called, and a nil store or agent panics, as http.Handle does for a nil
+// handler.
+func New(st Store, agent AgentFunc, opts ...Option) *Handler {
+	if st == nil {
+		panic("chatpage: New: store must not be nil, got nil")
+	}
+	if agent == nil {
+		panic("chatpage: New: agent must not be nil, got nil (FixedAgent chooses one agent id)")
 	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
-	}
-	if o.err != nil {
-		return nil, o.err
 	}
 	h := &Handler{st: st, agent: agent, o: o}
 	h.assets = make(map[string][]byte, len(assetNames))
 	for _, name := range assetNames {
 		b, err := fs.ReadFile(assetFS, "assets/"+name)
 		if err != nil {
-			return nil, fmt.Errorf("chatpage: embedded asset: %w", err)
+			panic(fmt.Sprintf("chatpage: New: embedded asset: %v", err)) // a broken build
 		}
 		h.assets[name] = b
 	}
-	var err error
-	if o.vegaDir != "" {
-		if h.vega, err = loadVegaDir(o.vegaDir); err != nil {
-			return nil, err
-		}
+	if o.vega != nil {
+		h.vega = o.vega.files
 	}
 	if len(o.theme) > 0 {
 		h.theme = themeCSS(o.theme)
 	}
-	if err := h.render(); err != nil {
-		return nil, err
-	}
-	return h, nil
+	h.render()
+	return h
 }
 
 // Routes returns the page's endpoints under the path of [WithPath]
@@ -134,7 +133,7 @@ func New(st Store, agent AgentFunc, opts ...Option) (*Handler, error) {
 //     [middleware.Session] (the script sends Authorization: Bearer);
 //   - GET {path}/assets/...: the script and the style sheet;
 //   - GET {path}/theme.css: the theme of [WithTheme], when set;
-//   - GET {path}/vega/...: the chart libraries, with [WithVegaDir].
+//   - GET {path}/vega/...: the chart libraries, with [WithVega].
 func (h *Handler) Routes() []Route {
 	p := h.o.path
 	session := middleware.Session(h.st, h.o.sessionOpts...)
@@ -325,8 +324,9 @@ var shellTmpl = template.Must(template.ParseFS(assetFS, "assets/chat.html"))
 const importMapMark = "@@IMPORTMAP@@"
 
 // render builds the shell (the same bytes for every request) and its
-// Content-Security-Policy.
-func (h *Handler) render() error {
+// Content-Security-Policy. It fails only with a broken build (the embedded
+// template), so it panics then.
+func (h *Handler) render() {
 	p := h.o.path
 	var scripts []script
 	var interpURL, interpIntegrity string
@@ -354,7 +354,7 @@ func (h *Handler) render() error {
 	}
 	imJSON, err := json.Marshal(im) // escapes <, > and &
 	if err != nil {
-		return err
+		panic(fmt.Sprintf("chatpage: New: import map: %v", err))
 	}
 	var buf bytes.Buffer
 	err = shellTmpl.Execute(&buf, struct {
@@ -364,7 +364,7 @@ func (h *Handler) render() error {
 		ImportMap             string
 	}{h.o.title, p, h.o.chatBase + embedsession.PathSessionToken, h.theme != nil, scripts, importMapMark})
 	if err != nil {
-		return err
+		panic(fmt.Sprintf("chatpage: New: shell template: %v", err))
 	}
 	h.shell = bytes.Replace(buf.Bytes(), []byte(importMapMark), imJSON, 1)
 	sum := sha256.Sum256(imJSON)
@@ -384,7 +384,6 @@ func (h *Handler) render() error {
 		"form-action 'none'",
 		"frame-ancestors " + strings.Join(h.o.frameAncestors, " "),
 	}, "; ")
-	return nil
 }
 
 var (
@@ -392,17 +391,19 @@ var (
 	themeValue = regexp.MustCompile(`^[A-Za-z0-9 #%.,()+\-/'"]{1,200}$`)
 )
 
-func checkTheme(vars map[string]string) error {
-	for k, v := range vars {
+// checkTheme returns what is wrong with a theme, or "".
+func checkTheme(vars map[string]string) string {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		v := vars[k]
 		if !themeName.MatchString(k) {
-			return fmt.Errorf("chatpage: theme variable %q: want --name of letters, digits and dashes", k)
+			return fmt.Sprintf(`variable name must be "--" and 1 to 64 letters, digits and dashes, got %q`, k)
 		}
 		if !themeValue.MatchString(v) || strings.Contains(strings.ToLower(v), "url(") ||
 			strings.Count(v, `"`)%2 != 0 || strings.Count(v, "'")%2 != 0 {
-			return fmt.Errorf("chatpage: theme variable %s: value %q has characters a theme value may not use, url(), or an unclosed quote", k, v)
+			return fmt.Sprintf("value of %s must be 1 to 200 letters, digits, spaces, closed quotes and #%%.,()+-/, without url(), got %q", k, v)
 		}
 	}
-	return nil
+	return ""
 }
 
 func themeCSS(vars map[string]string) []byte {

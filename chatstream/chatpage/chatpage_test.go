@@ -16,6 +16,7 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream/chatpage"
 	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/internal/optiontest"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/memstore"
@@ -53,10 +54,7 @@ func newEnv(t *testing.T, agent chatpage.AgentFunc, opts ...chatpage.Option) *en
 	st := memstore.New()
 	t.Cleanup(func() { st.Close() })
 	seed(t, st)
-	h, err := chatpage.New(st, agent, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := chatpage.New(st, agent, opts...)
 	sm := http.NewServeMux()
 	for _, rt := range embedsession.NewHandler(st).Routes() {
 		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
@@ -251,28 +249,73 @@ func TestMeUnknownAgent(t *testing.T) {
 	}
 }
 
-func TestOptionsAreChecked(t *testing.T) {
+// TestInvalidOptionsPanic checks that every invalid option value panics,
+// when its With function is called, with a message naming the package, the
+// option and the value, and that New panics on a nil store or agent.
+func TestInvalidOptionsPanic(t *testing.T) {
 	st := memstore.New()
 	defer st.Close()
-	for name, opt := range map[string]chatpage.Option{
-		"theme name":      chatpage.WithTheme(map[string]string{"accent": "red"}),
-		"theme value":     chatpage.WithTheme(map[string]string{"--ek-accent": "red; background: x"}),
-		"theme url":       chatpage.WithTheme(map[string]string{"--ek-bg": "url(https://evil.example)"}),
-		"frame ancestors": chatpage.WithFrameAncestors("https://a.example; script-src *"),
-		"image source":    chatpage.WithImageSources("https://a.example 'unsafe-inline'"),
-		"path":            chatpage.WithPath("embed/{x}"),
-		"vega CDN":        chatpage.WithVegaCDN("ftp://cdn.example"),
-		"chat base":       chatpage.WithChatBaseURL("javascript:x"),
-		"chat base //":    chatpage.WithChatBaseURL("//evil.example"),
-		"chat base path":  chatpage.WithChatBaseURL("/api prefix"),
-		"vega dir":        chatpage.WithVegaDir(t.TempDir()),
-	} {
-		if _, err := chatpage.New(st, chatpage.FixedAgent("7"), opt); err == nil {
-			t.Errorf("%s: New accepted a bad option", name)
-		}
+	optiontest.Panics(t, map[string]func(){
+		`chatpage: WithTheme: variable name must be "--" and 1 to 64 letters, digits and dashes, got "accent"`: func() { chatpage.WithTheme(map[string]string{"accent": "red"}) },
+		`chatpage: WithTheme: value of --ek-accent must be 1 to 200 letters, digits, spaces, closed quotes and #%.,()+-/, without url(), got "red; background: x"`: func() {
+			chatpage.WithTheme(map[string]string{"--ek-accent": "red; background: x"})
+		},
+		`chatpage: WithTheme: value of --ek-bg must be 1 to 200 letters, digits, spaces, closed quotes and #%.,()+-/, without url(), got "url(https://evil.example)"`: func() {
+			chatpage.WithTheme(map[string]string{"--ek-bg": "url(https://evil.example)"})
+		},
+		`chatpage: WithFrameAncestors: source must be one CSP source (not empty, no ';', ',' or white space), got "https://a.example; script-src *"`: func() {
+			chatpage.WithFrameAncestors("https://a.example; script-src *")
+		},
+		`chatpage: WithFrameAncestors: source must be one CSP source (not empty, no ';', ',' or white space), got ""`: func() { chatpage.WithFrameAncestors("'self'", "") },
+		`chatpage: WithImageSources: source must be one CSP source (not empty, no ';', ',' or white space), got "https://a.example 'unsafe-inline'"`: func() {
+			chatpage.WithImageSources("https://a.example 'unsafe-inline'")
+		},
+		`chatpage: WithPath: path must start with "/" and hold no wildcard, query, fragment or space, got "embed/{x}"`: func() { chatpage.WithPath("embed/{x}") },
+		`chatpage: WithPath: path must start with "/" and hold no wildcard, query, fragment or space, got "/embed?x"`:  func() { chatpage.WithPath("/embed?x") },
+		`chatpage: WithVegaCDN: prefix must be an http(s) URL prefix, got "ftp://cdn.example"`:                         func() { chatpage.WithVegaCDN("ftp://cdn.example") },
+		`chatpage: WithChatBaseURL: base must be an http(s) origin or an absolute path prefix, got "javascript:x"`:     func() { chatpage.WithChatBaseURL("javascript:x") },
+		`chatpage: WithChatBaseURL: base must be an http(s) origin or an absolute path prefix, got "//evil.example"`:   func() { chatpage.WithChatBaseURL("//evil.example") },
+		`chatpage: WithChatBaseURL: base must be an http(s) origin or an absolute path prefix, got "/api prefix"`:      func() { chatpage.WithChatBaseURL("/api prefix") },
+		"chatpage: WithVega: vega must not be nil, got nil (leave the option out for the CDN)":                         func() { chatpage.WithVega(nil) },
+		"chatpage: WithVega: vega must come from LoadVega, got an empty Vega":                                          func() { chatpage.WithVega(&chatpage.Vega{}) },
+		"chatpage: WithSessionOptions: options must not be nil, got nil at index 0":                                    func() { chatpage.WithSessionOptions(nil) },
+		"chatpage: WithLogger: logger must not be nil, got nil (leave the option out for slog.Default())":              func() { chatpage.WithLogger(nil) },
+		"chatpage: New: store must not be nil, got nil":                                                                func() { chatpage.New(nil, chatpage.FixedAgent("7")) },
+		"chatpage: New: agent must not be nil, got nil (FixedAgent chooses one agent id)":                              func() { chatpage.New(st, nil) },
+	})
+}
+
+// TestLoadVegaMissing: a folder without the pinned packages is an error of
+// LoadVega (it reads files), which says what to install.
+func TestLoadVegaMissing(t *testing.T) {
+	v, err := chatpage.LoadVega(t.TempDir())
+	if v != nil || err == nil || !strings.Contains(err.Error(), "install vega@6.4.0 there") {
+		t.Errorf("LoadVega of an empty folder: %v, %v", v, err)
 	}
-	if _, err := chatpage.New(nil, chatpage.FixedAgent("7")); err == nil {
-		t.Error("New accepted a nil store")
+}
+
+// TestOptionsAreCopied: the slices and maps given to options are copied
+// when the option is made, so what was checked is what the page uses.
+func TestOptionsAreCopied(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	theme := map[string]string{"--ek-accent": "#0f766e"}
+	frames := []string{"https://app.example.com"}
+	opts := []chatpage.Option{chatpage.WithTheme(theme), chatpage.WithFrameAncestors(frames...)}
+	theme["--ek-accent"] = "red; } body { display: none"
+	frames[0] = "*; script-src *"
+	h := chatpage.New(st, chatpage.FixedAgent("7"), opts...)
+	if csp := h.ContentSecurityPolicy(); !strings.Contains(csp, "frame-ancestors https://app.example.com") {
+		t.Errorf("CSP %q", csp)
+	}
+	for _, rt := range h.Routes() {
+		if strings.HasSuffix(rt.Pattern, "/theme.css") {
+			rec := httptest.NewRecorder()
+			rt.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, rt.Pattern, nil))
+			if css := rec.Body.String(); css != ":root {\n  --ek-accent: #0f766e;\n}\n" {
+				t.Errorf("theme.css %q", css)
+			}
+		}
 	}
 }
 
@@ -282,10 +325,7 @@ func TestOptionsAreChecked(t *testing.T) {
 func TestChatBasePathPrefix(t *testing.T) {
 	st := memstore.New()
 	defer st.Close()
-	h, err := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithChatBaseURL("/analytics/"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithChatBaseURL("/analytics/"))
 	if csp := h.ContentSecurityPolicy(); strings.Contains(csp, "/analytics") || !strings.Contains(csp, "connect-src 'self'") {
 		t.Errorf("CSP %q", csp)
 	}
@@ -303,14 +343,11 @@ func TestChatBasePathPrefix(t *testing.T) {
 func TestFrameAncestorsAndImageSources(t *testing.T) {
 	st := memstore.New()
 	defer st.Close()
-	h, err := chatpage.New(st, chatpage.FixedAgent("7"),
+	h := chatpage.New(st, chatpage.FixedAgent("7"),
 		chatpage.WithFrameAncestors("https://app.example.com", "https://*.example.org"),
 		chatpage.WithImageSources("https://avatars.example.com"),
 		chatpage.WithPath("/chat/"),
 		chatpage.WithVegaCDN("https://cdn.example.net/npm"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	csp := h.ContentSecurityPolicy()
 	for _, want := range []string{"frame-ancestors https://app.example.com https://*.example.org", "img-src 'self' data: https://avatars.example.com", "https://cdn.example.net/npm/vega@6.4.0/build/vega.min.js"} {
 		if !strings.Contains(csp, want) {
@@ -341,7 +378,11 @@ func vegaDir(t *testing.T) string {
 
 func TestVegaDir(t *testing.T) {
 	dir := vegaDir(t)
-	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithVegaDir(dir))
+	v, err := chatpage.LoadVega(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithVega(v))
 	csp := e.h.ContentSecurityPolicy()
 	if strings.Contains(csp, "https:") {
 		t.Errorf("CSP %q names another origin with local vega files", csp)
@@ -364,8 +405,8 @@ func TestVegaDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "vega", "build", "vega.min.js"), []byte("/* v0 */"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chatpage.New(e.st, chatpage.FixedAgent("7"), chatpage.WithVegaDir(bad)); err == nil || !strings.Contains(err.Error(), "is not vega@6.4.0") {
-		t.Errorf("New with a changed vega.min.js: %v", err)
+	if _, err := chatpage.LoadVega(bad); err == nil || !strings.Contains(err.Error(), "is not vega@6.4.0") {
+		t.Errorf("LoadVega with a changed vega.min.js: %v", err)
 	}
 }
 

@@ -19,12 +19,9 @@
 // origin:
 //
 //	st, _ := sqlite.Open("embed.db") // store/gormstore/sqlite
-//	page, err := chatpage.New(st, chatpage.FixedAgent("7"),
+//	page := chatpage.New(st, chatpage.FixedAgent("7"),
 //		chatpage.WithTitle("Ask your data"),
 //		chatpage.WithFrameAncestors("https://app.example.com"))
-//	if err != nil {
-//		log.Fatal(err)
-//	}
 //	mux := http.NewServeMux()
 //	for _, rt := range embedsession.NewHandler(st).Routes() {
 //		mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
@@ -44,7 +41,7 @@
 //
 // The chart libraries (vega, vega-lite, vega-embed, vega-interpreter, at
 // the versions of the Version constants) load from a public CDN with
-// Subresource Integrity, or, with [WithVegaDir], from a node_modules
-// folder that the handler serves itself. The script, the style sheet and
+// Subresource Integrity, or, with [WithVega], from a node_modules folder
+// that [LoadVega] read and that the handler serves itself. The script, the style sheet and
 // the shell are embedded in the binary.
 package chatpage

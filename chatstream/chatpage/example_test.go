@@ -18,13 +18,10 @@ import (
 func Example() {
 	st := memstore.New()
 	defer st.Close()
-	page, err := chatpage.New(st, chatpage.FixedAgent("7"),
+	page := chatpage.New(st, chatpage.FixedAgent("7"),
 		chatpage.WithTitle("Ask your data"),
 		chatpage.WithFrameAncestors("https://app.example.com"),
 		chatpage.WithTheme(map[string]string{"--ek-accent": "#0f766e"}))
-	if err != nil {
-		log.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	for _, rt := range page.Routes() {
 		mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
@@ -50,10 +47,7 @@ func Example() {
 func Example_gorilla() {
 	st := memstore.New()
 	defer st.Close()
-	page, err := chatpage.New(st, chatpage.FixedAgent("7"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	page := chatpage.New(st, chatpage.FixedAgent("7"))
 	r := mux.NewRouter()
 	for _, rt := range page.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
@@ -63,4 +57,24 @@ func Example_gorilla() {
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
 	// Output:
 	// 200 text/javascript; charset=utf-8
+}
+
+// ExampleLoadVega serves the chart libraries from the host's own
+// node_modules folder (npm install vega@6.4.0 vega-lite@6.5.0
+// vega-embed@7.3.0 vega-interpreter@2.3.2), so that the page fetches
+// nothing from another origin. LoadVega reads and checks the files once,
+// at start-up; a missing or changed file is its error.
+func ExampleLoadVega() {
+	st := memstore.New()
+	defer st.Close()
+	vega, err := chatpage.LoadVega("node_modules")
+	if err != nil {
+		log.Fatal(err)
+	}
+	page := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithVega(vega))
+	mux := http.NewServeMux()
+	for _, rt := range page.Routes() { // including GET /embed/chat/vega/vega.js, ...
+		mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
 }

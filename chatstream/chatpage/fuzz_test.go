@@ -10,7 +10,7 @@ import (
 	"github.com/embedkit/embedkit/store/memstore"
 )
 
-// FuzzTheme checks that whatever WithTheme accepts stays one declaration
+// FuzzTheme checks that whatever WithTheme accepts (without a panic) stays one declaration
 // of theme.css: no way out of the rule, no second property, no URL.
 func FuzzTheme(f *testing.F) {
 	f.Add("--ek-accent", "#0f766e")
@@ -24,10 +24,11 @@ func FuzzTheme(f *testing.F) {
 	st := memstore.New()
 	defer st.Close()
 	f.Fuzz(func(t *testing.T, name, value string) {
-		h, err := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithTheme(map[string]string{name: value}))
-		if err != nil {
+		opt, ok := theme(name, value)
+		if !ok {
 			return
 		}
+		h := chatpage.New(st, chatpage.FixedAgent("7"), opt)
 		var css string
 		for _, rt := range h.Routes() {
 			if strings.HasSuffix(rt.Pattern, "/theme.css") {
@@ -46,4 +47,15 @@ func FuzzTheme(f *testing.F) {
 			t.Fatalf("accepted %q: %q; theme.css %q", name, value, css)
 		}
 	})
+}
+
+// theme returns WithTheme's option, or false when WithTheme refuses the
+// variable (it panics).
+func theme(name, value string) (opt chatpage.Option, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return chatpage.WithTheme(map[string]string{name: value}), true
 }

@@ -50,23 +50,32 @@ func (f vegaFile) cdnURL(prefix string) string {
 	return prefix + f.pkg + "@" + f.version + "/" + f.path
 }
 
-// loadVegaDir reads the pinned build files from a node_modules folder and
-// checks that they are the pinned versions, byte for byte: the page keeps
-// its integrity attributes whatever the source.
-func loadVegaDir(dir string) (map[string][]byte, error) {
+// Vega holds the pinned build files of the chart libraries, read from a
+// node_modules folder by [LoadVega], for [WithVega]. It is immutable and
+// may be given to several handlers.
+type Vega struct {
+	files map[string][]byte // by local name
+}
+
+// LoadVega reads the build files of the pinned npm packages (vega 6.4.0,
+// vega-lite 6.5.0, vega-embed 7.3.0, vega-interpreter 2.3.2) from a
+// node_modules folder, for [WithVega]. It returns an error when a file
+// cannot be read or is not the pinned version, byte for byte: the page
+// keeps its integrity attributes whatever the source.
+func LoadVega(dir string) (*Vega, error) {
 	out := make(map[string][]byte, len(vegaFiles))
 	for _, f := range vegaFiles {
 		p := filepath.Join(dir, f.pkg, filepath.FromSlash(f.path))
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("chatpage: vega dir: %w (install %s@%s there)", err, f.pkg, f.version)
+			return nil, fmt.Errorf("chatpage: LoadVega: %w (install %s@%s there)", err, f.pkg, f.version)
 		}
 		if got := integrity(b); got != f.integrity {
-			return nil, fmt.Errorf("chatpage: vega dir: %s is not %s@%s (integrity %s, want %s)", p, f.pkg, f.version, got, f.integrity)
+			return nil, fmt.Errorf("chatpage: LoadVega: %s is not %s@%s (integrity %s, want %s)", p, f.pkg, f.version, got, f.integrity)
 		}
 		out[f.localName()] = b
 	}
-	return out, nil
+	return &Vega{files: out}, nil
 }
 
 // integrity returns the sha384 Subresource Integrity value of b.

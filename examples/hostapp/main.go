@@ -128,14 +128,11 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 	// 5. embedkit's chat page for the embed iframe: it exchanges the
 	// ?sessionId= itself and chats with the session token (no API key in
 	// the browser). The APIs it calls are under the prefix.
-	page, err := chatpage.New(st, chatpage.FixedAgent("assistant"),
+	page := chatpage.New(st, chatpage.FixedAgent("assistant"),
 		chatpage.WithPath(Prefix+"/embed/chat"),
 		chatpage.WithChatBaseURL(Prefix),
 		chatpage.WithTitle("Shop analytics"),
 		chatpage.WithLogger(log))
-	if err != nil {
-		return nil, err
-	}
 	for _, rt := range page.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}

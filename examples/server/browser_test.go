@@ -705,10 +705,7 @@ func TestBrowser(t *testing.T) {
 			cdn := fakeCDN(t, dir, tampered)
 			st := memstore.New()
 			defer st.Close()
-			page, err := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithVegaCDN(cdn.URL+"/npm/"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			page := chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithVegaCDN(cdn.URL+"/npm/"))
 			mux := http.NewServeMux()
 			for _, rt := range page.Routes() {
 				mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)

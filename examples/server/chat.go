@@ -24,12 +24,13 @@ func mountChatPage(r *mux.Router, st store.Store, cfg operator.Config, vegaDir s
 		chatpage.WithFrameAncestors("'self'", "http://localhost:*", "http://127.0.0.1:*"),
 	}
 	if vegaDir != "" {
-		opts = append(opts, chatpage.WithVegaDir(vegaDir))
+		vega, err := chatpage.LoadVega(vegaDir)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, chatpage.WithVega(vega))
 	}
-	page, err := chatpage.New(st, configAgent(st, cfg), opts...)
-	if err != nil {
-		return err
-	}
+	page := chatpage.New(st, configAgent(st, cfg), opts...)
 	for _, rt := range page.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
