@@ -96,6 +96,12 @@ type Column struct {
 // SQLOption configures an [SQLTool] at [NewSQLTool]. An invalid value
 // (see each option) panics when its With function is called, so a
 // misconfigured tool fails at start-up with a message naming the option.
+//
+// How to add an option: write a With function that checks its argument
+// first and panics with "analytics: WithX: <what is wrong>, got <value>"
+// when it is invalid, then returns an SQLOption setting a field of
+// SQLTool. Its doc comment states the default and the valid range; add a
+// row to TestInvalidOptionsPanic.
 type SQLOption func(*SQLTool)
 
 // WithRowLimit sets how many rows a result holds at most in its data;
