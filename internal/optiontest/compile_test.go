@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
+	"github.com/embedkit/embedkit/chatstream/chatpage"
+	"github.com/embedkit/embedkit/chatstream/llmagent"
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store/memstore"
@@ -28,6 +31,9 @@ var (
 	l  = slog.Default()
 	_  = time.Second
 	_  = embedsession.NewHandler
+	_  = analytics.NewSQLTool
+	_  = chatpage.New
+	_  = llmagent.New
 )
 
 func main() {}
@@ -42,6 +48,9 @@ var valid = []string{
 	`middleware.Session(st, middleware.WithLogger(l), middleware.WithClock(time.Now), middleware.WithTokenTTL(time.Hour), middleware.WithCookieName("c"), middleware.WithCookiePath("/"), middleware.WithSecureCookie(true), middleware.WithRedirectAfterExchange())`,
 	`middleware.APIKeyOrToken(st, middleware.WithLogger(l), middleware.WithClock(time.Now), middleware.WithKeyCache(time.Second))`,
 	`embedsession.NewHandler(st, embedsession.WithLogger(l), embedsession.WithClock(time.Now))`,
+	`chatpage.New(st, chatpage.FixedAgent("7"), chatpage.WithLogger(l), chatpage.WithTitle("t"))`,
+	`llmagent.New("http://127.0.0.1:1/v1", "m", nil, llmagent.WithLogger(l), llmagent.WithIdleTimeout(time.Second))`,
+	`func() (*analytics.SQLTool, error) { return analytics.NewSQLTool(nil, nil, analytics.WithTimeout(time.Second)) }`,
 }
 
 // wrong are calls that give a constructor an option it does not read: each
@@ -61,6 +70,9 @@ var wrong = []string{
 	`middleware.Session(st, middleware.WithKeyCacheSize(10))`,
 	`middleware.APIKeyOrToken(st, middleware.Optional())`,
 	`middleware.APIKeyOrToken(st, middleware.WithCookiePath("/"))`,
+	`chatpage.New(st, chatpage.FixedAgent("7"), chatstream.WithLogger(l))`,
+	`llmagent.New("http://127.0.0.1:1/v1", "m", nil, chatpage.WithLogger(l))`,
+	`func() (*analytics.SQLTool, error) { return analytics.NewSQLTool(nil, nil, llmagent.WithIdleTimeout(time.Second)) }`,
 }
 
 // TestWrongOptionDoesNotCompile checks with the compiler that options are
