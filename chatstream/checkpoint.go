@@ -48,19 +48,46 @@ func (t *turn) requestCheckpoint() {
 	}
 }
 
-// checkpointLoop stores checkpoints until the turn is done.
+// checkpointLoop stores checkpoints until the turn is done, at the ticks of
+// the registry's clock.
 func (t *turn) checkpointLoop() {
-	tick := time.NewTicker(checkpointInterval)
-	defer tick.Stop()
 	for {
 		select {
 		case <-t.done:
 			return
-		case <-tick.C:
+		case <-t.reg.clock.next():
 		case <-t.ckptReq:
 		}
 		t.checkpoint()
 	}
+}
+
+// checkpointClock ticks every checkpointInterval while turns wait for it.
+// The running turns of a registry share it, so that their checkpoints reach
+// the persister together and are stored in a few large transactions (one
+// commit for many turns) rather than in many small ones spread over the
+// interval. It has no goroutine: a timer closes the channel of the pending
+// tick, and a tick is pending only while some turn waits for it.
+type checkpointClock struct {
+	mu   sync.Mutex
+	tick chan struct{} // closed at the pending tick; nil when none is pending
+}
+
+// next returns a channel closed at the next tick.
+func (c *checkpointClock) next() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tick == nil {
+		ch := make(chan struct{})
+		c.tick = ch
+		time.AfterFunc(checkpointInterval, func() {
+			c.mu.Lock()
+			c.tick = nil
+			c.mu.Unlock()
+			close(ch)
+		})
+	}
+	return c.tick
 }
 
 // checkpoint stores the turn's progress, and a new reservation when few

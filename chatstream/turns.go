@@ -56,6 +56,8 @@ type turnKey struct {
 type registry struct {
 	log     *slog.Logger
 	cluster Cluster // nil: a single process
+	// clock paces the checkpoints of the running turns.
+	clock checkpointClock
 
 	// halt ends when a shutdown has ended this process's turns: streams
 	// following a turn of another replica end then.
@@ -385,6 +387,9 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	t.mu.Lock()
 	t.appendLocked(echo)
 	t.appendLocked(start)
+	// The echo is stored; an answer that is still empty needs no
+	// checkpoint.
+	t.ckptNext = t.seq.next
 	t.mu.Unlock()
 
 	r := t.reg
