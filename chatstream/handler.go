@@ -288,7 +288,7 @@ func ownerGone(ctx context.Context, users interface {
 // running turn rejoined.
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
-	lw := h.newLineWriter(ctx, w)
+	lw := h.newLineWriter(r, w)
 	defer lw.end()
 	if req.ChatID == "" {
 		// A new chat: its id is handed out; the thread is stored with its
@@ -682,7 +682,7 @@ func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *t
 	turnUserRow, turnScope := op.user, op.scope
 
 	// Past the commit nothing can fail with an HTTP status: answer at once.
-	lw := h.newLineWriter(ctx, w)
+	lw := h.newLineWriter(r, w)
 	defer lw.end()
 	lw.send(cutoffMessage(chatID, false))
 

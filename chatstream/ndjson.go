@@ -43,8 +43,11 @@ func encodeLine(m *Message) []byte {
 // lineWriter writes NDJSON lines to a response and flushes them. Writes stop
 // once the request's context ends or a write fails. Each line, and each
 // writeChunk of a long line, must reach the connection within timeout (a
-// client that reads nothing fails the write); the deadline is cleared while
-// the stream waits for more lines.
+// client that reads nothing fails the write). Over HTTP/2 the deadline is
+// cleared while the stream waits for more lines (a deadline that passes
+// resets an HTTP/2 stream even while nothing is written); over HTTP/1.x it
+// stays, since it only bounds writes and arm renews it before the next
+// write.
 // A writer that cannot flush still gets every line, delivered when the
 // response ends.
 type lineWriter struct {
@@ -62,13 +65,17 @@ type lineWriter struct {
 	// armed: a write deadline is set, at armedAt.
 	armed   bool
 	armedAt time.Time
-	err     error
+	// keepArmed: the deadline may stay set while the stream waits
+	// (HTTP/1.x).
+	keepArmed bool
+	err       error
 }
 
-// newLineWriter returns a lineWriter for a stream of h. The caller defers
-// its end.
-func (h *Handler) newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
-	return &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h}
+// newLineWriter returns a lineWriter for the response to r of h. The caller
+// defers its end.
+func (h *Handler) newLineWriter(r *http.Request, w http.ResponseWriter) *lineWriter {
+	return &lineWriter{ctx: r.Context(), w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h,
+		keepArmed: r.ProtoMajor == 1}
 }
 
 // warn logs, once per handler, that the stream's writer cannot flush or
@@ -137,9 +144,11 @@ func (lw *lineWriter) arm() {
 
 // disarm clears the write deadline while the stream waits for lines (an
 // HTTP/2 stream whose deadline passes is reset even when nothing is being
-// written).
+// written). Over HTTP/1.x it keeps it: a deadline that passes while
+// nothing is written has no effect, and arm sets a new one before the next
+// write (one deadline update per timeout/8 instead of two per line).
 func (lw *lineWriter) disarm() {
-	if lw.armed {
+	if lw.armed && !lw.keepArmed {
 		lw.armed = false
 		_ = lw.rc.SetWriteDeadline(time.Time{})
 	}
