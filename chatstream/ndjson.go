@@ -8,36 +8,68 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 )
 
 // ContentType is the media type of the chat stream.
 const ContentType = "application/x-ndjson"
 
+// jsonEncoder is a reusable JSON encoder without HTML escaping (tool inputs
+// hold SQL with < and >) writing to its own buffer.
+type jsonEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// jsonEncoders holds jsonEncoders between uses: encoding a line then costs
+// one allocation of its exact size, not a new encoder and a buffer grown
+// twice.
+var jsonEncoders = sync.Pool{New: func() any {
+	e := new(jsonEncoder)
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// maxPooledBuffer is the largest buffer kept for reuse.
+const maxPooledBuffer = 64 << 10
+
+// encodeJSON encodes v with a trailing newline into a new slice of its
+// exact size.
+func encodeJSON(v any) ([]byte, error) {
+	e := jsonEncoders.Get().(*jsonEncoder)
+	e.buf.Reset()
+	err := e.enc.Encode(v)
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(e.buf.Bytes())
+	}
+	if e.buf.Cap() <= maxPooledBuffer {
+		jsonEncoders.Put(e)
+	}
+	return out, err
+}
+
 // marshalNoEscape encodes v as JSON without HTML escaping (tool inputs hold
 // SQL with < and >), without a trailing newline.
 func marshalNoEscape(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := encodeJSON(v)
+	if err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return b[:len(b)-1], nil
 }
 
 // encodeLine encodes m as one NDJSON line, newline included. A Message
 // always encodes (its fields are plain strings, numbers and booleans).
 func encodeLine(m *Message) []byte {
-	var b bytes.Buffer
-	b.Grow(128 + len(m.Content))
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
+	b, err := encodeJSON(m)
+	if err != nil {
 		// Unreachable for Message; keep the stream valid regardless.
 		return []byte(`{"id":"__error__","role":"assistant","content":"","isDelta":false,"isInProcess":false,"sort":0}` + "\n")
 	}
-	return b.Bytes()
+	return b
 }
 
 // lineWriter writes NDJSON lines to a response and flushes them. Writes stop
