@@ -71,8 +71,8 @@ type sequence struct {
 
 	// history is the thread's history in final form, this turn's completed
 	// messages included; done are this turn's completed messages (the user
-	// echo is stored when the turn starts), of which the first stored are
-	// stored already, by a checkpoint.
+	// echo is stored when the turn starts), and done[:stored] are those a
+	// checkpoint has stored already.
 	history []Message
 	done    []Message
 	stored  int
@@ -163,7 +163,7 @@ func (s *sequence) toolEnd(id, result string) (Message, error) {
 // its answer so far in final form (not in process), with sort at (the
 // reserved high-water mark, above every line streamed). An open tool call
 // is left out. Once they are stored, the caller reports it with
-// stored(done), done being the count returned.
+// markStored(done), done being the count returned.
 func (s *sequence) checkpoint(at int64) (msgs []Message, done int) {
 	partial := Message{ID: s.assistantID, Role: RoleAssistant, Content: s.content.String(), GraphPath: finalPath,
 		IsStructuredResponse: ptr(false), Sort: at}
