@@ -1,13 +1,17 @@
 package chatstream_test
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
 )
 
 // TestSortsStayBelowTheStoredMark streams many more lines than one
@@ -60,6 +64,100 @@ func TestSortsStayBelowTheStoredMark(t *testing.T) {
 				t.Fatalf("no checkpoint with the whole answer so far: %d messages", len(msgs))
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+// appendRecorder counts, per message id, the AppendMessages calls that
+// store it, in and outside transactions.
+type appendRecorder struct {
+	store.Store
+	mu     sync.Mutex
+	writes map[string]int
+}
+
+func (s *appendRecorder) record(msgs []store.ThreadMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		s.writes[m.ID]++
+	}
+}
+
+func (s *appendRecorder) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes[id]
+}
+
+func (s *appendRecorder) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	s.record(msgs)
+	return s.Store.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+func (s *appendRecorder) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(recordingTx{tx, s}) })
+}
+
+type recordingTx struct {
+	store.Tx
+	s *appendRecorder
+}
+
+func (t recordingTx) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	t.s.record(msgs)
+	return t.Tx.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+// TestCheckpointsStoreCompletedMessagesOnce runs a turn with a tool call
+// and then pauses over several checkpoint ticks: the completed tool call is
+// stored once (by the first checkpoint; later checkpoints and the final
+// write leave it out), the answer so far at every checkpoint, and the
+// thread ends with the echo, the tool call and the final answer in order.
+func TestCheckpointsStoreCompletedMessagesOnce(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		rec := &appendRecorder{writes: map[string]int{}}
+		e := newEnv(t, tg, envOpts{
+			agent: scripts{"slow tool": {Events: []chatstreamtest.Event{
+				chatstreamtest.Tool("lookup", map[string]any{"q": 1}, map[string]any{"rows": 3}),
+				chatstreamtest.Content("one "), chatstreamtest.Pause(700 * time.Millisecond),
+				chatstreamtest.Content("two "), chatstreamtest.Pause(700 * time.Millisecond),
+				chatstreamtest.Content("three"), chatstreamtest.Pause(700 * time.Millisecond),
+			}}},
+			store: func(t testing.TB, backend string) store.Store {
+				rec.Store = testdb.Open(t, backend)
+				return rec
+			},
+		})
+		msgs := collect(t, e.client, chatstream.Request{Input: "slow tool", ChatID: "slow-tool", SessionSettings: ext("ck")})
+		var toolID, answerID string
+		for _, m := range msgs {
+			switch {
+			case m.ToolCall != nil:
+				toolID = m.ID
+			case m.Role == chatstream.RoleAssistant && m.IsDelta:
+				answerID = m.ID
+			}
+		}
+		if toolID == "" || answerID == "" {
+			t.Fatalf("no tool call or answer in %s", jsonOf(t, msgs))
+		}
+		if n := rec.count(toolID); n != 1 {
+			t.Errorf("the tool call was stored %d times, want 1", n)
+		}
+		// At least two checkpoints (after "one" and "two") and the final
+		// answer.
+		if n := rec.count(answerID); n < 3 {
+			t.Errorf("the answer was stored %d times, want checkpoints and the final write", n)
+		}
+		stored, err := e.Store.Messages(t.Context(), e.Accounts[acct].ID, "slow-tool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stored) != 3 || stored[1].ID != toolID || stored[2].ID != answerID ||
+			!strings.Contains(string(stored[2].Body), `"content":"one two three"`) ||
+			!strings.Contains(string(stored[2].Body), `"isInProcess":false`) {
+			t.Fatalf("stored history %s", jsonOf(t, stored))
 		}
 	})
 }

@@ -288,7 +288,7 @@ func ownerGone(ctx context.Context, users interface {
 // running turn rejoined.
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
-	lw := h.newLineWriter(ctx, w)
+	lw := h.newLineWriter(r, w)
 	defer lw.end()
 	if req.ChatID == "" {
 		// A new chat: its id is handed out; the thread is stored with its
@@ -538,19 +538,11 @@ func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, chat
 	if !errors.Is(err, store.ErrNotFound) {
 		return 0, false, err
 	}
-	if th, err := h.st.Thread(ctx, c.acct.ID, chatID); err == nil {
-		gone, err := ownerGone(ctx, h.st, th, now)
-		if err != nil {
+	// A chat id the request did not send was just made: no thread has it.
+	if req.ChatID != "" {
+		if err := h.checkNewOwner(ctx, c, chatID, now); err != nil {
 			return 0, false, err
 		}
-		if !gone {
-			if th.AgentID != c.agent.ID {
-				return 0, false, errChatGone
-			}
-			return 0, false, errNotOwner
-		}
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return 0, false, err
 	}
 	err = h.st.InTx(ctx, func(tx store.Tx) error {
 		p := ss.provision(now, h.cfg.ephemeralTTL)
@@ -560,6 +552,30 @@ func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, chat
 		return err
 	})
 	return id, err == nil, err
+}
+
+// checkNewOwner refuses a turn of a user who does not exist yet in chat
+// chatID when the chat exists and its owner is visible: the chat cannot be
+// this user's.
+func (h *Handler) checkNewOwner(ctx context.Context, c caller, chatID string, now time.Time) error {
+	th, err := h.st.Thread(ctx, c.acct.ID, chatID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	gone, err := ownerGone(ctx, h.st, th, now)
+	switch {
+	case err != nil:
+		return err
+	case gone:
+		return nil
+	case th.AgentID != c.agent.ID:
+		return errChatGone
+	default:
+		return errNotOwner
+	}
 }
 
 // openedTurn is what openTurn committed and the turn needs.
@@ -601,7 +617,12 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 		if user.ID != owner {
 			return errOwnerChanged
 		}
-		th, err := tx.Thread(ctx, c.acct.ID, chatID)
+		// A chat id the request did not send is new (a random UUID): no
+		// need to look for its thread.
+		th, err := store.Thread{}, error(store.ErrNotFound)
+		if req.ChatID != "" {
+			th, err = tx.Thread(ctx, c.acct.ID, chatID)
+		}
 		if err == nil && th.UserID != user.ID {
 			// The thread of an expired ephemeral user is as invisible as
 			// its owner: the id is free. Do the reaper's work now.
@@ -682,7 +703,7 @@ func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *t
 	turnUserRow, turnScope := op.user, op.scope
 
 	// Past the commit nothing can fail with an HTTP status: answer at once.
-	lw := h.newLineWriter(ctx, w)
+	lw := h.newLineWriter(r, w)
 	defer lw.end()
 	lw.send(cutoffMessage(chatID, false))
 

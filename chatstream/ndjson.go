@@ -8,43 +8,78 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 )
 
 // ContentType is the media type of the chat stream.
 const ContentType = "application/x-ndjson"
 
+// jsonEncoder is a reusable JSON encoder without HTML escaping (tool inputs
+// hold SQL with < and >) writing to its own buffer.
+type jsonEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// jsonEncoders holds jsonEncoders between uses: encoding a line then costs
+// one allocation of its exact size, not a new encoder and a buffer grown
+// twice.
+var jsonEncoders = sync.Pool{New: func() any {
+	e := new(jsonEncoder)
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// maxPooledBuffer is the largest buffer kept for reuse.
+const maxPooledBuffer = 64 << 10
+
+// encodeJSON encodes v with a trailing newline into a new slice of its
+// exact size.
+func encodeJSON(v any) ([]byte, error) {
+	e := jsonEncoders.Get().(*jsonEncoder)
+	e.buf.Reset()
+	err := e.enc.Encode(v)
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(e.buf.Bytes())
+	}
+	if e.buf.Cap() <= maxPooledBuffer {
+		jsonEncoders.Put(e)
+	}
+	return out, err
+}
+
 // marshalNoEscape encodes v as JSON without HTML escaping (tool inputs hold
 // SQL with < and >), without a trailing newline.
 func marshalNoEscape(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := encodeJSON(v)
+	if err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return b[:len(b)-1], nil
 }
 
 // encodeLine encodes m as one NDJSON line, newline included. A Message
 // always encodes (its fields are plain strings, numbers and booleans).
 func encodeLine(m *Message) []byte {
-	var b bytes.Buffer
-	b.Grow(128 + len(m.Content))
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
+	b, err := encodeJSON(m)
+	if err != nil {
 		// Unreachable for Message; keep the stream valid regardless.
 		return []byte(`{"id":"__error__","role":"assistant","content":"","isDelta":false,"isInProcess":false,"sort":0}` + "\n")
 	}
-	return b.Bytes()
+	return b
 }
 
 // lineWriter writes NDJSON lines to a response and flushes them. Writes stop
 // once the request's context ends or a write fails. Each line, and each
 // writeChunk of a long line, must reach the connection within timeout (a
-// client that reads nothing fails the write); the deadline is cleared while
-// the stream waits for more lines.
+// client that reads nothing fails the write). Over HTTP/2 the deadline is
+// cleared while the stream waits for more lines (a deadline that passes
+// resets an HTTP/2 stream even while nothing is written); over HTTP/1.x it
+// stays, since it only bounds writes and arm renews it before the next
+// write.
 // A writer that cannot flush still gets every line, delivered when the
 // response ends.
 type lineWriter struct {
@@ -62,13 +97,17 @@ type lineWriter struct {
 	// armed: a write deadline is set, at armedAt.
 	armed   bool
 	armedAt time.Time
-	err     error
+	// keepArmed: the deadline may stay set while the stream waits
+	// (HTTP/1.x).
+	keepArmed bool
+	err       error
 }
 
-// newLineWriter returns a lineWriter for a stream of h. The caller defers
-// its end.
-func (h *Handler) newLineWriter(ctx context.Context, w http.ResponseWriter) *lineWriter {
-	return &lineWriter{ctx: ctx, w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h}
+// newLineWriter returns a lineWriter for the response to r of h. The caller
+// defers its end.
+func (h *Handler) newLineWriter(r *http.Request, w http.ResponseWriter) *lineWriter {
+	return &lineWriter{ctx: r.Context(), w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h,
+		keepArmed: r.ProtoMajor == 1}
 }
 
 // warn logs, once per handler, that the stream's writer cannot flush or
@@ -137,9 +176,11 @@ func (lw *lineWriter) arm() {
 
 // disarm clears the write deadline while the stream waits for lines (an
 // HTTP/2 stream whose deadline passes is reset even when nothing is being
-// written).
+// written). Over HTTP/1.x it keeps it: a deadline that passes while
+// nothing is written has no effect, and arm sets a new one before the next
+// write (one deadline update per timeout/8 instead of two per line).
 func (lw *lineWriter) disarm() {
-	if lw.armed {
+	if lw.armed && !lw.keepArmed {
 		lw.armed = false
 		_ = lw.rc.SetWriteDeadline(time.Time{})
 	}

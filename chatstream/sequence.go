@@ -70,10 +70,12 @@ type sequence struct {
 	tool *Message // the open tool call's initiated message
 
 	// history is the thread's history in final form, this turn's completed
-	// messages included; done are this turn's completed messages not yet
-	// stored (the user echo is stored when the turn starts).
+	// messages included; done are this turn's completed messages (the user
+	// echo is stored when the turn starts), and done[:stored] are those a
+	// checkpoint has stored already.
 	history []Message
 	done    []Message
+	stored  int
 }
 
 func newSequence(chatID string, dev bool, lastSort int64, history []Message) *sequence {
@@ -156,25 +158,32 @@ func (s *sequence) toolEnd(id, result string) (Message, error) {
 	return m, nil
 }
 
-// checkpoint returns what a crash must not lose of the running turn: its
-// completed messages and its answer so far in final form (not in process),
-// with sort at (the reserved high-water mark, above every line streamed).
-// An open tool call is left out.
-func (s *sequence) checkpoint(at int64) []Message {
+// checkpoint returns what a crash must not lose of the running turn and
+// no earlier checkpoint stored: its completed messages not stored yet and
+// its answer so far in final form (not in process), with sort at (the
+// reserved high-water mark, above every line streamed). An open tool call
+// is left out. Once they are stored, the caller reports it with
+// markStored(done), done being the count returned.
+func (s *sequence) checkpoint(at int64) (msgs []Message, done int) {
 	partial := Message{ID: s.assistantID, Role: RoleAssistant, Content: s.content.String(), GraphPath: finalPath,
 		IsStructuredResponse: ptr(false), Sort: at}
 	if s.dev {
 		partial.Thinking = ptr(s.thinking.String())
 	}
-	out := make([]Message, 0, len(s.done)+1)
-	return append(append(out, s.done...), partial)
+	out := make([]Message, 0, len(s.done)-s.stored+1)
+	return append(append(out, s.done[s.stored:]...), partial), len(s.done)
 }
+
+// markStored records that the first done completed messages are stored: a
+// completed message never changes, so later writes leave it out.
+func (s *sequence) markStored(done int) { s.stored = max(s.stored, done) }
 
 // finish ends the turn: it completes an open tool call, writes the final
 // assistant message and the __state__ message. It returns the lines to
 // stream, the messages to store and the thread's new last sort. The
 // __state__ line's sort is at least floor (the thread's reserved sorts),
-// so that the next turn starts above every sort reserved for this one.
+// so that the next turn starts above every sort reserved for this one. The
+// messages to store leave out the completed ones a checkpoint stored.
 func (s *sequence) finish(o outcome, floor int64) (lines []Message, store []Message, lastSort int64) {
 	if s.tool != nil {
 		msg := "the tool call was not completed"
@@ -211,7 +220,7 @@ func (s *sequence) finish(o outcome, floor int64) (lines []Message, store []Mess
 	}
 	state := Message{ID: StateID, Role: RoleAssistant, Sort: max(s.sort(), floor), State: st}
 	lines = append(lines, state)
-	return lines, s.done, state.Sort
+	return lines, s.done[s.stored:], state.Sort
 }
 
 // sortedHistory orders history by sort; entries are in final form. Outside

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +57,8 @@ type turnKey struct {
 type registry struct {
 	log     *slog.Logger
 	cluster Cluster // nil: a single process
+	// clock paces the checkpoints of the running turns.
+	clock checkpointClock
 
 	// halt ends when a shutdown has ended this process's turns: streams
 	// following a turn of another replica end then.
@@ -339,13 +342,13 @@ type turn struct {
 	ckptReq   chan struct{} // asks the checkpointer for an early checkpoint
 	ckptMu    sync.Mutex    // held while a checkpoint or the final messages are stored
 	lines     []Line
-	size      int           // bytes in lines
-	maxSize   int           // cap on size for agent events
-	tooLong   bool          // the agent hit maxSize
-	closed    bool          // the log is complete
-	notify    chan struct{} // closed and cleared on append; nil when nobody waits
-	finishing bool          // no more agent events
-	done      chan struct{} // closed once finished: stored and log closed
+	size      int             // bytes in lines
+	maxSize   int             // cap on size for agent events
+	tooLong   bool            // the agent hit maxSize
+	closed    bool            // the log is complete
+	waiters   []chan struct{} // one per follower (capacity 1): signaled on append
+	finishing bool            // no more agent events
+	done      chan struct{}   // closed once finished: stored and log closed
 }
 
 // appendLocked encodes m into the log, publishes it to the cluster (which
@@ -367,9 +370,11 @@ func encodeMessage(m *Message) Line {
 func (t *turn) addLocked(l Line) {
 	t.size += len(l.Data)
 	t.lines = append(t.lines, l)
-	if t.notify != nil {
-		close(t.notify)
-		t.notify = nil
+	for _, w := range t.waiters {
+		select {
+		case w <- struct{}{}:
+		default: // already signaled
+		}
 	}
 }
 
@@ -385,6 +390,9 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	t.mu.Lock()
 	t.appendLocked(echo)
 	t.appendLocked(start)
+	// The echo is stored; an answer that is still empty needs no
+	// checkpoint.
+	t.ckptNext = t.seq.next
 	t.mu.Unlock()
 
 	r := t.reg
@@ -542,18 +550,21 @@ func (t *turn) finish(o outcome) {
 // complete or the client goes away. It reports whether the whole log was
 // written.
 func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
+	// One wake-up channel for the whole stream, not one per line.
+	wake := make(chan struct{}, 1)
+	t.mu.Lock()
+	t.waiters = append(t.waiters, wake)
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.waiters = slices.DeleteFunc(t.waiters, func(w chan struct{}) bool { return w == wake })
+		t.mu.Unlock()
+	}()
 	pos := 0
 	for {
 		t.mu.Lock()
 		batch := t.lines[pos:len(t.lines):len(t.lines)]
 		closed := t.closed
-		var wait chan struct{}
-		if len(batch) == 0 && !closed {
-			if t.notify == nil {
-				t.notify = make(chan struct{})
-			}
-			wait = t.notify
-		}
 		t.mu.Unlock()
 
 		if len(batch) > 0 {
@@ -572,7 +583,7 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 			return true
 		}
 		select {
-		case <-wait:
+		case <-wake:
 		case <-ctx.Done():
 			return false
 		}

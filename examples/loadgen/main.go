@@ -15,6 +15,10 @@
 //
 //	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s -country Germany
 //
+// With -pid, the report adds the CPU time (user + system) that process, the
+// server on the same machine, used during the measured run, in total and
+// per turn or request (Linux: read from /proc/<pid>/stat).
+//
 // The session mode first sends one creator-mode request that defines the
 // attributes and groups it uses in the embed tenant "loadgen-tenant", so it
 // works against any account with the useCreatorMode flag.
@@ -33,6 +37,8 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +60,7 @@ func main() {
 	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
 	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
 	flag.StringVar(&cfg.country, "country", "", `chat: the users' "country" attribute (the demo agent shows no rows to external users without one)`)
+	flag.IntVar(&cfg.pid, "pid", 0, "report the CPU time of this process (the server, on this machine) per turn or request (Linux)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -79,6 +86,7 @@ type config struct {
 	country                                  string
 	deployment                               int64
 	concurrency, users                       int
+	pid                                      int
 	duration, ramp, warmup                   time.Duration
 	rate                                     float64
 }
@@ -89,6 +97,72 @@ func newHTTPClient(conns int) *http.Client {
 	tr.MaxIdleConnsPerHost = conns * 2
 	tr.MaxConnsPerHost = 0
 	return &http.Client{Transport: tr, Timeout: time.Minute}
+}
+
+// clockTicks is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,
+// 100 on Linux).
+const clockTicks = 100
+
+// processCPU returns the CPU time (user + system) process pid has used so
+// far, from /proc/<pid>/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: fields are counted from
+	// its closing parenthesis. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// cpuMeter measures the CPU time of the -pid process over a run; its zero
+// value (no -pid) measures nothing.
+type cpuMeter struct {
+	pid   int
+	start time.Duration
+	err   error
+}
+
+func startCPU(pid int) *cpuMeter {
+	m := &cpuMeter{pid: pid}
+	if pid != 0 {
+		m.start, m.err = processCPU(pid)
+	}
+	return m
+}
+
+// report prints the CPU time used since startCPU, in total and per unit.
+func (m *cpuMeter) report(n int, unit string) {
+	if m.pid == 0 {
+		return
+	}
+	end, err := processCPU(m.pid)
+	if err = errors.Join(m.err, err); err != nil {
+		fmt.Printf("  server CPU: %v\n", err)
+		return
+	}
+	used := end - m.start
+	per := "-"
+	if n > 0 {
+		per = fmt.Sprintf("%.3f ms", float64(used)/float64(n)/float64(time.Millisecond))
+	}
+	fmt.Printf("  server CPU (pid %d) %s, %s per %s\n", m.pid, used.Round(10*time.Millisecond), per, unit)
 }
 
 // latencies collects samples from many goroutines.
@@ -176,6 +250,15 @@ func runSession(ctx context.Context, cfg config) error {
 	statuses := sync.Map{}
 	// Requests that start before measuring does are sent but not counted.
 	start := time.Now().Add(cfg.warmup)
+	// The server's CPU is measured from the end of the warm-up.
+	cpuc := make(chan *cpuMeter, 1)
+	go func() {
+		select {
+		case <-time.After(cfg.warmup):
+		case <-ctx.Done():
+		}
+		cpuc <- startCPU(cfg.pid)
+	}()
 	var wg sync.WaitGroup
 	for range cfg.concurrency {
 		wg.Go(func() {
@@ -219,6 +302,7 @@ func runSession(ctx context.Context, cfg config) error {
 		fmt.Printf("  status %d: %d\n", k, v.(*atomic.Int64).Load())
 		return true
 	})
+	(<-cpuc).report(n, "request")
 	return nil
 }
 
@@ -271,6 +355,7 @@ func runChat(ctx context.Context, cfg config) error {
 	var st chatStats
 	var next atomic.Int64
 	start := time.Now()
+	cpu := startCPU(cfg.pid)
 	var wg sync.WaitGroup
 	// Closed loop: c streams, each asking again when its turn ends.
 	for i := range cfg.concurrency {
@@ -316,6 +401,7 @@ func runChat(ctx context.Context, cfg config) error {
 		fmt.Printf("  arrivals (%d): time to first line p50 %s  p99 %s  max %s\n", st.arrivals.count(),
 			st.arrivals.percentile(0.5), st.arrivals.percentile(0.99), st.arrivals.percentile(1))
 	}
+	cpu.report(st.turn.count(), "turn")
 	return nil
 }
 
