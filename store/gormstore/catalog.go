@@ -179,6 +179,12 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 const (
 	groupsByNameSQL     = "SELECT " + groupCols + " FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
 	attributesByNameSQL = "SELECT " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	// catalogByNameSQL is both in one statement (attributes' arguments,
+	// then the groups'), read into catalogRows: a group is a row of kind 1
+	// with empty attribute columns.
+	catalogByNameSQL = "SELECT 0 AS kind, " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?" +
+		" UNION ALL SELECT 1, id, account_id, embed_tenant_id, name, '', '', '', COALESCE(description, ''), created_at, updated_at" +
+		" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
 )
 
 func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) ([]store.Group, error) {
