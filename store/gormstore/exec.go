@@ -101,10 +101,47 @@ func bind(query string, pg bool, args []any) (string, []any) {
 	if !lists {
 		return query, args
 	}
-	var b strings.Builder
-	b.Grow(len(query) + 32)
 	out := make([]any, len(args))
 	copy(out, args)
+	key := listKey{query: query, pg: pg}
+	for i, a := range args {
+		switch v := a.(type) {
+		case []int64:
+			key.ints |= 1 << i
+			out[i] = listArg{v, pg}
+		case []string:
+			key.strs |= 1 << i
+			out[i] = listArg{v, pg}
+		}
+	}
+	if len(args) > 64 {
+		return rewriteLists(query, pg, args), out
+	}
+	if c, ok := listStmts.Load(key); ok {
+		return c.(string), out
+	}
+	c := rewriteLists(query, pg, args)
+	listStmts.Store(key, c)
+	return c, out
+}
+
+// listKey identifies the text bind makes of a statement with list
+// parameters: the statement, the dialect and which arguments are lists of
+// which kind (bit i set for argument i).
+type listKey struct {
+	query      string
+	pg         bool
+	ints, strs uint64
+}
+
+// listStmts caches bind's rewriting of statements with list parameters.
+var listStmts sync.Map // listKey -> string
+
+// rewriteLists replaces the placeholder of each list argument of query
+// (see bind).
+func rewriteLists(query string, pg bool, args []any) string {
+	var b strings.Builder
+	b.Grow(len(query) + 32)
 	n := 0
 	for j := 0; j < len(query); j++ {
 		ch := query[j]
@@ -116,27 +153,25 @@ func bind(query string, pg bool, args []any) (string, []any) {
 		if n < len(args) {
 			a = args[n]
 		}
-		switch v := a.(type) {
+		switch a.(type) {
 		case []int64:
 			if pg {
 				b.WriteString("(SELECT unnest(?::bigint[]))")
 			} else {
 				b.WriteString("(SELECT value FROM json_each(?))")
 			}
-			out[n] = listArg{v, pg}
 		case []string:
 			if pg {
 				b.WriteString("(SELECT unnest(?::text[]))")
 			} else {
 				b.WriteString("(SELECT value FROM json_each(?))")
 			}
-			out[n] = listArg{v, pg}
 		default:
 			b.WriteByte('?')
 		}
 		n++
 	}
-	return b.String(), out
+	return b.String()
 }
 
 // compacted maps each statement's text to its text with every run of
