@@ -28,6 +28,7 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	s := l.Scope
 	switch {
 	case t.pipe == nil && len(l.AttrNames) > 0 && len(l.GroupNames) > 0:
+		both = make(catalogRows, 0, len(l.AttrNames)+len(l.GroupNames))
 		qs = append(qs, query{&both, catalogByNameSQL,
 			[]any{s.AccountID, s.EmbedTenantID, l.AttrNames, s.AccountID, s.EmbedTenantID, l.GroupNames}})
 	default:

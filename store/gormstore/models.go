@@ -318,10 +318,8 @@ func (r *catalogRows) add() []any {
 
 // split returns the attributes and the groups of r.
 func (r catalogRows) split() (attributeRows, groupRows) {
-	var (
-		attrs attributeRows
-		grps  groupRows
-	)
+	attrs := make(attributeRows, 0, len(r))
+	var grps groupRows
 	for _, c := range r {
 		if c.Kind == 0 {
 			attrs = append(attrs, c.attributeRow)
