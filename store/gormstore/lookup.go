@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"slices"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -27,6 +28,12 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	}
 	s := l.Scope
 	switch {
+	case !t.pg() && len(l.AttrNames) > 0 && len(l.GroupNames) > 0:
+		// Joined, each name once (IN would ignore a repeated one).
+		attrNames, groupNames := distinct(l.AttrNames), distinct(l.GroupNames)
+		both = make(catalogRows, 0, len(attrNames)+len(groupNames))
+		qs = append(qs, query{&both, catalogByNameLite,
+			[]any{liteList(attrNames), s.AccountID, s.EmbedTenantID, liteList(groupNames), s.AccountID, s.EmbedTenantID}})
 	case t.pipe == nil && len(l.AttrNames) > 0 && len(l.GroupNames) > 0:
 		both = make(catalogRows, 0, len(l.AttrNames)+len(l.GroupNames))
 		qs = append(qs, query{&both, catalogByNameSQL,
@@ -65,4 +72,21 @@ func (s *Store) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult,
 		return read(ctx, s, func(t *txn) (store.LookupResult, error) { return t.Lookup(ctx, l) })
 	}
 	return write(ctx, s, func(t *txn) (store.LookupResult, error) { return t.Lookup(ctx, l) })
+}
+
+// distinct returns names without repeats, in their first order (names
+// itself when it has none).
+func distinct(names []string) []string {
+	for i := 1; i < len(names); i++ {
+		if slices.Contains(names[:i], names[i]) {
+			out := slices.Clone(names[:i])
+			for _, n := range names[i+1:] {
+				if !slices.Contains(out, n) {
+					out = append(out, n)
+				}
+			}
+			return out
+		}
+	}
+	return names
 }
