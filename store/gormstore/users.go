@@ -330,9 +330,23 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		for _, v := range chunk {
 			args = append(args, userID, v.AttributeID, string(v.Value))
 		}
-		// Unchanged values are filtered out before the upsert: ON CONFLICT
-		// DO UPDATE locks (writes) the conflicting row even when its WHERE
-		// leaves it as it is, and most requests repeat a user's values.
+		if !t.pg() {
+			// SQLite writes nothing when the WHERE of DO UPDATE leaves a
+			// row as it is. Without the filter below, the statement reads
+			// no table it writes, so SQLite needs no temporary b-tree for
+			// it (see liteList for what one costs).
+			if err := t.run(ctx, op, `INSERT INTO attribute_values (user_id, attribute_id, value)
+				VALUES `+placeholders(len(chunk), 3)+`
+				ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
+				WHERE attribute_values.value <> excluded.value`, args...); err != nil {
+				return err
+			}
+			continue
+		}
+		// PostgreSQL: unchanged values are filtered out before the upsert:
+		// ON CONFLICT DO UPDATE locks (writes) the conflicting row even when
+		// its WHERE leaves it as it is, and most requests repeat a user's
+		// values.
 		rows := "(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TEXT))"
 		if len(chunk) > 1 {
 			rows += ", " + placeholders(len(chunk)-1, 3)
