@@ -70,14 +70,14 @@
 //     connection to a random waiter, which doubled the p99 latency of
 //     generate-session under load).
 //
-// On SQLite, the statements of a generate-session make SQLite build no
-// temporary b-tree (each one mallocs and frees a page cache, which under
-// load cost more in page faults than the statement): a list parameter
-// drives a json_each(?) CROSS JOIN instead of an IN subquery, and attribute
-// values are upserted from plain VALUES (docs/storage.md).
-//
 // The other exception is chatstream/pgcluster's LISTEN connection, which
 // is not part of the store.
+//
+// On SQLite, a generate-session's lists and attribute upsert make SQLite
+// build no temporary b-tree (each one mallocs and frees a page cache, which
+// under load cost more in page faults than the statement): a list
+// parameter drives a json_each(?) CROSS JOIN instead of an IN subquery, and
+// attribute values are upserted from plain VALUES (docs/storage.md).
 //
 // # Transactions
 //
