@@ -362,9 +362,10 @@ func valueKind(v json.RawMessage) (store.AttributeType, error) {
 	}
 	switch s[0] {
 	case '"':
-		var x string
-		if err := json.Unmarshal(v, &x); err != nil {
-			return "", err
+		// Valid JSON starting with a quote is a string: json.Valid checks
+		// what decoding it would, without decoding.
+		if !json.Valid(v) {
+			return "", errBadValue
 		}
 		return store.TypeString, nil
 	case '[':
@@ -393,9 +394,13 @@ func valueKind(v json.RawMessage) (store.AttributeType, error) {
 	case '{', 't', 'f':
 		return "", errBadValue
 	default:
-		var f float64
-		if err := json.Unmarshal(v, &f); err != nil {
-			return "", err
+		// A JSON number that fits a float64 (what decoding into a float64
+		// accepts).
+		if !json.Valid(v) {
+			return "", errBadValue
+		}
+		if _, err := strconv.ParseFloat(s, 64); err != nil {
+			return "", errBadValue
 		}
 		return store.TypeNumber, nil
 	}
@@ -408,6 +413,11 @@ var errBadValue = errors.New("bad attribute value")
 // the value itself, "[7]" for an item) and what it must be; limit is ""
 // when the value is within the limits.
 func valueOverLimit(v json.RawMessage) (field, limit string) {
+	if len(v) <= MaxStringValue+2 {
+		// Decoding never lengthens a string, and more than MaxArrayItems
+		// items take more bytes than this: nothing can be over a limit.
+		return "", ""
+	}
 	s := strings.TrimSpace(string(v))
 	if s == "" {
 		return "", ""

@@ -179,6 +179,21 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 const (
 	groupsByNameSQL     = "SELECT " + groupCols + " FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
 	attributesByNameSQL = "SELECT " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	// catalogByNameSQL is both in one statement (attributes' arguments,
+	// then the groups'), read into catalogRows: a group is a row of kind 1
+	// with empty attribute columns.
+	catalogByNameSQL = "SELECT 0 AS kind, " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?" +
+		" UNION ALL SELECT 1, id, account_id, embed_tenant_id, name, '', '', '', COALESCE(description, ''), created_at, updated_at" +
+		" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	// catalogByNameLite is catalogByNameSQL for SQLite, with each list (a
+	// JSON array, listArg) joined instead of read by IN: see liteList.
+	// Arguments: the attribute names, account, embed tenant, the group
+	// names, account, embed tenant.
+	catalogByNameLite = "SELECT 0 AS kind, a.id, a.account_id, a.embed_tenant_id, a.name, a.type, COALESCE(a.display_name, ''), " +
+		"COALESCE(a.default_value, ''), COALESCE(a.description, ''), a.created_at, a.updated_at" +
+		" FROM json_each(?) AS j CROSS JOIN catalog_attributes a WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = j.value" +
+		" UNION ALL SELECT 1, g.id, g.account_id, g.embed_tenant_id, g.name, '', '', '', COALESCE(g.description, ''), g.created_at, g.updated_at" +
+		" FROM json_each(?) AS j CROSS JOIN catalog_groups g WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = j.value"
 )
 
 func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) ([]store.Group, error) {

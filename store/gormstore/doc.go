@@ -33,8 +33,11 @@
 // # How statements run
 //
 // Statements are hand-written SQL (upserts with ON CONFLICT, RETURNING,
-// row locks where the contract needs them) run with GORM's Exec and
-// Raw(...).Rows(); rows are scanned without reflection. Reads outside a
+// row locks where the contract needs them) run through the callback
+// chains of GORM's Exec and Raw(...).Rows() (the Raw and Row processors),
+// with the statement's SQL and Vars filled as Exec and Raw fill them but
+// without GORM's byte-by-byte builder; rows are scanned without
+// reflection. Reads outside a
 // transaction may be served by a dbresolver replica, except those that must
 // see the latest write: API keys, tokens, users, thread state, which ask
 // for the primary (dbresolver.Write). Writes and everything inside
@@ -69,6 +72,12 @@
 //
 // The other exception is chatstream/pgcluster's LISTEN connection, which
 // is not part of the store.
+//
+// On SQLite, a generate-session's lists and attribute upsert make SQLite
+// build no temporary b-tree (each one mallocs and frees a page cache, which
+// under load cost more in page faults than the statement): a list
+// parameter drives a json_each(?) CROSS JOIN instead of an IN subquery, and
+// attribute values are upserted from plain VALUES (docs/storage.md).
 //
 // # Transactions
 //

@@ -300,6 +300,37 @@ func (r *attributeRows) add() []any {
 	return (&(*r)[len(*r)-1]).dest()
 }
 
+// catalogRow is a row of catalogByNameSQL: an attribute (Kind 0) or a
+// group (Kind 1, in the columns a group has).
+type catalogRow struct {
+	Kind int64
+	attributeRow
+}
+
+type catalogRows []catalogRow
+
+func (r *catalogRows) add() []any {
+	*r = append(*r, catalogRow{})
+	row := &(*r)[len(*r)-1]
+	return []any{&row.Kind, &row.ID, &row.AccountID, &row.EmbedTenantID, &row.Name, &row.Type,
+		&row.DisplayName, &row.DefaultValue, &row.Description, &row.CreatedAt, &row.UpdatedAt}
+}
+
+// split returns the attributes and the groups of r.
+func (r catalogRows) split() (attributeRows, groupRows) {
+	attrs := make(attributeRows, 0, len(r))
+	var grps groupRows
+	for _, c := range r {
+		if c.Kind == 0 {
+			attrs = append(attrs, c.attributeRow)
+			continue
+		}
+		grps = append(grps, groupRow{ID: c.ID, AccountID: c.AccountID, EmbedTenantID: c.EmbedTenantID,
+			Name: c.Name, Description: c.Description, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt})
+	}
+	return attrs, grps
+}
+
 func (r *messageRows) add() []any {
 	*r = append(*r, messageRow{})
 	return (&(*r)[len(*r)-1]).dest()

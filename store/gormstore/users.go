@@ -330,9 +330,23 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 		for _, v := range chunk {
 			args = append(args, userID, v.AttributeID, string(v.Value))
 		}
-		// Unchanged values are filtered out before the upsert: ON CONFLICT
-		// DO UPDATE locks (writes) the conflicting row even when its WHERE
-		// leaves it as it is, and most requests repeat a user's values.
+		if !t.pg() {
+			// SQLite writes nothing when the WHERE of DO UPDATE leaves a
+			// row as it is. Without the filter below, the statement reads
+			// no table it writes, so SQLite needs no temporary b-tree for
+			// it (see liteList for what one costs).
+			if err := t.run(ctx, op, `INSERT INTO attribute_values (user_id, attribute_id, value)
+				VALUES `+placeholders(len(chunk), 3)+`
+				ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
+				WHERE attribute_values.value <> excluded.value`, args...); err != nil {
+				return err
+			}
+			continue
+		}
+		// PostgreSQL: unchanged values are filtered out before the upsert:
+		// ON CONFLICT DO UPDATE locks (writes) the conflicting row even when
+		// its WHERE leaves it as it is, and most requests repeat a user's
+		// values.
 		rows := "(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TEXT))"
 		if len(chunk) > 1 {
 			rows += ", " + placeholders(len(chunk)-1, 3)
@@ -374,7 +388,8 @@ func (t *txn) AttributeValues(ctx context.Context, userID int64, s store.Scope) 
 }
 
 // insertMembers adds the memberships of the listed groups that belong to the
-// scope; existing ones are kept.
+// scope; existing ones are kept (PostgreSQL; SQLite joins the list, see
+// ReplaceMemberships).
 const insertMembers = `INSERT INTO group_members (user_id, group_id)
 	SELECT ?, id FROM catalog_groups WHERE id IN ? AND account_id = ? AND embed_tenant_id = ?
 	ON CONFLICT (user_id, group_id) DO NOTHING`
@@ -391,17 +406,22 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 	if len(groupIDs) == 0 {
 		return t.run(ctx, op, del, args...)
 	}
-	del += " AND group_id NOT IN ?"
-	args = append(args, groupIDs)
 	if t.pg() {
 		// One statement: the delete and the insert touch disjoint rows.
-		return t.run(ctx, op, "WITH removed AS ("+del+") "+insertMembers,
-			append(args, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
+		return t.run(ctx, op, "WITH removed AS ("+del+" AND group_id NOT IN ?) "+insertMembers,
+			append(args, groupIDs, userID, groupIDs, s.AccountID, s.EmbedTenantID)...)
 	}
-	if _, err := t.exec(ctx, op, del, args...); err != nil {
+	// SQLite: the list joined, not read by IN (see liteList).
+	ids := liteList(groupIDs)
+	if _, err := t.exec(ctx, op, del+" AND NOT EXISTS (SELECT 1 FROM json_each(?) WHERE value = group_members.group_id)",
+		append(args, ids)...); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, op, insertMembers, userID, groupIDs, s.AccountID, s.EmbedTenantID)
+	_, err := t.exec(ctx, op, `INSERT INTO group_members (user_id, group_id)
+		SELECT ?, g.id FROM json_each(?) AS j CROSS JOIN catalog_groups g
+		WHERE g.id = j.value AND g.account_id = ? AND g.embed_tenant_id = ?
+		ON CONFLICT (user_id, group_id) DO NOTHING`,
+		userID, ids, s.AccountID, s.EmbedTenantID)
 	return err
 }
 

@@ -280,10 +280,14 @@ func (g *group) finish() {
 		b.busy = false
 	}
 	b.mu.Unlock()
-	if next != nil {
-		close(next.done)
-	}
+	// The next leader is woken last: the goroutine woken last is the one
+	// the scheduler runs next on this P (runnext), so the writer is not
+	// left idle while the members of this group, woken before it, queue in
+	// front of it.
 	for _, r := range g.reqs[1:] {
 		close(r.done)
+	}
+	if next != nil {
+		close(next.done)
 	}
 }
