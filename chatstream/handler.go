@@ -641,16 +641,11 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 			history []Message
 			maxSize int
 		)
+		isNew := errors.Is(err, store.ErrNotFound)
 		switch {
-		case errors.Is(err, store.ErrNotFound):
+		case isNew:
 			maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
 			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
-			if err := tx.CreateThread(ctx, th); err != nil {
-				if errors.Is(err, store.ErrConflict) {
-					return errTurnRunning
-				}
-				return err
-			}
 		case err != nil:
 			return err
 		case th.AgentID != c.agent.ID:
@@ -675,8 +670,17 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 		if err != nil {
 			return err
 		}
-		// The echo reserves the turn's first block of sorts.
-		if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
+		// The echo reserves the turn's first block of sorts; a new thread
+		// is stored with it.
+		if isNew {
+			th.LastSort = echo.Sort + sortBlock
+			if err := tx.CreateThread(ctx, th, stored...); err != nil {
+				if errors.Is(err, store.ErrConflict) {
+					return errTurnRunning
+				}
+				return err
+			}
+		} else if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
 			return err
 		}
 		op = openedTurn{chatID: chatID, seq: seq, echo: echo, user: user, scope: scope, maxSize: maxSize, info: Turn{

@@ -29,14 +29,17 @@ type ThreadMessage struct {
 
 // Threads reads and writes chat threads and their history.
 type Threads interface {
-	// CreateThread stores a new thread; an existing (AccountID, ChatID) is
-	// [ErrConflict].
-	CreateThread(ctx context.Context, t Thread) error
+	// CreateThread stores a new thread with its first messages msgs (none
+	// is fine), which t.LastSort must already cover; an existing
+	// (AccountID, ChatID) is [ErrConflict]. It is one insert per table:
+	// cheaper than CreateThread then AppendMessages.
+	CreateThread(ctx context.Context, t Thread, msgs ...ThreadMessage) error
 	// Thread returns [ErrNotFound] when missing.
 	Thread(ctx context.Context, accountID int64, chatID string) (Thread, error)
 	// AppendMessages stores msgs (replacing a stored message with the same
 	// ID) and raises the thread's LastSort to lastSort if it is higher. One
-	// batched insert plus one update.
+	// batched insert plus one update. The store does not keep msgs (nor
+	// their bodies) past the call.
 	AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []ThreadMessage) error
 	// Messages returns the thread's history ordered by Sort.
 	Messages(ctx context.Context, accountID int64, chatID string) ([]ThreadMessage, error)

@@ -4,20 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+	"unsafe"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-func (t *txn) CreateThread(ctx context.Context, th store.Thread) error {
+func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	const op = "create thread"
 	created := nowOr(th.CreatedAt).UnixNano()
 	updated := created
 	if !th.UpdatedAt.IsZero() {
 		updated = th.UpdatedAt.UnixNano()
 	}
-	_, err := t.exec(ctx, "create thread",
+	if _, err := t.exec(ctx, op,
 		"INSERT INTO threads ("+threadCols+") VALUES (?, ?, ?, ?, ?, ?, ?)",
-		th.AccountID, th.ChatID, th.AgentID, th.UserID, th.LastSort, created, updated)
-	return err
+		th.AccountID, th.ChatID, th.AgentID, th.UserID, th.LastSort, created, updated); err != nil {
+		return err
+	}
+	return t.insertMessages(ctx, op, th.AccountID, th.ChatID, msgs)
 }
 
 func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
@@ -45,12 +49,19 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 	if n == 0 {
 		return newErr(op, store.ErrNotFound)
 	}
+	return t.insertMessages(ctx, op, accountID, chatID, msgs)
+}
+
+// insertMessages upserts msgs of a thread that exists, in batched
+// statements whose row count nobody needs (when pipelining, they go with
+// the next statement or the commit).
+func (t *txn) insertMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	for chunk := range chunks(msgs, batchRows) {
 		args := make([]any, 0, 5*len(chunk))
 		for _, m := range chunk {
-			args = append(args, accountID, chatID, m.ID, m.Sort, string(m.Body))
+			args = append(args, accountID, chatID, m.ID, m.Sort, bodyText(m.Body))
 		}
-		if _, err := t.exec(ctx, op,
+		if err := t.run(ctx, op,
 			"INSERT INTO thread_messages (account_id, chat_id, id, sort, body) VALUES "+placeholders(len(chunk), 5)+
 				" ON CONFLICT (account_id, chat_id, id) DO UPDATE SET sort = excluded.sort, body = excluded.body",
 			args...); err != nil {
@@ -58,6 +69,16 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 		}
 	}
 	return nil
+}
+
+// bodyText is a message body as the text parameter of its column, without
+// a copy: both drivers copy a string parameter while the statement runs
+// (or queue it until the commit, within the call's transaction) and never
+// write to it, and the store does not keep msgs past the call, so
+// the caller's bytes are only read, as the string's immutability requires,
+// for as long as the transaction writing them lasts.
+func bodyText(b json.RawMessage) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
@@ -75,8 +96,8 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 }
 
 // CreateThread implements [store.Threads].
-func (s *Store) CreateThread(ctx context.Context, th store.Thread) error {
-	return write0(ctx, s, func(t *txn) error { return t.CreateThread(ctx, th) })
+func (s *Store) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	return write0(ctx, s, func(t *txn) error { return t.CreateThread(ctx, th, msgs...) })
 }
 
 // Thread implements [store.Threads].

@@ -8,7 +8,7 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-func (d *db) createThread(th store.Thread) error {
+func (d *db) createThread(th store.Thread, msgs []store.ThreadMessage) error {
 	const op = "create thread"
 	if _, ok := d.users[th.UserID]; !ok {
 		return notFound(op + ": user")
@@ -25,6 +25,7 @@ func (d *db) createThread(th store.Thread) error {
 	}
 	set(d, d.threads, key, th)
 	nset(d, d.userThreads, th.UserID, key, struct{}{})
+	d.putMessages(key, msgs)
 	return nil
 }
 
@@ -54,11 +55,17 @@ func (d *db) appendMessages(accountID int64, chatID string, lastSort int64, msgs
 	th.LastSort = max(th.LastSort, lastSort)
 	th.UpdatedAt = d.now(zeroTime)
 	set(d, d.threads, key, th)
+	d.putMessages(key, msgs)
+	return nil
+}
+
+// putMessages stores copies of msgs in thread key, replacing those with the
+// same ID.
+func (d *db) putMessages(key threadKey, msgs []store.ThreadMessage) {
 	for _, m := range msgs {
 		m.Body = clone(m.Body)
 		nset(d, d.messages, key, m.ID, m)
 	}
-	return nil
 }
 
 func (d *db) threadMessages(accountID int64, chatID string) ([]store.ThreadMessage, error) {
@@ -77,8 +84,8 @@ func (d *db) threadMessages(accountID int64, chatID string) ([]store.ThreadMessa
 // CreateThread implements [store.Threads]. An unknown user is
 // [store.ErrNotFound]. A zero CreatedAt is set from the clock, a zero
 // UpdatedAt to CreatedAt.
-func (s *Store) CreateThread(ctx context.Context, th store.Thread) error {
-	return write0(s, ctx, func(d *db) error { return d.createThread(th) })
+func (s *Store) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	return write0(s, ctx, func(d *db) error { return d.createThread(th, msgs) })
 }
 
 // Thread implements [store.Threads].
@@ -98,8 +105,8 @@ func (s *Store) Messages(ctx context.Context, accountID int64, chatID string) ([
 	return read(s, ctx, func(d *db) ([]store.ThreadMessage, error) { return d.threadMessages(accountID, chatID) })
 }
 
-func (t *txView) CreateThread(ctx context.Context, th store.Thread) error {
-	return call0(t, ctx, func(d *db) error { return d.createThread(th) })
+func (t *txView) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	return call0(t, ctx, func(d *db) error { return d.createThread(th, msgs) })
 }
 
 func (t *txView) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {

@@ -31,6 +31,29 @@ var threadRules = []rule{
 		},
 	},
 	{
+		name: "CreateThread stores the thread's first messages",
+		doc:  "CreateThread with messages stores the thread with its LastSort and the messages, as AppendMessages would; a duplicate thread stores none of its messages.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			th := store.Thread{AccountID: f.account.ID, ChatID: "c", AgentID: "7", UserID: u.ID, LastSort: 20, CreatedAt: t0, UpdatedAt: t0}
+			body := json.RawMessage(`{"id":"a","content":"hi"}`)
+			mustNil(t, "CreateThread", st.CreateThread(ctx(t), th, store.ThreadMessage{ID: "a", Sort: 1, Body: body}))
+			copy(body, `{"id":"x"`) // the store keeps no reference to a body
+			wantErr(t, "CreateThread duplicate", st.CreateThread(ctx(t), th, store.ThreadMessage{ID: "z", Sort: 2, Body: json.RawMessage(`{}`)}), store.ErrConflict)
+			got, err := st.Thread(ctx(t), f.account.ID, "c")
+			mustNil(t, "Thread", err)
+			if got.LastSort != 20 || !got.UpdatedAt.Equal(t0) {
+				t.Errorf("thread = %+v, want LastSort 20 and UpdatedAt %v", got, t0)
+			}
+			msgs, err := st.Messages(ctx(t), f.account.ID, "c")
+			mustNil(t, "Messages", err)
+			if len(msgs) != 1 || msgs[0].ID != "a" || msgs[0].Sort != 1 || !jsonEqual(msgs[0].Body, json.RawMessage(`{"id":"a","content":"hi"}`)) {
+				t.Errorf("messages = %+v, want only a", msgs)
+			}
+		},
+	},
+	{
 		name: "AppendMessages upserts by id and only raises LastSort",
 		doc:  "Messages are keyed by id within a thread (a later append replaces one); Messages returns them ordered by sort; LastSort becomes max(LastSort, lastSort); an unknown thread is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
