@@ -78,23 +78,18 @@ func (p *persister) leadBatch(ctx context.Context, j *persistJob) error {
 }
 
 func (p *persister) write(ctx context.Context, batch []*persistJob) {
-	err := p.st.InTx(ctx, func(tx store.Tx) error {
-		for _, j := range batch {
-			if err := tx.AppendMessages(ctx, j.accountID, j.chatID, j.lastSort, j.msgs); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	appends := make([]store.ThreadAppend, len(batch))
+	for i, j := range batch {
+		appends[i] = store.ThreadAppend{AccountID: j.accountID, ChatID: j.chatID, LastSort: j.lastSort, Messages: j.msgs}
+	}
+	err := p.st.AppendToThreads(ctx, appends)
 	// A batch that failed for a turn of its own is retried turn by turn; an
 	// unreachable database fails them all alike, so a retry would only wait
 	// the query timeout once more per turn.
 	if err != nil && len(batch) > 1 && !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
 		// One bad turn must not fail the others: store them one by one.
 		for _, j := range batch {
-			j.err = p.st.InTx(ctx, func(tx store.Tx) error {
-				return tx.AppendMessages(ctx, j.accountID, j.chatID, j.lastSort, j.msgs)
-			})
+			j.err = p.st.AppendMessages(ctx, j.accountID, j.chatID, j.lastSort, j.msgs)
 			close(j.done)
 		}
 		return

@@ -52,6 +52,13 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 	return t.insertMessages(ctx, op, accountID, chatID, msgs)
 }
 
+// upsertMessages is the statement of insertMessages and AppendToThreads for
+// rows rows.
+func upsertMessages(rows int) string {
+	return "INSERT INTO thread_messages (account_id, chat_id, id, sort, body) VALUES " + placeholders(rows, 5) +
+		" ON CONFLICT (account_id, chat_id, id) DO UPDATE SET sort = excluded.sort, body = excluded.body"
+}
+
 // insertMessages upserts msgs of a thread that exists, in batched
 // statements whose row count nobody needs (when pipelining, they go with
 // the next statement or the commit).
@@ -61,10 +68,93 @@ func (t *txn) insertMessages(ctx context.Context, op string, accountID int64, ch
 		for _, m := range chunk {
 			args = append(args, accountID, chatID, m.ID, m.Sort, bodyText(m.Body))
 		}
-		if err := t.run(ctx, op,
-			"INSERT INTO thread_messages (account_id, chat_id, id, sort, body) VALUES "+placeholders(len(chunk), 5)+
-				" ON CONFLICT (account_id, chat_id, id) DO UPDATE SET sort = excluded.sort, body = excluded.body",
-			args...); err != nil {
+		if err := t.run(ctx, op, upsertMessages(len(chunk)), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// threadKey names a thread.
+type threadKey struct {
+	accountID int64
+	chatID    string
+}
+
+// messageKey names a message.
+type messageKey struct {
+	threadKey
+	id string
+}
+
+// keyedMessage is a message with its thread, a row of AppendToThreads'
+// insert.
+type keyedMessage struct {
+	threadKey
+	m store.ThreadMessage
+}
+
+func (t *txn) AppendToThreads(ctx context.Context, appends []store.ThreadAppend) error {
+	const op = "append to threads"
+	// A statement must not update a row twice (PostgreSQL refuses it, or
+	// picks one of the rows): one row per thread, with its highest
+	// LastSort, and one per message, the last with its ID.
+	threadAt := make(map[threadKey]int, len(appends))
+	threads := make([]store.ThreadAppend, 0, len(appends))
+	n := 0
+	for _, a := range appends {
+		k := threadKey{a.AccountID, a.ChatID}
+		if i, ok := threadAt[k]; ok {
+			threads[i].LastSort = max(threads[i].LastSort, a.LastSort)
+		} else {
+			threadAt[k] = len(threads)
+			threads = append(threads, store.ThreadAppend{AccountID: a.AccountID, ChatID: a.ChatID, LastSort: a.LastSort})
+		}
+		n += len(a.Messages)
+	}
+	msgAt := make(map[messageKey]int, n)
+	msgs := make([]keyedMessage, 0, n)
+	for _, a := range appends {
+		k := threadKey{a.AccountID, a.ChatID}
+		for _, m := range a.Messages {
+			if i, ok := msgAt[messageKey{k, m.ID}]; ok {
+				msgs[i].m = m
+			} else {
+				msgAt[messageKey{k, m.ID}] = len(msgs)
+				msgs = append(msgs, keyedMessage{k, m})
+			}
+		}
+	}
+
+	now := time.Now().UnixNano()
+	for chunk := range chunks(threads, batchRows) {
+		args := make([]any, 0, 1+3*len(chunk))
+		args = append(args, now)
+		for _, th := range chunk {
+			args = append(args, th.AccountID, th.ChatID, th.LastSort)
+		}
+		// The first row's casts type the VALUES columns (PostgreSQL).
+		rows := "(CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS BIGINT))"
+		if len(chunk) > 1 {
+			rows += ", " + placeholders(len(chunk)-1, 3)
+		}
+		updated, err := t.exec(ctx, op,
+			`UPDATE threads SET last_sort = CASE WHEN threads.last_sort < v.column3 THEN v.column3 ELSE threads.last_sort END, updated_at = ?
+			FROM (VALUES `+rows+`) AS v WHERE threads.account_id = v.column1 AND threads.chat_id = v.column2`,
+			args...)
+		if err != nil {
+			return err
+		}
+		if updated != int64(len(chunk)) {
+			return newErr(op, store.ErrNotFound)
+		}
+	}
+	for chunk := range chunks(msgs, batchRows) {
+		args := make([]any, 0, 5*len(chunk))
+		for _, m := range chunk {
+			args = append(args, m.accountID, m.chatID, m.m.ID, m.m.Sort, bodyText(m.m.Body))
+		}
+		if err := t.run(ctx, op, upsertMessages(len(chunk)), args...); err != nil {
 			return err
 		}
 	}
@@ -108,6 +198,11 @@ func (s *Store) Thread(ctx context.Context, accountID int64, chatID string) (sto
 // AppendMessages implements [store.Threads] in its own transaction.
 func (s *Store) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	return write0(ctx, s, func(t *txn) error { return t.AppendMessages(ctx, accountID, chatID, lastSort, msgs) })
+}
+
+// AppendToThreads implements [store.Threads] in its own transaction.
+func (s *Store) AppendToThreads(ctx context.Context, appends []store.ThreadAppend) error {
+	return write0(ctx, s, func(t *txn) error { return t.AppendToThreads(ctx, appends) })
 }
 
 // Messages implements [store.Threads].
