@@ -127,13 +127,34 @@ func (t *txn) AppendToThreads(ctx context.Context, appends []store.ThreadAppend)
 	}
 
 	now := time.Now().UnixNano()
+	if !t.pg() {
+		// SQLite: the threads as one JSON array joined with json_each.
+		// FROM (VALUES ...) would be materialized into a temporary b-tree
+		// on every execution (see liteList for what one costs).
+		rows := make([][3]any, len(threads))
+		for i, th := range threads {
+			rows[i] = [3]any{th.AccountID, th.ChatID, th.LastSort}
+		}
+		list, _ := json.Marshal(rows) // numbers and strings: cannot fail
+		updated, err := t.exec(ctx, op,
+			`UPDATE threads SET last_sort = CASE WHEN threads.last_sort < j.value->>2 THEN j.value->>2 ELSE threads.last_sort END, updated_at = ?
+			FROM json_each(?) AS j WHERE threads.account_id = j.value->>0 AND threads.chat_id = j.value->>1`,
+			now, string(list))
+		if err != nil {
+			return err
+		}
+		if updated != int64(len(threads)) {
+			return newErr(op, store.ErrNotFound)
+		}
+		threads = nil
+	}
 	for chunk := range chunks(threads, batchRows) {
 		args := make([]any, 0, 1+3*len(chunk))
 		args = append(args, now)
 		for _, th := range chunk {
 			args = append(args, th.AccountID, th.ChatID, th.LastSort)
 		}
-		// The first row's casts type the VALUES columns (PostgreSQL).
+		// PostgreSQL: the first row's casts type the VALUES columns.
 		rows := "(CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS BIGINT))"
 		if len(chunk) > 1 {
 			rows += ", " + placeholders(len(chunk)-1, 3)
