@@ -447,6 +447,9 @@ func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *cha
 		}
 		if l.ID == "__state__" {
 			st.turn.add(time.Since(t0))
+			// Read to the end of the body (the chunked stream's last
+			// chunk), so that the connection goes back to the pool.
+			_, _ = io.Copy(io.Discard, resp.Body)
 			return
 		}
 	}
