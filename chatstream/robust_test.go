@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/logbuf"
 	"github.com/embedkit/embedkit/store"
 )
 
@@ -113,24 +113,6 @@ type flushOnlyWriter struct{ plainWriter }
 
 func (f flushOnlyWriter) Flush() { f.w.(http.Flusher).Flush() }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestWriterWithoutFlush mounts the chat routes behind ResponseWriter
 // wrappers that cannot flush or take a deadline: every line still arrives,
 // and the handler logs exactly one warning naming the missing methods.
@@ -148,7 +130,7 @@ func TestWriterWithoutFlush(t *testing.T) {
 	want := collect(t, ref.client, chatstream.Request{Input: "hi", SessionSettings: ext("jane")})
 	for _, wr := range wrappers {
 		t.Run(wr.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			var h *chatstream.Handler
 			s := apitest.New(t, tg, apitest.WithRoutes(func(s *apitest.Server) []apitest.Route {
 				h = chatstream.NewHandler(s.Store, testScripts(), chatstream.WithClock(s.Now),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/logbuf"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/telemetry/telemetrytest"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -25,10 +26,10 @@ import (
 )
 
 // telemetryEnv is a chat server recording its spans, metrics and logs.
-func telemetryEnv(t *testing.T, agent chatstream.Agent, opts ...chatstream.Option) (*env, *telemetrytest.Recorder, *syncBuffer) {
+func telemetryEnv(t *testing.T, agent chatstream.Agent, opts ...chatstream.Option) (*env, *telemetrytest.Recorder, *logbuf.Buffer) {
 	t.Helper()
 	rec := telemetrytest.New(t)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	opts = append([]chatstream.Option{chatstream.WithTracerProvider(rec.TracerProvider),
 		chatstream.WithMeterProvider(rec.MeterProvider), chatstream.WithLogger(log)}, opts...)

@@ -411,7 +411,7 @@ func TestVegaDir(t *testing.T) {
 }
 
 func TestInitials(t *testing.T) {
-	for in, want := range map[string]string{"Jane Doe": "JD", "jane": "J", "": "?", "ana-maria lópez": "AM", "42 x": "4X", "  ": "?", "émile zola": "ÉZ"} {
+	for in, want := range map[string]string{"Jane Doe": "JD", "jane": "J", "": "?", "ana-maria lópez": "AM", "42 x": "4X", "  ": "?", "émile zola": "ÉZ", "  anna  maria lee": "AM", "o'brien": "O"} {
 		if got := chatpage.Initials(in); got != want {
 			t.Errorf("Initials(%q) = %q, want %q", in, got, want)
 		}

@@ -1,7 +1,6 @@
 package llmagent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,32 +17,15 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/chatstream/llmagent"
+	"github.com/embedkit/embedkit/internal/logbuf"
 	"github.com/embedkit/embedkit/internal/optiontest"
 )
 
 const testKey = "sk-test-secret-0123456789"
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newAgent(t testing.TB, f *fakeLLM, tools []llmagent.Tool, opts ...llmagent.Option) (*llmagent.Agent, *syncBuffer) {
+func newAgent(t testing.TB, f *fakeLLM, tools []llmagent.Tool, opts ...llmagent.Option) (*llmagent.Agent, *logbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	base := []llmagent.Option{
 		llmagent.WithAPIKey(testKey),
 		llmagent.WithRetryDelay(time.Millisecond),

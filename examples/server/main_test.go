@@ -277,14 +277,6 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
-func TestInitials(t *testing.T) {
-	for in, want := range map[string]string{"Jane Doe": "JD", "jane": "J", "": "?", "  anna  maria lee": "AM", "o'brien": "O"} {
-		if got := initials(in); got != want {
-			t.Errorf("initials(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestServerWithConfigFile(t *testing.T) {
 	cfg := `{"accounts":[{"name":"initech","plan":"premium","useCreatorMode":false,"maxExternalUsers":2,
 	  "apiKeys":[{"key":"sk-initech","admin":true}],"deployments":[{"id":3,"name":"prod"}],

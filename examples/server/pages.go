@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
-	"strings"
-	"unicode"
 
+	"github.com/embedkit/embedkit/chatstream/chatpage"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
@@ -127,25 +126,5 @@ func (p *embedPages) profile(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; img-src http: https: data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
 	_ = profileTmpl.Execute(w, struct {
 		Name, Picture, Initials string
-	}{name, who.Picture, initials(name)})
-}
-
-// initials returns up to two initials of a display name: "Jane Doe" → "JD".
-func initials(name string) string {
-	var out []rune
-	for _, f := range strings.FieldsFunc(name, func(r rune) bool { return unicode.IsSpace(r) || r == '-' || r == '_' || r == '.' || r == '@' }) {
-		for _, r := range f {
-			if unicode.IsLetter(r) || unicode.IsDigit(r) {
-				out = append(out, unicode.ToUpper(r))
-				break
-			}
-		}
-		if len(out) == 2 {
-			break
-		}
-	}
-	if len(out) == 0 {
-		return "?"
-	}
-	return string(out)
+	}{name, who.Picture, chatpage.Initials(name)})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/faulttest"
+	"github.com/embedkit/embedkit/internal/logbuf"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
@@ -92,7 +93,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	// Server-side errors (causes of 5xx, turns not stored) are shown when
 	// the test fails.
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -336,22 +337,4 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func is503(err error) bool {
 	e, ok := errors.AsType[*httperr.Error](err)
 	return ok && e.Status == http.StatusServiceUnavailable
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
