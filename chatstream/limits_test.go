@@ -125,9 +125,8 @@ func TestChatFieldLimits(t *testing.T) {
 // of a chat request: each is a 400 that names the field, and nothing is
 // stored.
 func TestChatInvalidUTF8(t *testing.T) {
-	badText := []string{"col\xff", "col\xfe", "\xc3(", "\xed\xa0\x80", `\ud800`, `\udc00`, `x\uD83Dy`, `\ud83d\u0041`}
 	const ss = `"sessionSettings":{"externalId":"utf","isEphemeral":false`
-	fields := []struct{ name, body string }{
+	fields := []apitest.TextField{
 		{"input", `{"input":"hello BAD",` + ss + `}}`},
 		{"chatId", `{"input":"hi","chatId":"cBAD",` + ss + `}}`},
 		{"activeBranchName", `{"input":"hi","activeBranchName":"devBAD",` + ss + `}}`},
@@ -145,20 +144,7 @@ func TestChatInvalidUTF8(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, tg, envOpts{})
 		path := streamPath(acct, agentID)
-		for _, f := range fields {
-			for _, bad := range badText {
-				raw := strings.ReplaceAll(f.body, "BAD", bad)
-				status, out := e.Do(t, http.MethodPost, path, apitest.AdminKey, raw)
-				msg, _ := out["error"].(string)
-				want := "field " + f.name + " must be valid UTF-8"
-				if strings.HasPrefix(f.name, "the keys") {
-					want = f.name + " must be valid UTF-8"
-				}
-				if status != http.StatusBadRequest || !strings.HasPrefix(msg, want) {
-					t.Errorf("%q: %d %q, want 400 %q", raw, status, msg, want)
-				}
-			}
-		}
+		e.ExpectInvalidText(t, path, fields)
 		for _, id := range []string{"utf", "col", "col\ufffd"} {
 			if u := e.User(t, apitest.Account, id, ""); u.Exists {
 				t.Errorf("user %q was stored", id)

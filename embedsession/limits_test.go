@@ -202,17 +202,13 @@ func TestInternalIDLimit(t *testing.T) {
 	})
 }
 
-// badText are the ways a JSON string can fail to be valid UTF-8: raw
-// invalid bytes, and \u escapes of unpaired surrogates.
-var badText = []string{"col\xff", "col\xfe", "\xc3(", "\xed\xa0\x80", `\ud800`, `\udc00`, `x\uD83Dy`, `\ud83d\u0041`}
-
 // TestInvalidUTF8 puts invalid text into every string field (and keys) of
 // generate-session and the token exchange: each is a 400 that names the
 // field, and nothing is stored. Two externalIds that differ only in their
 // invalid bytes never become one user.
 func TestInvalidUTF8(t *testing.T) {
 	const base = `"deploymentId":1,"creatorMode":true,"embedTenantName":"utf-tenant"`
-	fields := []struct{ name, body string }{
+	fields := []apitest.TextField{
 		{"externalId", `{` + base + `,"externalId":"BAD"}`},
 		{"internalId", `{"deploymentId":1,"internalId":"alice@acme.testBAD"}`},
 		{"email", `{` + base + `,"externalId":"utf","email":"aBAD@x.test"}`},
@@ -239,20 +235,7 @@ func TestInvalidUTF8(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		t.Parallel()
 		s := apitest.New(t, tg)
-		for _, f := range fields {
-			for _, bad := range badText {
-				raw := strings.ReplaceAll(f.body, "BAD", bad)
-				status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, raw)
-				msg, _ := out["error"].(string)
-				want := "field " + f.name + " must be valid UTF-8"
-				if strings.HasPrefix(f.name, "the keys") {
-					want = f.name + " must be valid UTF-8"
-				}
-				if status != http.StatusBadRequest || !strings.HasPrefix(msg, want) {
-					t.Errorf("%q: %d %q, want 400 %q", raw, status, msg, want)
-				}
-			}
-		}
+		s.ExpectInvalidText(t, gen, fields)
 		for _, id := range []string{"utf", "col", "col\ufffd"} {
 			if u := s.User(t, apitest.Account, id, ""); u.Exists {
 				t.Errorf("user %q was stored", id)
@@ -262,7 +245,7 @@ func TestInvalidUTF8(t *testing.T) {
 			t.Errorf("embed tenant utf-tenant was created: %+v", c)
 		}
 		// The token exchange decodes with the same rules: 400, not 401.
-		for _, bad := range badText {
+		for _, bad := range apitest.InvalidText {
 			raw := `{"sessionId":"` + bad + `"}`
 			status, out := s.Do(t, http.MethodPost, tokenPath, "", raw)
 			if msg, _ := out["error"].(string); status != http.StatusBadRequest || !strings.HasPrefix(msg, "field sessionId must be valid UTF-8") {
