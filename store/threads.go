@@ -58,4 +58,7 @@ type Threads interface {
 	AppendToThreads(ctx context.Context, appends []ThreadAppend) error
 	// Messages returns the thread's history ordered by Sort.
 	Messages(ctx context.Context, accountID int64, chatID string) ([]ThreadMessage, error)
+	// DeleteThread deletes the thread with its messages. Missing:
+	// [ErrNotFound].
+	DeleteThread(ctx context.Context, accountID int64, chatID string) error
 }

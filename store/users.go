@@ -108,6 +108,14 @@ type Users interface {
 	// DeleteUser deletes a user with its attribute values, memberships,
 	// sessions, tokens and chat threads. Missing: [ErrNotFound].
 	DeleteUser(ctx context.Context, userID int64) error
+	// DeleteUnusedUser deletes the user when its CreatedAt is createdAt and
+	// it owns no thread, session or token, with its attribute values and
+	// memberships, and reports whether it did (false, nil when it is
+	// missing or in use). It undoes a user that a refused request created
+	// without taking it from a concurrent request that uses it: a
+	// transaction that gives the user a thread or session either commits
+	// first (the user stays) or finds the user gone.
+	DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error)
 	// DeleteExpiredUsers deletes at most limit ephemeral users expired at now,
 	// with everything they own, and returns how many it deleted. Safe to run
 	// from several processes at once.

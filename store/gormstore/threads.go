@@ -206,6 +206,18 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 	return out, nil
 }
 
+func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
+	const op = "delete thread"
+	n, err := t.exec(ctx, op, "DELETE FROM threads WHERE account_id = ? AND chat_id = ?", accountID, chatID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return newErr(op, store.ErrNotFound)
+	}
+	return nil
+}
+
 // CreateThread implements [store.Threads].
 func (s *Store) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
 	return write0(ctx, s, func(t *txn) error { return t.CreateThread(ctx, th, msgs...) })
@@ -229,4 +241,9 @@ func (s *Store) AppendToThreads(ctx context.Context, appends []store.ThreadAppen
 // Messages implements [store.Threads].
 func (s *Store) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
 	return readPrimary(ctx, s, func(t *txn) ([]store.ThreadMessage, error) { return t.Messages(ctx, accountID, chatID) })
+}
+
+// DeleteThread implements [store.Threads] in its own transaction.
+func (s *Store) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
+	return write0(ctx, s, func(t *txn) error { return t.DeleteThread(ctx, accountID, chatID) })
 }

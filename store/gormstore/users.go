@@ -465,6 +465,37 @@ func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	return nil
 }
 
+func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
+	const op = "delete unused user"
+	if t.pg() {
+		// Wait for a transaction that writes the user (its upsert, or the
+		// foreign key check of its new thread or session) to end, so that
+		// the next statement's snapshot sees what it committed: under READ
+		// COMMITTED, a DELETE that waited for the row would still test
+		// NOT EXISTS against its own, older snapshot.
+		var id countRow
+		if _, err := t.find(ctx, op, &id, "SELECT id FROM users WHERE id = ? FOR UPDATE", userID); err != nil {
+			return false, err
+		}
+	}
+	var row deletedUser
+	n, err := t.find(ctx, op, &row, `DELETE FROM users WHERE id = ? AND created_at = ?
+		AND NOT EXISTS (SELECT 1 FROM threads WHERE user_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM tokens WHERE user_id = ?)
+		RETURNING account_id, external_id, ephemeral`,
+		userID, createdAt.UnixNano(), userID, userID, userID)
+	if err != nil || n == 0 {
+		return false, err
+	}
+	if row.ExternalID != nil && !row.Ephemeral {
+		if err := t.uncount(ctx, row.AccountID); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 func (t *txn) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -545,6 +576,11 @@ func (s *Store) Memberships(ctx context.Context, userID int64, sc store.Scope) (
 // DeleteUser implements [store.Users] in its own transaction.
 func (s *Store) DeleteUser(ctx context.Context, userID int64) error {
 	return write0(ctx, s, func(t *txn) error { return t.DeleteUser(ctx, userID) })
+}
+
+// DeleteUnusedUser implements [store.Users] in its own transaction.
+func (s *Store) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
+	return write(ctx, s, func(t *txn) (bool, error) { return t.DeleteUnusedUser(ctx, userID, createdAt) })
 }
 
 // DeleteExpiredUsers implements [store.Users] in its own transaction.

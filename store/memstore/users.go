@@ -269,6 +269,17 @@ func (d *db) deleteUser(id int64) {
 	del(d, d.users, id)
 }
 
+// deleteUnusedUser deletes user id when it was created at createdAt and
+// owns no thread, session or token.
+func (d *db) deleteUnusedUser(id int64, createdAt time.Time) bool {
+	u, ok := d.users[id]
+	if !ok || !u.CreatedAt.Equal(createdAt) || len(d.userThreads[id]) > 0 || len(d.userSess[id]) > 0 || len(d.userTokens[id]) > 0 {
+		return false
+	}
+	d.deleteUser(id)
+	return true
+}
+
 func (d *db) deleteExpiredUsers(now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -347,6 +358,11 @@ func (s *Store) DeleteUser(ctx context.Context, userID int64) error {
 	return write0(s, ctx, func(d *db) error { return d.deleteUserChecked(userID) })
 }
 
+// DeleteUnusedUser implements [store.Users].
+func (s *Store) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
+	return write(s, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt), nil })
+}
+
 // DeleteExpiredUsers implements [store.Users]; it deletes the users that
 // expired first. Its cost grows with the number of ephemeral users.
 func (s *Store) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {
@@ -391,6 +407,10 @@ func (t *txView) Memberships(ctx context.Context, userID int64, sc store.Scope) 
 
 func (t *txView) DeleteUser(ctx context.Context, userID int64) error {
 	return call0(t, ctx, func(d *db) error { return d.deleteUserChecked(userID) })
+}
+
+func (t *txView) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
+	return call(t, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt), nil })
 }
 
 func (t *txView) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {

@@ -33,6 +33,45 @@ func parallel(n int, fn func(i int) error) []error {
 
 var concurrentRules = []rule{
 	{
+		name: "DeleteUnusedUser waits for a transaction that gives the user a thread",
+		doc:  "Users contract: a DeleteUnusedUser that runs while another transaction creates a thread of the user keeps the user (and the thread) once that transaction commits.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			var (
+				once    sync.Once
+				deleted = make(chan error, 1)
+				gotOK   atomic.Bool
+			)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				if _, err := tx.UpsertExternalUser(ctx(t), f.upsert("u")); err != nil {
+					return err
+				}
+				if err := tx.CreateThread(ctx(t), store.Thread{AccountID: f.account.ID, ChatID: "c", AgentID: "7", UserID: u.ID, CreatedAt: t0}); err != nil {
+					return err
+				}
+				once.Do(func() {
+					go func() {
+						ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+						gotOK.Store(ok)
+						deleted <- err
+					}()
+				})
+				// Give the delete time to reach the database while this
+				// transaction is open (the outcome must not depend on it).
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			}))
+			mustNil(t, "DeleteUnusedUser", <-deleted)
+			if gotOK.Load() {
+				t.Error("DeleteUnusedUser deleted a user whose thread was being created")
+			}
+			if _, err := st.Thread(ctx(t), f.account.ID, "c"); err != nil {
+				t.Errorf("the thread: %v", err)
+			}
+		},
+	},
+	{
 		name: "simultaneous first upserts yield one user",
 		doc:  "Users contract: simultaneous first calls for one externalId all succeed and return the same user.",
 		fn: func(t *testing.T, st store.Store) {

@@ -422,6 +422,76 @@ var userRules = []rule{
 		},
 	},
 	{
+		name: "DeleteUnusedUser deletes only a user that nothing uses",
+		doc:  "DeleteUnusedUser deletes the user created at createdAt that owns no thread, session or token, with its values and memberships, and frees its place; a user in use, created at another time, or missing stays and is (false, nil).",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			as := f.attrs(t, st, f.scope(), "country")
+			gs := f.groups(t, st, f.scope(), "sales")
+			fresh := f.user(t, st, "fresh")
+			mustNil(t, "SetAttributeValues", st.SetAttributeValues(ctx(t), fresh.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)}}))
+			mustNil(t, "ReplaceMemberships", st.ReplaceMemberships(ctx(t), fresh.ID, f.scope(), []int64{gs[0].ID}))
+			withThread := f.user(t, st, "with-thread")
+			f.thread(t, st, withThread.ID, "chat")
+			withSession := f.user(t, st, "with-session")
+			f.session(t, st, withSession.ID, "s1", t0.Add(time.Hour))
+
+			for _, c := range []struct {
+				what    string
+				u       store.User
+				created time.Time
+				want    bool
+			}{
+				{"a user with a thread", withThread, withThread.CreatedAt, false},
+				{"a user with a session", withSession, withSession.CreatedAt, false},
+				{"another creation time", fresh, fresh.CreatedAt.Add(time.Second), false},
+				{"an unused user", fresh, fresh.CreatedAt, true},
+				{"a missing user", fresh, fresh.CreatedAt, false},
+			} {
+				got, err := st.DeleteUnusedUser(ctx(t), c.u.ID, c.created)
+				mustNil(t, "DeleteUnusedUser "+c.what, err)
+				if got != c.want {
+					t.Errorf("DeleteUnusedUser %s = %v, want %v", c.what, got, c.want)
+				}
+				_, err = st.UserByID(ctx(t), c.u.ID, t0)
+				if c.want {
+					wantErr(t, "deleted user", err, store.ErrNotFound)
+				} else if c.u.ID != fresh.ID {
+					mustNil(t, "kept user", err)
+				}
+			}
+			vals, err := st.AttributeValues(ctx(t), fresh.ID, f.scope())
+			mustNil(t, "AttributeValues", err)
+			ms, err := st.Memberships(ctx(t), fresh.ID, f.scope())
+			mustNil(t, "Memberships", err)
+			if len(vals) != 0 || len(ms) != 0 {
+				t.Errorf("deleted user's values %v memberships %v survive", vals, ms)
+			}
+			if _, err := st.Thread(ctx(t), f.account.ID, "chat"); err != nil {
+				t.Errorf("the thread of the kept user: %v", err)
+			}
+			// The deleted user's place is free: the limit counts the 2 left.
+			up := f.upsert("third")
+			up.MaxUsers = 3
+			_, err = st.UpsertExternalUser(ctx(t), up)
+			mustNil(t, "UpsertExternalUser in the freed place", err)
+			// Deleting the user's only thread makes it unused, in one
+			// transaction.
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				if err := tx.DeleteThread(ctx(t), f.account.ID, "chat"); err != nil {
+					return err
+				}
+				ok, err := tx.DeleteUnusedUser(ctx(t), withThread.ID, withThread.CreatedAt)
+				if err == nil && !ok {
+					t.Error("DeleteUnusedUser after DeleteThread kept the user")
+				}
+				return err
+			}))
+			_, err = st.UserByID(ctx(t), withThread.ID, t0)
+			wantErr(t, "user deleted with its thread", err, store.ErrNotFound)
+		},
+	},
+	{
 		name: "DeleteExpiredUsers removes expired ephemeral users and their threads",
 		doc:  "DeleteExpiredUsers deletes at most limit ephemeral users expired at now, with everything they own, and returns the count; persistent and unexpired users stay.",
 		fn: func(t *testing.T, st store.Store) {
