@@ -90,6 +90,12 @@ func TestRunningTurnLimits(t *testing.T) {
 		wantRefused(t, "the account's fourth turn", r, http.StatusTooManyRequests, "running turn limit of 3 reached for this account: try again later")
 		wantNoChat(t, e, "c5")
 		wantNoUser(t, e, "u3")
+		// A new user's first turn in a new chat is stored before it is
+		// reserved (one commit); refused, it is undone.
+		r = e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
+			map[string]any{"input": "echo:x", "sessionSettings": map[string]any{"externalId": "u4"}}))
+		wantRefused(t, "a new user's first turn over the account's limit", r, http.StatusTooManyRequests, "running turn limit of 3 reached for this account: try again later")
+		wantNoUser(t, e, "u4")
 
 		// A turn that ends frees its place at once.
 		if st := e.Send(t, e.Request(t, http.MethodPost, abortPath(acct, agentID), apitest.AdminKey,
@@ -102,14 +108,64 @@ func TestRunningTurnLimits(t *testing.T) {
 	})
 }
 
-// TestRunningTurnLimitConcurrent starts 64 turns of 64 users at once with
-// an account limit of 5: exactly 5 run.
+// TestRunningTurnLimitConcurrent starts 64 turns of 64 new users at once
+// with an account limit of 5: exactly 5 run. Half of them name their chat
+// (the user is created, then the turn reserved), half start a new one (the
+// turn is stored, then reserved); the refused users are gone.
 func TestRunningTurnLimitConcurrent(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{RunningTurns: 5})})
-		runConcurrent(t, 64, 5, func(ctx context.Context, i int) error {
-			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: fmt.Sprintf("cc-%d", i), SessionSettings: ext(fmt.Sprintf("cu-%d", i))})
+		refused := runConcurrent(t, 64, 5, func(ctx context.Context, i int) error {
+			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: mixedChatID(i), SessionSettings: ext(fmt.Sprintf("cu-%d", i))})
 		})
+		for _, i := range refused {
+			wantNoUser(t, e, fmt.Sprintf("cu-%d", i))
+		}
+	})
+}
+
+// mixedChatID is the chat id of request i of a concurrent test: a new
+// chat for even i, a named one for odd i.
+func mixedChatID(i int) string {
+	if i%2 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("cc-%d", i)
+}
+
+// TestFirstTurnsOfOneNewUser starts 32 first turns of one new user in new
+// chats at once, with a per-user limit of 2: exactly 2 run, and the user
+// and their threads survive the undoing of the 30 refused ones.
+func TestFirstTurnsOfOneNewUser(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{RunningTurnsPerUser: 2})})
+		var (
+			mu    sync.Mutex
+			chats []string
+		)
+		runConcurrent(t, 32, 2, func(ctx context.Context, i int) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			for m, err := range e.client.Stream(ctx, acct, agentID, chatstream.Request{Input: "slow", SessionSettings: ext("newcomer")}) {
+				if err == nil {
+					mu.Lock()
+					chats = append(chats, m.State.ChatID)
+					mu.Unlock()
+				}
+				return err
+			}
+			return errors.New("empty stream")
+		})
+		u, err := e.Store.UserByExternalID(t.Context(), e.Accounts[acct].ID, "newcomer", e.Now())
+		if err != nil {
+			t.Fatalf("the user of the running turns: %v", err)
+		}
+		for _, id := range chats {
+			th, err := e.Store.Thread(t.Context(), e.Accounts[acct].ID, id)
+			if err != nil || th.UserID != u.ID {
+				t.Errorf("thread %s of a running turn: %+v, %v", id, th, err)
+			}
+		}
 	})
 }
 
@@ -137,11 +193,14 @@ func firstLine(ctx context.Context, c *chatstream.Client, req chatstream.Request
 }
 
 // runConcurrent runs n calls of fn at once and checks that exactly want
-// succeed and the others get 429.
-func runConcurrent(t *testing.T, n, want int, fn func(ctx context.Context, i int) error) {
+// succeed and the others get 429; it returns the i of those refused.
+func runConcurrent(t *testing.T, n, want int, fn func(ctx context.Context, i int) error) (refusedCalls []int) {
 	t.Helper()
 	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
 	start := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
@@ -152,6 +211,9 @@ func runConcurrent(t *testing.T, n, want int, fn func(ctx context.Context, i int
 				ok.Add(1)
 			case apiStatus(err) == http.StatusTooManyRequests:
 				refused.Add(1)
+				mu.Lock()
+				refusedCalls = append(refusedCalls, i)
+				mu.Unlock()
 			default:
 				t.Errorf("request %d: %v", i, err)
 			}
@@ -162,6 +224,7 @@ func runConcurrent(t *testing.T, n, want int, fn func(ctx context.Context, i int
 	if ok.Load() != int64(want) || refused.Load() != int64(n-want) {
 		t.Errorf("%d succeeded and %d got 429, want %d and %d", ok.Load(), refused.Load(), want, n-want)
 	}
+	return refusedCalls
 }
 
 func TestNewEphemeralUserLimit(t *testing.T) {
@@ -290,7 +353,7 @@ func TestLimitsAcrossReplicas(t *testing.T) {
 			if i%2 == 1 {
 				e = p.b
 			}
-			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: fmt.Sprintf("cc-%d", i), SessionSettings: ext(fmt.Sprintf("cu-%d", i))})
+			return firstLine(ctx, e.client, chatstream.Request{Input: "slow", ChatID: mixedChatID(i), SessionSettings: ext(fmt.Sprintf("cu-%d", i))})
 		})
 	})
 	t.Run("new ephemeral users", func(t *testing.T) {

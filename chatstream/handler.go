@@ -455,11 +455,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// serveTurn answers a request with input in three steps: it reserves the
-// thread for the caller's user (in this process and in the cluster), opens
-// the turn in one transaction (provisioning, thread, user echo), then starts
-// the turn and streams it. The reservation comes first and outside the
-// transaction, whose function may run more than once.
+// serveTurn answers a request with input: it reserves the thread for the
+// caller's user (in this process and in the cluster) and opens the turn in
+// one transaction (provisioning, thread, user echo), then starts the turn
+// and streams it. The reservation has effects outside the transaction,
+// whose function may run more than once, so it is never made inside it:
+// see reserveAndOpen for the order.
 func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
 	now := h.cfg.now()
@@ -467,7 +468,6 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 	if chatID == "" {
 		chatID = newID()
 	}
-	key := turnKey{c.acct.ID, chatID}
 	lim := h.cfg.limitsOf(c.acct)
 	var (
 		t   *turn
@@ -475,27 +475,7 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		err error
 	)
 	for attempt := 0; ; attempt++ {
-		var (
-			owner   int64
-			created bool
-		)
-		if owner, created, err = h.turnOwner(ctx, c, req, chatID, lim, now); err == nil {
-			if t, err = h.turns.reserve(ctx, key, owner, h.cfg.maxTurnBytes,
-				TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}); err == nil {
-				if op, err = h.openTurn(ctx, c, req, chatID, owner, lim, now); err != nil {
-					h.turns.release(ctx, t)
-				}
-			}
-			if err != nil && created {
-				// A refused request changes nothing: the user it created
-				// for the reservation goes again (a concurrent first
-				// request of the same user then provisions it anew and
-				// reserves again, see errOwnerChanged).
-				if derr := h.st.DeleteUser(context.WithoutCancel(ctx), owner); derr != nil && !errors.Is(derr, store.ErrNotFound) {
-					h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "user of a refused chat turn not deleted", slog.String("error", derr.Error()))
-				}
-			}
-		}
+		t, op, err = h.reserveAndOpen(ctx, c, req, chatID, lim, now)
 		if !errors.Is(err, errOwnerChanged) || attempt == 2 {
 			break
 		}
@@ -513,45 +493,139 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 // reserves again.
 var errOwnerChanged = fmt.Errorf("chatstream: the chat's user changed while the turn was reserved: %w", store.ErrUnavailable)
 
+// reserveAndOpen reserves the turn and opens it. The reservation needs the
+// user's id, so the order depends on whether the user exists:
+//
+//   - An existing user (or the session's): reserve, then open; a failed
+//     opening releases the reservation.
+//   - A new user in a new chat (no chatId sent): open first, in one
+//     transaction that creates the user, then reserve for the new id (see
+//     openFirstTurn). This is the common first turn, and it commits once.
+//   - A new user naming a chat: the chat may exist, so the user is created
+//     in a transaction of its own, then reserved for, then the turn opened.
+func (h *Handler) reserveAndOpen(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (*turn, openedTurn, error) {
+	owner, err := h.turnOwner(ctx, c, req, now)
+	if err != nil {
+		return nil, openedTurn{}, err
+	}
+	if owner == 0 && req.ChatID == "" {
+		return h.openFirstTurn(ctx, c, req, chatID, lim, now)
+	}
+	var created store.User
+	if owner == 0 {
+		if created, err = h.createOwner(ctx, c, req, chatID, lim, now); err != nil {
+			return nil, openedTurn{}, err
+		}
+		owner = created.ID
+	}
+	t, err := h.reserve(ctx, c, chatID, owner, lim)
+	var op openedTurn
+	if err == nil {
+		if op, err = h.openTurn(ctx, c, req, chatID, owner, lim, now); err != nil {
+			h.turns.release(ctx, t)
+		}
+	}
+	if err != nil && created.ID != 0 {
+		// A refused request changes nothing: the user it created for the
+		// reservation goes again, unless a concurrent request of the same
+		// user uses it by now (that one's opening then finds it and goes
+		// on, or provisions it anew and reserves again: errOwnerChanged).
+		h.undo(ctx, c.acct.ID, "", created, now)
+	}
+	return t, op, err
+}
+
+// reserve reserves the thread chatID for a turn of user owner, within the
+// account's turn limits.
+func (h *Handler) reserve(ctx context.Context, c caller, chatID string, owner int64, lim store.Limits) (*turn, error) {
+	return h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, owner, h.cfg.maxTurnBytes,
+		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
+}
+
+// openFirstTurn opens the first turn of a user the request creates, in a
+// chat id just made: one transaction stores the user, the thread and the
+// echo, and the turn is reserved after the commit, for the user's new id.
+// Nobody else can reserve the thread meanwhile: its id is new and not sent
+// yet. A refused reservation (a turn limit, a shutdown, the cluster) undoes
+// the opening: the thread goes, and so does the user if this request
+// created it and nothing else uses it by then (a concurrent first request
+// of the same user may have given it a turn).
+func (h *Handler) openFirstTurn(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (*turn, openedTurn, error) {
+	op, err := h.openTurn(ctx, c, req, chatID, 0, lim, now)
+	if err != nil {
+		return nil, openedTurn{}, err
+	}
+	t, err := h.reserve(ctx, c, chatID, op.user.ID, lim)
+	if err != nil {
+		h.undo(ctx, c.acct.ID, chatID, op.user, now)
+		return nil, openedTurn{}, err
+	}
+	return t, op, nil
+}
+
+// undo deletes what a refused request stored: the thread chatID, if not
+// empty, and the user u if the request created it (at now) and nothing else
+// uses it by then. It runs past the request's cancellation; a failure is
+// logged, as the request has its own error to answer.
+func (h *Handler) undo(ctx context.Context, accountID int64, chatID string, u store.User, now time.Time) {
+	ctx = context.WithoutCancel(ctx)
+	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		if chatID != "" {
+			if err := tx.DeleteThread(ctx, accountID, chatID); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		if !u.CreatedAt.Equal(now) {
+			return nil // it existed before: a concurrent request created it
+		}
+		_, err := tx.DeleteUnusedUser(ctx, u.ID, u.CreatedAt)
+		return err
+	})
+	if err != nil {
+		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "what a refused chat turn stored was not deleted", slog.String("error", err.Error()))
+	}
+}
+
 // turnOwner returns the id of the user a turn request runs for, without
-// changing anything when it can: the session's user, or the existing user
-// the request names. A user the request creates is created here, in a
-// transaction of its own, so that the thread can be reserved for it; before
-// that, a chat that exists and cannot be this user's is refused, so a
-// refused request leaves nothing behind. (Only a concurrent first request of
-// the same new user can then refuse it, and that one provisions the same
-// user.)
-func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (id int64, created bool, err error) {
+// changing anything: the session's user, or the existing user the request
+// names; 0 when the request would create it.
+func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, now time.Time) (int64, error) {
 	if c.es != nil {
-		return c.es.User.ID, false, nil
+		return c.es.User.ID, nil
 	}
 	ss := req.SessionSettings
-	var u store.User
+	var (
+		u   store.User
+		err error
+	)
 	if ss.ExternalID != "" {
 		u, err = h.st.UserByExternalID(ctx, c.acct.ID, ss.ExternalID, now)
 	} else {
 		u, err = h.st.InternalUser(ctx, c.acct.ID, ss.InternalID)
 	}
-	if err == nil {
-		return u.ID, false, nil
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
 	}
-	if !errors.Is(err, store.ErrNotFound) {
-		return 0, false, err
+	return u.ID, err
+}
+
+// createOwner creates the user of a turn request in a chat it names, in a
+// transaction of its own, so that the thread can be reserved for it. Before
+// that, a chat that exists and cannot be this user's is refused, so that a
+// refused request leaves nothing behind.
+func (h *Handler) createOwner(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (store.User, error) {
+	if err := h.checkNewOwner(ctx, c, chatID, now); err != nil {
+		return store.User{}, err
 	}
-	// A chat id the request did not send was just made: no thread has it.
-	if req.ChatID != "" {
-		if err := h.checkNewOwner(ctx, c, chatID, now); err != nil {
-			return 0, false, err
-		}
-	}
-	err = h.st.InTx(ctx, func(tx store.Tx) error {
-		p := ss.provision(now, h.cfg.ephemeralTTL)
+	var u store.User
+	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 		res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
-		id = res.User.ID
+		u = res.User
 		return err
 	})
-	return id, err == nil, err
+	return u, err
 }
 
 // checkNewOwner refuses a turn of a user who does not exist yet in chat
@@ -594,7 +668,8 @@ type openedTurn struct {
 // openTurn provisions the user (the request's profile, attributes and
 // groups), finds or creates the thread and stores the user echo, in one
 // transaction with no effect outside it. The user must be owner, for whom
-// the thread is reserved.
+// the thread is reserved; owner 0 takes the user the request provisions,
+// for a thread reserved after the commit.
 func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatID string, owner int64, lim store.Limits, now time.Time) (openedTurn, error) {
 	var op openedTurn
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
@@ -614,7 +689,7 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 			}
 			user, scope = res.User, res.Scope
 		}
-		if user.ID != owner {
+		if owner != 0 && user.ID != owner {
 			return errOwnerChanged
 		}
 		// A chat id the request did not send is new (a random UUID): no
