@@ -551,6 +551,9 @@ func (h *Handler) reserve(ctx context.Context, c caller, chatID string, owner in
 // created it and nothing else uses it by then (a concurrent first request
 // of the same user may have given it a turn).
 func (h *Handler) openFirstTurn(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (*turn, openedTurn, error) {
+	if h.turns.isClosing() {
+		return nil, openedTurn{}, errShuttingDown // spare the store an opening to undo
+	}
 	op, err := h.openTurn(ctx, c, req, chatID, 0, lim, now)
 	if err != nil {
 		return nil, openedTurn{}, err

@@ -142,6 +142,13 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 	return t, nil
 }
 
+// isClosing reports whether the registry takes no new turns.
+func (r *registry) isClosing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closing
+}
+
 // addLocked registers t and counts it.
 func (r *registry) addLocked(t *turn) {
 	r.turns[t.key] = t
