@@ -222,14 +222,24 @@ type collector interface{ add() []any }
 // than bytes, GORM's own Valuer or clause expressions; bind already turned
 // lists and []byte into driver.Valuers) take the builder's path.
 func (t *txn) stmt(query string, args []any) *gorm.DB {
-	db := t.db
+	plain := plainArgs(args)
+	var tx *gorm.DB
+	if plain {
+		tx = t.db.Raw("") // a new statement with empty SQL and no Vars
+	} else {
+		tx = t.db.Raw(query, args...)
+	}
+	if t.ctx != nil {
+		tx.Statement.Context = t.ctx
+	}
 	if t.primary && !t.inTx {
-		db = db.Clauses(dbresolver.Write)
+		// What db.Clauses(dbresolver.Write) does, without a second
+		// statement.
+		dbresolver.Write.ModifyStatement(tx.Statement)
 	}
-	if !plainArgs(args) {
-		return db.Raw(query, args...)
+	if !plain {
+		return tx
 	}
-	tx := db.Raw("") // a new statement with empty SQL and no Vars
 	if t.pg() {
 		query = numberedCached(query)
 	}

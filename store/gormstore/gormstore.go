@@ -32,6 +32,9 @@ type Store struct {
 	// statement cache (database/sql keeps each statement prepared per
 	// connection). PostgreSQL needs none: pgx caches statements itself.
 	rdb *gorm.DB
+	// wdb is db on the SQLite writer connection, for reads that wait for
+	// the writer.
+	wdb *gorm.DB
 	// sqlDB is the handle's connection pool, closed by Close only when
 	// the store owns it (WithCloseDB).
 	sqlDB *sql.DB
@@ -163,7 +166,8 @@ func (s *Store) holdWriter() error {
 	}
 	s.writer = &pinnedConn{conn: c, stmts: make(map[string]*sql.Stmt)}
 	s.slot = make(chan struct{}, 1)
-	w := s.on(context.Background(), s.writer)
+	s.wdb = s.on(context.Background(), s.writer)
+	w := s.wdb
 	ms := strconv.FormatInt(busyTimeout(s.cfg).Milliseconds(), 10)
 	for _, p := range []string{"PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = " + ms} {
 		if err := w.Exec(p).Error; err != nil {
@@ -176,15 +180,18 @@ func (s *Store) holdWriter() error {
 	}
 	s.poolReads = file != "" && s.sqlDB.Stats().MaxOpenConnections != 1
 	if s.poolReads {
-		s.rdb = s.db.Session(&gorm.Session{PrepareStmt: true})
+		s.rdb = s.db.Session(&gorm.Session{NewDB: true, PrepareStmt: true})
 	}
 	return nil
 }
 
 // on returns the store's handle bound to ctx and, when pool is not nil, to
-// one connection or transaction.
+// one connection or transaction. It is a "new DB" session: each statement
+// started from it, and each statement of a transaction begun on it, is a
+// new gorm.Statement, where WithContext would make each one a clone of the
+// handle's statement (a copy of its maps and settings per statement).
 func (s *Store) on(ctx context.Context, pool gorm.ConnPool) *gorm.DB {
-	db := s.db.WithContext(ctx)
+	db := s.db.Session(&gorm.Session{NewDB: true, Context: ctx})
 	if pool != nil {
 		db.Statement.ConnPool = pool
 	}
@@ -355,8 +362,11 @@ func (s *Store) releaseWriter() { <-s.slot }
 // txn runs the store's statements on a *gorm.DB: the store's handle (reads
 // outside transactions), the SQLite writer connection, or a transaction.
 type txn struct {
-	s  *Store
-	db *gorm.DB
+	s *Store
+	// db starts each statement (see Store.on); ctx, when set, is the
+	// statement's context, where db's is not the read's.
+	db  *gorm.DB
+	ctx context.Context
 	// pipe, when set, runs the statements instead of db (see pipeline.go).
 	pipe *pgxTx
 	// inTx is set inside a database transaction.
@@ -399,17 +409,17 @@ func read[T any](ctx context.Context, s *Store, fn func(t *txn) (T, error)) (T, 
 		defer s.leave()
 	}
 	if s.dialect == postgresDialect || s.poolReads {
-		db := s.db.WithContext(actx)
+		t := &txn{s: s, db: s.db, ctx: actx, deadline: actx, shard: -1}
 		if s.dialect == sqliteDialect {
-			db = s.rdb.WithContext(context.WithoutCancel(ctx))
+			t.db, t.ctx = s.rdb, context.WithoutCancel(ctx)
 		}
-		return fn(&txn{s: s, db: db, deadline: actx, shard: -1})
+		return fn(t)
 	}
 	if err := s.acquireWriter(actx); err != nil {
 		return zero, err
 	}
 	defer s.releaseWriter()
-	return fn(&txn{s: s, db: s.on(context.WithoutCancel(ctx), s.writer), deadline: actx, shard: -1})
+	return fn(&txn{s: s, db: s.wdb, ctx: context.WithoutCancel(ctx), deadline: actx, shard: -1})
 }
 
 // readPrimary is read for reads that must see the latest committed write

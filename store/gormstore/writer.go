@@ -166,12 +166,14 @@ func (g *group) start() {
 	// go-sqlite3 runs every statement of a cancelable context on a new
 	// goroutine, which costs more than the statement; deadlines are checked
 	// between statements instead (txn.check).
-	bg := context.WithoutCancel(g.reqs[0].ctx)
-	g.tx = g.s.on(bg, g.s.writer).Begin()
+	g.tx = g.s.wdb.Begin()
 	if err := g.tx.Error; err != nil {
 		g.fail(wrapErr("begin", err))
 		return
 	}
+	// The statements carry the first member's context (its values: a
+	// host's tracing callbacks see the request), without its cancellation.
+	g.tx.Statement.Context = context.WithoutCancel(g.reqs[0].ctx)
 	g.open = true
 }
 
