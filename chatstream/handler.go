@@ -624,6 +624,7 @@ func (h *Handler) createOwner(ctx context.Context, c caller, req chatRequest, ch
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
 		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+		p.LikelyNew = true // turnOwner found none
 		res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 		u = res.User
 		return err
@@ -672,7 +673,8 @@ type openedTurn struct {
 // groups), finds or creates the thread and stores the user echo, in one
 // transaction with no effect outside it. The user must be owner, for whom
 // the thread is reserved; owner 0 takes the user the request provisions,
-// for a thread reserved after the commit.
+// for a thread reserved after the commit (turnOwner found none: provisioning
+// tries creating it first).
 func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatID string, owner int64, lim store.Limits, now time.Time) (openedTurn, error) {
 	var op openedTurn
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
@@ -686,6 +688,7 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 		} else {
 			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+			p.LikelyNew = owner == 0 // turnOwner found none
 			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 			if err != nil {
 				return err

@@ -51,6 +51,13 @@ type ExternalUserUpsert struct {
 	// UserUpdated false: there is no returning user to update, so the
 	// adapter may skip trying. Leave it false in any other case.
 	NotReturning bool
+	// InsertFirst tells UpsertExternalUser that the caller expects no user
+	// with this external id (it found none just before), so the adapter
+	// may try creating the user before looking for an existing one. It is
+	// a hint: the result is the same as without it (an existing user is
+	// still found and updated, an expired ephemeral one replaced), only
+	// cheaper when the user is new.
+	InsertFirst bool
 }
 
 // AttributeValue is the value of one attribute for a user. A nil Value

@@ -69,6 +69,12 @@ type Request struct {
 	// EphemeralExpiresAt.
 	Persistent         bool
 	EphemeralExpiresAt time.Time
+
+	// LikelyNew tells that the caller found no visible user with
+	// ExternalID just before: the user is created first, without trying
+	// the returning user's update (store.ExternalUserUpsert.InsertFirst).
+	// A hint only: the result is the same without it.
+	LikelyNew bool
 }
 
 // AttributeInput is one userAttributes entry as received.
@@ -534,7 +540,13 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	}
 	// The names and a returning user's update in one store call (one round
 	// trip on PostgreSQL); a validation failure below rolls the update back.
-	found, err := tx.Lookup(ctx, store.Lookup{Scope: res.Scope, AttrNames: attrNames, GroupNames: groupNames, ReturningUser: &up})
+	// A user the caller expects to be new is created first, after the
+	// validation.
+	look := store.Lookup{Scope: res.Scope, AttrNames: attrNames, GroupNames: groupNames, ReturningUser: &up}
+	if r.LikelyNew {
+		look.ReturningUser = nil
+	}
+	found, err := tx.Lookup(ctx, look)
 	if err != nil {
 		return Result{}, err
 	}
@@ -588,7 +600,8 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 
 	u := found.User
 	if !found.UserUpdated {
-		up.NotReturning = true // the Lookup found no returning user
+		// The Lookup found no returning user, or did not look.
+		up.NotReturning, up.InsertFirst = !r.LikelyNew, r.LikelyNew
 		u, err = tx.UpsertExternalUser(ctx, up)
 		if errors.Is(err, store.ErrLimit) {
 			return Result{}, wire.Limited("maxExternalUsers", wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers))

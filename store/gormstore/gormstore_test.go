@@ -186,6 +186,19 @@ func TestStatementCallback(t *testing.T) {
 			if n := provision("new"); n > 7 {
 				t.Errorf("provisioning an existing user ran %d statements, want at most 7", n)
 			}
+			// A new user upserted with InsertFirst: the insert alone (and
+			// the count of persistent users).
+			upsert := func(externalID string) int64 {
+				count.Store(0)
+				_, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: externalID, Persistent: true, MaxUsers: 100, Now: now, InsertFirst: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return count.Load()
+			}
+			if n := upsert("first"); n != 2 {
+				t.Errorf("InsertFirst upsert of a new persistent user ran %d statements, want 2 (insert, count)", n)
+			}
 		})
 	}
 }

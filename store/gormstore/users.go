@@ -17,6 +17,14 @@ const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
 	const op = "upsert external user"
 	now := nowOr(u.Now).UnixNano()
+	if u.InsertFirst {
+		// A new user, one statement; a user that exists (visible or not)
+		// makes the insert change nothing, and the paths below apply.
+		user, ok, err := t.insertExternalUser(ctx, u, now)
+		if err != nil || ok {
+			return user, err
+		}
+	}
 	// Fast path, one statement: a returning user (unless the caller's
 	// Lookup just tried the same statement; a user created since then by a
 	// concurrent transaction is found below).

@@ -263,6 +263,55 @@ var userRules = []rule{
 		},
 	},
 	{
+		name: "InsertFirst is a hint that changes no result",
+		doc:  "ExternalUserUpsert.InsertFirst creates a new user as without it (counted toward MaxUsers, or ephemeral), and still updates an existing user, converts an ephemeral one and replaces an expired one.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			upsert := func(up store.ExternalUserUpsert) (store.User, error) {
+				up.InsertFirst = true
+				return st.UpsertExternalUser(ctx(t), up)
+			}
+			up := f.upsert("new")
+			up.MaxUsers, up.DisplayName = 2, ptr("Ann")
+			nu, err := upsert(up)
+			mustNil(t, "new user", err)
+			if nu.ID == 0 || nu.DisplayName != "Ann" || nu.Ephemeral || !nu.CreatedAt.Equal(t0) {
+				t.Errorf("new user = %+v", nu)
+			}
+			up.DisplayName, up.Email = nil, ptr("ann@x.test")
+			again, err := upsert(up)
+			mustNil(t, "existing user", err)
+			if again.ID != nu.ID || again.DisplayName != "Ann" || again.Email != "ann@x.test" {
+				t.Errorf("existing user = %+v, want %d updated with its name kept", again, nu.ID)
+			}
+
+			e := f.ephemeral(t, st, "eph", t0.Add(time.Hour))
+			conv := f.upsert("eph")
+			conv.MaxUsers = 2
+			got, err := upsert(conv)
+			mustNil(t, "conversion", err)
+			if got.ID != e.ID || got.Ephemeral {
+				t.Errorf("converted user = %+v, want %d persistent", got, e.ID)
+			}
+			full := f.upsert("third")
+			full.MaxUsers = 2
+			_, err = upsert(full)
+			wantErr(t, "new user over the limit", err, store.ErrLimit)
+			_, err = st.UserByExternalID(ctx(t), f.account.ID, "third", t0)
+			wantErr(t, "refused user", err, store.ErrNotFound)
+
+			exp := t0.Add(time.Minute)
+			old := f.ephemeral(t, st, "gone", exp)
+			re := f.upsert("gone")
+			re.Persistent, re.EphemeralExpiresAt, re.Now = false, exp.Add(time.Hour), exp
+			fresh, err := upsert(re)
+			mustNil(t, "expired user", err)
+			if fresh.ID == old.ID || !fresh.Ephemeral || !fresh.ExpiresAt.Equal(exp.Add(time.Hour)) || !fresh.CreatedAt.Equal(exp) {
+				t.Errorf("user replacing an expired one = %+v (old id %d)", fresh, old.ID)
+			}
+		},
+	},
+	{
 		name: "internal users are saved idempotently",
 		doc:  "SaveInternalUser creates an internal user once; InternalUser and UserByID find it; a missing username is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
