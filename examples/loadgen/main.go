@@ -15,6 +15,11 @@
 //
 //	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s -country Germany
 //
+// Bursts: 10 new streams at the same instant, every second (the openings
+// compete for the store's writer and the CPU at once):
+//
+//	go run ./examples/loadgen -mode chat -c 0 -burst 10 -burst-every 1s
+//
 // With -pid, the report adds the CPU time (user + system) that process, the
 // server on the same machine, used during the measured run, in total and
 // per turn or request (Linux: read from /proc/<pid>/stat).
@@ -58,6 +63,8 @@ func main() {
 	flag.IntVar(&cfg.users, "users", 1000, "pool of distinct external users")
 	flag.Float64Var(&cfg.rate, "rate", 0, "chat: new streams per second on top of -c open ones (0: closed loop)")
 	flag.StringVar(&cfg.question, "q", "revenue by country", "chat: the question asked")
+	flag.IntVar(&cfg.burst, "burst", 0, "chat: new streams started at the same instant every -burst-every, on top of the others (0: none)")
+	flag.DurationVar(&cfg.burstEvery, "burst-every", time.Second, "chat: the period of -burst")
 	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
 	flag.StringVar(&cfg.country, "country", "", `chat: the users' "country" attribute (the demo agent shows no rows to external users without one)`)
 	flag.IntVar(&cfg.pid, "pid", 0, "report the CPU time of this process (the server, on this machine) per turn or request (Linux)")
@@ -85,9 +92,9 @@ type config struct {
 	mode, url, key, account, agent, question string
 	country                                  string
 	deployment                               int64
-	concurrency, users                       int
+	concurrency, users, burst                int
 	pid                                      int
-	duration, ramp, warmup                   time.Duration
+	duration, ramp, warmup, burstEvery       time.Duration
 	rate                                     float64
 }
 
@@ -316,7 +323,8 @@ type chatLine struct {
 
 type chatStats struct {
 	firstLine, turn latencies
-	// arrivals: time to first line of the open-loop (-rate) streams alone.
+	// arrivals: time to first line of the open-loop (-rate, -burst)
+	// streams alone.
 	arrivals    latencies
 	lines, errs atomic.Int64
 	// causes counts the errors by cause, for the report.
@@ -348,7 +356,7 @@ func (st *chatStats) fail(cause string) {
 }
 
 func runChat(ctx context.Context, cfg config) error {
-	client := newHTTPClient(cfg.concurrency + int(cfg.rate) + 16)
+	client := newHTTPClient(cfg.concurrency + int(cfg.rate) + cfg.burst + 16)
 	client.Timeout = 0
 	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
@@ -369,6 +377,23 @@ func runChat(ctx context.Context, cfg config) error {
 			}
 			for ctx.Err() == nil {
 				chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, nil)
+			}
+		})
+	}
+	// Bursts: -burst new streams at once, every -burst-every.
+	if cfg.burst > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(cfg.burstEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					for range cfg.burst {
+						wg.Go(func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, &st.arrivals) })
+					}
+				}
 			}
 		})
 	}
@@ -397,7 +422,7 @@ func runChat(ctx context.Context, cfg config) error {
 	for cause, n := range st.causes {
 		fmt.Printf("  errors: %d × %s\n", n, cause)
 	}
-	if cfg.rate > 0 {
+	if cfg.rate > 0 || cfg.burst > 0 {
 		fmt.Printf("  arrivals (%d): time to first line p50 %s  p99 %s  max %s\n", st.arrivals.count(),
 			st.arrivals.percentile(0.5), st.arrivals.percentile(0.99), st.arrivals.percentile(1))
 	}
