@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/embedkit/embedkit/internal/lru"
 	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/wire"
@@ -44,7 +45,14 @@ type Handler struct {
 	turns   *registry
 	persist *persister
 	tel     *telemetry.Telemetry
+	// owners holds the user id of recent turns by external or internal id
+	// (see turnOwner).
+	owners *lru.Cache[ownerKey, int64]
 }
+
+// ownerHints is how many users' ids Handler.owners keeps (least recently
+// used evicted): about 100 bytes each.
+const ownerHints = 10000
 
 // NewHandler returns a handler that answers chat requests with agent and
 // keeps users, threads and histories in st.
@@ -55,7 +63,8 @@ type Handler struct {
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	tel := telemetry.New(scope, cfg.tp, cfg.mp)
-	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}, tel: tel}
+	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}, tel: tel,
+		owners: lru.New[ownerKey, int64](ownerHints)}
 }
 
 // Routes returns the chat endpoints with authentication applied
@@ -484,6 +493,9 @@ func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, re
 		h.fail(w, r, err)
 		return
 	}
+	if c.es == nil {
+		h.owners.Add(ownerKeyOf(op.user), op.user.ID, time.Time{}) // see turnOwner
+	}
 	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
 	h.runTurn(w, r, c, t, op)
 }
@@ -524,6 +536,10 @@ func (h *Handler) reserveAndOpen(ctx context.Context, c caller, req chatRequest,
 		if op, err = h.openTurn(ctx, c, req, chatID, owner, lim, now); err != nil {
 			h.turns.release(ctx, t)
 		}
+	}
+	if errors.Is(err, errOwnerChanged) && c.es == nil {
+		ss := req.SessionSettings
+		h.owners.Remove(ownerKey{c.acct.ID, ss.ExternalID, ss.InternalID}) // read it again
 	}
 	if err != nil && created.ID != 0 {
 		// A refused request changes nothing: the user it created for the
@@ -572,7 +588,9 @@ func (h *Handler) openFirstTurn(ctx context.Context, c caller, req chatRequest, 
 // logged, as the request has its own error to answer.
 func (h *Handler) undo(ctx context.Context, accountID int64, chatID string, u store.User, now time.Time) {
 	ctx = context.WithoutCancel(ctx)
+	deleted := false
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		deleted = false
 		if chatID != "" {
 			if err := tx.DeleteThread(ctx, accountID, chatID); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
@@ -581,9 +599,13 @@ func (h *Handler) undo(ctx context.Context, accountID int64, chatID string, u st
 		if !u.CreatedAt.Equal(now) {
 			return nil // it existed before: a concurrent request created it
 		}
-		_, err := tx.DeleteUnusedUser(ctx, u.ID, u.CreatedAt)
+		var err error
+		deleted, err = tx.DeleteUnusedUser(ctx, u.ID, u.CreatedAt)
 		return err
 	})
+	if err == nil && deleted {
+		h.owners.Remove(ownerKeyOf(u)) // a hint to it would only cost a retry
+	}
 	if err != nil {
 		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "what a refused chat turn stored was not deleted", slog.String("error", err.Error()))
 	}
@@ -591,12 +613,21 @@ func (h *Handler) undo(ctx context.Context, accountID int64, chatID string, u st
 
 // turnOwner returns the id of the user a turn request runs for, without
 // changing anything: the session's user, or the existing user the request
-// names; 0 when the request would create it.
+// names; 0 when the request would create it. A returning user's id comes
+// from h.owners, without a read: it is a hint, as the user may have been
+// deleted or replaced since. The opening transaction, which provisions the
+// user, refuses a user that is not the hinted one (errOwnerChanged, rolled
+// back); reserveAndOpen then forgets the hint and serveTurn tries again with
+// a read.
 func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, now time.Time) (int64, error) {
 	if c.es != nil {
 		return c.es.User.ID, nil
 	}
 	ss := req.SessionSettings
+	key := ownerKey{c.acct.ID, ss.ExternalID, ss.InternalID}
+	if id, ok := h.owners.Get(key, time.Time{}); ok {
+		return id, nil
+	}
 	var (
 		u   store.User
 		err error
@@ -609,8 +640,20 @@ func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, now 
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil
 	}
+	if err == nil {
+		h.owners.Add(key, u.ID, time.Time{})
+	}
 	return u.ID, err
 }
+
+// ownerKey names a user as a turn request does: by account and external
+// or internal id (one of the two is empty).
+type ownerKey struct {
+	accountID            int64
+	externalID, internal string
+}
+
+func ownerKeyOf(u store.User) ownerKey { return ownerKey{u.AccountID, u.ExternalID, u.InternalID} }
 
 // createOwner creates the user of a turn request in a chat it names, in a
 // transaction of its own, so that the thread can be reserved for it. Before
