@@ -380,37 +380,15 @@ func runChat(ctx context.Context, cfg config) error {
 			}
 		})
 	}
-	// Bursts: -burst new streams at once, every -burst-every.
-	if cfg.burst > 0 {
-		wg.Go(func() {
-			tick := time.NewTicker(cfg.burstEvery)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					for range cfg.burst {
-						wg.Go(func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, &st.arrivals) })
-					}
-				}
-			}
-		})
-	}
-	// Open loop: new streams at a fixed rate on top of the open ones.
+	// Arrivals on a schedule, on top of the open streams: the open loop
+	// (-rate new streams a second) and bursts (-burst at once, every
+	// -burst-every).
+	arrive := func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, &st.arrivals) }
 	if cfg.rate > 0 {
-		wg.Go(func() {
-			tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.rate))
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					wg.Go(func() { chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, &st.arrivals) })
-				}
-			}
-		})
+		every(ctx, &wg, time.Duration(float64(time.Second)/cfg.rate), 1, arrive)
+	}
+	if cfg.burst > 0 {
+		every(ctx, &wg, cfg.burstEvery, cfg.burst, arrive)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -428,6 +406,24 @@ func runChat(ctx context.Context, cfg config) error {
 	}
 	cpu.report(st.turn.count(), "turn")
 	return nil
+}
+
+// every starts n calls of start at once every period, until ctx ends.
+func every(ctx context.Context, wg *sync.WaitGroup, period time.Duration, n int, start func()) {
+	wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				for range n {
+					wg.Go(start)
+				}
+			}
+		}
+	})
 }
 
 func chatOnce(ctx context.Context, c *http.Client, cfg config, user int, st *chatStats, arrival *latencies) {
