@@ -649,8 +649,8 @@ func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, now 
 // ownerKey names a user as a turn request does: by account and external
 // or internal id (one of the two is empty).
 type ownerKey struct {
-	accountID            int64
-	externalID, internal string
+	accountID              int64
+	externalID, internalID string
 }
 
 func ownerKeyOf(u store.User) ownerKey { return ownerKey{u.AccountID, u.ExternalID, u.InternalID} }

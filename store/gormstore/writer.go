@@ -163,16 +163,16 @@ func (g *group) start() {
 		return
 	}
 	g.held = true
-	// go-sqlite3 runs every statement of a cancelable context on a new
-	// goroutine, which costs more than the statement; deadlines are checked
-	// between statements instead (txn.check).
 	g.tx = g.s.wdb.Begin()
 	if err := g.tx.Error; err != nil {
 		g.fail(wrapErr("begin", err))
 		return
 	}
 	// The statements carry the first member's context (its values: a
-	// host's tracing callbacks see the request), without its cancellation.
+	// host's tracing callbacks see the request), without its cancellation:
+	// go-sqlite3 runs every statement of a cancelable context on a new
+	// goroutine, which costs more than the statement; deadlines are checked
+	// between statements instead (txn.check).
 	g.tx.Statement.Context = context.WithoutCancel(g.reqs[0].ctx)
 	g.open = true
 }
