@@ -392,8 +392,8 @@ func runChat(ctx context.Context, cfg config) error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	fmt.Printf("chat: %d turns, %d errors, %d lines in %s (%d open streams, %.0f new/s)\n",
-		st.turn.count(), st.errs.Load(), st.lines.Load(), elapsed.Round(time.Millisecond), cfg.concurrency, cfg.rate)
+	fmt.Printf("chat: %d turns, %d errors, %d lines in %s (%d open streams, %.0f new/s, bursts of %d every %s)\n",
+		st.turn.count(), st.errs.Load(), st.lines.Load(), elapsed.Round(time.Millisecond), cfg.concurrency, cfg.rate, cfg.burst, cfg.burstEvery)
 	fmt.Printf("  lines/s %.0f\n", float64(st.lines.Load())/elapsed.Seconds())
 	fmt.Printf("  time to first line p50 %s  p99 %s  max %s\n", st.firstLine.percentile(0.5), st.firstLine.percentile(0.99), st.firstLine.percentile(1))
 	fmt.Printf("  turn latency       p50 %s  p99 %s  max %s\n", st.turn.percentile(0.5), st.turn.percentile(0.99), st.turn.percentile(1))
