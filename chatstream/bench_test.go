@@ -20,6 +20,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 func benchEnv(b *testing.B, agent chatstream.Agent) *env {
@@ -114,6 +115,33 @@ func BenchmarkTimeToFirstLine(b *testing.B) {
 	}
 	b.ReportMetric(float64(first.Microseconds())/float64(b.N), "µs/first-line")
 	b.ReportMetric(float64(content.Microseconds())/float64(b.N), "µs/first-content")
+}
+
+// BenchmarkTimeToFirstLineNewUser is BenchmarkTimeToFirstLine for a new
+// user each turn (the user's first turn: the opening transaction creates the
+// user with the thread and the echo). The account's limit of new ephemeral
+// users is off.
+func BenchmarkTimeToFirstLineNewUser(b *testing.B) {
+	e := newEnv(b, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: pieces(1),
+		cfg: func(c *operator.Config) { c.Accounts[0].Limits.NewEphemeralUsersPerMinute = -1 }})
+	b.ReportAllocs()
+	var first time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		t0 := time.Now()
+		n := 0
+		for _, err := range e.client.Stream(b.Context(), acct, agentID, chatstream.Request{Input: "go", SessionSettings: ext(fmt.Sprint("new-", i))}) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n == 0 {
+				first += time.Since(t0)
+			}
+			n++
+		}
+	}
+	b.ReportMetric(float64(first.Microseconds())/float64(b.N), "µs/first-line")
 }
 
 // BenchmarkOpenStreamHeap holds 1,000 and 10,000 streams open on a slow agent and

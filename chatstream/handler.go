@@ -538,8 +538,7 @@ func (h *Handler) reserveAndOpen(ctx context.Context, c caller, req chatRequest,
 		}
 	}
 	if errors.Is(err, errOwnerChanged) && c.es == nil {
-		ss := req.SessionSettings
-		h.owners.Remove(ownerKey{c.acct.ID, ss.ExternalID, ss.InternalID}) // read it again
+		h.owners.Remove(requestOwner(c, req)) // read it again
 	}
 	if err != nil && created.ID != 0 {
 		// A refused request changes nothing: the user it created for the
@@ -624,7 +623,7 @@ func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, now 
 		return c.es.User.ID, nil
 	}
 	ss := req.SessionSettings
-	key := ownerKey{c.acct.ID, ss.ExternalID, ss.InternalID}
+	key := requestOwner(c, req)
 	if id, ok := h.owners.Get(key, time.Time{}); ok {
 		return id, nil
 	}
@@ -654,6 +653,11 @@ type ownerKey struct {
 }
 
 func ownerKeyOf(u store.User) ownerKey { return ownerKey{u.AccountID, u.ExternalID, u.InternalID} }
+
+// requestOwner is the ownerKey of the user an API-key request names.
+func requestOwner(c caller, req chatRequest) ownerKey {
+	return ownerKey{c.acct.ID, req.SessionSettings.ExternalID, req.SessionSettings.InternalID}
+}
 
 // createOwner creates the user of a turn request in a chat it names, in a
 // transaction of its own, so that the thread can be reserved for it. Before
