@@ -1,0 +1,57 @@
+package chatstream
+
+import (
+	"context"
+	"time"
+)
+
+// DataSource runs an agent's SQL for one user: the data behind the
+// svcSqlApi tool and the data query API
+// (POST .../agents/{agentId}/sql) are the same source, so a query gives the
+// same rows, under the same row access, in both.
+//
+// analytics.SQLTool implements it for SQLite and PostgreSQL.
+type DataSource interface {
+	// QueryData runs sqlQuery for the user of t (t.User, t.ActiveBranchName
+	// and t.Branches are used) with the tool's rules and row access, but
+	// without the tool's row limit or result-size cap, and within timeout
+	// (the source's own default when timeout is zero). It returns once the
+	// first row is ready or the query has failed. A query that is refused,
+	// invalid, names an unknown branch or runs out of time fails with a
+	// *[QueryError]; any other error is the source's own fault. The caller
+	// reads the rows with Next and Values and must Close them; Close stops
+	// the query at once.
+	QueryData(ctx context.Context, t Turn, sqlQuery string, timeout time.Duration) (DataRows, error)
+}
+
+// DataRows is the result of [DataSource.QueryData], read one row at a time
+// so that no result is held in memory whole.
+type DataRows interface {
+	// Columns describes the result's columns, in order.
+	Columns() []DataColumn
+	// Next advances to the next row; false at the end or on error (see Err).
+	Next() bool
+	// Values returns the current row: each value a string, float64, int64,
+	// bool or nil. The slice is valid until the next call of Next.
+	Values() []any
+	// Err is the error that ended the rows, if any (a *[QueryError] for a
+	// timeout).
+	Err() error
+	// Close releases the query; it is safe to call more than once.
+	Close() error
+}
+
+// DataColumn describes one column of a query result, as the spec's tool
+// result and the data query API's schema line do.
+type DataColumn struct {
+	Name string `json:"name"`
+	// ColumnType is string, number, time or boolean.
+	ColumnType string `json:"column_type"`
+}
+
+// QueryError is a query failure that may be shown to the user who asked:
+// the query was refused, is invalid, names an unknown branch or ran out of
+// time. Its message names no table the data model does not list.
+type QueryError struct{ Msg string }
+
+func (e *QueryError) Error() string { return e.Msg }
