@@ -545,13 +545,7 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	}
 	// Cancellation and the timeout interrupt the statement at once, even
 	// inside one instruction (guard.c's functions check for it).
-	c.stop = context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if !c.closed {
-			C.analytics_interrupt(g.db)
-		}
-	})
+	c.stop = context.AfterFunc(ctx, c.interrupt)
 	return c, nil
 }
 
@@ -624,6 +618,14 @@ func (c *sqliteCursor) next(read bool, limit int64) bool {
 		}
 	}
 	return true
+}
+
+func (c *sqliteCursor) interrupt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		C.analytics_interrupt(c.g.db)
+	}
 }
 
 // close finalizes the statement and gives the connection back. It is

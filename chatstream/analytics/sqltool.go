@@ -324,6 +324,9 @@ type cursor interface {
 	// failure is the error that ended the rows: a *ToolError, the
 	// caller's ctx.Err(), or another error.
 	failure() error
+	// interrupt stops the running query at once; it may be called from
+	// any goroutine, and does nothing once the cursor is closed.
+	interrupt()
 	// close ends the query and releases its connection; it is safe to
 	// call more than once.
 	close()
