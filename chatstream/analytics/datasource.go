@@ -44,7 +44,7 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 	if r.primed {
 		first = [][]any{c.values()}
 	}
-	for _, col := range t.schema(c.columns(), first) {
+	for _, col := range t.schema(c.columns(), c.types(), first) {
 		r.cols = append(r.cols, chatstream.DataColumn(col))
 	}
 	return r, nil

@@ -481,9 +481,6 @@ func (c *checker) opensDatabase(q string) bool {
 	return C.analytics_opens_database(c.db, cs, C.int(len(q))) != 0
 }
 
-// quoteIdent quotes an SQL identifier.
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
 // compile prepares the first statement of sql. It returns the statement
 // (nil when sql holds none), the text it was compiled from, and the
 // analytics_prepare flags.
@@ -570,6 +567,7 @@ type sqliteCursor struct {
 }
 
 func (c *sqliteCursor) columns() []string { return c.cols }
+func (c *sqliteCursor) types() []string   { return nil }
 func (c *sqliteCursor) values() []any     { return c.vals }
 func (c *sqliteCursor) rowBytes() int64   { return c.bytes }
 func (c *sqliteCursor) failure() error    { return c.err }

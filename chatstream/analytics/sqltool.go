@@ -181,6 +181,7 @@ type SQLTool struct {
 	maxSteps  int64
 	cacheSize int
 
+	pg      *postgres // set on PostgreSQL
 	sqlite  *sqliteViews
 	checkMu sync.Mutex
 	checker *checker
@@ -210,15 +211,7 @@ func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
 	if msg := m.check(); msg != "" {
 		panic("analytics: NewSQLTool: invalid model: " + msg)
 	}
-	t := &SQLTool{
-		db: db, model: m,
-		rowLimit: DefaultRowLimit, timeout: DefaultTimeout, maxSteps: DefaultMaxSteps,
-		guards: map[weak.Pointer[sqlite3.SQLiteConn]]*guard{},
-		cache:  map[string]*SQLResult{},
-	}
-	for _, o := range opts {
-		o(t)
-	}
+	t := newTool(db, m, opts)
 	t.sqlite = newSQLiteViews(m)
 	// Compile the views now, so that a broken model fails here.
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
@@ -229,6 +222,28 @@ func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
 	}
 	conn.Close()
 	return t, nil
+}
+
+func newTool(db *sql.DB, m *Model, opts []SQLOption) *SQLTool {
+	t := &SQLTool{
+		db: db, model: m,
+		rowLimit: DefaultRowLimit, timeout: DefaultTimeout, maxSteps: DefaultMaxSteps,
+		guards: map[weak.Pointer[sqlite3.SQLiteConn]]*guard{},
+		cache:  map[string]*SQLResult{},
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// modelViews lists the model's view names, for messages.
+func (t *SQLTool) modelViews() string {
+	names := make([]string, len(t.model.Views))
+	for i, v := range t.model.Views {
+		names[i] = v.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // Run runs in.SQLQuery for the user of turn tu and returns the result. A
@@ -315,6 +330,9 @@ var errTooLarge = toolErr("result too large: a result holds at most %d columns a
 // cursor is a query running on the tool's executor.
 type cursor interface {
 	columns() []string
+	// types names the columns' types where the database knows them (nil
+	// or "" where it does not).
+	types() []string
 	// next advances to the next row; with read it copies the row's values
 	// (see values), unless the row is larger than limit bytes: then it
 	// fails with errTooLarge before copying anything.
@@ -336,7 +354,11 @@ type cursor interface {
 // the tool and of the data query API, goes through it.
 func (t *SQLTool) open(ctx context.Context, q string, a Access, timeout time.Duration) (cursor, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	c, err := t.openSQLite(ctx, cancel, timeout, q, a)
+	open := t.openSQLite
+	if t.pg != nil {
+		open = t.openPostgres
+	}
+	c, err := open(ctx, cancel, timeout, q, a)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -373,7 +395,7 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 	if err := c.failure(); err != nil {
 		return nil, err
 	}
-	res.Schema = t.schema(cols, res.Data)
+	res.Schema = t.schema(cols, c.types(), res.Data)
 
 	h := sha256.New()
 	h.Write([]byte(q))
@@ -432,10 +454,13 @@ func (t *SQLTool) ctxOr(ctx context.Context, err error) error {
 
 // schema names the columns and their types: time for a member of type time
 // of the model with that name, else from the first non-null value.
-func (t *SQLTool) schema(cols []string, data [][]any) []Column {
+func (t *SQLTool) schema(cols, types []string, data [][]any) []Column {
 	out := make([]Column, len(cols))
 	for i, c := range cols {
 		typ := ""
+		if i < len(types) {
+			typ = types[i]
+		}
 		for _, v := range t.model.Views {
 			for _, m := range v.Members {
 				if m.Type == "time" && strings.EqualFold(m.Name[strings.IndexByte(m.Name, '.')+1:], c) {
