@@ -236,7 +236,7 @@ func singular(w string) string {
 // user.
 func (m *Model) Describe() string {
 	var b strings.Builder
-	b.WriteString("SQL views you can query (SQLite dialect; one SELECT per svcSqlApi call; no other tables exist for you):\n")
+	b.WriteString("SQL views you can query (one SELECT per svcSqlApi call, in the SQL dialect its description names; no other tables exist for you):\n")
 	for _, v := range m.Views {
 		fmt.Fprintf(&b, "\n%s: %s", v.Name, v.Title)
 		if v.Description != "" {

@@ -499,12 +499,20 @@ func uuidFrom(sum []byte) string {
 	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
 }
 
+// dialect names the database's SQL dialect.
+func (t *SQLTool) dialect() string {
+	if t.pg != nil {
+		return "PostgreSQL"
+	}
+	return "SQLite"
+}
+
 // Name returns "svcSqlApi".
 func (t *SQLTool) Name() string { return SQLToolName }
 
 // Description tells a language model what the tool does.
 func (t *SQLTool) Description() string {
-	return "Runs one read-only SQL SELECT (SQLite dialect) over the views of the data model and returns at most " +
+	return "Runs one read-only SQL SELECT (" + t.dialect() + " dialect) over the views of the data model and returns at most " +
 		fmt.Sprint(t.rowLimit) + " rows with totalRows counting all of them. Only the model's views can be read; " +
 		"the user's row-level security is applied by the database whatever the query says. " +
 		"Aggregate in SQL rather than fetching raw rows. Give a short queryTitle, a one-sentence description, " +
@@ -517,7 +525,7 @@ func (t *SQLTool) Parameters() map[string]any {
 	return map[string]any{
 		"type": "object",
 		"properties": map[string]any{
-			"sqlQuery":    str("One SQLite SELECT statement over the data model's views."),
+			"sqlQuery":    str("One " + t.dialect() + " SELECT statement over the data model's views."),
 			"queryTitle":  str("A short title of the result."),
 			"description": str("One sentence saying what the query computes."),
 			"userRequest": str("The user's original request."),
