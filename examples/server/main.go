@@ -37,7 +37,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -117,11 +116,19 @@ func envOr(key, def string) string {
 
 // run serves until ctx ends (SIGINT or SIGTERM in main), then shuts down
 // gracefully.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	// No secret of a flag, the environment or the config reaches the
+	// output, nor the error returned (see secrets.go).
+	sc := &scrubber{}
+	sc.add(envSecrets()...)
+	stdout, stderr = sc.writer(stdout), sc.writer(stderr)
+	defer func() { err = sc.scrubErr(err) }()
+
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	sc.add(optionSecrets(o)...)
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
 	cfg := operator.DemoConfig()
@@ -129,6 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cfg, err = operator.LoadConfig(o.config); err != nil {
 			return err
 		}
+		sc.add(configSecrets(cfg)...)
 	}
 
 	st, err := openStore(o.db)
@@ -221,7 +229,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), redactDSN(o.db))
+	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), o.db)
 	if cluster != nil {
 		fmt.Fprintf(stdout, "chat turns shared with the other replicas on this database (replica %s)\n", cluster.ReplicaID())
 	}
@@ -262,17 +270,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // isPostgres reports whether db is a PostgreSQL DSN (see openStore).
 func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "host=")
-}
-
-// redactDSN hides a PostgreSQL password in the start-up line.
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
-		}
-	}
-	return dsn
 }
 
 // allowedMethods lists the methods that router serves at req's path, for

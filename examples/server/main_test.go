@@ -23,6 +23,8 @@ type server struct {
 	stop func()
 	done chan error
 	out  *lineWriter
+	// output is everything the server wrote, to stdout and stderr.
+	output *lockedBuffer
 }
 
 type lineWriter struct {
@@ -53,9 +55,9 @@ func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &lineWriter{lines: make(chan string, 100)}
-	s := &server{stop: cancel, done: make(chan error, 1), out: out}
+	s := &server{stop: cancel, done: make(chan error, 1), out: out, output: &lockedBuffer{}}
 	go func() {
-		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), out, io.Discard)
+		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), io.MultiWriter(out, s.output), s.output)
 	}()
 	deadline := time.After(30 * time.Second)
 	var seen []string
