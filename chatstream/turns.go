@@ -142,6 +142,13 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 	return t, nil
 }
 
+// count returns how many turns are reserved or running.
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.turns)
+}
+
 // isClosing reports whether the registry takes no new turns.
 func (r *registry) isClosing() bool {
 	r.mu.Lock()

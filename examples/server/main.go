@@ -55,12 +55,31 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	// The first SIGINT or SIGTERM stops gracefully, a second one at once;
+	// a third gets the default action (the process ends).
+	stop, stopNow := stopSignals()
+	if err := run(stop, stopNow, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
+}
+
+// stopSignals returns a context that ends at the first SIGINT or SIGTERM and
+// one that ends at the second; then the signals get their default action
+// again.
+func stopSignals() (stop, stopNow context.Context) {
+	stop, first := context.WithCancel(context.Background())
+	stopNow, second := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		first()
+		<-sigs
+		signal.Stop(sigs)
+		second()
+	}()
+	return stop, stopNow
 }
 
 type options struct {
@@ -114,9 +133,10 @@ func envOr(key, def string) string {
 	return def
 }
 
-// run serves until ctx ends (SIGINT or SIGTERM in main), then shuts down
-// gracefully.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+// run serves until ctx ends (the first SIGINT or SIGTERM in main), then
+// shuts down gracefully: running chat turns get turnGrace to finish, unless
+// now ends (the second signal), which aborts them at once.
+func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	// No secret of a flag, the environment or the config reaches the
 	// output, nor the error returned (see secrets.go).
 	sc := &scrubber{}
@@ -245,18 +265,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(stdout, "shutting down")
-	// Running turns may finish for 30 s, then they are aborted; their
-	// streams end, so the HTTP server can drain: it gets 10 s more than the
-	// turns, so that streams ended at the deadline are not counted as a
-	// failed shutdown.
-	turnsCtx, cancelTurns := context.WithTimeout(context.Background(), 30*time.Second)
+	// Running turns may finish for turnGrace, then they are aborted, or
+	// at once when now ends; their streams end, so the HTTP server can
+	// drain: it gets 10 s more than the turns, so that streams ended at the
+	// deadline are not counted as a failed shutdown.
+	if n := chat.RunningTurns(); n > 0 {
+		fmt.Fprintf(stdout, "shutting down: waiting up to %v for %s; press Ctrl-C again to stop now\n", turnGrace, plural(n, "running chat turn"))
+	} else {
+		fmt.Fprintln(stdout, "shutting down")
+	}
+	turnsCtx, cancelTurns := context.WithTimeout(now, turnGrace)
 	defer cancelTurns()
-	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 40*time.Second)
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), turnGrace+10*time.Second)
 	defer cancelHTTP()
+	// The second signal aborts the turns (turnsCtx ends) and gives their
+	// streams a moment to write their last lines before the connections
+	// still open are cut.
+	stopNow := context.AfterFunc(now, func() {
+		if n := chat.RunningTurns(); n > 0 {
+			fmt.Fprintf(stdout, "stopping now: aborting %s\n", plural(n, "running chat turn"))
+		}
+		time.AfterFunc(2*time.Second, cancelHTTP)
+	})
+	defer stopNow()
 	chatErr := make(chan error, 1)
 	go func() { chatErr <- chat.Shutdown(turnsCtx) }()
 	err = srv.Shutdown(httpCtx)
+	if err != nil && now.Err() != nil {
+		err = srv.Close()
+	}
 	err = errors.Join(err, <-chatErr, reaper.Close())
 	if cluster != nil {
 		err = errors.Join(err, cluster.Close())
@@ -265,6 +302,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		err = nil
 	}
 	return err
+}
+
+// turnGrace is how long a graceful stop lets running chat turns finish.
+const turnGrace = 30 * time.Second
+
+// plural returns "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
 }
 
 // isPostgres reports whether db is a PostgreSQL DSN (see openStore).

@@ -57,7 +57,7 @@ func startServer(t *testing.T, args ...string) *server {
 	out := &lineWriter{lines: make(chan string, 100)}
 	s := &server{stop: cancel, done: make(chan error, 1), out: out, output: &lockedBuffer{}}
 	go func() {
-		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), io.MultiWriter(out, s.output), s.output)
+		s.done <- run(ctx, context.Background(), append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), io.MultiWriter(out, s.output), s.output)
 	}()
 	deadline := time.After(30 * time.Second)
 	var seen []string

@@ -60,7 +60,7 @@ func TestNoSecretInFailedStart(t *testing.T) {
 		"postgres://postgres@" + addr + "/test?sslmode=disable", // PGPASSWORD
 	} {
 		var out bytes.Buffer
-		err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-db", dsn}, &out, &out)
+		err := run(context.Background(), context.Background(), []string{"-addr", "127.0.0.1:0", "-db", dsn}, &out, &out)
 		if err == nil {
 			t.Fatalf("run with an unreachable database: no error")
 		}
@@ -70,7 +70,7 @@ func TestNoSecretInFailedStart(t *testing.T) {
 
 	t.Setenv("EMBED_DB", "postgres://postgres:"+pwUserinfo+"@"+addr+"/test?password="+url.QueryEscape(pwQuery))
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-no-such-flag"}, &out, &out); err == nil {
+	if err := run(context.Background(), context.Background(), []string{"-no-such-flag"}, &out, &out); err == nil {
 		t.Fatal("an unknown flag: no error")
 	}
 	if !strings.Contains(out.String(), "-db") {
