@@ -227,7 +227,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	session := middleware.Session(st)
 	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)
 	r.Handle("/embed/profile", session(http.HandlerFunc(pages.profile))).Methods(http.MethodGet)
-	if err := mountChatPage(r, st, cfg, o.vegaDir, log); err != nil {
+	if err := mountChatPage(r, st, cfg, o.config == "", o.vegaDir, log); err != nil {
 		return fmt.Errorf("chat page: %w", err)
 	}
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
