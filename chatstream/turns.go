@@ -78,10 +78,10 @@ type registry struct {
 	// them: they count here, on top of its count.
 	lingerAccount map[int64]int
 	lingerUser    map[int64]int
-	active     int           // turn goroutines running
-	idle       chan struct{} // closed and cleared when a turn ends; nil when nobody waits
-	closing    bool          // no new turns
-	stopped    bool          // turns are cancelled as they start
+	active        int           // turn goroutines running
+	idle          chan struct{} // closed and cleared when a turn ends; nil when nobody waits
+	closing       bool          // no new turns
+	stopped       bool          // turns are cancelled as they start
 }
 
 func newRegistry(log *slog.Logger, cluster Cluster) *registry {
