@@ -274,7 +274,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	} else {
 		fmt.Fprintln(stdout, "shutting down")
 	}
-	turnsCtx, cancelTurns := context.WithTimeout(now, turnGrace)
+	turnsCtx, cancelTurns := context.WithTimeout(context.Background(), turnGrace)
 	defer cancelTurns()
 	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), turnGrace+10*time.Second)
 	defer cancelHTTP()
@@ -285,6 +285,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 		if n := chat.RunningTurns(); n > 0 {
 			fmt.Fprintf(stdout, "stopping now: aborting %s\n", plural(n, "running chat turn"))
 		}
+		cancelTurns()
 		time.AfterFunc(2*time.Second, cancelHTTP)
 	})
 	defer stopNow()
