@@ -93,19 +93,7 @@ func abortedAgentCounts(t *testing.T, e *env, a *stubbornAgent) {
 	wantNoChat(t, e, "c3")
 
 	// Once the agent returns, its place is free.
-	close(a.release)
-	<-a.returned
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := send(t, e, "u1", "c3", "echo:x")
-		if r.Status == http.StatusOK {
-			break
-		}
-		if r.Status != http.StatusTooManyRequests || time.Now().After(deadline) {
-			t.Fatalf("after the agent returned: %d %s, want 200", r.Status, r.Raw)
-		}
-		time.Sleep(10 * time.Millisecond) // the agent's goroutine records its return
-	}
+	admittedOnceReturned(t, e, a, "c3")
 }
 
 // TestTimedOutAgentCountsUntilItReturns: a turn past its deadline frees its
@@ -122,18 +110,24 @@ func TestTimedOutAgentCountsUntilItReturns(t *testing.T) {
 		}
 		wantRefused(t, "a new input while the timed-out turn's agent runs", send(t, e, "u1", "c1", "echo:x"),
 			http.StatusTooManyRequests, "running turn limit of 1 per user reached: wait for a turn to end")
-		close(a.release)
-		<-a.returned
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			r := send(t, e, "u1", "c1", "echo:x")
-			if r.Status == http.StatusOK {
-				break
-			}
-			if r.Status != http.StatusTooManyRequests || time.Now().After(deadline) {
-				t.Fatalf("after the agent returned: %d %s, want 200", r.Status, r.Raw)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		admittedOnceReturned(t, e, a, "c1")
 	})
+}
+
+// admittedOnceReturned releases a's agent and checks that an input of u1 in
+// chatID is then admitted: 429 only until the agent's goroutine has
+// recorded its return, which follows the agent's return closely.
+func admittedOnceReturned(t *testing.T, e *env, a *stubbornAgent, chatID string) {
+	t.Helper()
+	close(a.release)
+	<-a.returned
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r := send(t, e, "u1", chatID, "echo:x")
+		if r.Status == http.StatusOK {
+			return
+		}
+		if r.Status != http.StatusTooManyRequests || time.Now().After(deadline) {
+			t.Fatalf("after the agent returned: %d %s, want 200", r.Status, r.Raw)
+		}
+	}
 }
