@@ -102,7 +102,7 @@ func TestQuestionTable(t *testing.T) {
 
 		// SQL typed into the chat goes to svcSqlApi unchanged.
 		{q: "select country, count(*) from orders group by 1", tools: sqlTool, rows: 12, says: []string{"returned 12 rows", "| country | count(*) |"}},
-		{q: "SELECT * FROM main.customers", tools: sqlTool, failed: true, rows: -1, says: []string{"did not run it", "not the table"}},
+		{q: "SELECT * FROM main.customers", tools: sqlTool, failed: true, rows: -1, says: []string{"did not run it", "only the views of the data model"}},
 		{q: "revenue by country'; DROP TABLE orders; --", tools: sqlTool, failed: true, rows: -1, says: []string{"did not run it"}, notSays: []string{"Revenue by country:"}},
 
 		// Row-level security: fails closed, and says why.
