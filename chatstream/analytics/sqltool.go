@@ -147,7 +147,9 @@ func WithResultCache(n int) SQLOption {
 }
 
 // SQLTool is the svcSqlApi executor: it runs one read-only SELECT of the
-// caller's over the filtered views of a [Model], on a SQLite database.
+// caller's over the filtered views of a [Model], on a SQLite database
+// ([NewSQLTool], described here) or a PostgreSQL one
+// ([NewPostgresSQLTool]).
 //
 // Row-level security does not depend on the SQL being well-meant. Each
 // connection the tool uses gets, once, temporary views per model view: one
