@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
@@ -66,6 +67,10 @@ type dataRows struct {
 	cols   []chatstream.DataColumn
 	primed bool // the first row is read and not yet returned
 	done   bool
+	// ended is set once the rows are read to their end: Close then has no
+	// query to interrupt (a PostgreSQL cancel request would cost a round
+	// trip and could reach a later statement).
+	ended atomic.Bool
 }
 
 func (r *dataRows) Columns() []chatstream.DataColumn { return r.cols }
@@ -82,6 +87,7 @@ func (r *dataRows) Next() bool {
 	}
 	if !r.c.next(true, math.MaxInt64) {
 		r.done = true
+		r.ended.Store(true)
 		return false
 	}
 	return true
@@ -92,7 +98,9 @@ func (r *dataRows) Values() []any { return r.c.values() }
 func (r *dataRows) Err() error { return asQueryError(r.c.failure()) }
 
 func (r *dataRows) Close() error {
-	r.c.interrupt()
+	if !r.ended.Load() {
+		r.c.interrupt()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.done, r.primed = true, false

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -371,6 +372,9 @@ type pgCursor struct {
 	inTx    bool
 	done    bool
 	err     error
+	// cancelled is set when a cancel request was sent: it may reach the
+	// server after the query has ended, so the connection is not reused.
+	cancelled atomic.Bool
 }
 
 func (c *pgCursor) columns() []string { return c.cols }
@@ -448,6 +452,7 @@ func (c *pgCursor) types() []string {
 
 func (c *pgCursor) interrupt() {
 	c.closing.ifOpen(func() {
+		c.cancelled.Store(true)
 		// CancelRequest uses a connection of its own; its own context
 		// bounds it.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -466,7 +471,13 @@ func (c *pgCursor) close() {
 	if c.rr != nil && !c.done {
 		c.rr.Close()
 	}
-	if c.inTx && !c.pc.PgConn().IsClosed() {
+	if c.cancelled.Load() {
+		// A late cancel could stop the ROLLBACK or the connection's next
+		// user: close it (the server rolls back), and the pool drops it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.pc.PgConn().Close(ctx)
+		cancel()
+	} else if c.inTx && !c.pc.PgConn().IsClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.pc.Exec(ctx, "ROLLBACK")
 		cancel()
