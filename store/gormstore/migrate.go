@@ -27,6 +27,7 @@ var migrations = []migration{
 	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
 	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
 	{4, "the embedkit_ prefix on every table, index and sequence", prefixNames},
+	{5, "the API key that minted each session id and token", addKeyHash},
 }
 
 // migrationLock is the key of the PostgreSQL advisory lock held while
@@ -263,3 +264,34 @@ func prefixSQLite(tx *gorm.DB, table string) error {
 
 // quoteIdent quotes an SQL identifier for both databases.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// addKeyHash is version 5: sessions and tokens record the API key that
+// minted them, a foreign key that deletes them with the key. Hand-written
+// ALTER TABLE: GORM's SQLite migrator adds a foreign key by rebuilding the
+// table, which drops its indexes; SQLite adds a nullable column with its
+// REFERENCES clause in place. The constraint gets GORM's name, as a fresh
+// start creates it.
+func addKeyHash(tx *gorm.DB) error {
+	m := tx.Migrator()
+	typ := "BLOB"
+	if tx.Dialector.Name() == "postgres" {
+		typ = "BYTEA"
+	}
+	for _, t := range []struct {
+		model any
+		table string
+	}{{&Session{}, "embedkit_sessions"}, {&Token{}, "embedkit_tokens"}} {
+		if m.HasColumn(t.model, "KeyHash") {
+			continue
+		}
+		ddl := "ALTER TABLE " + t.table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + t.table +
+			"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE"
+		if err := tx.Exec(ddl).Error; err != nil {
+			return err
+		}
+		if err := m.CreateIndex(t.model, t.table+"_key"); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -59,8 +59,8 @@ func TestMigrateFromPreviousRelease(t *testing.T) {
 			if err := host.Find(&versions).Error; err != nil {
 				t.Fatal(err)
 			}
-			if !versionsOnce(versions, 4) {
-				t.Errorf("schema versions = %+v, want versions 1 to 4 once each", versions)
+			if !versionsOnce(versions, 5) {
+				t.Errorf("schema versions = %+v, want versions 1 to 5 once each", versions)
 			}
 			var total int64
 			if err := host.Raw("SELECT SUM(total) FROM orders").Scan(&total).Error; err != nil || total != 350 {

@@ -184,7 +184,11 @@ type Session struct {
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
 	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_sessions_expiry"`
 	UsedAt          *int64 `gorm:"column:used_at"`
-	User            *User  `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	// KeyHash is the API key that minted the session id (NULL when
+	// none did): deleting the key deletes the session.
+	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_sessions_key"`
+	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
@@ -202,7 +206,10 @@ type Token struct {
 	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
 	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_tokens_expiry"`
-	User            *User  `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	// KeyHash is the API key that minted the token's session id.
+	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_tokens_key"`
+	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
