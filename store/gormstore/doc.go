@@ -53,9 +53,12 @@
 //   - SQLite has one writer connection, taken from the pool for the store's
 //     lifetime and kept prepared statement by statement (preparing is most
 //     of a small statement's cost: without it generate-session ran at a
-//     third of the throughput). Transactions get it in arrival order, each
-//     its own database transaction under its caller's context (a host's
-//     tracing sees each statement under its request). Reads outside transactions use the pool's other
+//     third of the throughput). Transactions get it in arrival order and,
+//     when several wait, commit as a group: the first runs them all in one
+//     database transaction, each in its own savepoint and each under its
+//     own caller's context (a host's tracing sees every statement under
+//     its request), and one COMMIT makes the group durable (without it
+//     generate-session was markedly slower; docs/storage.md). Reads outside transactions use the pool's other
 //     connections (WAL mode) with GORM's prepared statement cache. The
 //     writer connection presents itself to plugins as a transaction, so
 //     dbresolver never moves its statements.

@@ -48,13 +48,14 @@ type Store struct {
 	// (see pipeline.go).
 	pipelining bool
 
-	// SQLite: the writer connection, held for the store's lifetime, and
-	// its FIFO slot (blocked channel senders are woken in arrival order).
-	// poolReads is set when reads outside transactions
+	// SQLite: the writer connection, held for the store's lifetime, its
+	// FIFO slot (blocked channel senders are woken in arrival order) and the
+	// group commit queue. poolReads is set when reads outside transactions
 	// may use other connections of the pool (a file database whose pool
 	// allows more than one connection); otherwise they wait for the writer.
 	writer    *pinnedConn
 	slot      chan struct{}
+	batch     batcher
 	poolReads bool
 
 	closed    atomic.Bool
@@ -230,9 +231,11 @@ func (s *Store) Close() error {
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
 // InTx runs fn in one transaction; see [store.Store.InTx]. On SQLite the
-// transaction waits its turn for the writer connection (FIFO). Every
-// statement of fn runs with ctx's values, so that a host's logger and
-// tracing see it under the caller's request. Transient failures
+// transaction waits its turn for the writer connection (FIFO) and may share
+// one database transaction, and one commit, with the transactions waiting
+// behind it, each in its own savepoint (see writer.go). Every statement of
+// fn runs with ctx's values, so that a host's logger and tracing see it
+// under the caller's request. Transient failures
 // (busy, locked, serialization failure, deadlock) are retried up to
 // [WithMaxRetries] times, calling fn again, and not after the query timeout
 // has passed since the first attempt. Each attempt is bounded by
@@ -244,8 +247,11 @@ var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 // commits nothing, even when fn ignores the error and returns nil.
 //
 // The Tx given to fn is not safe for concurrent use: fn must call it from
-// one goroutine at a time. fn runs on the caller's goroutine; a panic in it
-// rolls the transaction back and goes on up.
+// one goroutine at a time. On SQLite fn may run on the goroutine of another
+// caller of InTx (the leader of its commit group), so it must not depend on
+// which goroutine runs it: a panic in fn is raised again in its own caller,
+// but t.Fatal (runtime.Goexit) inside fn ends the leader's goroutine; the
+// store survives that, the leader's caller does not.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
