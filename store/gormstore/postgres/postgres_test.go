@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -18,4 +19,12 @@ func TestPoolFollowsTheCores(t *testing.T) {
 	if got := postgres.PoolSize(); got != 32 {
 		t.Errorf("PoolSize on 8 cores = %d, want 32", got)
 	}
+}
+
+// ExamplePoolSize opens a store whose pool follows the cores; a host that
+// wants another size opens PostgreSQL itself and hands the handle to
+// gormstore.OpenDB, which keeps the host's pool as configured.
+func ExamplePoolSize() {
+	fmt.Println(postgres.PoolSize() == 4*runtime.GOMAXPROCS(0))
+	// Output: true
 }
