@@ -26,7 +26,9 @@ var migrations = []migration{
 	{1, "create embedkit's tables", createTables},
 	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
 	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
-	{4, "the embedkit_ prefix on every table, index and sequence", prefixNames},
+	// Version 4's renames run before the others (see migrate); a fresh
+	// database has prefixed tables from version 1 on.
+	{4, "the embedkit_ prefix on every table, index and sequence", func(*gorm.DB) error { return nil }},
 	{5, "the API key that minted each session id and token", addKeyHash},
 }
 
@@ -79,8 +81,7 @@ func migrate(ctx context.Context, db *gorm.DB) error {
 		}
 		if current > 0 && current < 4 {
 			// Versions 2 and 3 change the current models, whose tables
-			// carry the prefix: rename first (version 4 then finds
-			// nothing left to do).
+			// carry the prefix: rename first, as version 4.
 			if err := prefixNames(tx); err != nil {
 				return fmt.Errorf("version 4: %w", err)
 			}
@@ -156,7 +157,7 @@ var legacyTables = []string{
 	"threads", "thread_messages", "account_quotas",
 }
 
-// prefixNames is version 4: it renames embedkit's tables of a previous
+// prefixNames is version 4, run before versions 2 and 3: it renames embedkit's tables of a previous
 // release to embedkit_<name>, with their indexes (embedkit_<index>) and,
 // on PostgreSQL, their sequences (embedkit_<sequence>) and foreign keys
 // (fk_embedkit_<table>_<field>, GORM's name for them), so that the schema
