@@ -25,6 +25,7 @@ type persister struct {
 }
 
 type persistJob struct {
+	ctx       context.Context // the turn's request
 	accountID int64
 	chatID    string
 	lastSort  int64
@@ -37,7 +38,7 @@ type persistJob struct {
 
 // persist stores one turn's messages and returns once they are stored.
 func (p *persister) persist(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
-	j := &persistJob{accountID: accountID, chatID: chatID, lastSort: lastSort, msgs: msgs,
+	j := &persistJob{ctx: ctx, accountID: accountID, chatID: chatID, lastSort: lastSort, msgs: msgs,
 		done: make(chan struct{}), lead: make(chan struct{})}
 	p.mu.Lock()
 	p.queue = append(p.queue, j)
@@ -63,7 +64,7 @@ func (p *persister) leadBatch(ctx context.Context, j *persistJob) error {
 	p.queue = p.queue[n:]
 	p.mu.Unlock()
 
-	p.write(ctx, batch)
+	p.write(batch)
 
 	p.mu.Lock()
 	if len(p.queue) > 0 {
@@ -77,7 +78,17 @@ func (p *persister) leadBatch(ctx context.Context, j *persistJob) error {
 	return j.err
 }
 
-func (p *persister) write(ctx context.Context, batch []*persistJob) {
+// write stores a batch. A batch of one turn runs under that turn's request
+// context; a batch serving several turns runs under a context of its own
+// (no request's values, no request's cancellation), so that a host's
+// tracing does not attribute the other turns' writes to one request and
+// one client going away does not fail the others' writes. The store bounds
+// it by its query timeout.
+func (p *persister) write(batch []*persistJob) {
+	ctx := batch[0].ctx
+	if len(batch) > 1 {
+		ctx = context.Background()
+	}
 	appends := make([]store.ThreadAppend, len(batch))
 	for i, j := range batch {
 		appends[i] = store.ThreadAppend{AccountID: j.accountID, ChatID: j.chatID, LastSort: j.lastSort, Messages: j.msgs}
@@ -89,7 +100,7 @@ func (p *persister) write(ctx context.Context, batch []*persistJob) {
 	if err != nil && len(batch) > 1 && !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
 		// One bad turn must not fail the others: store them one by one.
 		for _, j := range batch {
-			j.err = p.st.AppendMessages(ctx, j.accountID, j.chatID, j.lastSort, j.msgs)
+			j.err = p.st.AppendMessages(j.ctx, j.accountID, j.chatID, j.lastSort, j.msgs)
 			close(j.done)
 		}
 		return

@@ -92,8 +92,15 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 			CreatorMode:     req.CreatorMode,
 			CreatedAt:       now,
 			ExpiresAt:       now.Add(h.o.sessionTTL),
+			KeyHash:         middleware.APIKeyHashFromContext(ctx),
 		})
 	})
+	if errors.Is(err, store.ErrNotFound) {
+		// A row the request's writes reference is gone: the API key
+		// (revoked since the request authenticated with it, perhaps on
+		// another replica whose key cache still held it) or its account.
+		err = authn.ErrInvalidAPIKey
+	}
 	if err != nil {
 		wire.WriteError(w, r, h.o.log, err)
 		return

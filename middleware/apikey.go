@@ -51,7 +51,8 @@ func APIKey(st APIKeyStore, opts ...APIKeyOption) func(http.Handler) http.Handle
 				wire.WriteError(w, r, o.log, err)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(WithAccount(r.Context(), acct, admin)))
+			ctx := withKeyHash(WithAccount(r.Context(), acct, admin), secret.Hash(key))
+			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
 }

@@ -27,6 +27,24 @@ func AccountFromContext(ctx context.Context) (acct store.Account, admin bool, ok
 	return v.acct, v.admin, ok
 }
 
+type keyHashKey struct{}
+
+// withKeyHash returns a copy of ctx recording the hash of the API key the
+// request authenticated with.
+func withKeyHash(ctx context.Context, hash []byte) context.Context {
+	return context.WithValue(ctx, keyHashKey{}, hash)
+}
+
+// APIKeyHashFromContext returns the SHA-256 hash of the API key that
+// authenticated the request through [APIKey] or [APIKeyOrToken], or nil when
+// none did (a token, or an account a host put in the context with
+// [WithAccount]). Generate-session records it on the session ids it mints,
+// so that revoking the key ends them and their tokens.
+func APIKeyHashFromContext(ctx context.Context) []byte {
+	h, _ := ctx.Value(keyHashKey{}).([]byte)
+	return h
+}
+
 // EmbedSession is the end user's grant of an embed request: the session (or
 // token) it presented and the user it belongs to.
 type EmbedSession struct {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
 )
@@ -197,7 +198,7 @@ func APIKeyOrToken(st AuthStore, opts ...APIKeyOrTokenOption) func(http.Handler)
 					wire.WriteError(w, r, o.log, err)
 					return
 				}
-				next.ServeHTTP(w, r.WithContext(WithAccount(ctx, acct, admin)))
+				next.ServeHTTP(w, r.WithContext(withKeyHash(WithAccount(ctx, acct, admin), secret.Hash(cred))))
 			case ok && strings.EqualFold(scheme, authn.SchemeBearer):
 				es, err := resolveToken(ctx, st, cred, o.now())
 				if err != nil {

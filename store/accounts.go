@@ -100,7 +100,8 @@ type Accounts interface {
 	// none is an empty result, not an error.
 	APIKeys(ctx context.Context, accountID int64) ([]APIKey, error)
 	// DeleteAPIKey deletes the account's key with this hash, so that it
-	// stops authenticating at once. A hash that is unknown or belongs to
+	// stops authenticating at once, and with it the session ids and tokens
+	// it minted (those whose [Session.KeyHash] is hash). A hash that is unknown or belongs to
 	// another account is [ErrNotFound], and nothing changes.
 	DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error
 

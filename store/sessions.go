@@ -17,6 +17,10 @@ type Session struct {
 	CreatorMode     bool
 	CreatedAt       time.Time
 	ExpiresAt       time.Time
+	// KeyHash is the hash of the API key that minted the session id (nil
+	// when none did); its token carries it too. Deleting that key
+	// ([Accounts.DeleteAPIKey]) ends both.
+	KeyHash []byte
 }
 
 // Scope returns the catalog scope whose attribute values and groups apply
@@ -34,7 +38,9 @@ func (s Session) Scope() Scope {
 // Sessions reads and writes single-use session ids and the tokens they are
 // exchanged for.
 type Sessions interface {
-	// CreateSession stores a new unused session id by its hash.
+	// CreateSession stores a new unused session id by its hash. A
+	// s.KeyHash that names no stored key (one deleted meanwhile) is
+	// [ErrNotFound], and nothing is stored.
 	CreateSession(ctx context.Context, hash []byte, s Session) error
 	// ExchangeSession marks the session id with hash sessionHash as used and
 	// stores a token (tokenHash) carrying the same grant, expiring at

@@ -26,7 +26,7 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 	}
 	var row accountRow
 	_, err = t.find(ctx, "save account", &row,
-		`INSERT INTO accounts (name, plan, use_creator_mode, max_external_users, branches, limits) VALUES (?, ?, ?, ?, ?, ?)
+		`INSERT INTO embedkit_accounts (name, plan, use_creator_mode, max_external_users, branches, limits) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET plan = excluded.plan, use_creator_mode = excluded.use_creator_mode,
 		max_external_users = excluded.max_external_users, branches = excluded.branches, limits = excluded.limits
 		RETURNING `+accountCols,
@@ -42,8 +42,8 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 		shards = slotShards
 	}
 	if _, err := t.exec(ctx, "save account",
-		`INSERT INTO account_user_slots (account_id, shard, n)
-		SELECT ?, 0, COUNT(*) FROM users WHERE account_id = ? AND external_id IS NOT NULL AND NOT ephemeral
+		`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
+		SELECT ?, 0, COUNT(*) FROM embedkit_users WHERE account_id = ? AND external_id IS NOT NULL AND NOT ephemeral
 		ON CONFLICT (account_id, shard) DO NOTHING`, row.ID, row.ID); err != nil {
 		return store.Account{}, err
 	}
@@ -53,7 +53,7 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 			args = append(args, row.ID, i)
 		}
 		if _, err := t.exec(ctx, "save account",
-			"INSERT INTO account_user_slots (account_id, shard) VALUES "+placeholders(shards-1, 2)+
+			"INSERT INTO embedkit_account_user_slots (account_id, shard) VALUES "+placeholders(shards-1, 2)+
 				" ON CONFLICT (account_id, shard) DO NOTHING", args...); err != nil {
 			return store.Account{}, err
 		}
@@ -63,7 +63,7 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 
 func (t *txn) AccountByID(ctx context.Context, id int64) (store.Account, error) {
 	var row accountRow
-	n, err := t.find(ctx, "account by id", &row, "SELECT "+accountCols+" FROM accounts WHERE id = ?", id)
+	n, err := t.find(ctx, "account by id", &row, "SELECT "+accountCols+" FROM embedkit_accounts WHERE id = ?", id)
 	if err != nil {
 		return store.Account{}, err
 	}
@@ -75,7 +75,7 @@ func (t *txn) AccountByID(ctx context.Context, id int64) (store.Account, error) 
 
 func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, error) {
 	var row accountRow
-	n, err := t.find(ctx, "account by name", &row, "SELECT "+accountCols+" FROM accounts WHERE name = ?", name)
+	n, err := t.find(ctx, "account by name", &row, "SELECT "+accountCols+" FROM embedkit_accounts WHERE name = ?", name)
 	if err != nil {
 		return store.Account{}, err
 	}
@@ -87,7 +87,7 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
 	_, err := t.exec(ctx, "save deployment",
-		`INSERT INTO deployments (account_id, id, name) VALUES (?, ?, ?)
+		`INSERT INTO embedkit_deployments (account_id, id, name) VALUES (?, ?, ?)
 		ON CONFLICT (account_id, id) DO UPDATE SET name = excluded.name`,
 		d.AccountID, d.ID, d.Name)
 	return err
@@ -95,7 +95,7 @@ func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
 
 func (t *txn) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
 	var row deploymentRow
-	n, err := t.find(ctx, "deployment", &row, "SELECT account_id, id, name FROM deployments WHERE account_id = ? AND id = ?", accountID, id)
+	n, err := t.find(ctx, "deployment", &row, "SELECT account_id, id, name FROM embedkit_deployments WHERE account_id = ? AND id = ?", accountID, id)
 	if err != nil {
 		return store.Deployment{}, err
 	}
@@ -107,7 +107,7 @@ func (t *txn) Deployment(ctx context.Context, accountID, id int64) (store.Deploy
 
 func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
 	_, err := t.exec(ctx, "save agent",
-		`INSERT INTO agents (account_id, id, deployment_id) VALUES (?, ?, ?)
+		`INSERT INTO embedkit_agents (account_id, id, deployment_id) VALUES (?, ?, ?)
 		ON CONFLICT (account_id, id) DO UPDATE SET deployment_id = excluded.deployment_id`,
 		a.AccountID, a.ID, a.DeploymentID)
 	return err
@@ -115,7 +115,7 @@ func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
 
 func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
 	var row agentRow
-	n, err := t.find(ctx, "agent", &row, "SELECT account_id, id, deployment_id FROM agents WHERE account_id = ? AND id = ?", accountID, id)
+	n, err := t.find(ctx, "agent", &row, "SELECT account_id, id, deployment_id FROM embedkit_agents WHERE account_id = ? AND id = ?", accountID, id)
 	if err != nil {
 		return store.Agent{}, err
 	}

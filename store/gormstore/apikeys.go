@@ -73,9 +73,9 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 		created = k.CreatedAt.UnixNano()
 	}
 	n, err := t.exec(ctx, op,
-		`INSERT INTO api_keys (`+apiKeyCols+`) VALUES (?, ?, ?, ?, ?, ?)
+		`INSERT INTO embedkit_api_keys (`+apiKeyCols+`) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (hash) DO UPDATE SET admin = excluded.admin, origin = excluded.origin, name = excluded.name
-		WHERE api_keys.account_id = excluded.account_id`,
+		WHERE embedkit_api_keys.account_id = excluded.account_id`,
 		k.Hash, k.AccountID, k.Admin, string(origin), k.Name, created)
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 
 func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
 	var row apiKeyRow
-	n, err := t.find(ctx, "api key", &row, "SELECT "+apiKeyCols+" FROM api_keys WHERE hash = ?", hash)
+	n, err := t.find(ctx, "api key", &row, "SELECT "+apiKeyCols+" FROM embedkit_api_keys WHERE hash = ?", hash)
 	if err != nil {
 		return store.APIKey{}, err
 	}
@@ -101,7 +101,7 @@ func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, erro
 func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
 	var rows apiKeyRows
 	if _, err := t.find(ctx, "api keys", &rows,
-		"SELECT "+apiKeyCols+" FROM api_keys WHERE account_id = ? ORDER BY created_at, hash", accountID); err != nil {
+		"SELECT "+apiKeyCols+" FROM embedkit_api_keys WHERE account_id = ? ORDER BY created_at, hash", accountID); err != nil {
 		return nil, err
 	}
 	out := make([]store.APIKey, len(rows))
@@ -113,7 +113,7 @@ func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, err
 
 func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
 	const op = "delete api key"
-	n, err := t.exec(ctx, op, "DELETE FROM api_keys WHERE hash = ? AND account_id = ?", hash, accountID)
+	n, err := t.exec(ctx, op, "DELETE FROM embedkit_api_keys WHERE hash = ? AND account_id = ?", hash, accountID)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 		return et, err
 	}
 	if _, err := t.exec(ctx, "ensure embed tenant",
-		"INSERT INTO embed_tenants (account_id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (account_id, name) DO NOTHING",
+		"INSERT INTO embedkit_embed_tenants (account_id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (account_id, name) DO NOTHING",
 		accountID, name, time.Now().UnixNano()); err != nil {
 		return store.EmbedTenant{}, err
 	}
@@ -24,7 +24,7 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	var row tenantRow
 	n, err := t.find(ctx, "embed tenant", &row,
-		"SELECT "+tenantCols+" FROM embed_tenants WHERE account_id = ? AND name = ?", accountID, name)
+		"SELECT "+tenantCols+" FROM embedkit_embed_tenants WHERE account_id = ? AND name = ?", accountID, name)
 	if err != nil {
 		return store.EmbedTenant{}, err
 	}
@@ -84,10 +84,10 @@ func (t *txn) UpsertGroups(ctx context.Context, s store.Scope, defs []store.Grou
 			args = append(args, s.AccountID, s.EmbedTenantID, now, now, now, s.AccountID, s.EmbedTenantID)
 			if _, err := t.exec(ctx, "upsert groups",
 				`WITH v (name, description) AS (VALUES `+typedRows(len(chunk), "text", "text")+`),
-				ins AS (INSERT INTO catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
+				ins AS (INSERT INTO embedkit_catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
 					SELECT ?, ?, name, description, ?, ? FROM v
 					ON CONFLICT (account_id, embed_tenant_id, name) DO NOTHING)
-				UPDATE catalog_groups g SET description = v.description, updated_at = ?
+				UPDATE embedkit_catalog_groups g SET description = v.description, updated_at = ?
 				FROM v WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = v.name
 					AND v.description IS NOT NULL AND g.description IS DISTINCT FROM v.description`,
 				args...); err != nil {
@@ -104,12 +104,12 @@ func (t *txn) UpsertGroups(ctx context.Context, s store.Scope, defs []store.Grou
 		// One statement: insert the missing groups; for existing ones set a
 		// supplied, different description (updated_at moves only then).
 		if _, err := t.exec(ctx, "upsert groups",
-			`INSERT INTO catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
+			`INSERT INTO embedkit_catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
 			VALUES `+placeholders(len(chunk), 6)+`
 			ON CONFLICT (account_id, embed_tenant_id, name) DO UPDATE SET
 				description = excluded.description, updated_at = excluded.updated_at
 			WHERE excluded.description IS NOT NULL
-				AND (catalog_groups.description IS NULL OR catalog_groups.description <> excluded.description)`,
+				AND (embedkit_catalog_groups.description IS NULL OR embedkit_catalog_groups.description <> excluded.description)`,
 			args...); err != nil {
 			return err
 		}
@@ -129,10 +129,10 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 			if _, err := t.exec(ctx, "upsert attributes",
 				`WITH v (name, type, display_name, default_value, description) AS (VALUES `+
 					typedRows(len(chunk), "text", "text", "text", "text", "text")+`),
-				ins AS (INSERT INTO catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
+				ins AS (INSERT INTO embedkit_catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
 					SELECT ?, ?, name, type, display_name, default_value, description, ?, ? FROM v
 					ON CONFLICT (account_id, embed_tenant_id, name) DO NOTHING)
-				UPDATE catalog_attributes a SET
+				UPDATE embedkit_catalog_attributes a SET
 					display_name = COALESCE(v.display_name, a.display_name),
 					default_value = COALESCE(v.default_value, a.default_value),
 					description = COALESCE(v.description, a.description),
@@ -157,16 +157,16 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 		// changed; nil fields keep the stored value; updated_at moves only
 		// when a value visibly changes (NULL and '' both read as "").
 		if _, err := t.exec(ctx, "upsert attributes",
-			`INSERT INTO catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
+			`INSERT INTO embedkit_catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
 			VALUES `+placeholders(len(chunk), 9)+`
 			ON CONFLICT (account_id, embed_tenant_id, name) DO UPDATE SET
-				display_name = COALESCE(excluded.display_name, catalog_attributes.display_name),
-				default_value = COALESCE(excluded.default_value, catalog_attributes.default_value),
-				description = COALESCE(excluded.description, catalog_attributes.description),
+				display_name = COALESCE(excluded.display_name, embedkit_catalog_attributes.display_name),
+				default_value = COALESCE(excluded.default_value, embedkit_catalog_attributes.default_value),
+				description = COALESCE(excluded.description, embedkit_catalog_attributes.description),
 				updated_at = excluded.updated_at
-			WHERE COALESCE(catalog_attributes.display_name, '') <> COALESCE(excluded.display_name, catalog_attributes.display_name, '')
-				OR COALESCE(catalog_attributes.default_value, '') <> COALESCE(excluded.default_value, catalog_attributes.default_value, '')
-				OR COALESCE(catalog_attributes.description, '') <> COALESCE(excluded.description, catalog_attributes.description, '')`,
+			WHERE COALESCE(embedkit_catalog_attributes.display_name, '') <> COALESCE(excluded.display_name, embedkit_catalog_attributes.display_name, '')
+				OR COALESCE(embedkit_catalog_attributes.default_value, '') <> COALESCE(excluded.default_value, embedkit_catalog_attributes.default_value, '')
+				OR COALESCE(embedkit_catalog_attributes.description, '') <> COALESCE(excluded.description, embedkit_catalog_attributes.description, '')`,
 			args...); err != nil {
 			return err
 		}
@@ -177,23 +177,23 @@ func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.
 // The catalog entries of a scope by name: account_id, embed_tenant_id, and a
 // list of names. GroupsByName, AttributesByName and Lookup run them.
 const (
-	groupsByNameSQL     = "SELECT " + groupCols + " FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	attributesByNameSQL = "SELECT " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	groupsByNameSQL     = "SELECT " + groupCols + " FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	attributesByNameSQL = "SELECT " + attributeCols + " FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
 	// catalogByNameSQL is both in one statement (attributes' arguments,
 	// then the groups'), read into catalogRows: a group is a row of kind 1
 	// with empty attribute columns.
-	catalogByNameSQL = "SELECT 0 AS kind, " + attributeCols + " FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?" +
+	catalogByNameSQL = "SELECT 0 AS kind, " + attributeCols + " FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?" +
 		" UNION ALL SELECT 1, id, account_id, embed_tenant_id, name, '', '', '', COALESCE(description, ''), created_at, updated_at" +
-		" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+		" FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
 	// catalogByNameLite is catalogByNameSQL for SQLite, with each list (a
 	// JSON array, listArg) joined instead of read by IN: see liteList.
 	// Arguments: the attribute names, account, embed tenant, the group
 	// names, account, embed tenant.
 	catalogByNameLite = "SELECT 0 AS kind, a.id, a.account_id, a.embed_tenant_id, a.name, a.type, COALESCE(a.display_name, ''), " +
 		"COALESCE(a.default_value, ''), COALESCE(a.description, ''), a.created_at, a.updated_at" +
-		" FROM json_each(?) AS j CROSS JOIN catalog_attributes a WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = j.value" +
+		" FROM json_each(?) AS j CROSS JOIN embedkit_catalog_attributes a WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = j.value" +
 		" UNION ALL SELECT 1, g.id, g.account_id, g.embed_tenant_id, g.name, '', '', '', COALESCE(g.description, ''), g.created_at, g.updated_at" +
-		" FROM json_each(?) AS j CROSS JOIN catalog_groups g WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = j.value"
+		" FROM json_each(?) AS j CROSS JOIN embedkit_catalog_groups g WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = j.value"
 )
 
 func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) ([]store.Group, error) {
@@ -224,7 +224,7 @@ func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limi
 	}
 	var rows groupRows
 	if _, err := t.find(ctx, "list groups", &rows,
-		"SELECT "+groupCols+" FROM catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
+		"SELECT "+groupCols+" FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
 		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, 
 	}
 	var rows attributeRows
 	if _, err := t.find(ctx, "list attributes", &rows,
-		"SELECT "+attributeCols+" FROM catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
+		"SELECT "+attributeCols+" FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
 		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, 
 func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
 	// Memberships go with the group (ON DELETE CASCADE).
 	n, err := t.exec(ctx, "delete group",
-		"DELETE FROM catalog_groups WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
+		"DELETE FROM embedkit_catalog_groups WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
 	if err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
 func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) error {
 	// Values go with the definition (ON DELETE CASCADE).
 	n, err := t.exec(ctx, "delete attribute",
-		"DELETE FROM catalog_attributes WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
+		"DELETE FROM embedkit_catalog_attributes WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
 	if err != nil {
 		return err
 	}

@@ -19,14 +19,17 @@
 // # Tables and migrations
 //
 // The tables are the exported models of tables.go ([Account], [User],
-// [Session], [Thread], ...): a host may query and join them with its own
-// handle. Each pins its table and column names, so a host's naming
+// [Session], [Thread], ...), named embedkit_<name> (embedkit_users,
+// embedkit_sessions, ...) with their indexes and sequences, so that they
+// sit beside a host's own tables of the same schema; a host may query and
+// join them with its own handle. Each pins its table and column names, so a host's naming
 // strategy or table prefix changes nothing, and none has a soft-delete
 // field. [Migrate] creates them with GORM's migrator and records each
 // applied version in embedkit_schema_versions; on PostgreSQL it holds an
 // advisory lock, so replicas starting together migrate one after the other.
 // A database created by a release before versioned migrations is recorded
-// as version 1 and keeps its data. Migrations touch no other table. Times
+// as version 1 and keeps its data; version 4 renames the unprefixed tables
+// of earlier versions, keeping every row. Migrations touch no other table. Times
 // are Unix nanoseconds in BIGINT columns (exact on both databases), and
 // deleting a user cascades to everything it owns.
 //
@@ -52,8 +55,10 @@
 //     of a small statement's cost: without it generate-session ran at a
 //     third of the throughput). Transactions get it in arrival order and,
 //     when several wait, commit as a group: the first runs them all in one
-//     database transaction, each in its own savepoint, and one COMMIT makes
-//     the group durable. Reads outside transactions use the pool's other
+//     database transaction, each in its own savepoint and each under its
+//     own caller's context (a host's tracing sees every statement under
+//     its request), and one COMMIT makes the group durable (without it
+//     generate-session was markedly slower; docs/storage.md). Reads outside transactions use the pool's other
 //     connections (WAL mode) with GORM's prepared statement cache. The
 //     writer connection presents itself to plugins as a transaction, so
 //     dbresolver never moves its statements.

@@ -233,7 +233,9 @@ var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 // InTx runs fn in one transaction; see [store.Store.InTx]. On SQLite the
 // transaction waits its turn for the writer connection (FIFO) and may share
 // one database transaction, and one commit, with the transactions waiting
-// behind it, each in its own savepoint (see writer.go). Transient failures
+// behind it, each in its own savepoint (see writer.go). Every statement of
+// fn runs with ctx's values, so that a host's logger and tracing see it
+// under the caller's request. Transient failures
 // (busy, locked, serialization failure, deadlock) are retried up to
 // [WithMaxRetries] times, calling fn again, and not after the query timeout
 // has passed since the first attempt. Each attempt is bounded by

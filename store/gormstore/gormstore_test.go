@@ -135,7 +135,7 @@ func TestStatementCallback(t *testing.T) {
 			if n := count.Load(); n != 1 {
 				t.Errorf("AccountByID ran %d statements, want 1", n)
 			}
-			if s, _ := last.Load().(string); !strings.Contains(s, "FROM accounts") {
+			if s, _ := last.Load().(string); !strings.Contains(s, "FROM embedkit_accounts") {
 				t.Errorf("hook saw %q", s)
 			}
 			s := store.TenantWide(a.ID)
@@ -325,7 +325,7 @@ func TestOpenDB(t *testing.T) {
 				t.Fatal(err)
 			}
 			var name string
-			if err := sqlDB.QueryRow("SELECT name FROM accounts WHERE id = " + fmt.Sprint(a.ID)).Scan(&name); err != nil || name != "acme" {
+			if err := sqlDB.QueryRow("SELECT name FROM embedkit_accounts WHERE id = " + fmt.Sprint(a.ID)).Scan(&name); err != nil || name != "acme" {
 				t.Errorf("host handle after Close: %q, %v", name, err)
 			}
 		})

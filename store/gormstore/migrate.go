@@ -3,6 +3,8 @@ package gormstore
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -24,6 +26,10 @@ var migrations = []migration{
 	{1, "create embedkit's tables", createTables},
 	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
 	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
+	// Version 4's renames run before the others (see migrate); a fresh
+	// database has prefixed tables from version 1 on.
+	{4, "the embedkit_ prefix on every table, index and sequence", func(*gorm.DB) error { return nil }},
+	{5, "the API key that minted each session id and token", addKeyHash},
 }
 
 // migrationLock is the key of the PostgreSQL advisory lock held while
@@ -54,7 +60,10 @@ func migrate(ctx context.Context, db *gorm.DB) error {
 		}
 		m := tx.Migrator()
 		if !m.HasTable(&SchemaVersion{}) {
-			legacy := m.HasTable(&Account{}) && m.HasTable(&ThreadMessage{})
+			legacy := !m.HasTable(&Account{})
+			for _, name := range legacyTables[:len(legacyTables)-1] { // version 1's
+				legacy = legacy && m.HasTable(name)
+			}
 			if err := m.CreateTable(&SchemaVersion{}); err != nil {
 				return err
 			}
@@ -69,6 +78,13 @@ func migrate(ctx context.Context, db *gorm.DB) error {
 		var current int64
 		if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
 			return err
+		}
+		if current > 0 && current < 4 {
+			// Versions 2 and 3 change the current models, whose tables
+			// carry the prefix: rename first, as version 4.
+			if err := prefixNames(tx); err != nil {
+				return fmt.Errorf("version 4: %w", err)
+			}
 		}
 		for _, mg := range migrations {
 			if mg.version <= current {
@@ -128,4 +144,155 @@ func (s *Store) migrate() error {
 		return err
 	}
 	return wrapErr("migrate", tx.Commit().Error)
+}
+
+// legacyTables are the names of embedkit's tables before version 4, in
+// creation order. Only a database that embedkit_schema_versions (or the
+// whole set of these tables, for a release before versioned migrations)
+// marks as embedkit's has its tables renamed: a host's own users or
+// sessions table is never touched.
+var legacyTables = []string{
+	"accounts", "account_user_slots", "api_keys", "deployments", "agents", "users", "embed_tenants",
+	"catalog_groups", "catalog_attributes", "group_members", "attribute_values", "sessions", "tokens",
+	"threads", "thread_messages", "account_quotas",
+}
+
+// prefixNames is version 4, run before versions 2 and 3: it renames embedkit's tables of a previous
+// release to embedkit_<name>, with their indexes (embedkit_<index>) and,
+// on PostgreSQL, their sequences (embedkit_<sequence>) and foreign keys
+// (fk_embedkit_<table>_<field>, GORM's name for them), so that the schema
+// is the one a fresh start creates. Renames keep every row. It is
+// idempotent: a table whose new name exists is left alone.
+//
+// Hand-written DDL: GORM's migrator renames tables and indexes but
+// neither sequences nor constraints, and on SQLite renames an index by
+// dropping and re-creating it only from the model, not from the
+// database's own definition.
+func prefixNames(tx *gorm.DB) error {
+	m := tx.Migrator()
+	var renamed []string
+	for _, old := range legacyTables {
+		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
+			continue
+		}
+		if err := tx.Exec("ALTER TABLE " + quoteIdent(old) + " RENAME TO " + quoteIdent("embedkit_"+old)).Error; err != nil {
+			return err
+		}
+		renamed = append(renamed, old)
+	}
+	for _, old := range renamed {
+		var err error
+		if tx.Dialector.Name() == "postgres" {
+			err = prefixPostgres(tx, "embedkit_"+old)
+		} else {
+			err = prefixSQLite(tx, "embedkit_"+old)
+		}
+		if err != nil {
+			return fmt.Errorf("table %s: %w", old, err)
+		}
+	}
+	return nil
+}
+
+// prefixPostgres renames the indexes (primary keys and unique constraints
+// included), owned sequences and foreign keys of table.
+func prefixPostgres(tx *gorm.DB, table string) error {
+	var renames []struct{ Kind, Name string }
+	err := tx.Raw(`SELECT 'INDEX' AS kind, i.relname AS name
+		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+		WHERE x.indrelid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass
+		UNION ALL
+		SELECT 'SEQUENCE', s.relname FROM pg_depend d JOIN pg_class s ON s.oid = d.objid
+		WHERE d.refobjid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AND s.relkind = 'S' AND d.deptype IN ('a', 'i')
+		UNION ALL
+		SELECT 'CONSTRAINT', conname FROM pg_constraint
+		WHERE conrelid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AND contype = 'f'`,
+		table, table, table).Scan(&renames).Error
+	if err != nil {
+		return err
+	}
+	for _, r := range renames {
+		var stmt string
+		switch {
+		case r.Kind == "CONSTRAINT" && strings.HasPrefix(r.Name, "fk_") && !strings.HasPrefix(r.Name, "fk_embedkit_"):
+			stmt = fmt.Sprintf(`ALTER TABLE %s RENAME CONSTRAINT %s TO %s`, quoteIdent(table), quoteIdent(r.Name), quoteIdent("fk_embedkit_"+r.Name[3:]))
+		case r.Kind != "CONSTRAINT" && !strings.HasPrefix(r.Name, "embedkit_"):
+			stmt = fmt.Sprintf(`ALTER %s %s RENAME TO %s`, r.Kind, quoteIdent(r.Name), quoteIdent("embedkit_"+r.Name))
+		default:
+			continue
+		}
+		if err := tx.Exec(stmt).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createIndex matches the head of an index's definition in sqlite_master.
+var createIndex = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+(IF\s+NOT\s+EXISTS\s+)?("(?:[^"]|"")+"|` + "`[^`]+`" + `|\[[^\]]+\]|\S+)`)
+
+// prefixSQLite re-creates the indexes of table under prefixed names from
+// their own definitions (SQLite cannot rename an index). ALTER TABLE has
+// already rewritten the references of other tables and sqlite_sequence.
+func prefixSQLite(tx *gorm.DB, table string) error {
+	var idx []struct{ Name, SQL string }
+	if err := tx.Raw(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, table).
+		Scan(&idx).Error; err != nil {
+		return err
+	}
+	for _, ix := range idx {
+		if strings.HasPrefix(ix.Name, "embedkit_") {
+			continue
+		}
+		loc := createIndex.FindStringSubmatchIndex(ix.SQL)
+		if loc == nil {
+			return fmt.Errorf("index %s: unexpected definition", ix.Name)
+		}
+		unique := ""
+		if loc[2] >= 0 {
+			unique = "UNIQUE "
+		}
+		def := "CREATE " + unique + "INDEX " + quoteIdent("embedkit_"+ix.Name) + ix.SQL[loc[1]:]
+		if err := tx.Exec("DROP INDEX " + quoteIdent(ix.Name)).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec(def).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quoteIdent quotes an SQL identifier for both databases.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// addKeyHash is version 5: sessions and tokens record the API key that
+// minted them, a foreign key that deletes them with the key. Hand-written
+// ALTER TABLE: GORM's SQLite migrator adds a foreign key by rebuilding the
+// table, which drops its indexes; SQLite adds a nullable column with its
+// REFERENCES clause in place. The constraint gets GORM's name, as a fresh
+// start creates it.
+func addKeyHash(tx *gorm.DB) error {
+	m := tx.Migrator()
+	typ := "BLOB"
+	if tx.Dialector.Name() == "postgres" {
+		typ = "BYTEA"
+	}
+	for _, t := range []struct {
+		model any
+		table string
+	}{{&Session{}, "embedkit_sessions"}, {&Token{}, "embedkit_tokens"}} {
+		if m.HasColumn(t.model, "KeyHash") {
+			continue
+		}
+		ddl := "ALTER TABLE " + t.table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + t.table +
+			"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE"
+		if err := tx.Exec(ddl).Error; err != nil {
+			return err
+		}
+		if err := m.CreateIndex(t.model, t.table+"_key"); err != nil {
+			return err
+		}
+	}
+	return nil
 }

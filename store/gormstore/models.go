@@ -212,7 +212,7 @@ func attributes(rows []attributeRow) []store.Attribute {
 	return out
 }
 
-const grantCols = "account_id, user_id, deployment_id, embed_tenant_id, embed_tenant_name, creator_mode, created_at, expires_at"
+const grantCols = "account_id, user_id, deployment_id, embed_tenant_id, embed_tenant_name, creator_mode, created_at, expires_at, key_hash"
 
 // grantRow is the grant a session id or a token carries.
 type grantRow struct {
@@ -224,10 +224,11 @@ type grantRow struct {
 	CreatorMode     bool
 	CreatedAt       int64
 	ExpiresAt       int64
+	KeyHash         []byte
 }
 
 func (r *grantRow) dest() []any {
-	return []any{&r.AccountID, &r.UserID, &r.DeploymentID, &r.EmbedTenantID, &r.EmbedTenantName, &r.CreatorMode, &r.CreatedAt, &r.ExpiresAt}
+	return []any{&r.AccountID, &r.UserID, &r.DeploymentID, &r.EmbedTenantID, &r.EmbedTenantName, &r.CreatorMode, &r.CreatedAt, &r.ExpiresAt, &r.KeyHash}
 }
 
 func (r grantRow) session() store.Session {
@@ -240,6 +241,7 @@ func (r grantRow) session() store.Session {
 		CreatorMode:     r.CreatorMode,
 		CreatedAt:       fromNanos(r.CreatedAt),
 		ExpiresAt:       fromNanos(r.ExpiresAt),
+		KeyHash:         r.KeyHash,
 	}
 }
 

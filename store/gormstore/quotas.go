@@ -8,18 +8,18 @@ import (
 	"gorm.io/gorm"
 )
 
-// AccountQuota is a counter of an account's quota (table account_quotas),
+// AccountQuota is a counter of an account's quota (table embedkit_account_quotas),
 // such as the new ephemeral users of one minute; see store.Quotas.
 type AccountQuota struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Name      string   `gorm:"column:name;primaryKey"`
 	N         int64    `gorm:"column:n;not null"`
-	ExpiresAt int64    `gorm:"column:expires_at;not null;index:account_quotas_expiry"`
+	ExpiresAt int64    `gorm:"column:expires_at;not null;index:embedkit_account_quotas_expiry"`
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (AccountQuota) TableName() string { return "account_quotas" }
+func (AccountQuota) TableName() string { return "embedkit_account_quotas" }
 
 // addLimits is version 3: the accounts' limits column, the quota counters
 // and the indexes that the janitor's deletion of expired session ids and
@@ -40,7 +40,7 @@ func addLimits(tx *gorm.DB) error {
 	for _, ix := range []struct {
 		model any
 		name  string
-	}{{&Session{}, "sessions_expiry"}, {&Token{}, "tokens_expiry"}} {
+	}{{&Session{}, "embedkit_sessions_expiry"}, {&Token{}, "embedkit_tokens_expiry"}} {
 		if !m.HasIndex(ix.model, ix.name) {
 			if err := m.CreateIndex(ix.model, ix.name); err != nil {
 				return err
@@ -59,10 +59,10 @@ func (t *txn) TakeQuota(ctx context.Context, accountID int64, key string, expire
 	}
 	exp := expiresAt.UnixNano()
 	n, err := t.exec(ctx, op,
-		`INSERT INTO account_quotas (account_id, name, n, expires_at) VALUES (?, ?, 1, ?)
-		ON CONFLICT (account_id, name) DO UPDATE SET n = account_quotas.n + 1,
-			expires_at = CASE WHEN excluded.expires_at > account_quotas.expires_at THEN excluded.expires_at ELSE account_quotas.expires_at END
-		WHERE account_quotas.n < ?`,
+		`INSERT INTO embedkit_account_quotas (account_id, name, n, expires_at) VALUES (?, ?, 1, ?)
+		ON CONFLICT (account_id, name) DO UPDATE SET n = embedkit_account_quotas.n + 1,
+			expires_at = CASE WHEN excluded.expires_at > embedkit_account_quotas.expires_at THEN excluded.expires_at ELSE embedkit_account_quotas.expires_at END
+		WHERE embedkit_account_quotas.n < ?`,
 		accountID, key, exp, max)
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func (t *txn) CountEmbedTenants(ctx context.Context, accountID int64) (int, erro
 		}
 	}
 	var c countRow
-	if _, err := t.find(ctx, op, &c, "SELECT COUNT(*) FROM embed_tenants WHERE account_id = ?", accountID); err != nil {
+	if _, err := t.find(ctx, op, &c, "SELECT COUNT(*) FROM embedkit_embed_tenants WHERE account_id = ?", accountID); err != nil {
 		return 0, err
 	}
 	return int(c.N), nil
@@ -106,9 +106,9 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		query string
 		args  []any
 	}{
-		{`DELETE FROM sessions WHERE hash IN (SELECT hash FROM sessions WHERE expires_at <= ? OR used_at IS NOT NULL LIMIT ?` + lock + `)`, []any{n0}},
-		{`DELETE FROM tokens WHERE hash IN (SELECT hash FROM tokens WHERE expires_at <= ? LIMIT ?` + lock + `)`, []any{n0}},
-		{`DELETE FROM account_quotas WHERE (account_id, name) IN (SELECT account_id, name FROM account_quotas WHERE expires_at <= ? LIMIT ?` + lock + `)`, []any{n0}},
+		{`DELETE FROM embedkit_sessions WHERE hash IN (SELECT hash FROM embedkit_sessions WHERE expires_at <= ? OR used_at IS NOT NULL LIMIT ?` + lock + `)`, []any{n0}},
+		{`DELETE FROM embedkit_tokens WHERE hash IN (SELECT hash FROM embedkit_tokens WHERE expires_at <= ? LIMIT ?` + lock + `)`, []any{n0}},
+		{`DELETE FROM embedkit_account_quotas WHERE (account_id, name) IN (SELECT account_id, name FROM embedkit_account_quotas WHERE expires_at <= ? LIMIT ?` + lock + `)`, []any{n0}},
 	}
 	total := 0
 	for _, s := range stmts {

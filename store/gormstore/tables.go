@@ -9,10 +9,10 @@ package gormstore
 // round-trip exactly on both databases. Every reference to a user cascades:
 // deleting a user deletes everything it owns in one statement.
 
-// Account is a tenant of the embedding host (table accounts).
+// Account is a tenant of the embedding host (table embedkit_accounts).
 type Account struct {
 	ID               int64  `gorm:"column:id;primaryKey;autoIncrement"`
-	Name             string `gorm:"column:name;not null;uniqueIndex:accounts_name"`
+	Name             string `gorm:"column:name;not null;uniqueIndex:embedkit_accounts_name"`
 	Plan             string `gorm:"column:plan;not null;default:free"`
 	UseCreatorMode   bool   `gorm:"column:use_creator_mode;not null;default:false"`
 	MaxExternalUsers int64  `gorm:"column:max_external_users;not null;default:0"`
@@ -23,10 +23,10 @@ type Account struct {
 }
 
 // TableName implements gorm's Tabler.
-func (Account) TableName() string { return "accounts" }
+func (Account) TableName() string { return "embedkit_accounts" }
 
 // AccountUserSlot is one shard of an account's count of persistent external
-// users (table account_user_slots); the count is the sum of the shards.
+// users (table embedkit_account_user_slots); the count is the sum of the shards.
 type AccountUserSlot struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Shard     int32    `gorm:"column:shard;primaryKey;autoIncrement:false"`
@@ -35,12 +35,12 @@ type AccountUserSlot struct {
 }
 
 // TableName implements gorm's Tabler.
-func (AccountUserSlot) TableName() string { return "account_user_slots" }
+func (AccountUserSlot) TableName() string { return "embedkit_account_user_slots" }
 
-// APIKey is the hash of an API key (table api_keys).
+// APIKey is the hash of an API key (table embedkit_api_keys).
 type APIKey struct {
 	Hash      []byte `gorm:"column:hash;primaryKey"`
-	AccountID int64  `gorm:"column:account_id;not null;index:api_keys_account"`
+	AccountID int64  `gorm:"column:account_id;not null;index:embedkit_api_keys_account"`
 	Admin     bool   `gorm:"column:admin;not null;default:false"`
 	// Origin says who manages the key: "api" (the Go API) or "config"
 	// (the bootstrap configuration, which removes the keys it no longer
@@ -54,9 +54,9 @@ type APIKey struct {
 }
 
 // TableName implements gorm's Tabler.
-func (APIKey) TableName() string { return "api_keys" }
+func (APIKey) TableName() string { return "embedkit_api_keys" }
 
-// Deployment is a deployment of an account (table deployments).
+// Deployment is a deployment of an account (table embedkit_deployments).
 type Deployment struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	ID        int64    `gorm:"column:id;primaryKey;autoIncrement:false"`
@@ -65,9 +65,9 @@ type Deployment struct {
 }
 
 // TableName implements gorm's Tabler.
-func (Deployment) TableName() string { return "deployments" }
+func (Deployment) TableName() string { return "embedkit_deployments" }
 
-// Agent is a chat agent of an account (table agents).
+// Agent is a chat agent of an account (table embedkit_agents).
 type Agent struct {
 	AccountID    int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	ID           string   `gorm:"column:id;primaryKey"`
@@ -76,49 +76,49 @@ type Agent struct {
 }
 
 // TableName implements gorm's Tabler.
-func (Agent) TableName() string { return "agents" }
+func (Agent) TableName() string { return "embedkit_agents" }
 
 // User is an external user (ExternalID set) or an internal one (InternalID
-// set) of an account (table users).
+// set) of an account (table embedkit_users).
 type User struct {
 	ID          int64   `gorm:"column:id;primaryKey;autoIncrement"`
-	AccountID   int64   `gorm:"column:account_id;not null;uniqueIndex:users_account_external,priority:1;uniqueIndex:users_account_internal,priority:1"`
-	ExternalID  *string `gorm:"column:external_id;uniqueIndex:users_account_external,priority:2"`
-	InternalID  *string `gorm:"column:internal_id;uniqueIndex:users_account_internal,priority:2"`
+	AccountID   int64   `gorm:"column:account_id;not null;uniqueIndex:embedkit_users_account_external,priority:1;uniqueIndex:embedkit_users_account_internal,priority:1"`
+	ExternalID  *string `gorm:"column:external_id;uniqueIndex:embedkit_users_account_external,priority:2"`
+	InternalID  *string `gorm:"column:internal_id;uniqueIndex:embedkit_users_account_internal,priority:2"`
 	Email       string  `gorm:"column:email;not null;default:''"`
 	DisplayName string  `gorm:"column:display_name;not null;default:''"`
 	Picture     string  `gorm:"column:picture;not null;default:''"`
 	// SecurityContext is a JSON object.
 	SecurityContext *string  `gorm:"column:security_context"`
 	Ephemeral       bool     `gorm:"column:ephemeral;not null;default:false"`
-	ExpiresAt       *int64   `gorm:"column:expires_at;index:users_expiry,where:ephemeral"`
+	ExpiresAt       *int64   `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
 	CreatedAt       int64    `gorm:"column:created_at;not null;autoCreateTime:false"`
 	UpdatedAt       int64    `gorm:"column:updated_at;not null;autoUpdateTime:false"`
 	Account         *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (User) TableName() string { return "users" }
+func (User) TableName() string { return "embedkit_users" }
 
-// EmbedTenant is a named tenant inside an account (table embed_tenants).
+// EmbedTenant is a named tenant inside an account (table embedkit_embed_tenants).
 type EmbedTenant struct {
 	ID        int64    `gorm:"column:id;primaryKey;autoIncrement"`
-	AccountID int64    `gorm:"column:account_id;not null;uniqueIndex:embed_tenants_name,priority:1"`
-	Name      string   `gorm:"column:name;not null;uniqueIndex:embed_tenants_name,priority:2"`
+	AccountID int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_embed_tenants_name,priority:1"`
+	Name      string   `gorm:"column:name;not null;uniqueIndex:embedkit_embed_tenants_name,priority:2"`
 	CreatedAt int64    `gorm:"column:created_at;not null;autoCreateTime:false"`
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (EmbedTenant) TableName() string { return "embed_tenants" }
+func (EmbedTenant) TableName() string { return "embedkit_embed_tenants" }
 
 // CatalogGroup is a group definition of an account or embed tenant (table
-// catalog_groups); EmbedTenantID 0 is the account itself.
+// embedkit_catalog_groups); EmbedTenantID 0 is the account itself.
 type CatalogGroup struct {
-	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:catalog_groups_keyset,priority:3"`
-	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:catalog_groups_name,priority:1;index:catalog_groups_keyset,priority:1"`
-	EmbedTenantID int64    `gorm:"column:embed_tenant_id;not null;default:0;uniqueIndex:catalog_groups_name,priority:2;index:catalog_groups_keyset,priority:2"`
-	Name          string   `gorm:"column:name;not null;uniqueIndex:catalog_groups_name,priority:3"`
+	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_groups_keyset,priority:3"`
+	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_groups_name,priority:1;index:embedkit_catalog_groups_keyset,priority:1"`
+	EmbedTenantID int64    `gorm:"column:embed_tenant_id;not null;default:0;uniqueIndex:embedkit_catalog_groups_name,priority:2;index:embedkit_catalog_groups_keyset,priority:2"`
+	Name          string   `gorm:"column:name;not null;uniqueIndex:embedkit_catalog_groups_name,priority:3"`
 	Description   *string  `gorm:"column:description"`
 	CreatedAt     int64    `gorm:"column:created_at;not null;autoCreateTime:false"`
 	UpdatedAt     int64    `gorm:"column:updated_at;not null;autoUpdateTime:false"`
@@ -126,15 +126,15 @@ type CatalogGroup struct {
 }
 
 // TableName implements gorm's Tabler.
-func (CatalogGroup) TableName() string { return "catalog_groups" }
+func (CatalogGroup) TableName() string { return "embedkit_catalog_groups" }
 
 // CatalogAttribute is a user attribute definition of an account or embed
-// tenant (table catalog_attributes).
+// tenant (table embedkit_catalog_attributes).
 type CatalogAttribute struct {
-	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:catalog_attributes_keyset,priority:3"`
-	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:catalog_attributes_name,priority:1;index:catalog_attributes_keyset,priority:1"`
-	EmbedTenantID int64    `gorm:"column:embed_tenant_id;not null;default:0;uniqueIndex:catalog_attributes_name,priority:2;index:catalog_attributes_keyset,priority:2"`
-	Name          string   `gorm:"column:name;not null;uniqueIndex:catalog_attributes_name,priority:3"`
+	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_attributes_keyset,priority:3"`
+	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_attributes_name,priority:1;index:embedkit_catalog_attributes_keyset,priority:1"`
+	EmbedTenantID int64    `gorm:"column:embed_tenant_id;not null;default:0;uniqueIndex:embedkit_catalog_attributes_name,priority:2;index:embedkit_catalog_attributes_keyset,priority:2"`
+	Name          string   `gorm:"column:name;not null;uniqueIndex:embedkit_catalog_attributes_name,priority:3"`
 	Type          string   `gorm:"column:type;not null"`
 	DisplayName   *string  `gorm:"column:display_name"`
 	DefaultValue  *string  `gorm:"column:default_value"`
@@ -145,75 +145,82 @@ type CatalogAttribute struct {
 }
 
 // TableName implements gorm's Tabler.
-func (CatalogAttribute) TableName() string { return "catalog_attributes" }
+func (CatalogAttribute) TableName() string { return "embedkit_catalog_attributes" }
 
-// GroupMember is a user's membership of a group (table group_members).
+// GroupMember is a user's membership of a group (table embedkit_group_members).
 type GroupMember struct {
 	UserID  int64         `gorm:"column:user_id;primaryKey;autoIncrement:false"`
-	GroupID int64         `gorm:"column:group_id;primaryKey;autoIncrement:false;index:group_members_group"`
+	GroupID int64         `gorm:"column:group_id;primaryKey;autoIncrement:false;index:embedkit_group_members_group"`
 	User    *User         `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
 	Group   *CatalogGroup `gorm:"foreignKey:GroupID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (GroupMember) TableName() string { return "group_members" }
+func (GroupMember) TableName() string { return "embedkit_group_members" }
 
 // AttributeValue is a user's value of an attribute, as JSON (table
-// attribute_values).
+// embedkit_attribute_values).
 type AttributeValue struct {
 	UserID      int64             `gorm:"column:user_id;primaryKey;autoIncrement:false"`
-	AttributeID int64             `gorm:"column:attribute_id;primaryKey;autoIncrement:false;index:attribute_values_attribute"`
+	AttributeID int64             `gorm:"column:attribute_id;primaryKey;autoIncrement:false;index:embedkit_attribute_values_attribute"`
 	Value       string            `gorm:"column:value;not null"`
 	User        *User             `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
 	Attribute   *CatalogAttribute `gorm:"foreignKey:AttributeID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (AttributeValue) TableName() string { return "attribute_values" }
+func (AttributeValue) TableName() string { return "embedkit_attribute_values" }
 
 // Session is the hash of a single-use session id and the grant it carries
-// (table sessions).
+// (table embedkit_sessions).
 type Session struct {
 	Hash            []byte `gorm:"column:hash;primaryKey"`
 	AccountID       int64  `gorm:"column:account_id;not null"`
-	UserID          int64  `gorm:"column:user_id;not null;index:sessions_user"`
+	UserID          int64  `gorm:"column:user_id;not null;index:embedkit_sessions_user"`
 	DeploymentID    int64  `gorm:"column:deployment_id;not null"`
 	EmbedTenantID   int64  `gorm:"column:embed_tenant_id;not null;default:0"`
 	EmbedTenantName string `gorm:"column:embed_tenant_name;not null;default:''"`
 	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
-	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:sessions_expiry"`
+	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_sessions_expiry"`
 	UsedAt          *int64 `gorm:"column:used_at"`
-	User            *User  `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	// KeyHash is the API key that minted the session id (NULL when
+	// none did): deleting the key deletes the session.
+	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_sessions_key"`
+	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (Session) TableName() string { return "sessions" }
+func (Session) TableName() string { return "embedkit_sessions" }
 
 // Token is the hash of a session token and the grant it carries (table
-// tokens).
+// embedkit_tokens).
 type Token struct {
 	Hash            []byte `gorm:"column:hash;primaryKey"`
 	AccountID       int64  `gorm:"column:account_id;not null"`
-	UserID          int64  `gorm:"column:user_id;not null;index:tokens_user"`
+	UserID          int64  `gorm:"column:user_id;not null;index:embedkit_tokens_user"`
 	DeploymentID    int64  `gorm:"column:deployment_id;not null"`
 	EmbedTenantID   int64  `gorm:"column:embed_tenant_id;not null;default:0"`
 	EmbedTenantName string `gorm:"column:embed_tenant_name;not null;default:''"`
 	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
-	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:tokens_expiry"`
-	User            *User  `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_tokens_expiry"`
+	// KeyHash is the API key that minted the token's session id.
+	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_tokens_key"`
+	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
 // TableName implements gorm's Tabler.
-func (Token) TableName() string { return "tokens" }
+func (Token) TableName() string { return "embedkit_tokens" }
 
-// Thread is a chat thread (table threads).
+// Thread is a chat thread (table embedkit_threads).
 type Thread struct {
 	AccountID int64           `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	ChatID    string          `gorm:"column:chat_id;primaryKey"`
 	AgentID   string          `gorm:"column:agent_id;not null"`
-	UserID    int64           `gorm:"column:user_id;not null;index:threads_user"`
+	UserID    int64           `gorm:"column:user_id;not null;index:embedkit_threads_user"`
 	LastSort  int64           `gorm:"column:last_sort;not null;default:0"`
 	CreatedAt int64           `gorm:"column:created_at;not null;autoCreateTime:false"`
 	UpdatedAt int64           `gorm:"column:updated_at;not null;autoUpdateTime:false"`
@@ -222,20 +229,20 @@ type Thread struct {
 }
 
 // TableName implements gorm's Tabler.
-func (Thread) TableName() string { return "threads" }
+func (Thread) TableName() string { return "embedkit_threads" }
 
 // ThreadMessage is one message of a thread, as JSON (table
-// thread_messages).
+// embedkit_thread_messages).
 type ThreadMessage struct {
-	AccountID int64  `gorm:"column:account_id;primaryKey;autoIncrement:false;index:thread_messages_sort,priority:1"`
-	ChatID    string `gorm:"column:chat_id;primaryKey;index:thread_messages_sort,priority:2"`
+	AccountID int64  `gorm:"column:account_id;primaryKey;autoIncrement:false;index:embedkit_thread_messages_sort,priority:1"`
+	ChatID    string `gorm:"column:chat_id;primaryKey;index:embedkit_thread_messages_sort,priority:2"`
 	ID        string `gorm:"column:id;primaryKey"`
-	Sort      int64  `gorm:"column:sort;not null;index:thread_messages_sort,priority:3"`
+	Sort      int64  `gorm:"column:sort;not null;index:embedkit_thread_messages_sort,priority:3"`
 	Body      string `gorm:"column:body;not null"`
 }
 
 // TableName implements gorm's Tabler.
-func (ThreadMessage) TableName() string { return "thread_messages" }
+func (ThreadMessage) TableName() string { return "embedkit_thread_messages" }
 
 // SchemaVersion records one applied migration of embedkit's tables (table
 // embedkit_schema_versions).

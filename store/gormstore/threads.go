@@ -17,7 +17,7 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 		updated = th.UpdatedAt.UnixNano()
 	}
 	if _, err := t.exec(ctx, op,
-		"INSERT INTO threads ("+threadCols+") VALUES (?, ?, ?, ?, ?, ?, ?)",
+		"INSERT INTO embedkit_threads ("+threadCols+") VALUES (?, ?, ?, ?, ?, ?, ?)",
 		th.AccountID, th.ChatID, th.AgentID, th.UserID, th.LastSort, created, updated); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
 	var row threadRow
 	n, err := t.find(ctx, "thread", &row,
-		"SELECT "+threadCols+" FROM threads WHERE account_id = ? AND chat_id = ?", accountID, chatID)
+		"SELECT "+threadCols+" FROM embedkit_threads WHERE account_id = ? AND chat_id = ?", accountID, chatID)
 	if err != nil {
 		return store.Thread{}, err
 	}
@@ -40,7 +40,7 @@ func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store
 func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	const op = "append messages"
 	n, err := t.exec(ctx, op,
-		`UPDATE threads SET last_sort = CASE WHEN last_sort < ? THEN ? ELSE last_sort END, updated_at = ?
+		`UPDATE embedkit_threads SET last_sort = CASE WHEN last_sort < ? THEN ? ELSE last_sort END, updated_at = ?
 		WHERE account_id = ? AND chat_id = ?`,
 		lastSort, lastSort, time.Now().UnixNano(), accountID, chatID)
 	if err != nil {
@@ -55,7 +55,7 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 // upsertMessages is the statement of insertMessages and AppendToThreads for
 // rows rows.
 func upsertMessages(rows int) string {
-	return "INSERT INTO thread_messages (account_id, chat_id, id, sort, body) VALUES " + placeholders(rows, 5) +
+	return "INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body) VALUES " + placeholders(rows, 5) +
 		" ON CONFLICT (account_id, chat_id, id) DO UPDATE SET sort = excluded.sort, body = excluded.body"
 }
 
@@ -137,8 +137,8 @@ func (t *txn) AppendToThreads(ctx context.Context, appends []store.ThreadAppend)
 		}
 		list, _ := json.Marshal(rows) // numbers and strings: cannot fail
 		updated, err := t.exec(ctx, op,
-			`UPDATE threads SET last_sort = CASE WHEN threads.last_sort < j.value->>2 THEN j.value->>2 ELSE threads.last_sort END, updated_at = ?
-			FROM json_each(?) AS j WHERE threads.account_id = j.value->>0 AND threads.chat_id = j.value->>1`,
+			`UPDATE embedkit_threads SET last_sort = CASE WHEN embedkit_threads.last_sort < j.value->>2 THEN j.value->>2 ELSE embedkit_threads.last_sort END, updated_at = ?
+			FROM json_each(?) AS j WHERE embedkit_threads.account_id = j.value->>0 AND embedkit_threads.chat_id = j.value->>1`,
 			now, string(list))
 		if err != nil {
 			return err
@@ -160,8 +160,8 @@ func (t *txn) AppendToThreads(ctx context.Context, appends []store.ThreadAppend)
 			rows += ", " + placeholders(len(chunk)-1, 3)
 		}
 		updated, err := t.exec(ctx, op,
-			`UPDATE threads SET last_sort = CASE WHEN threads.last_sort < v.column3 THEN v.column3 ELSE threads.last_sort END, updated_at = ?
-			FROM (VALUES `+rows+`) AS v WHERE threads.account_id = v.column1 AND threads.chat_id = v.column2`,
+			`UPDATE embedkit_threads SET last_sort = CASE WHEN embedkit_threads.last_sort < v.column3 THEN v.column3 ELSE embedkit_threads.last_sort END, updated_at = ?
+			FROM (VALUES `+rows+`) AS v WHERE embedkit_threads.account_id = v.column1 AND embedkit_threads.chat_id = v.column2`,
 			args...)
 		if err != nil {
 			return err
@@ -195,7 +195,7 @@ func bodyText(b json.RawMessage) string {
 func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
 	var rows messageRows
 	if _, err := t.find(ctx, "messages", &rows,
-		"SELECT id, sort, body FROM thread_messages WHERE account_id = ? AND chat_id = ? ORDER BY sort, id",
+		"SELECT id, sort, body FROM embedkit_thread_messages WHERE account_id = ? AND chat_id = ? ORDER BY sort, id",
 		accountID, chatID); err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
 	const op = "delete thread"
-	n, err := t.exec(ctx, op, "DELETE FROM threads WHERE account_id = ? AND chat_id = ?", accountID, chatID)
+	n, err := t.exec(ctx, op, "DELETE FROM embedkit_threads WHERE account_id = ? AND chat_id = ?", accountID, chatID)
 	if err != nil {
 		return err
 	}

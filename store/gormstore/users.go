@@ -44,7 +44,7 @@ func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 	for range 3 {
 		var row userRow
 		n, err := t.find(ctx, op, &row,
-			"SELECT "+userCols+" FROM users WHERE account_id = ? AND external_id = ?"+t.forUpdate(),
+			"SELECT "+userCols+" FROM embedkit_users WHERE account_id = ? AND external_id = ?"+t.forUpdate(),
 			u.AccountID, u.ExternalID)
 		if err != nil {
 			return store.User{}, err
@@ -52,7 +52,7 @@ func (t *txn) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 		if n > 0 && row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= now {
 			// Expired ephemeral users are absent: delete with everything
 			// they own (cascades), then create anew. They never counted.
-			if _, err := t.exec(ctx, op, "DELETE FROM users WHERE id = ?", row.ID); err != nil {
+			if _, err := t.exec(ctx, op, "DELETE FROM embedkit_users WHERE id = ?", row.ID); err != nil {
 				return store.User{}, err
 			}
 			n = 0
@@ -76,7 +76,7 @@ func returningUpdate(u store.ExternalUserUpsert, now int64) (string, []any) {
 	if !u.Persistent {
 		cond, extra = visible, []any{now}
 	}
-	return `UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
+	return `UPDATE embedkit_users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
 		picture = COALESCE(?, picture), security_context = COALESCE(?, security_context), updated_at = ?
 		WHERE account_id = ? AND external_id = ? AND ` + cond + ` RETURNING ` + userCols,
 		append([]any{optString(u.Email), optString(u.DisplayName), optString(u.Picture), rawOrNil(u.SecurityContext), now,
@@ -99,7 +99,7 @@ func (t *txn) insertExternalUser(ctx context.Context, u store.ExternalUserUpsert
 	sc := rawOrNil(u.SecurityContext)
 	var row userRow
 	n, err := t.find(ctx, op, &row,
-		`INSERT INTO users (account_id, external_id, email, display_name, picture, security_context, ephemeral, expires_at, created_at, updated_at)
+		`INSERT INTO embedkit_users (account_id, external_id, email, display_name, picture, security_context, ephemeral, expires_at, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, external_id) DO NOTHING
 		RETURNING `+userCols,
@@ -131,7 +131,7 @@ func (t *txn) updateExternalUser(ctx context.Context, row userRow, u store.Exter
 	sc := rawOrNil(u.SecurityContext)
 	var out userRow
 	n, err := t.find(ctx, op, &out,
-		`UPDATE users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
+		`UPDATE embedkit_users SET email = COALESCE(?, email), display_name = COALESCE(?, display_name),
 		picture = COALESCE(?, picture), security_context = COALESCE(?, security_context), updated_at = ?`+set+`
 		WHERE id = ? RETURNING `+userCols,
 		optString(u.Email), optString(u.DisplayName), optString(u.Picture), sc, now, row.ID)
@@ -171,9 +171,9 @@ func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) err
 	const op = "upsert external user"
 	if !t.pg() {
 		n, err := t.exec(ctx, op,
-			`INSERT INTO account_user_slots (account_id, shard, n) VALUES (?, 0, 1)
-			ON CONFLICT (account_id, shard) DO UPDATE SET n = account_user_slots.n + 1
-			WHERE ? <= 0 OR account_user_slots.n < ?`,
+			`INSERT INTO embedkit_account_user_slots (account_id, shard, n) VALUES (?, 0, 1)
+			ON CONFLICT (account_id, shard) DO UPDATE SET n = embedkit_account_user_slots.n + 1
+			WHERE ? <= 0 OR embedkit_account_user_slots.n < ?`,
 			accountID, max, max)
 		if err != nil {
 			return err
@@ -188,10 +188,10 @@ func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) err
 		var total countRow
 		if _, err := t.find(ctx, op, &total,
 			`WITH inc AS (
-				INSERT INTO account_user_slots (account_id, shard, n) VALUES (?, ?, 1)
-				ON CONFLICT (account_id, shard) DO UPDATE SET n = account_user_slots.n + 1
+				INSERT INTO embedkit_account_user_slots (account_id, shard, n) VALUES (?, ?, 1)
+				ON CONFLICT (account_id, shard) DO UPDATE SET n = embedkit_account_user_slots.n + 1
 				RETURNING n)
-			SELECT ((SELECT n FROM inc) + COALESCE((SELECT SUM(n) FROM account_user_slots WHERE account_id = ? AND shard <> ?), 0))::bigint`,
+			SELECT ((SELECT n FROM inc) + COALESCE((SELECT SUM(n) FROM embedkit_account_user_slots WHERE account_id = ? AND shard <> ?), 0))::bigint`,
 			accountID, shard, accountID, shard); err != nil {
 			return err
 		}
@@ -207,14 +207,14 @@ func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) err
 	// Exact mode: every shard exists (SaveAccount creates them; this
 	// covers older accounts), then lock them all in order and sum.
 	if _, err := t.exec(ctx, op,
-		`INSERT INTO account_user_slots (account_id, shard, n)
+		`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
 		SELECT ?, s, 0 FROM generate_series(0, ?) AS s ON CONFLICT (account_id, shard) DO NOTHING`,
 		accountID, slotShards-1); err != nil {
 		return err
 	}
 	var rows countRows
 	if _, err := t.find(ctx, op, &rows,
-		"SELECT n FROM account_user_slots WHERE account_id = ? ORDER BY shard FOR UPDATE", accountID); err != nil {
+		"SELECT n FROM embedkit_account_user_slots WHERE account_id = ? ORDER BY shard FOR UPDATE", accountID); err != nil {
 		return err
 	}
 	var sum int64
@@ -224,7 +224,7 @@ func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) err
 	if max > 0 && sum >= int64(max) {
 		return newErr(op, store.ErrLimit)
 	}
-	_, err := t.exec(ctx, op, "UPDATE account_user_slots SET n = n + 1 WHERE account_id = ? AND shard = ?", accountID, shard)
+	_, err := t.exec(ctx, op, "UPDATE embedkit_account_user_slots SET n = n + 1 WHERE account_id = ? AND shard = ?", accountID, shard)
 	return err
 }
 
@@ -232,7 +232,7 @@ func (t *txn) countPersistent(ctx context.Context, accountID int64, max int) err
 // was deleted, or a counted creation did not happen).
 func (t *txn) uncount(ctx context.Context, accountID int64) error {
 	_, err := t.exec(ctx, "count external users",
-		"UPDATE account_user_slots SET n = n - 1 WHERE account_id = ? AND shard = ?", accountID, t.slotShard())
+		"UPDATE embedkit_account_user_slots SET n = n - 1 WHERE account_id = ? AND shard = ?", accountID, t.slotShard())
 	return err
 }
 
@@ -265,7 +265,7 @@ func deref(p *string) string {
 func (t *txn) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
 	var row userRow
 	n, err := t.find(ctx, "user by external id", &row,
-		"SELECT "+userCols+" FROM users WHERE account_id = ? AND external_id = ? AND "+visible,
+		"SELECT "+userCols+" FROM embedkit_users WHERE account_id = ? AND external_id = ? AND "+visible,
 		accountID, externalID, nowOr(now).UnixNano())
 	if err != nil {
 		return store.User{}, err
@@ -279,7 +279,7 @@ func (t *txn) UserByExternalID(ctx context.Context, accountID int64, externalID 
 func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
 	var row userRow
 	n, err := t.find(ctx, "user by id", &row,
-		"SELECT "+userCols+" FROM users WHERE id = ? AND "+visible, id, nowOr(now).UnixNano())
+		"SELECT "+userCols+" FROM embedkit_users WHERE id = ? AND "+visible, id, nowOr(now).UnixNano())
 	if err != nil {
 		return store.User{}, err
 	}
@@ -297,7 +297,7 @@ func (t *txn) SaveInternalUser(ctx context.Context, accountID int64, username st
 	}
 	now := time.Now().UnixNano()
 	if _, err := t.exec(ctx, op,
-		`INSERT INTO users (account_id, internal_id, email, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+		`INSERT INTO embedkit_users (account_id, internal_id, email, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, internal_id) DO NOTHING`,
 		accountID, username, email, now, now); err != nil {
 		return store.User{}, err
@@ -308,7 +308,7 @@ func (t *txn) SaveInternalUser(ctx context.Context, accountID int64, username st
 func (t *txn) InternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
 	var row userRow
 	n, err := t.find(ctx, "internal user", &row,
-		"SELECT "+userCols+" FROM users WHERE account_id = ? AND internal_id = ?", accountID, username)
+		"SELECT "+userCols+" FROM embedkit_users WHERE account_id = ? AND internal_id = ?", accountID, username)
 	if err != nil {
 		return store.User{}, err
 	}
@@ -343,10 +343,10 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 			// row as it is. Without the filter below, the statement reads
 			// no table it writes, so SQLite needs no temporary b-tree for
 			// it (see liteList for what one costs).
-			if err := t.run(ctx, op, `INSERT INTO attribute_values (user_id, attribute_id, value)
+			if err := t.run(ctx, op, `INSERT INTO embedkit_attribute_values (user_id, attribute_id, value)
 				VALUES `+placeholders(len(chunk), 3)+`
 				ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
-				WHERE attribute_values.value <> excluded.value`, args...); err != nil {
+				WHERE embedkit_attribute_values.value <> excluded.value`, args...); err != nil {
 				return err
 			}
 			continue
@@ -360,18 +360,18 @@ func (t *txn) SetAttributeValues(ctx context.Context, userID int64, values []sto
 			rows += ", " + placeholders(len(chunk)-1, 3)
 		}
 		if err := t.run(ctx, op,
-			`INSERT INTO attribute_values (user_id, attribute_id, value)
+			`INSERT INTO embedkit_attribute_values (user_id, attribute_id, value)
 			SELECT v.column1, v.column2, v.column3 FROM (VALUES `+rows+`) AS v
-			WHERE NOT EXISTS (SELECT 1 FROM attribute_values o
+			WHERE NOT EXISTS (SELECT 1 FROM embedkit_attribute_values o
 				WHERE o.user_id = v.column1 AND o.attribute_id = v.column2 AND o.value = v.column3)
 			ON CONFLICT (user_id, attribute_id) DO UPDATE SET value = excluded.value
-			WHERE attribute_values.value <> excluded.value`,
+			WHERE embedkit_attribute_values.value <> excluded.value`,
 			args...); err != nil {
 			return err
 		}
 	}
 	if len(clear) > 0 {
-		if err := t.run(ctx, op, "DELETE FROM attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
+		if err := t.run(ctx, op, "DELETE FROM embedkit_attribute_values WHERE user_id = ? AND attribute_id IN ?", userID, clear); err != nil {
 			return err
 		}
 	}
@@ -382,7 +382,7 @@ func (t *txn) AttributeValues(ctx context.Context, userID int64, s store.Scope) 
 	var rows userAttrRows
 	if _, err := t.find(ctx, "attribute values", &rows,
 		`SELECT a.name AS name, a.type AS type, v.value AS value
-		FROM attribute_values v JOIN catalog_attributes a ON a.id = v.attribute_id
+		FROM embedkit_attribute_values v JOIN embedkit_catalog_attributes a ON a.id = v.attribute_id
 		WHERE v.user_id = ? AND a.account_id = ? AND a.embed_tenant_id = ?
 		ORDER BY a.name`,
 		userID, s.AccountID, s.EmbedTenantID); err != nil {
@@ -398,8 +398,8 @@ func (t *txn) AttributeValues(ctx context.Context, userID int64, s store.Scope) 
 // insertMembers adds the memberships of the listed groups that belong to the
 // scope; existing ones are kept (PostgreSQL; SQLite joins the list, see
 // ReplaceMemberships).
-const insertMembers = `INSERT INTO group_members (user_id, group_id)
-	SELECT ?, id FROM catalog_groups WHERE id IN ? AND account_id = ? AND embed_tenant_id = ?
+const insertMembers = `INSERT INTO embedkit_group_members (user_id, group_id)
+	SELECT ?, id FROM embedkit_catalog_groups WHERE id IN ? AND account_id = ? AND embed_tenant_id = ?
 	ON CONFLICT (user_id, group_id) DO NOTHING`
 
 func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scope, groupIDs []int64) error {
@@ -408,8 +408,8 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 	// missing ones; groups outside scope s are ignored.
 	// EXISTS, not IN: the user has few memberships, the scope may have
 	// many groups.
-	del := `DELETE FROM group_members WHERE user_id = ? AND EXISTS (SELECT 1 FROM catalog_groups g
-		WHERE g.id = group_members.group_id AND g.account_id = ? AND g.embed_tenant_id = ?)`
+	del := `DELETE FROM embedkit_group_members WHERE user_id = ? AND EXISTS (SELECT 1 FROM embedkit_catalog_groups g
+		WHERE g.id = embedkit_group_members.group_id AND g.account_id = ? AND g.embed_tenant_id = ?)`
 	args := []any{userID, s.AccountID, s.EmbedTenantID}
 	if len(groupIDs) == 0 {
 		return t.run(ctx, op, del, args...)
@@ -421,12 +421,12 @@ func (t *txn) ReplaceMemberships(ctx context.Context, userID int64, s store.Scop
 	}
 	// SQLite: the list joined, not read by IN (see liteList).
 	ids := liteList(groupIDs)
-	if _, err := t.exec(ctx, op, del+" AND NOT EXISTS (SELECT 1 FROM json_each(?) WHERE value = group_members.group_id)",
+	if _, err := t.exec(ctx, op, del+" AND NOT EXISTS (SELECT 1 FROM json_each(?) WHERE value = embedkit_group_members.group_id)",
 		append(args, ids)...); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, op, `INSERT INTO group_members (user_id, group_id)
-		SELECT ?, g.id FROM json_each(?) AS j CROSS JOIN catalog_groups g
+	_, err := t.exec(ctx, op, `INSERT INTO embedkit_group_members (user_id, group_id)
+		SELECT ?, g.id FROM json_each(?) AS j CROSS JOIN embedkit_catalog_groups g
 		WHERE g.id = j.value AND g.account_id = ? AND g.embed_tenant_id = ?
 		ON CONFLICT (user_id, group_id) DO NOTHING`,
 		userID, ids, s.AccountID, s.EmbedTenantID)
@@ -438,7 +438,7 @@ func (t *txn) Memberships(ctx context.Context, userID int64, s store.Scope) ([]s
 	if _, err := t.find(ctx, "memberships", &rows,
 		`SELECT g.id AS id, g.account_id AS account_id, g.embed_tenant_id AS embed_tenant_id, g.name AS name,
 		COALESCE(g.description, '') AS description, g.created_at AS created_at, g.updated_at AS updated_at
-		FROM group_members m JOIN catalog_groups g ON g.id = m.group_id
+		FROM embedkit_group_members m JOIN embedkit_catalog_groups g ON g.id = m.group_id
 		WHERE m.user_id = ? AND g.account_id = ? AND g.embed_tenant_id = ?
 		ORDER BY g.name`,
 		userID, s.AccountID, s.EmbedTenantID); err != nil {
@@ -458,7 +458,7 @@ func (r *deletedUser) dest() []any { return []any{&r.AccountID, &r.ExternalID, &
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
 	var row deletedUser
-	n, err := t.find(ctx, op, &row, "DELETE FROM users WHERE id = ? RETURNING account_id, external_id, ephemeral", userID)
+	n, err := t.find(ctx, op, &row, "DELETE FROM embedkit_users WHERE id = ? RETURNING account_id, external_id, ephemeral", userID)
 	if err != nil {
 		return err
 	}
@@ -482,15 +482,15 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 		// COMMITTED, a DELETE that waited for the row would still test
 		// NOT EXISTS against its own, older snapshot.
 		var id countRow
-		if _, err := t.find(ctx, op, &id, "SELECT id FROM users WHERE id = ? FOR UPDATE", userID); err != nil {
+		if _, err := t.find(ctx, op, &id, "SELECT id FROM embedkit_users WHERE id = ? FOR UPDATE", userID); err != nil {
 			return false, err
 		}
 	}
 	var row deletedUser
-	n, err := t.find(ctx, op, &row, `DELETE FROM users WHERE id = ? AND created_at = ?
-		AND NOT EXISTS (SELECT 1 FROM threads WHERE user_id = ?)
-		AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?)
-		AND NOT EXISTS (SELECT 1 FROM tokens WHERE user_id = ?)
+	n, err := t.find(ctx, op, &row, `DELETE FROM embedkit_users WHERE id = ? AND created_at = ?
+		AND NOT EXISTS (SELECT 1 FROM embedkit_threads WHERE user_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM embedkit_sessions WHERE user_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM embedkit_tokens WHERE user_id = ?)
 		RETURNING account_id, external_id, ephemeral`,
 		userID, createdAt.UnixNano(), userID, userID, userID)
 	if err != nil || n == 0 {
@@ -514,7 +514,7 @@ func (t *txn) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) 
 		lock = " FOR UPDATE SKIP LOCKED"
 	}
 	n, err := t.exec(ctx, "delete expired users",
-		`DELETE FROM users WHERE id IN (SELECT id FROM users WHERE ephemeral AND expires_at <= ?
+		`DELETE FROM embedkit_users WHERE id IN (SELECT id FROM embedkit_users WHERE ephemeral AND expires_at <= ?
 		ORDER BY expires_at LIMIT ?`+lock+`)`,
 		nowOr(now).UnixNano(), limit)
 	return int(n), err

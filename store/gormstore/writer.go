@@ -24,6 +24,16 @@ import (
 // is done it hands the lead to the first request still waiting, if any.
 // Requests are served in arrival order.
 //
+// Each fn's statements carry its own caller's context (its values, not its
+// cancellation), so that a host's logger and tracing see every statement
+// under the request that caused it; only the group's BEGIN, COMMIT and
+// savepoints, which GORM does not report, belong to no request.
+//
+// Why it is kept: without it (each transaction committing alone, in turn)
+// generate-session on a SQLite file was markedly slower and chat turns
+// queued past the query timeout under load; docs/storage.md has the
+// figures.
+//
 // The fns of a group run on the leader's goroutine (handing each its own
 // goroutine back and forth halved the throughput on a loaded two-core
 // machine). A panic in a fn is recovered and raised again in its caller. A
@@ -168,12 +178,6 @@ func (g *group) start() {
 		g.fail(wrapErr("begin", err))
 		return
 	}
-	// The statements carry the first member's context (its values: a
-	// host's tracing callbacks see the request), without its cancellation:
-	// go-sqlite3 runs every statement of a cancelable context on a new
-	// goroutine, which costs more than the statement; deadlines are checked
-	// between statements instead (txn.check).
-	g.tx.Statement.Context = context.WithoutCancel(g.reqs[0].ctx)
 	g.open = true
 }
 
@@ -225,7 +229,11 @@ func (g *group) after(r *writeReq) {
 // runFn runs the fn of r. A panic is recovered into r. On runtime.Goexit the
 // current goroutine cannot go on, so a new one finishes the group.
 func (g *group) runFn(r *writeReq) {
-	t := &txn{s: g.s, db: g.tx, inTx: true, deadline: r.actx, shard: -1}
+	// The member's statements carry its context without its cancellation:
+	// go-sqlite3 runs every statement of a cancelable context on a new
+	// goroutine, which costs more than the statement; deadlines are checked
+	// between statements instead (txn.check).
+	t := &txn{s: g.s, db: g.tx, ctx: context.WithoutCancel(r.ctx), inTx: true, deadline: r.actx, shard: -1}
 	normal := false
 	defer func() {
 		t.finished = true

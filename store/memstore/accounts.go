@@ -110,6 +110,19 @@ func (d *db) deleteAPIKey(accountID int64, hash []byte) error {
 		return notFound("delete api key")
 	}
 	del(d, d.apiKeys, string(hash))
+	// The session ids and tokens the key minted end with it.
+	for _, k := range sortedKeys(d.sessions) {
+		if g := d.sessions[k].grant; string(g.KeyHash) == string(hash) {
+			ndel(d, d.userSess, g.UserID, k)
+			del(d, d.sessions, k)
+		}
+	}
+	for _, k := range sortedKeys(d.tokens) {
+		if g := d.tokens[k]; string(g.KeyHash) == string(hash) {
+			ndel(d, d.userTokens, g.UserID, k)
+			del(d, d.tokens, k)
+		}
+	}
 	return nil
 }
 

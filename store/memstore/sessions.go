@@ -19,6 +19,11 @@ func (d *db) createSession(hash []byte, s store.Session) error {
 	if _, ok := d.users[s.UserID]; !ok {
 		return notFound(op + ": user")
 	}
+	if len(s.KeyHash) > 0 {
+		if _, ok := d.apiKeys[string(s.KeyHash)]; !ok {
+			return notFound(op + ": api key")
+		}
+	}
 	key := string(hash)
 	if _, ok := d.sessions[key]; ok {
 		return conflict(op)

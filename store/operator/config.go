@@ -1,12 +1,14 @@
 package operator
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/store"
@@ -155,14 +157,58 @@ func LoadConfig(path string) (Config, error) {
 	return DecodeConfig(f)
 }
 
-// DecodeConfig reads a Config from JSON and checks it with
-// [Config.Validate]. Unknown fields are ignored.
+// DecodeConfig reads a Config from JSON, strictly, and checks it with
+// [Config.Validate]: an unknown field, a value of the wrong JSON type,
+// malformed JSON and anything after the document (other than white space)
+// are errors that name the field or the line, so that a typo does not
+// silently fall back to a default. No error quotes a value of the
+// document (it may hold API keys).
 func DecodeConfig(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxConfig+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("operator: read config: %w", err)
+	}
+	if len(data) > maxConfig {
+		return Config{}, fmt.Errorf("operator: config: larger than %d bytes", maxConfig)
+	}
 	var c Config
-	if err := json.NewDecoder(r).Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("operator: decode config: %w", err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, decodeError(data, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Config{}, fmt.Errorf("operator: config: content after the JSON document (line %d)", line(data, dec.InputOffset()))
 	}
 	return c, c.Validate()
+}
+
+// maxConfig bounds the bootstrap document (bytes).
+const maxConfig = 16 << 20
+
+// decodeError names what the decoder refused, without the value.
+func decodeError(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Errorf("operator: config: malformed JSON at line %d: %s", line(data, syn.Offset), strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		return fmt.Errorf("operator: config: field %s (line %d): want %s, got a JSON %s", typ.Field, line(data, typ.Offset), typ.Type, typ.Value)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("operator: config: the JSON document is empty or cut short")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no type for it; the message quotes only the
+		// field's name.
+		return fmt.Errorf("operator: config: unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return fmt.Errorf("operator: config: %w", err)
+}
+
+// line returns the 1-based line of byte offset off in data.
+func line(data []byte, off int64) int {
+	off = min(max(off, 0), int64(len(data)))
+	return bytes.Count(data[:off], []byte{'\n'}) + 1
 }
 
 // maxName bounds names, usernames and ids (characters).

@@ -175,3 +175,35 @@ func TestLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeConfigStrict: the bootstrap document is decoded strictly; each
+// refusal names the field or the line, and none quotes a value.
+func TestDecodeConfigStrict(t *testing.T) {
+	for _, c := range []struct{ name, json, want string }{
+		{"unknown top-level field", `{"accounts":[],"acounts":[]}`, `unknown field "acounts"`},
+		{"unknown account field", `{"accounts":[{"name":"a","plann":"premium"}]}`, `unknown field "plann"`},
+		{"unknown key field", `{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret","admn":true}]}]}`, `unknown field "admn"`},
+		{"unknown limit", `{"accounts":[{"name":"a","limits":{"runingTurns":3}}]}`, `unknown field "runingTurns"`},
+		{"wrong type", "{\"accounts\":[\n{\"name\":\"a\",\"maxExternalUsers\":\"many\"}]}", `field accounts.maxExternalUsers (line 2)`},
+		{"wrong type of a key", `{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret","admin":"yes"}]}]}`, `field accounts.apiKeys.admin`},
+		{"trailing document", "{\"accounts\":[]}\n{\"accounts\":[]}", `content after the JSON document (line 2)`},
+		{"trailing garbage", `{"accounts":[]} x`, `content after the JSON document`},
+		{"malformed", "{\"accounts\":[\n\n{\"name\":\"sk-secret\",}]}", `malformed JSON at line 3`},
+		{"empty", ``, `empty or cut short`},
+		{"cut short", `{"accounts":[`, `empty or cut short`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := operator.DecodeConfig(strings.NewReader(c.json))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error = %v, want one containing %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "sk-secret") || strings.Contains(err.Error(), "many") {
+				t.Errorf("the error quotes a value: %v", err)
+			}
+		})
+	}
+	// White space after the document is fine.
+	if _, err := operator.DecodeConfig(strings.NewReader("{\"accounts\":[]}\n\n")); err != nil {
+		t.Errorf("trailing white space: %v", err)
+	}
+}

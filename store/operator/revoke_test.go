@@ -84,10 +84,10 @@ func TestRevokeOverHTTP(t *testing.T) {
 				t.Fatal(err)
 			}
 			s2.Advance(middleware.MaxKeyCacheTTL - 1)
-			if got := generate(t, s2, other); got != 200 {
-				// Not a requirement, but it shows that the cache (and its
-				// clock) is what the next check runs against.
-				t.Errorf("within the cache lifetime: %d, want 200 from the replica's cache", got)
+			if got := generate(t, s2, other); got != 401 {
+				// The replica's cache still accepts the key, but the
+				// store mints no session with a deleted key.
+				t.Errorf("within the cache lifetime: %d, want 401 (no session of a deleted key)", got)
 			}
 			s2.Advance(1)
 			if got := generate(t, s2, other); got != 401 {

@@ -41,6 +41,52 @@ var sessionRules = []rule{
 		},
 	},
 	{
+		name: "DeleteAPIKey ends the session ids and tokens the key minted",
+		doc:  "A session records the key that minted it (KeyHash) and its token carries it; deleting the key makes both ErrNotFound, leaves other keys' and keyless sessions alone, and a session naming a deleted key cannot be created.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			for _, k := range []string{"key-a", "key-b"} {
+				mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: []byte(k), AccountID: f.account.ID}))
+			}
+			grant := func(key string) store.Session {
+				g := store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: f.deploy.ID, CreatedAt: t0, ExpiresAt: t0.Add(5 * time.Minute)}
+				if key != "" {
+					g.KeyHash = []byte(key)
+				}
+				return g
+			}
+			tokExp := t0.Add(24 * time.Hour)
+			for _, key := range []string{"key-a", "key-b", ""} {
+				mustNil(t, "CreateSession", st.CreateSession(ctx(t), []byte("s1"+key), grant(key)))
+				mustNil(t, "CreateSession", st.CreateSession(ctx(t), []byte("s2"+key), grant(key)))
+				g, err := st.ExchangeSession(ctx(t), []byte("s1"+key), []byte("t"+key), tokExp, t0)
+				mustNil(t, "ExchangeSession", err)
+				if string(g.KeyHash) != key {
+					t.Errorf("exchanged grant's KeyHash = %q, want %q", g.KeyHash, key)
+				}
+			}
+			mustNil(t, "DeleteAPIKey", st.DeleteAPIKey(ctx(t), f.account.ID, []byte("key-a")))
+			_, err := st.SessionByToken(ctx(t), []byte("tkey-a"), t0)
+			wantErr(t, "token of the deleted key", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("s2key-a"), []byte("t2key-a"), tokExp, t0)
+			wantErr(t, "session id of the deleted key", err, store.ErrNotFound)
+			for _, key := range []string{"key-b", ""} {
+				g, err := st.SessionByToken(ctx(t), []byte("t"+key), t0)
+				mustNil(t, "token of another key", err)
+				if string(g.KeyHash) != key {
+					t.Errorf("token's KeyHash = %q, want %q", g.KeyHash, key)
+				}
+				_, err = st.ExchangeSession(ctx(t), []byte("s2"+key), []byte("t2"+key), tokExp, t0)
+				mustNil(t, "session id of another key", err)
+			}
+			err = st.CreateSession(ctx(t), []byte("s3"), grant("key-a"))
+			wantErr(t, "session of a deleted key", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("s3"), []byte("t3"), tokExp, t0)
+			wantErr(t, "exchange of the refused session", err, store.ErrNotFound)
+		},
+	},
+	{
 		name: "unknown and expired session ids are ErrNotFound",
 		doc:  "A session id is usable until its ExpiresAt (exclusive); an unknown or expired one is ErrNotFound and stores no token.",
 		fn: func(t *testing.T, st store.Store) {
