@@ -136,8 +136,45 @@ func TestShellNeedsNoSessionAndIsLockedDown(t *testing.T) {
 			t.Errorf("CSP %q allows %s", csp, bad)
 		}
 	}
-	// Every script has a src, except the import map, whose hash the CSP
-	// names.
+	// Every script has a src; the shell loads no chart library.
+	for _, tag := range scriptTag.FindAllString(body, -1) {
+		if !strings.Contains(tag, " src=") || strings.Contains(tag, "vega") {
+			t.Errorf("script %s in the shell", tag)
+		}
+	}
+	if !strings.Contains(csp, "script-src 'self';") || !strings.Contains(csp, "frame-src 'self';") {
+		t.Errorf("CSP %q: want scripts and frames of the page's origin only", csp)
+	}
+	if !strings.Contains(body, "<title>Ask &lt;your&gt; data</title>") {
+		t.Error("the title is not escaped")
+	}
+}
+
+// chartFrame returns the chart frame's response and its body.
+func chartFrame(t *testing.T, e *env) (*http.Response, string) {
+	t.Helper()
+	return get(t, e.srv.URL+"/embed/chat/chart", "")
+}
+
+// The chart frame loads the chart libraries with integrity, and its
+// policy allows their scripts only: no request, image, frame or form.
+func TestChartFrameIsLockedDown(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithFrameAncestors("https://app.example.com"))
+	res, body := chartFrame(t, e)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET /embed/chat/chart: %d %q", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	csp := res.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "style-src 'self'", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'self' https://app.example.com"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("chart CSP %q lacks %q", csp, want)
+		}
+	}
+	for _, bad := range []string{"unsafe-inline", "unsafe-eval", "*", "blob:", "data:", "connect-src", "img-src", "frame-src"} {
+		if strings.Contains(csp, bad) {
+			t.Errorf("chart CSP %q has %s", csp, bad)
+		}
+	}
 	for _, tag := range scriptTag.FindAllString(body, -1) {
 		if !strings.Contains(tag, " src=") && tag != `<script type="importmap">` {
 			t.Errorf("inline script %s", tag)
@@ -171,11 +208,14 @@ func TestShellNeedsNoSessionAndIsLockedDown(t *testing.T) {
 		"https://cdn.jsdelivr.net/npm/vega-embed@7.3.0/build/vega-embed.min.js",
 	} {
 		if !strings.Contains(body, `src="`+u+`"`) || !strings.Contains(csp, u) {
-			t.Errorf("shell or CSP lacks %s", u)
+			t.Errorf("chart frame or CSP lacks %s", u)
 		}
 	}
-	if !strings.Contains(body, "<title>Ask &lt;your&gt; data</title>") {
-		t.Error("the title is not escaped")
+	// The page draws charts in this frame, sandboxed: its script names
+	// the frame's sandbox (scripts only, so an opaque origin).
+	_, render := get(t, e.srv.URL+"/embed/chat/assets/render.js", "")
+	if !strings.Contains(render, `frame.setAttribute("sandbox", "allow-scripts")`) {
+		t.Error("render.js does not sandbox the chart frame with allow-scripts only")
 	}
 }
 
@@ -186,6 +226,8 @@ func TestAssets(t *testing.T) {
 		"/embed/chat/assets/markdown.js":  "text/javascript; charset=utf-8",
 		"/embed/chat/assets/render.js":    "text/javascript; charset=utf-8",
 		"/embed/chat/assets/vega-util.js": "text/javascript; charset=utf-8",
+		"/embed/chat/assets/chart.js":     "text/javascript; charset=utf-8",
+		"/embed/chat/assets/chart.css":    "text/css; charset=utf-8",
 		"/embed/chat/assets/chat.css":     "text/css; charset=utf-8",
 		"/embed/chat/theme.css":           "text/css; charset=utf-8",
 	} {
@@ -349,7 +391,7 @@ func TestFrameAncestorsAndImageSources(t *testing.T) {
 		chatpage.WithPath("/chat/"),
 		chatpage.WithVegaCDN("https://cdn.example.net/npm"))
 	csp := h.ContentSecurityPolicy()
-	for _, want := range []string{"frame-ancestors https://app.example.com https://*.example.org", "img-src 'self' data: https://avatars.example.com", "https://cdn.example.net/npm/vega@6.4.0/build/vega.min.js"} {
+	for _, want := range []string{"frame-ancestors https://app.example.com https://*.example.org", "img-src 'self' data: https://avatars.example.com"} {
 		if !strings.Contains(csp, want) {
 			t.Errorf("CSP %q lacks %q", csp, want)
 		}
@@ -357,6 +399,14 @@ func TestFrameAncestorsAndImageSources(t *testing.T) {
 	for _, rt := range h.Routes() {
 		if !strings.HasPrefix(rt.Pattern, "/chat") || strings.HasPrefix(rt.Pattern, "/chat//") {
 			t.Errorf("route %s", rt.Pattern)
+		}
+		if rt.Pattern == "/chat/chart" {
+			rec := httptest.NewRecorder()
+			rt.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, rt.Pattern, nil))
+			if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "https://cdn.example.net/npm/vega@6.4.0/build/vega.min.js") ||
+				!strings.Contains(csp, "frame-ancestors 'self' https://app.example.com https://*.example.org") {
+				t.Errorf("chart CSP %q", csp)
+			}
 		}
 	}
 }
@@ -383,18 +433,18 @@ func TestVegaDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithVega(v))
-	csp := e.h.ContentSecurityPolicy()
-	if strings.Contains(csp, "https:") {
-		t.Errorf("CSP %q names another origin with local vega files", csp)
+	res, frame := chartFrame(t, e)
+	if csp := res.Header.Get("Content-Security-Policy"); strings.Contains(csp, "https:") {
+		t.Errorf("chart CSP %q names another origin with local vega files", csp)
 	}
-	_, shell := get(t, e.srv.URL+"/embed/chat", "")
 	for _, name := range []string{"vega.js", "vega-lite.js", "vega-embed.js", "vega-interpreter.js"} {
-		if !strings.Contains(shell, `/embed/chat/vega/`+name) {
-			t.Errorf("the shell does not load %s locally", name)
+		if !strings.Contains(frame, `/embed/chat/vega/`+name) {
+			t.Errorf("the chart frame does not load %s locally", name)
 		}
+		// The frame's origin is opaque: its scripts load with CORS.
 		res, body := get(t, e.srv.URL+"/embed/chat/vega/"+name, "")
-		if res.StatusCode != http.StatusOK || len(body) < 1000 {
-			t.Errorf("GET vega/%s: %d", name, res.StatusCode)
+		if res.StatusCode != http.StatusOK || len(body) < 1000 || res.Header.Get("Access-Control-Allow-Origin") != "*" {
+			t.Errorf("GET vega/%s: %d, Access-Control-Allow-Origin %q", name, res.StatusCode, res.Header.Get("Access-Control-Allow-Origin"))
 		}
 	}
 	// Another version is refused.

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/embedkit/embedkit/chatstream/chatpage"
@@ -123,9 +124,13 @@ type tab struct {
 	requests []string // URLs the page requested
 }
 
-// cspProbe records securitypolicyviolation events in every frame.
+// cspProbe records securitypolicyviolation events in every frame: in
+// the top window's list, or, in a frame that cannot reach it (a chart's
+// opaque origin), in its own.
 const cspProbe = `document.addEventListener("securitypolicyviolation", (e) => {
-  (window.top.__cspViolations = window.top.__cspViolations || []).push(location.pathname + ": " + e.violatedDirective + " " + e.blockedURI);
+  let w = window;
+  try { window.top.__cspViolations; w = window.top; } catch (_) {}
+  (w.__cspViolations = w.__cspViolations || []).push(location.pathname + ": " + e.violatedDirective + " " + e.blockedURI);
 });`
 
 func (b *browser) newTab(t *testing.T, base string) *tab {
@@ -304,6 +309,72 @@ func (tb *tab) frameTab(path string) *tab {
 	}
 }
 
+// chartFrames waits for at least n chart frames (sandboxed iframes of an
+// opaque origin, each its own target) under the tab and returns a tab on
+// each, in no particular order.
+func (tb *tab) chartFrames(n int) []*tab {
+	tb.t.Helper()
+	parent := chromedp.FromContext(tb.ctx).Target.TargetID
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		targets, err := chromedp.Targets(tb.ctx)
+		if err != nil {
+			tb.t.Fatal(err)
+		}
+		var ids []target.ID
+		for _, ti := range targets {
+			if ti.Type == "iframe" && ti.ParentID == parent && strings.Contains(ti.URL, "/embed/chat/chart") {
+				ids = append(ids, ti.TargetID)
+			}
+		}
+		if len(ids) >= n {
+			var out []*tab
+			for _, id := range ids {
+				ctx, cancel := chromedp.NewContext(tb.ctx, chromedp.WithTargetID(id))
+				tb.t.Cleanup(cancel)
+				ft := &tab{t: tb.t, ctx: ctx, base: tb.base, n: tb.n}
+				if err := chromedp.Listen(ctx, func(ev any) {
+					switch e := ev.(type) {
+					case *runtime.EventExceptionThrown:
+						ft.problem("exception: %s", e.ExceptionDetails.Text)
+					case *network.EventRequestWillBeSent:
+						ft.mu.Lock()
+						ft.requests = append(ft.requests, e.Request.URL)
+						ft.mu.Unlock()
+					}
+				}); err != nil {
+					tb.t.Fatal(err)
+				}
+				if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
+					tb.t.Fatal(err)
+				}
+				out = append(out, ft)
+			}
+			return out
+		}
+		if time.Now().After(deadline) {
+			tb.t.Fatalf("%d chart frames, want %d", len(ids), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// hover moves the mouse of the tab (the demo host page) over the middle
+// of the element that js (with d as the frame's document) finds in the
+// chart frame of a page with one chart.
+func (tb *tab) hover(frame *tab, js string) {
+	tb.t.Helper()
+	var outer struct{ X, Y float64 }
+	tb.eval(`(() => { const c = document.getElementById("chat"); const f = c.getBoundingClientRect();
+		const d = c.contentDocument; const ch = d.querySelector(".ek-chart iframe");
+		ch.scrollIntoView({ block: "center" });
+		const r = ch.getBoundingClientRect();
+		return { x: f.left + r.left, y: f.top + r.top }; })()`, &outer)
+	var inner struct{ X, Y float64 }
+	frame.eval(self(`(() => { const r = (`+js+`).getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; })()`), &inner)
+	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, outer.X+inner.X, outer.Y+inner.Y))
+}
+
 // ask2 types a question into a tab that is the chat page itself.
 func (tb *tab) ask2(q string) {
 	tb.t.Helper()
@@ -322,7 +393,8 @@ const (
 	jsBusy     = `d.getElementById("ek-log").getAttribute("aria-busy") === "true"`
 	jsIdle     = `d.getElementById("ek-log").getAttribute("aria-busy") === "false" && !d.getElementById("ek-send").hidden`
 	jsFinal    = `[...d.querySelectorAll(".ek-assistant")].map((e) => e.innerText).join("\n")`
-	jsHasChart = `!!d.querySelector(".ek-chart-view svg, .ek-chart-view canvas")`
+	// A chart is drawn in a sandboxed frame, which tells the page.
+	jsHasChart = `!!d.querySelector(".ek-chart[data-state=drawn] iframe")`
 	jsTable    = `[...d.querySelectorAll(".ek-table tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent))`
 )
 
@@ -386,17 +458,11 @@ func TestBrowser(t *testing.T) {
 		if steps < 2 {
 			t.Errorf("%d tool steps, want the metadata search and the query", steps)
 		}
-		// The chart's tooltip works under the page's CSP (no injected
-		// style): hover the bar.
-		var pos struct{ X, Y float64 }
-		tb.eval(`(() => { const f = document.getElementById("chat").getBoundingClientRect();
-			const d = document.getElementById("chat").contentDocument;
-			const bar = d.querySelector(".ek-chart-view svg path.mark-rect, .ek-chart-view svg g.mark-rect path");
-			bar.scrollIntoView({ block: "center" });
-			const r = bar.getBoundingClientRect();
-			return { x: f.left + r.left + r.width / 2, y: f.top + r.top + r.height / 2 }; })()`, &pos)
-		tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, pos.X, pos.Y))
-		tb.waitFor("the chart tooltip", chat(`(() => { const t = d.getElementById("vg-tooltip-element"); return t && t.classList.contains("visible") && t.textContent.includes("Germany"); })()`), 10*time.Second)
+		// The chart's tooltip works in the chart's frame (built as text,
+		// under the frame's CSP): hover the bar.
+		frames := tb.chartFrames(1)
+		tb.hover(frames[0], `d.querySelector("svg path.mark-rect, svg g.mark-rect path")`)
+		frames[0].waitFor("the chart tooltip", self(`(() => { const t = d.querySelector(".ek-chart-tooltip"); return t && !t.hidden && t.textContent.includes("Germany"); })()`), 10*time.Second)
 		// The address bar lost the single-use sessionId.
 		var src string
 		tb.eval(chat(`w.location.search`), &src)
@@ -405,7 +471,7 @@ func TestBrowser(t *testing.T) {
 		}
 		if p := os.Getenv("EMBEDKIT_README_SCREENSHOT"); p != "" {
 			tb.ask("revenue by category")
-			tb.waitFor("the second answer", chat(jsIdle+` && d.querySelectorAll(".ek-chart-view svg").length === 2`), 60*time.Second)
+			tb.waitFor("the second answer", chat(jsIdle+` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === 2`), 60*time.Second)
 			tb.run(chromedp.EmulateViewport(1000, 1250), chromedp.Sleep(300*time.Millisecond))
 			tb.eval(chat(`(d.querySelectorAll(".ek-step")[3].open = true, d.querySelectorAll(".ek-user")[1].scrollIntoView(), true)`), nil)
 			tb.run(chromedp.Sleep(500 * time.Millisecond))
@@ -574,7 +640,6 @@ func TestBrowser(t *testing.T) {
 			Markdown        string
 			Table           string
 			Chart           bool
-			Location        string
 		}
 		tb.eval(probeJS, &got)
 		if got.Images != 0 || got.Scripts != 0 {
@@ -592,10 +657,37 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("table text %q", got.Table)
 		}
 		if !got.Chart {
-			t.Error("the chart with a data URL, an image mark and links did not render")
+			t.Fatal("the chart with a data URL, an image mark and links did not render")
 		}
-		if !strings.HasSuffix(got.Location, "/embed/chat") {
-			t.Errorf("a click on a chart link navigated to %q", got.Location)
+		// In the chart's frame: a click on every mark follows no link,
+		// the spec's usermeta added no action menu, and the frame cannot
+		// reach the page's storage.
+		frame := tb.chartFrames(1)[0]
+		var in struct {
+			Location, Storage string
+			Actions, Images   int
+		}
+		frame.eval(self(`(async () => {
+			for (const p of d.querySelectorAll("svg path")) p.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+			await new Promise((r) => setTimeout(r, 500));
+			let storage = "";
+			try { storage = String(w.sessionStorage.length); } catch (e) { storage = "refused"; }
+			try { storage += " " + w.parent.document.body.dataset.meUrl; } catch (e) { storage += " parent refused"; }
+			return { location: w.location.href, storage, actions: d.querySelectorAll(".vega-actions, details").length, images: [...d.querySelectorAll("img, svg image, a")].filter((e) => e.getAttribute("src") || e.getAttribute("href") || e.getAttribute("xlink:href")).length };
+		})()`), &in)
+		if !strings.HasSuffix(in.Location, "/embed/chat/chart") {
+			t.Errorf("a click on a chart link navigated the chart to %q", in.Location)
+		}
+		if in.Storage != "refused parent refused" {
+			t.Errorf("the chart frame reads storage or the page: %q", in.Storage)
+		}
+		if in.Actions != 0 || in.Images != 0 {
+			t.Errorf("the chart frame has %d action menus and %d images or links with an address", in.Actions, in.Images)
+		}
+		var loc string
+		tb.eval(`location.href`, &loc)
+		if !strings.HasSuffix(loc, "/embed/chat") {
+			t.Errorf("the page navigated to %q", loc)
 		}
 		tb.mu.Lock()
 		for _, u := range tb.requests {
@@ -606,6 +698,7 @@ func TestBrowser(t *testing.T) {
 		tb.mu.Unlock()
 		var csp []string
 		tb.eval(`window.__cspViolations || []`, &csp)
+		frame.eval(self(`window.__cspViolations || []`), &csp)
 		if len(csp) > 0 {
 			t.Errorf("CSP violations: %q", csp)
 		}
@@ -719,15 +812,16 @@ func TestBrowser(t *testing.T) {
 			var drawn bool
 			tb.eval(cdnChartJS, &drawn)
 			if tampered {
-				var loaded bool
 				var says string
-				tb.eval(`typeof window.vega !== "undefined"`, &loaded)
-				tb.eval(`document.querySelector(".ek-chart-view").textContent`, &says)
-				if loaded || drawn {
+				tb.eval(`document.querySelector(".ek-chart").textContent`, &says)
+				if drawn {
 					t.Error("a tampered vega.min.js ran")
 				}
-				if says != "Charts could not be loaded." {
-					t.Errorf("the chart box says %q", says)
+				// The chart says what failed, from where, and the fix.
+				for _, want := range []string{"Charts could not be loaded: vega did not load from " + cdn.URL + "/npm/", "chatpage.LoadVega", "npm ci --prefix .ci/vega", "-vega-dir"} {
+					if !strings.Contains(says, want) {
+						t.Errorf("the chart box says %q, want %q in it", says, want)
+					}
 				}
 				continue
 			}
@@ -820,6 +914,7 @@ const probeJS = `(async () => {
   document.body.append(md);
   const spec = {
     $schema: "https://vega.github.io/schema/vega-lite/v5.json",
+    usermeta: { embedOptions: { actions: true, editorUrl: "/canary/editor", sourceHeader: "<script>alert(1)</script>", loader: { baseURL: "/canary/" } } },
     data: { url: "/canary/data.json" },
     transform: [{ lookup: "label", from: { data: { url: "/canary/lookup.json" }, key: "label", fields: ["x"] } }],
     layer: [
@@ -833,17 +928,14 @@ const probeJS = `(async () => {
     input: JSON.stringify({ sqlQuery: "<b>SELECT 1</b>", queryTitle: "<i>t</i>" }),
     result: JSON.stringify({ schema: [{ name: "label", column_type: "string" }, { name: "v", column_type: "number" }, { name: "<img src=/canary/col onerror=alert(1)>", column_type: "string" }],
       data: [["<img src=/canary/cell>", 1, "x"], ["b", 2, "y"]], totalRows: 2, vegaSpec: JSON.stringify(spec) }) } });
-  for (let i = 0; i < 100 && !tool.querySelector(".ek-chart-view svg"); i++) await new Promise((r) => setTimeout(r, 50));
-  for (const p of tool.querySelectorAll(".ek-chart-view svg path")) p.dispatchEvent(new MouseEvent("click", { bubbles: true }));
-  await new Promise((r) => setTimeout(r, 500));
+  for (let i = 0; i < 200 && tool.querySelector(".ek-chart[data-state=loading]"); i++) await new Promise((r) => setTimeout(r, 50));
   return {
     images: document.querySelectorAll("img").length,
     scripts: document.querySelectorAll("body script").length,
     links: [...document.querySelectorAll("body a")].map((a) => a.href),
     markdown: md.textContent,
     table: tool.querySelector("table").textContent,
-    chart: !!tool.querySelector(".ek-chart-view svg"),
-    location: location.href,
+    chart: !!tool.querySelector(".ek-chart[data-state=drawn]"),
   };
 })()`
 
@@ -918,6 +1010,6 @@ const cdnChartJS = `(async () => {
   renderTool(box, { id: "t", role: "assistant", toolCall: { name: "svcSqlApi", input: "{}",
     result: JSON.stringify({ schema: [{ name: "k", column_type: "string" }, { name: "v", column_type: "number" }], data: [["a", 1], ["b", 2]], totalRows: 2,
       vegaSpec: JSON.stringify({ mark: "bar", encoding: { x: { field: "k", type: "nominal" }, y: { field: "v", type: "quantitative" } } }) }) } });
-  for (let i = 0; i < 100 && !box.querySelector(".ek-chart-view svg, .ek-chart-view p"); i++) await new Promise((r) => setTimeout(r, 50));
-  return !!box.querySelector(".ek-chart-view svg");
+  for (let i = 0; i < 200 && box.querySelector(".ek-chart[data-state=loading]"); i++) await new Promise((r) => setTimeout(r, 50));
+  return !!box.querySelector(".ek-chart[data-state=drawn]");
 })()`
