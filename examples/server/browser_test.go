@@ -390,9 +390,9 @@ func (tb *tab) ask(q string) {
 }
 
 const (
-	jsBusy     = `d.getElementById("ek-log").getAttribute("aria-busy") === "true"`
-	jsIdle     = `d.getElementById("ek-log").getAttribute("aria-busy") === "false" && !d.getElementById("ek-send").hidden`
-	jsFinal    = `[...d.querySelectorAll(".ek-assistant")].map((e) => e.innerText).join("\n")`
+	jsBusy  = `d.getElementById("ek-log").getAttribute("aria-busy") === "true"`
+	jsIdle  = `d.getElementById("ek-log").getAttribute("aria-busy") === "false" && !d.getElementById("ek-send").hidden`
+	jsFinal = `[...d.querySelectorAll(".ek-assistant")].map((e) => e.innerText).join("\n")`
 	// A chart is drawn in a sandboxed frame, which tells the page.
 	jsHasChart = `!!d.querySelector(".ek-chart[data-state=drawn] iframe")`
 	jsTable    = `[...d.querySelectorAll(".ek-table tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent))`
