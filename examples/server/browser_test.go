@@ -628,6 +628,45 @@ func TestBrowser(t *testing.T) {
 		tb2.noProblems()
 	})
 
+	t.Run("a failed sessionId shows the failure and never falls back to the earlier user", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table")`), 60*time.Second)
+		// The host opens the chat again with a sessionId that fails (used,
+		// unknown or expired): ana's token and chat must not come back.
+		tb.eval(`(document.getElementById("chat").src = "/embed/chat?sessionId=00000000-0000-0000-0000-000000000000", true)`, nil)
+		tb.waitFor("the failure", chat(`d.body && d.body.dataset.exchange === "failed"`), 20*time.Second)
+		var got struct {
+			Notice, Name, Token, Chat string
+			Messages                  int
+			Disabled                  bool
+		}
+		tb.eval(chat(`({ notice: d.getElementById("ek-notice").textContent, name: d.getElementById("ek-name").textContent,
+			token: w.sessionStorage.getItem("embedkit.token") || "", chat: w.sessionStorage.getItem("embedkit.chat") || "",
+			messages: d.querySelectorAll(".ek-msg").length, disabled: d.getElementById("ek-input").disabled })`), &got)
+		if !strings.Contains(got.Notice, "This chat link could not be opened") {
+			t.Errorf("notice %q", got.Notice)
+		}
+		if got.Name != "" || got.Token != "" || got.Chat != "" || got.Messages != 0 || !got.Disabled {
+			t.Errorf("after a failed exchange: name %q, token %q, chat %q, %d messages, input disabled %v", got.Name, got.Token, got.Chat, got.Messages, got.Disabled)
+		}
+		// A reload stays signed out.
+		tb.eval(chat(`(w.location.reload(), true)`), nil)
+		time.Sleep(200 * time.Millisecond)
+		tb.waitFor("the page after reload", chat(`d.body && d.getElementById("ek-notice").textContent.includes("expired")`), 20*time.Second)
+		tb.mu.Lock()
+		var rest []string
+		for _, p := range tb.problems {
+			if !strings.Contains(p, "/api/v1/embed/session/token") && !strings.Contains(p, "status of 4") {
+				rest = append(rest, p)
+			}
+		}
+		tb.problems = rest
+		tb.mu.Unlock()
+		tb.noProblems()
+	})
+
 	t.Run("nothing the model or the data says is markup or fetches anything", func(t *testing.T) {
 		tb := b.newTab(t, s.base)
 		// The shell loads with no session at all; the page then reports

@@ -89,7 +89,20 @@ function watchExpiry(at) {
   if (ms < 2 ** 31 - 1) setTimeout(sessionExpired, ms);
 }
 
+// forget drops the token and the chat of an earlier session.
+function forget() {
+  token = "";
+  storage.removeItem(TOKEN_KEY);
+  storage.removeItem(EXPIRES_KEY);
+  storage.removeItem(CHAT_KEY);
+}
+
+// exchange trades the embed URL's sessionId for a token. It returns ""
+// or why it failed. Either way the earlier session's token and chat are
+// gone first: a new sessionId may be another user's, and a failed one
+// must never leave the page signed in as the earlier user.
 async function exchange(sessionId) {
+  forget();
   let res;
   try {
     res = await fetch(body.dataset.tokenUrl, {
@@ -100,16 +113,30 @@ async function exchange(sessionId) {
       cache: "no-store",
     });
   } catch (_) {
-    return false;
+    return "the connection failed";
   }
-  if (!res.ok) return false;
-  const t = await res.json();
+  if (!res.ok) return await errorText(res);
+  let t;
+  try {
+    t = await res.json();
+  } catch (_) {
+    return "the answer was not JSON";
+  }
+  if (!t || typeof t.token !== "string" || t.token === "") return "the answer held no token";
   token = t.token;
   storage.setItem(TOKEN_KEY, t.token);
   storage.setItem(EXPIRES_KEY, t.expiresAt);
-  // A new session may be another user's: start from an empty chat.
-  storage.removeItem(CHAT_KEY);
-  return true;
+  return "";
+}
+
+// exchangeFailed shows why the chat link did not open; the page stays
+// signed out.
+function exchangeFailed(why) {
+  ended = true;
+  setBusy(false);
+  input.disabled = send.disabled = newChat.disabled = true;
+  show("This chat link could not be opened (" + why + "). Open the chat again from the application.", "error");
+  body.dataset.exchange = "failed";
 }
 
 function api(url, init = {}) {
@@ -466,11 +493,13 @@ async function boot() {
   const handed = body.dataset.token;
   body.removeAttribute("data-token");
   if (handed) {
+    forget();
     token = handed;
     storage.setItem(TOKEN_KEY, handed);
-    storage.removeItem(EXPIRES_KEY);
-    storage.removeItem(CHAT_KEY);
-  } else if (!(sid && (await exchange(sid)))) {
+  } else if (sid !== null) {
+    const why = await exchange(sid);
+    if (why) return exchangeFailed(why);
+  } else {
     token = storage.getItem(TOKEN_KEY) || "";
   }
   if (!token) return sessionExpired();
