@@ -375,6 +375,30 @@ func (tb *tab) hover(frame *tab, js string) {
 	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, outer.X+inner.X, outer.Y+inner.Y))
 }
 
+// distanceFromBottom is how far the chat's conversation is scrolled
+// above its newest message, in px.
+func (tb *tab) distanceFromBottom() int {
+	tb.t.Helper()
+	var d float64
+	tb.eval(chat(`(() => { const l = d.getElementById("ek-log"); return l.scrollHeight - l.scrollTop - l.clientHeight; })()`), &d)
+	return int(d + 0.5)
+}
+
+// wheel turns the mouse wheel over the chat's conversation (dy < 0
+// scrolls up) and lets the scroll happen.
+func (tb *tab) wheel(dy float64) {
+	tb.t.Helper()
+	var p struct{ X, Y float64 }
+	tb.eval(`(() => { const c = document.getElementById("chat"); const f = c.getBoundingClientRect();
+		const r = c.contentDocument.getElementById("ek-log").getBoundingClientRect();
+		return { x: f.left + r.left + 8, y: f.top + r.top + r.height / 2 }; })()`, &p)
+	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseWheel, p.X, p.Y, func(e *input.DispatchMouseEventParams) {
+		e.DeltaY = dy
+		e.DeltaX = 0.001 // CDP wants both, and drops a zero
+	}),
+		chromedp.Sleep(400*time.Millisecond))
+}
+
 // ask2 types a question into a tab that is the chat page itself.
 func (tb *tab) ask2(q string) {
 	tb.t.Helper()
@@ -482,6 +506,70 @@ func TestBrowser(t *testing.T) {
 			if err := os.WriteFile(p, buf, 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+		tb.noProblems()
+	})
+
+	t.Run("the chat follows the conversation unless the user scrolled up", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.run(chromedp.EmulateViewport(1000, 700))
+		tb.open("ana")
+		charts := 0
+		// answer asks q and waits for the answer and its chart to be drawn.
+		answer := func(q string) {
+			t.Helper()
+			tb.ask(q)
+			charts++
+			tb.waitFor("the answer to "+q, chat(jsIdle+fmt.Sprintf(` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === %d`, charts)), 60*time.Second)
+			tb.run(chromedp.Sleep(300 * time.Millisecond)) // the last sizes settle
+		}
+		var dist []int
+		for _, q := range []string{"revenue by country", "revenue by category", "revenue by month", "orders by category"} {
+			answer(q)
+			dist = append(dist, tb.distanceFromBottom())
+		}
+		for i, d := range dist {
+			if d > 2 {
+				t.Errorf("distance from the bottom after each answer %v: answer %d is off screen", dist, i+1)
+				break
+			}
+		}
+		t.Logf("distance from the bottom after each of %d answers with charts: %v px", len(dist), dist)
+		// The user scrolls up: the answer that follows does not pull the
+		// view down; sending a question comes back to the newest.
+		tb.wheel(-1500)
+		if d := tb.distanceFromBottom(); d < 500 {
+			t.Fatalf("after a wheel up the distance is %d px", d)
+		}
+		answer("revenue by month")
+		if d := tb.distanceFromBottom(); d > 2 {
+			t.Errorf("sending a question did not come back to the newest: %d px", d)
+		}
+		tb.ask("revenue by country")
+		charts++
+		tb.waitFor("the turn to start", chat(jsBusy), 20*time.Second)
+		tb.wheel(-1500)
+		tb.waitFor("the answer", chat(jsIdle+fmt.Sprintf(` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === %d`, charts)), 60*time.Second)
+		tb.run(chromedp.Sleep(300 * time.Millisecond))
+		if d := tb.distanceFromBottom(); d < 500 {
+			t.Errorf("the answer pulled the view down while the user read above: %d px from the bottom", d)
+		}
+		// Back at the bottom, the page follows again.
+		tb.wheel(100000)
+		answer("revenue by category")
+		if d := tb.distanceFromBottom(); d > 2 {
+			t.Errorf("after the user came back to the bottom, the next answer is %d px below", d)
+		}
+		// After a reload mid-turn, the rejoined turn is on screen.
+		tb.ask("revenue by month")
+		tb.waitFor("streamed text", chat(jsBusy+` && [...d.querySelectorAll(".ek-assistant .ek-md p")].some((p) => p.textContent.length > 10)`), 30*time.Second)
+		tb.eval(chat(`(w.location.reload(), true)`), nil)
+		time.Sleep(200 * time.Millisecond)
+		tb.waitFor("the chat after reload", chat(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+		tb.waitFor("the rejoined turn to end", chat(jsIdle+` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === d.querySelectorAll(".ek-chart").length`), 60*time.Second)
+		tb.run(chromedp.Sleep(300 * time.Millisecond))
+		if d := tb.distanceFromBottom(); d > 2 {
+			t.Errorf("after a reload the rejoined turn is %d px below the view", d)
 		}
 		tb.noProblems()
 	})

@@ -11,6 +11,7 @@
 //   frame -> page  {embedkit: "chart-drawn", height}
 //                  {embedkit: "chart-size", height}
 //                  {embedkit: "chart-error", message}
+//                  {embedkit: "chart-input"} (a wheel or touch over it)
 //
 // Every message carries data only; the frame takes messages from its
 // parent window alone.
@@ -140,6 +141,12 @@ window.addEventListener("message", (e) => {
     post({ embedkit: "chart-error", message: String((err && err.message) || err).slice(0, 300) });
   });
 });
+
+// A wheel or touch over the chart scrolls the page's conversation: the
+// page must know it is the user's.
+for (const type of ["wheel", "touchmove"]) {
+  window.addEventListener(type, () => post({ embedkit: "chart-input" }), { passive: true });
+}
 
 new ResizeObserver(() => {
   if (drawn) post({ embedkit: "chart-size", height: height() });

@@ -221,6 +221,7 @@ function renderMessage(m) {
   if (!v) {
     const node = el("article", "ek-msg " + (m.role === "user" ? "ek-user" : m.toolCall ? "ek-tool" : "ek-assistant"));
     node.id = "ek-m-" + m.id;
+    sizes.observe(node);
     v = { el: node, sig: "" };
     views.set(m.id, v);
     place(m.id, node, m._order);
@@ -239,17 +240,75 @@ function renderMessage(m) {
     node.replaceChildren(md);
     if (m._stopped) node.append(el("p", "ek-meta", "Stopped."));
   }
-  if (isNearBottom) log.scrollTop = log.scrollHeight;
+  if (follow) toBottom();
 }
 
-let isNearBottom = true;
-log.addEventListener("scroll", () => {
-  isNearBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+// ----- following the conversation -----
+//
+// The log stays on the newest message unless the user scrolled up. Only
+// the user's own input (wheel, touch, keys, the scroll bar, or a wheel
+// over a chart, which its frame reports) can stop the following: the
+// page's own scrolls and size changes (a chart drawing, a message
+// growing) cannot. Coming back to the bottom, or sending a question,
+// follows again.
+
+let follow = true;
+let userUntil = 0; // the user's input moves the log until then
+let pointerDown = false;
+const USER_INPUT_MS = 800;
+const NEAR_BOTTOM_PX = 48;
+
+function userInput() {
+  userUntil = performance.now() + USER_INPUT_MS;
+  // The scroll may come before the input is known (a wheel over a chart
+  // is reported by its frame): look again once it has happened.
+  setTimeout(() => {
+    if (distanceFromBottom() >= NEAR_BOTTOM_PX) follow = false;
+  }, 150);
+}
+
+function distanceFromBottom() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight;
+}
+
+function toBottom() {
+  log.scrollTop = log.scrollHeight;
+}
+
+log.addEventListener("wheel", userInput, { passive: true });
+log.addEventListener("touchmove", userInput, { passive: true });
+log.addEventListener("pointerdown", () => {
+  pointerDown = true;
+  userInput();
 });
+window.addEventListener("pointerup", () => {
+  pointerDown = false;
+  userInput();
+});
+window.addEventListener("ek-chart-input", userInput);
+log.addEventListener("keydown", (e) => {
+  if (["ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End", " "].includes(e.key)) userInput();
+});
+// Only the user stops the following; the page's own moves leave it as
+// it is, and the size observer below brings the newest message back.
+log.addEventListener("scroll", () => {
+  if (distanceFromBottom() < NEAR_BOTTOM_PX) follow = true;
+  else if (pointerDown || performance.now() < userUntil) follow = false;
+});
+
+// A message or the log changing size (a chart drawn, a notice shown)
+// keeps the newest message in view.
+const sizes = new ResizeObserver(() => {
+  if (follow) toBottom();
+});
+sizes.observe(log);
 
 function clearLog() {
   views.clear();
   log.replaceChildren();
+  sizes.disconnect();
+  sizes.observe(log);
+  follow = true;
 }
 
 // ----- chat state -----
@@ -320,7 +379,11 @@ function finish(state) {
     for (const id of Object.keys(chat.msgs)) {
       if (!keep.has(id)) {
         delete chat.msgs[id];
-        views.get(id)?.el.remove();
+        const gone = views.get(id)?.el;
+        if (gone) {
+          sizes.unobserve(gone);
+          gone.remove();
+        }
         views.delete(id);
       }
     }
@@ -440,6 +503,8 @@ form.addEventListener("submit", (e) => {
   if (!chat.chatId) chat.chatId = newChatId();
   input.value = "";
   show("");
+  follow = true;
+  toBottom();
   setBusy(true);
   run({ input: text, chatId: chat.chatId });
 });

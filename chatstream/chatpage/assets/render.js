@@ -257,6 +257,10 @@ function chart(owner, spec, rows, title) {
       case "chart-error":
         fail("The chart could not be drawn.");
         break;
+      case "chart-input":
+        // The user scrolls with the pointer over the chart.
+        window.dispatchEvent(new Event("ek-chart-input"));
+        break;
     }
   };
   c.onMessage = onMessage;
