@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -74,6 +75,10 @@ type Handler struct {
 	theme    []byte
 	vega     map[string][]byte // local chart files by name, nil for a CDN
 	assets   map[string][]byte // the page's script and style by file name
+	// selfOnly: no other site may frame the page; framedOnce warns once
+	// when one tries.
+	selfOnly   bool
+	framedOnce sync.Once
 }
 
 // assetNames are the files served under {path}/assets/.
@@ -118,6 +123,7 @@ func New(st Store, agent AgentFunc, opts ...Option) *Handler {
 	if len(o.theme) > 0 {
 		h.theme = themeCSS(o.theme)
 	}
+	h.selfOnly = !slices.ContainsFunc(o.frameAncestors, func(s string) bool { return s != "'self'" && s != "'none'" })
 	h.render()
 	return h
 }
@@ -195,6 +201,12 @@ func (h *Handler) serveShell(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	// The URL may carry a single-use sessionId: nothing keeps a copy.
 	hd.Set("Cache-Control", "no-store")
+	if h.selfOnly && r.Header.Get("Sec-Fetch-Dest") == "iframe" && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		h.framedOnce.Do(func() {
+			h.o.log.Warn("chatpage: the chat page was requested as an iframe of another site, but its frame-ancestors allow only its own origin, so the browser shows a blocked frame; allow the host's origin with chatpage.WithFrameAncestors, for example WithFrameAncestors(\"https://app.example.com\")",
+				"path", h.o.path, "frameAncestors", strings.Join(h.o.frameAncestors, " "))
+		})
+	}
 	if r.Method == http.MethodHead {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -497,5 +498,57 @@ func TestShellBehindSessionMiddleware(t *testing.T) {
 	_, plain := get(t, e.srv.URL+"/embed/chat", "")
 	if !strings.Contains(plain, `data-token=""`) {
 		t.Error("the plain shell carries a token")
+	}
+}
+
+// A page requested as a cross-site iframe while only its own origin may
+// frame it logs one warning naming WithFrameAncestors.
+func TestCrossSiteFrameWarning(t *testing.T) {
+	shell := func(h *chatpage.Handler, dest, site string) {
+		t.Helper()
+		for _, rt := range h.Routes() {
+			if rt.Pattern == chatpage.DefaultPath {
+				req := httptest.NewRequest(http.MethodGet, rt.Pattern, nil)
+				req.Header.Set("Sec-Fetch-Dest", dest)
+				req.Header.Set("Sec-Fetch-Site", site)
+				rec := httptest.NewRecorder()
+				rt.Handler.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					t.Fatalf("shell: %d", rec.Code)
+				}
+			}
+		}
+	}
+	st := memstore.New()
+	defer st.Close()
+	for _, tc := range []struct {
+		name  string
+		opts  []chatpage.Option
+		dest  string
+		site  string
+		warns int
+	}{
+		{"default, cross-site frame", nil, "iframe", "cross-site", 1},
+		{"default, same-site frame", nil, "iframe", "same-site", 0},
+		{"default, same-origin frame", nil, "iframe", "same-origin", 0},
+		{"default, top-level document", nil, "document", "cross-site", 0},
+		{"explicit 'self', cross-site frame", []chatpage.Option{chatpage.WithFrameAncestors("'self'")}, "iframe", "cross-site", 1},
+		{"host allowed, cross-site frame", []chatpage.Option{chatpage.WithFrameAncestors("'self'", "https://app.example.com")}, "iframe", "cross-site", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			log := slog.New(slog.NewTextHandler(&buf, nil))
+			h := chatpage.New(st, chatpage.FixedAgent("7"), append(tc.opts, chatpage.WithLogger(log))...)
+			for range 3 {
+				shell(h, tc.dest, tc.site)
+			}
+			out := buf.String()
+			if n := strings.Count(out, "level=WARN"); n != tc.warns {
+				t.Fatalf("%d warnings, want %d: %s", n, tc.warns, out)
+			}
+			if tc.warns > 0 && (!strings.Contains(out, "chatpage.WithFrameAncestors") || !strings.Contains(out, "frameAncestors='self'")) {
+				t.Errorf("warning %q does not name the option and the sources", out)
+			}
+		})
 	}
 }
