@@ -83,7 +83,7 @@ type browser struct {
 	tabs int
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	exe := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
@@ -97,6 +97,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1100, 900),
 	)
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
@@ -370,6 +371,8 @@ func (tb *tab) hover(frame *tab, js string) {
 		ch.scrollIntoView({ block: "center" });
 		const r = ch.getBoundingClientRect();
 		return { x: f.left + r.left, y: f.top + r.top }; })()`, &outer)
+	// The browser routes input to a frame by where it was last drawn.
+	tb.run(chromedp.Sleep(300 * time.Millisecond))
 	var inner struct{ X, Y float64 }
 	frame.eval(self(`(() => { const r = (`+js+`).getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; })()`), &inner)
 	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, outer.X+inner.X, outer.Y+inner.Y))
