@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -68,7 +69,11 @@ func NewClient(baseURL string, opts ...ClientOption) *Client {
 }
 
 func (c *Client) url(accountName, agentID, endpoint string) string {
-	return c.base + "/api/v1/public/" + url.PathEscape(accountName) + "/agents/" + url.PathEscape(agentID) + "/chat/" + endpoint
+	return c.agentURL(accountName, agentID) + "/chat/" + endpoint
+}
+
+func (c *Client) agentURL(accountName, agentID string) string {
+	return c.base + "/api/v1/public/" + url.PathEscape(accountName) + "/agents/" + url.PathEscape(agentID)
 }
 
 func (c *Client) post(ctx context.Context, u string, body any) (*http.Response, error) {
@@ -169,4 +174,140 @@ func (c *Client) Abort(ctx context.Context, accountName, agentID, chatID string,
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	return resp.Body.Close()
+}
+
+// ErrIncompleteData is yielded by [DataResult.Rows] when a data query's
+// stream ends before its totalRows line: the connection was cut and the
+// rows received are not the whole result.
+var ErrIncompleteData = errors.New("chatstream: the data stream ended before its totalRows line")
+
+// QueryData runs req through the data query API (POST
+// .../agents/{agentId}/sql) and returns the result once its first row is
+// ready: read the rows with [DataResult.Rows], which closes the response
+// at its end, or call [DataResult.Close]. A query that fails before its
+// first row (refused, invalid, out of time, an unknown branch) is an
+// [*httperr.Error] with status 400 and the data source's message. A
+// request holding a string that is not valid UTF-8 is refused before it is
+// sent.
+func (c *Client) QueryData(ctx context.Context, accountName, agentID string, req DataRequest) (*DataResult, error) {
+	if err := req.checkText(); err != nil {
+		return nil, fmt.Errorf("chatstream: %w", err)
+	}
+	resp, err := c.post(ctx, c.agentURL(accountName, agentID)+"/sql", req)
+	if err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 256<<20)
+	var first struct {
+		Schema *[]DataColumn `json:"schema"`
+	}
+	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &first) != nil || first.Schema == nil {
+		resp.Body.Close()
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("chatstream: the data stream does not start with its schema line")
+	}
+	return &DataResult{Columns: *first.Schema, body: resp.Body, sc: sc}, nil
+}
+
+// DataResult is the answer of [Client.QueryData], read a row at a time so
+// that no result is held in memory whole.
+type DataResult struct {
+	// Columns describes the result's columns, in order.
+	Columns []DataColumn
+	// TotalRows is the number of rows the server sent, and Truncated
+	// reports whether its row cap cut the result. Both are set once Rows
+	// has yielded its last row.
+	TotalRows int
+	Truncated bool
+
+	body io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+// Rows yields the result's rows as they arrive: each a slice of values in
+// Columns order, a string, int64, float64, bool or nil (a number column's
+// NaN and infinities, sent as strings, are float64 again). A query that
+// fails after its first row yields a [*QueryError] with the server's
+// message; a stream that ends before its totalRows line yields
+// [ErrIncompleteData]. The response is closed when the loop ends or
+// breaks. Rows can be ranged over once.
+func (d *DataResult) Rows() iter.Seq2[[]any, error] {
+	return func(yield func([]any, error) bool) {
+		defer d.Close()
+		numeric := make([]bool, len(d.Columns))
+		for i, c := range d.Columns {
+			numeric[i] = c.ColumnType == "number"
+		}
+		for d.sc.Scan() {
+			b := d.sc.Bytes()
+			if len(bytes.TrimSpace(b)) == 0 {
+				continue
+			}
+			var line struct {
+				Data      [][]any `json:"data"`
+				TotalRows *int    `json:"totalRows"`
+				Truncated bool    `json:"truncated"`
+				Error     *string `json:"error"`
+			}
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.UseNumber()
+			if err := dec.Decode(&line); err != nil {
+				yield(nil, fmt.Errorf("chatstream: bad data line: %w", err))
+				return
+			}
+			switch {
+			case line.Error != nil:
+				yield(nil, &QueryError{Msg: *line.Error})
+				return
+			case line.TotalRows != nil:
+				d.TotalRows, d.Truncated = *line.TotalRows, line.Truncated
+				return
+			}
+			for _, row := range line.Data {
+				for i, v := range row {
+					row[i] = dataValue(v, i < len(numeric) && numeric[i])
+				}
+				if !yield(row, nil) {
+					return
+				}
+			}
+		}
+		if err := d.sc.Err(); err != nil {
+			yield(nil, err)
+			return
+		}
+		yield(nil, ErrIncompleteData)
+	}
+}
+
+// Close closes the response; it is safe to call more than once.
+func (d *DataResult) Close() error { return d.body.Close() }
+
+// dataValue turns a decoded JSON value into the type DataRows.Values
+// gives: json.Number into int64 when it is a whole number that fits, else
+// float64.
+func dataValue(v any, numeric bool) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case string:
+		if numeric {
+			switch x {
+			case "NaN":
+				return math.NaN()
+			case "Infinity":
+				return math.Inf(1)
+			case "-Infinity":
+				return math.Inf(-1)
+			}
+		}
+	}
+	return v
 }

@@ -1,6 +1,7 @@
 // Package chatstream serves the AI agent chat streaming API
 // (stream-chat-state and abort) over newline-delimited JSON, driving a
-// host-supplied [Agent], and provides a Go [Client] for it.
+// host-supplied [Agent], and the data query API that returns every row of
+// an agent's SQL; it provides a Go [Client] for both.
 //
 // # Mounting
 //
@@ -122,6 +123,35 @@
 // form). sort strictly increases after __cutoff__ and continues across the
 // turns of a thread. [Conversation] merges lines by id and applies the
 // spec's final-answer rule.
+//
+// # The data query API
+//
+// A svcSqlApi tool result holds at most 100 rows; the caller loads all of
+// them by sending its sqlQuery to POST .../agents/{agentId}/sql, one of the
+// routes of [Handler.Routes]. The handler runs it with the agent's
+// [DataSource], the same executor the agent's svcSqlApi tool uses, so the
+// rows and the row access are the same. A host registers the source once,
+// on its agent: an agent that implements [DataAgent] names the source of
+// each of its agents (demoagent.Agent and llmagent.Agent do, with their SQL
+// tool, an analytics.SQLTool):
+//
+//	// myAgent's svcSqlApi tool is a.sqlTool, an analytics.SQLTool
+//	func (a myAgent) DataSource(accountName, agentID string) chatstream.DataSource { return a.sqlTool }
+//
+// An agent without a source answers 404 "agent has no data source". The
+// rows stream as NDJSON (a schema line, data lines of at most 1,000 rows, a
+// totalRows line) or, with Accept: text/csv, as CSV with the trailers
+// Embedkit-Total-Rows and Embedkit-Truncated; at most [WithDataRowLimit]
+// rows (100,000) within [WithDataTimeout] (30 s). [Client.QueryData] reads
+// them as an iterator:
+//
+//	res, err := client.QueryData(ctx, "acme", "7", chatstream.DataRequest{SQLQuery: q, SessionSettings: &s})
+//	if err != nil {
+//		return err // a refused query: *httperr.Error, 400, with the tool's message
+//	}
+//	for row, err := range res.Rows() {
+//		...
+//	}
 //
 // # Observability
 //

@@ -48,6 +48,8 @@ type Handler struct {
 	// owners holds the user id of recent turns by external or internal id
 	// (see turnOwner).
 	owners *lru.Cache[ownerKey, int64]
+	// data is the agent when it is a DataAgent, for the data query API.
+	data DataAgent
 }
 
 // ownerHints is how many users' ids Handler.owners keeps (least recently
@@ -55,7 +57,9 @@ type Handler struct {
 const ownerHints = 10000
 
 // NewHandler returns a handler that answers chat requests with agent and
-// keeps users, threads and histories in st.
+// keeps users, threads and histories in st. When agent is a [DataAgent],
+// the data query API runs queries with its data sources; otherwise that
+// API answers 404 for every agent.
 //
 // Its options are the functions of this package returning [Option] or
 // [SharedOption]; an invalid option value panics when its With function is
@@ -63,13 +67,14 @@ const ownerHints = 10000
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	tel := telemetry.New(scope, cfg.tp, cfg.mp)
+	data, _ := agent.(DataAgent)
 	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}, tel: tel,
-		owners: lru.New[ownerKey, int64](ownerHints)}
+		owners: lru.New[ownerKey, int64](ownerHints), data: data}
 }
 
-// Routes returns the chat endpoints with authentication applied
-// (middleware.APIKeyOrToken: Authorization: Api-Key <key>, or Bearer <token>
-// of an embed session).
+// Routes returns the chat endpoints (stream-chat-state, abort) and the
+// data query API with authentication applied (middleware.APIKeyOrToken:
+// Authorization: Api-Key <key>, or Bearer <token> of an embed session).
 func (h *Handler) Routes() []Route {
 	mo := []middleware.APIKeyOrTokenOption{middleware.WithClock(h.cfg.now), middleware.WithKeyCache(h.cfg.keyCacheTTL)}
 	if h.cfg.log != nil {
@@ -79,6 +84,7 @@ func (h *Handler) Routes() []Route {
 	return []Route{
 		{Method: http.MethodPost, Pattern: StreamPattern, Handler: h.tel.Route(http.MethodPost, StreamPattern, auth(http.HandlerFunc(h.serveStream)))},
 		{Method: http.MethodPost, Pattern: AbortPattern, Handler: h.tel.Route(http.MethodPost, AbortPattern, auth(http.HandlerFunc(h.serveAbort)))},
+		{Method: http.MethodPost, Pattern: DataPattern, Handler: h.tel.Route(http.MethodPost, DataPattern, auth(http.HandlerFunc(h.serveData)))},
 	}
 }
 
@@ -94,6 +100,12 @@ func (h *Handler) Stream() http.Handler {
 // [Handler.Stream].
 func (h *Handler) Abort() http.Handler {
 	return h.tel.Route(http.MethodPost, AbortPattern, http.HandlerFunc(h.serveAbort))
+}
+
+// Data returns the data query API without authentication; see
+// [Handler.Stream].
+func (h *Handler) Data() http.Handler {
+	return h.tel.Route(http.MethodPost, DataPattern, http.HandlerFunc(h.serveData))
 }
 
 // Shutdown stops accepting new turns (503) and lets running turns finish

@@ -2,6 +2,7 @@ package chatstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,7 +101,9 @@ type lineWriter struct {
 	// keepArmed: the deadline may stay set while the stream waits
 	// (HTTP/1.x).
 	keepArmed bool
-	err       error
+	// contentType is the response's media type; "" is [ContentType].
+	contentType string
+	err         error
 }
 
 // newLineWriter returns a lineWriter for the response to r of h. The caller
@@ -145,7 +148,7 @@ func (lw *lineWriter) begin() {
 	}
 	lw.started = true
 	h := lw.w.Header()
-	h.Set("Content-Type", ContentType)
+	h.Set("Content-Type", cmp.Or(lw.contentType, ContentType))
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // ask reverse proxies not to buffer
 	lw.w.WriteHeader(http.StatusOK)

@@ -55,6 +55,12 @@ const (
 	// DefaultMaxThreadBytes is the default of store.Limits.ThreadBytes
 	// (4 MiB).
 	DefaultMaxThreadBytes = 4 << 20
+	// DefaultDataRowLimit caps the rows of one data query unless
+	// [WithDataRowLimit] says otherwise.
+	DefaultDataRowLimit = 100_000
+	// DefaultDataTimeout bounds one data query unless [WithDataTimeout]
+	// says otherwise.
+	DefaultDataTimeout = 30 * time.Second
 	// shutdownGrace is how long Shutdown waits for agents to return after
 	// cancelling them.
 	shutdownGrace = 5 * time.Second
@@ -103,6 +109,8 @@ type config struct {
 	mp                 metric.MeterProvider
 	streamWriteTimeout time.Duration
 	limits             store.Limits // the defaults; every field set
+	dataRowLimit       int
+	dataTimeout        time.Duration
 	// flushWarning makes the warning about a ResponseWriter that cannot
 	// flush a once-per-handler one.
 	flushWarning *sync.Once
@@ -123,6 +131,8 @@ func defaultConfig() config {
 			ThreadBytes:                DefaultMaxThreadBytes,
 		},
 
+		dataRowLimit:       DefaultDataRowLimit,
+		dataTimeout:        DefaultDataTimeout,
 		streamWriteTimeout: DefaultStreamWriteTimeout,
 		flushWarning:       new(sync.Once),
 	}
@@ -304,6 +314,26 @@ func WithDefaultLimits(l store.Limits) Option {
 		d.ThreadTurns = cmp.Or(l.ThreadTurns, d.ThreadTurns)
 		d.ThreadBytes = cmp.Or(l.ThreadBytes, d.ThreadBytes)
 	})
+}
+
+// WithDataRowLimit caps the rows that one request of the data query API
+// (POST .../agents/{agentId}/sql) returns: past n rows the result ends
+// with "truncated": true (the Embedkit-Truncated trailer in CSV). Default:
+// [DefaultDataRowLimit] (100,000). n must be positive; WithDataRowLimit
+// panics otherwise.
+func WithDataRowLimit(n int) Option {
+	mustPositive("WithDataRowLimit", n)
+	return handlerOption(func(c *config) { c.dataRowLimit = n })
+}
+
+// WithDataTimeout bounds one request of the data query API: the query and
+// the streaming of its rows. A query that fails to produce its first row
+// in time is a 400; one that runs out of time later ends its stream with
+// an error. Default: [DefaultDataTimeout] (30 seconds). d must be
+// positive; WithDataTimeout panics otherwise.
+func WithDataTimeout(d time.Duration) Option {
+	mustPositive("WithDataTimeout", d)
+	return handlerOption(func(c *config) { c.dataTimeout = d })
 }
 
 // limitsOf returns the limits of an account: its own non-zero fields, the

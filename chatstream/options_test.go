@@ -39,6 +39,8 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"chatstream: WithTracerProvider: provider must not be nil, got nil (leave the option out for the global one)": func() { chatstream.WithTracerProvider(nil) },
 		"chatstream: WithMeterProvider: provider must not be nil, got nil (leave the option out for the global one)":  func() { chatstream.WithMeterProvider(nil) },
 		"chatstream: WithHTTPClient: client must not be nil, got nil":                                                 func() { chatstream.WithHTTPClient(nil) },
+		"chatstream: WithDataRowLimit: count must be positive, got 0":                                                 func() { chatstream.WithDataRowLimit(0) },
+		"chatstream: WithDataTimeout: duration must be positive, got -1s":                                             func() { chatstream.WithDataTimeout(-time.Second) },
 		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got -1ns":                func() { chatstream.WithKeyCache(-1) },
 		"chatstream: WithKeyCache: ttl must be between 0 and middleware.MaxKeyCacheTTL (5s), got 6s":                  func() { chatstream.WithKeyCache(6 * time.Second) },
 	})

@@ -149,8 +149,8 @@ func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 	if len(req.Input) > MaxInputBytes {
 		return chatRequest{}, wire.BadRequest("input must be at most %d bytes (32 KiB)", MaxInputBytes)
 	}
-	if len(req.ActiveBranchName) > maxBranchName && utf8.RuneCountInString(req.ActiveBranchName) > maxBranchName {
-		return chatRequest{}, wire.BadRequest("activeBranchName must be at most %d characters", maxBranchName)
+	if err := checkBranchName(req.ActiveBranchName); err != nil {
+		return chatRequest{}, err
 	}
 	if req.ResumeAfterSort != nil && *req.ResumeAfterSort < 0 {
 		return chatRequest{}, wire.BadRequest("resumeAfterSort must not be negative")
@@ -166,6 +166,15 @@ func decodeChatRequest(body []byte, needSettings bool) (chatRequest, error) {
 		out.branchDefault = *req.IsDefaultBranch
 	}
 	return out, nil
+}
+
+// checkBranchName refuses an activeBranchName longer than maxBranchName
+// characters.
+func checkBranchName(name string) error {
+	if len(name) > maxBranchName && utf8.RuneCountInString(name) > maxBranchName {
+		return wire.BadRequest("activeBranchName must be at most %d characters", maxBranchName)
+	}
+	return nil
 }
 
 // decodeAbortRequest decodes and validates an abort request body.

@@ -132,7 +132,7 @@ func TestOnlyOneReadOnlySelect(t *testing.T) {
 		{"SELECT 1;; ;SELECT 2", "more than one statement"},
 		{"PRAGMA query_only = 0", "PRAGMA"},
 		{"PRAGMA table_info(customers)", "PRAGMA"},
-		{"SELECT * FROM pragma_table_info('customers')", "not the table"},
+		{"SELECT * FROM pragma_table_info('customers')", "only the views of the data model"},
 		{"ATTACH DATABASE ':memory:' AS x", "read-only SELECT"},
 		{"DETACH DATABASE main", "read-only SELECT"},
 		{"WITH x AS (SELECT 1) DELETE FROM orders", "read-only SELECT"},
@@ -142,7 +142,7 @@ func TestOnlyOneReadOnlySelect(t *testing.T) {
 		{"BEGIN", "read-only SELECT"},
 		{"VACUUM", "read-only SELECT"},
 		{"ANALYZE", "read-only SELECT"},
-		{"EXPLAIN SELECT * FROM main.customers", "not the table"},
+		{"EXPLAIN SELECT * FROM main.customers", "only the views of the data model"},
 		{"EXPLAIN SELECT 1", "EXPLAIN"},
 		{"SELECT load_extension('x')", "load_extension"},
 		{"", "empty"},
@@ -379,13 +379,28 @@ func TestDescribeAndUserContext(t *testing.T) {
 			t.Errorf("Describe lacks %q:\n%s", s, d)
 		}
 	}
-	if c := m.UserContext(chatstream.Turn{User: german}); !strings.Contains(c, `country in ["Germany"]`) || strings.Contains(c, "hans") {
-		t.Errorf("UserContext(german) = %q", c)
+	// The model learns whether row filters apply, never the values,
+	// groups, identifiers, e-mail or security context.
+	secretive := chatstream.User{
+		ExternalID: "hans-4711", Email: "hans@example.test", Groups: []string{"sales-emea"},
+		Attributes:      map[string]any{"country": []any{"Germany", "de"}, "region_ids": []any{17.0}},
+		SecurityContext: json.RawMessage(`{"tenant":"acme-internal-42"}`),
 	}
-	if c := m.UserContext(chatstream.Turn{User: chatstream.User{ExternalID: "x"}}); !strings.Contains(c, "no rows") {
-		t.Errorf("UserContext(no country) = %q", c)
+	for _, u := range []chatstream.User{secretive, german, {ExternalID: "x"}} {
+		c := m.UserContext(chatstream.Turn{User: u})
+		if !strings.Contains(c, "Row filters apply to the views customers, orders") {
+			t.Errorf("UserContext(%v) = %q, want it to say that row filters apply", u, c)
+		}
+		for _, leak := range []string{"Germany", `"de"`, "hans", "4711", "example.test", "sales", "17", "acme", "tenant", "attribute"} {
+			if strings.Contains(c, leak) {
+				t.Errorf("UserContext(%v) = %q names %q", u, c, leak)
+			}
+		}
 	}
-	if c := m.UserContext(chatstream.Turn{User: internal}); !strings.Contains(c, "every row") {
+	if c := m.UserContext(chatstream.Turn{User: chatstream.User{ExternalID: "x"}}); c != m.UserContext(chatstream.Turn{User: german}) {
+		t.Errorf("UserContext tells a user without a value (%q) from one with one (%q)", c, m.UserContext(chatstream.Turn{User: german}))
+	}
+	if c := m.UserContext(chatstream.Turn{User: internal}); !strings.Contains(c, "no row filters apply") || strings.Contains(c, "alice") {
 		t.Errorf("UserContext(internal) = %q", c)
 	}
 }

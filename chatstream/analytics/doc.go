@@ -38,24 +38,42 @@
 // # Safety of svcSqlApi
 //
 // Row security is enforced by the executor and SQLite, never by the prompt
-// or the SQL. On each connection of the *sql.DB it is given, the tool
-// creates a temporary view per model view (applying the row filters to the
-// access of the user of the current call) and sets the connection
-// query_only. While a query runs, an authorizer allows SELECT only: a table
-// may be read only from inside one of those views; PRAGMA, ATTACH,
-// transactions, schema changes, writes and the row-filter functions are
-// denied; a common table expression may not take the name of a view. A
-// statement is compiled first and refused unless it is one read-only
-// statement without parameters. A progress handler bounds the work of a
-// query ([WithMaxSteps]) and the timeout ([WithTimeout]) interrupts it;
-// values are limited to 8 MiB. A query that reads no table, such as
-// SELECT 1, runs as usual. Results hold at most [WithRowLimit] rows (100
-// by default); totalRows counts them all.
+// or the SQL, and without recognising names in the SQL. On each connection
+// of the *sql.DB it is given, the tool creates temporary views per model
+// view: one with the view's name, over one with a secret name that
+// applies the row filters to the access of the user of the current call,
+// over one with a secret name that holds the view's SQL; the connection
+// is set query_only. While a query runs, an authorizer allows SELECT only:
+// a table is read only from inside a secret view, and only the tables
+// that view read when the tool set it up, so that a common table
+// expression, alias or subquery of any name reads nothing it could not
+// read through the views. PRAGMA, ATTACH, transactions, schema changes,
+// writes, the row-filter functions and functions outside a fixed list of
+// SQLite's built-ins are denied. Each query is also compiled over empty
+// stand-ins of the views in an in-memory copy of the schema: a query whose
+// program opens any table there reads the database by itself (the columns
+// of a USING or NATURAL join included, which SQLite does not show to the
+// authorizer), and is refused. A refused query is a *[ToolError] naming no
+// table outside the model. A statement is compiled first and refused
+// unless it is one read-only statement without parameters.
+//
+// Cost is bounded: a progress handler bounds the work of a query
+// ([WithMaxSteps]) and the timeout ([WithTimeout]) or the caller's
+// cancellation interrupts it at once. Work inside one SQL function is
+// bounded too: values are limited to 1 MiB and LIKE and GLOB patterns to
+// 100 bytes, and instr, replace, trim, ltrim and rtrim, whose work grows
+// with the product of their arguments' sizes, are replaced by versions
+// that charge their work to the budget and stop when the query is
+// interrupted. A result holds at most [WithRowLimit] rows (100 by
+// default; totalRows counts them all), 100 columns and 4 MiB of JSON; a
+// larger one is the tool error "result too large", found while the rows
+// are read, before any large value is copied.
 //
 // Give the tool a *sql.DB of its own, opened on the host's SQLite file
 // (read-only, mode=ro, is best), through github.com/mattn/go-sqlite3. A
 // *gorm.DB's pool is reached with its DB method, but a second handle is
-// better: the tool's connections keep their temporary views and
-// query_only. PostgreSQL is not supported: [NewSQLTool] refuses any driver
-// other than SQLite's.
+// better: the tool's connections keep their temporary views, query_only
+// and lower limits. A view's SQL must read the host's tables directly
+// (not through a common table expression or a view of the database):
+// [NewSQLTool] refuses one that does not.
 package analytics

@@ -46,6 +46,6 @@ func Example() {
 	}
 	// Output:
 	// rows: [["Germany",15]]
-	// tool error: the query may read only the views of the data model (sales), not the table "sales"
+	// tool error: the query may read only the views of the data model (sales)
 	// tool error: only a single read-only SELECT statement is allowed
 }

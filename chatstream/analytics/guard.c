@@ -1,19 +1,66 @@
 // Hooks installed on a SQLite connection opened by
 // github.com/mattn/go-sqlite3, whose sqlite3_* symbols this file links
-// against. See guard.go.
+// against, and the statement loop of the tool's queries. See guard.go.
 
 #include <stddef.h>
+#include <string.h>
 #include "guard.h"
+
+typedef struct sqlite3_context sqlite3_context;
+typedef struct sqlite3_value sqlite3_value;
 
 extern int sqlite3_set_authorizer(sqlite3 *, int (*)(void *, int, const char *, const char *, const char *, const char *), void *);
 extern void sqlite3_progress_handler(sqlite3 *, int, int (*)(void *), void *);
 extern int sqlite3_prepare_v2(sqlite3 *, const char *, int, sqlite3_stmt **, const char **);
 extern int sqlite3_finalize(sqlite3_stmt *);
+extern int sqlite3_step(sqlite3_stmt *);
 extern int sqlite3_stmt_readonly(sqlite3_stmt *);
 extern int sqlite3_stmt_isexplain(sqlite3_stmt *);
 extern int sqlite3_bind_parameter_count(sqlite3_stmt *);
+extern int sqlite3_column_count(sqlite3_stmt *);
+extern const char *sqlite3_column_name(sqlite3_stmt *, int);
+extern int sqlite3_column_type(sqlite3_stmt *, int);
+extern long long sqlite3_column_int64(sqlite3_stmt *, int);
+extern double sqlite3_column_double(sqlite3_stmt *, int);
+extern const unsigned char *sqlite3_column_text(sqlite3_stmt *, int);
+extern const void *sqlite3_column_blob(sqlite3_stmt *, int);
+extern int sqlite3_column_bytes(sqlite3_stmt *, int);
 extern const char *sqlite3_errmsg(sqlite3 *);
 extern int sqlite3_limit(sqlite3 *, int, int);
+extern void sqlite3_interrupt(sqlite3 *);
+extern int sqlite3_is_interrupted(sqlite3 *);
+extern int sqlite3_create_function_v2(sqlite3 *, const char *, int, int, void *,
+	void (*)(sqlite3_context *, int, sqlite3_value **),
+	void (*)(sqlite3_context *, int, sqlite3_value **),
+	void (*)(sqlite3_context *), void (*)(void *));
+extern void *sqlite3_user_data(sqlite3_context *);
+extern sqlite3 *sqlite3_context_db_handle(sqlite3_context *);
+extern int sqlite3_value_type(sqlite3_value *);
+extern const unsigned char *sqlite3_value_text(sqlite3_value *);
+extern const void *sqlite3_value_blob(sqlite3_value *);
+extern int sqlite3_value_bytes(sqlite3_value *);
+extern void sqlite3_result_int(sqlite3_context *, int);
+extern void sqlite3_result_text(sqlite3_context *, const char *, int, void (*)(void *));
+extern void sqlite3_result_value(sqlite3_context *, sqlite3_value *);
+extern void sqlite3_result_error_code(sqlite3_context *, int);
+extern void sqlite3_result_error_toobig(sqlite3_context *);
+extern void sqlite3_result_error_nomem(sqlite3_context *);
+extern void *sqlite3_malloc64(unsigned long long);
+extern void sqlite3_free(void *);
+extern int sqlite3_open_v2(const char *, sqlite3 **, int, const char *);
+extern int sqlite3_close_v2(sqlite3 *);
+extern int sqlite3_exec(sqlite3 *, const char *, void *, void *, char **);
+extern int sqlite3_stmt_explain(sqlite3_stmt *, int);
+extern int sqlite3_column_int(sqlite3_stmt *, int);
+
+#define SQLITE_ROW 100
+#define SQLITE_INTERRUPT 9
+#define SQLITE_NULL 5
+#define SQLITE_BLOB 4
+#define SQLITE_TEXT 3
+#define SQLITE_UTF8 1
+#define SQLITE_DETERMINISTIC 0x000000800
+#define SQLITE_TRANSIENT ((void (*)(void *))-1)
 
 // Implemented in Go (guard.go).
 extern int analyticsAuthorize(uintptr_t, int, char *, char *, char *, char *);
@@ -30,35 +77,219 @@ static int progress(void *p) {
 	return 0;
 }
 
-void analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b) {
-	sqlite3_set_authorizer(db, authorize, (void *)handle);
-	sqlite3_progress_handler(db, ANALYTICS_PROGRESS_STEPS, progress, b);
-	// A single instruction can build a huge value (zeroblob, printf,
-	// replace) that the progress handler cannot interrupt: bound values
-	// and statements instead.
-	sqlite3_limit(db, 0 /* SQLITE_LIMIT_LENGTH */, ANALYTICS_MAX_VALUE_BYTES);
-	sqlite3_limit(db, 1 /* SQLITE_LIMIT_SQL_LENGTH */, 1 << 20);
+// spend charges work units (bytes compared) of a string function to the
+// query's budget, as the progress handler charges instructions. It returns
+// 1, with the function's result set to SQLITE_INTERRUPT, when the budget
+// is used up or the query was interrupted (timeout, cancellation), so that
+// even work inside one instruction stops.
+static int spend(sqlite3_context *ctx, long long *work) {
+	if (*work < ANALYTICS_PROGRESS_STEPS * 64) return 0;
+	struct analytics_budget *b = sqlite3_user_data(ctx);
+	long calls = (long)(*work / ANALYTICS_PROGRESS_STEPS);
+	*work %= ANALYTICS_PROGRESS_STEPS;
+	if (b->active) {
+		b->remaining -= calls;
+		if (b->remaining <= 0) {
+			sqlite3_result_error_code(ctx, SQLITE_INTERRUPT);
+			return 1;
+		}
+	}
+	if (sqlite3_is_interrupted(sqlite3_context_db_handle(ctx))) {
+		sqlite3_result_error_code(ctx, SQLITE_INTERRUPT);
+		return 1;
+	}
+	return 0;
 }
 
-int analytics_check(sqlite3 *db, const char *sql, int n, int *used, int *readonly, int *explain, int *more, int *none, int *params) {
+// instr(X, Y), as SQLite's, with its work charged: the 1-based position of
+// the first Y in X (in characters for text, bytes for blobs), 0 if none.
+static void instr_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+	(void)argc;
+	int th = sqlite3_value_type(argv[0]), tn = sqlite3_value_type(argv[1]);
+	if (th == SQLITE_NULL || tn == SQLITE_NULL) return;
+	int text = !(th == SQLITE_BLOB && tn == SQLITE_BLOB);
+	const unsigned char *h, *nd;
+	if (text) {
+		h = sqlite3_value_text(argv[0]);
+		nd = sqlite3_value_text(argv[1]);
+	} else {
+		h = sqlite3_value_blob(argv[0]);
+		nd = sqlite3_value_blob(argv[1]);
+	}
+	int nh = sqlite3_value_bytes(argv[0]), nn = sqlite3_value_bytes(argv[1]);
+	if (nn == 0) {
+		sqlite3_result_int(ctx, 1);
+		return;
+	}
+	if ((nh && h == NULL) || nd == NULL) {
+		sqlite3_result_error_nomem(ctx);
+		return;
+	}
+	long long work = 0;
+	int pos = 1;
+	for (int i = 0; i + nn <= nh; i++) {
+		if (text && (h[i] & 0xc0) == 0x80) continue;
+		work += nn;
+		if (spend(ctx, &work)) return;
+		if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) {
+			sqlite3_result_int(ctx, pos);
+			return;
+		}
+		pos++;
+	}
+	sqlite3_result_int(ctx, 0);
+}
+
+// replace(X, Y, Z), as SQLite's, with its work charged.
+static void replace_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+	(void)argc;
+	const unsigned char *s = sqlite3_value_text(argv[0]);
+	if (s == NULL) return;
+	int ns = sqlite3_value_bytes(argv[0]);
+	const unsigned char *pat = sqlite3_value_text(argv[1]);
+	if (pat == NULL) return;
+	if (pat[0] == 0) {
+		sqlite3_result_value(ctx, argv[0]);
+		return;
+	}
+	int np = sqlite3_value_bytes(argv[1]);
+	const unsigned char *rep = sqlite3_value_text(argv[2]);
+	if (rep == NULL) return;
+	int nr = sqlite3_value_bytes(argv[2]);
+	// First pass: the output's size.
+	long long out = 0, work = 0;
+	for (int i = 0; i < ns;) {
+		work += np;
+		if (spend(ctx, &work)) return;
+		if (i + np <= ns && s[i] == pat[0] && memcmp(s + i, pat, np) == 0) {
+			out += nr;
+			i += np;
+		} else {
+			out++;
+			i++;
+		}
+		if (out > ANALYTICS_MAX_VALUE_BYTES) {
+			sqlite3_result_error_toobig(ctx);
+			return;
+		}
+	}
+	unsigned char *z = sqlite3_malloc64(out + 1);
+	if (z == NULL) {
+		sqlite3_result_error_nomem(ctx);
+		return;
+	}
+	long long j = 0;
+	for (int i = 0; i < ns;) {
+		work += np;
+		if (spend(ctx, &work)) {
+			sqlite3_free(z);
+			return;
+		}
+		if (i + np <= ns && s[i] == pat[0] && memcmp(s + i, pat, np) == 0) {
+			memcpy(z + j, rep, nr);
+			j += nr;
+			i += np;
+		} else {
+			z[j++] = s[i++];
+		}
+	}
+	z[j] = 0;
+	sqlite3_result_text(ctx, (const char *)z, (int)j, sqlite3_free);
+}
+
+// utf8len is the length of the UTF-8 character starting with byte c.
+static int utf8len(const unsigned char *z, int n) {
+	int k = 1;
+	while (k < n && (z[k] & 0xc0) == 0x80) k++;
+	return k;
+}
+
+// in_set reports whether the character c (k bytes) is one of set's.
+static int in_set(const unsigned char *c, int k, const unsigned char *set, int nset, long long *work) {
+	for (int i = 0; i < nset;) {
+		int l = utf8len(set + i, nset - i);
+		*work += l;
+		if (l == k && memcmp(c, set + i, k) == 0) return 1;
+		i += l;
+	}
+	return 0;
+}
+
+// trim, ltrim and rtrim (flags: 1 left, 2 right), as SQLite's,
+// with their work charged.
+static void trim_any(sqlite3_context *ctx, int argc, sqlite3_value **argv, int flags) {
+	if (sqlite3_value_type(argv[0]) == SQLITE_NULL) return;
+	const unsigned char *z = sqlite3_value_text(argv[0]);
+	if (z == NULL) return;
+	int n = sqlite3_value_bytes(argv[0]);
+	const unsigned char *set = (const unsigned char *)" ";
+	int nset = 1;
+	if (argc == 2) {
+		set = sqlite3_value_text(argv[1]);
+		if (set == NULL) return;
+		nset = sqlite3_value_bytes(argv[1]);
+	}
+	long long work = 0;
+	if (nset > 0) {
+		if (flags & 1) {
+			while (n > 0) {
+				int k = utf8len(z, n);
+				if (!in_set(z, k, set, nset, &work)) break;
+				if (spend(ctx, &work)) return;
+				z += k;
+				n -= k;
+			}
+		}
+		if (flags & 2) {
+			while (n > 0) {
+				int k = 1;
+				while (k < n && (z[n - k] & 0xc0) == 0x80) k++;
+				if (!in_set(z + n - k, k, set, nset, &work)) break;
+				if (spend(ctx, &work)) return;
+				n -= k;
+			}
+		}
+	}
+	sqlite3_result_text(ctx, (const char *)z, n, SQLITE_TRANSIENT);
+}
+
+static void trim_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { trim_any(ctx, argc, argv, 3); }
+static void ltrim_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { trim_any(ctx, argc, argv, 1); }
+static void rtrim_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { trim_any(ctx, argc, argv, 2); }
+
+int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b) {
+	sqlite3_set_authorizer(db, authorize, (void *)handle);
+	sqlite3_progress_handler(db, ANALYTICS_PROGRESS_STEPS, progress, b);
+	// A single instruction can build or scan a large value (zeroblob,
+	// printf, LIKE), which the progress handler cannot interrupt: bound
+	// values, patterns and statements, and replace the built-in functions
+	// whose work grows faster than their input by ones that charge it.
+	sqlite3_limit(db, 0 /* SQLITE_LIMIT_LENGTH */, ANALYTICS_MAX_VALUE_BYTES);
+	sqlite3_limit(db, 1 /* SQLITE_LIMIT_SQL_LENGTH */, 1 << 20);
+	sqlite3_limit(db, 8 /* SQLITE_LIMIT_LIKE_PATTERN_LENGTH */, ANALYTICS_MAX_PATTERN_BYTES);
+	int f = SQLITE_UTF8 | SQLITE_DETERMINISTIC, rc = 0;
+	rc |= sqlite3_create_function_v2(db, "instr", 2, f, b, instr_func, NULL, NULL, NULL);
+	rc |= sqlite3_create_function_v2(db, "replace", 3, f, b, replace_func, NULL, NULL, NULL);
+	for (int n = 1; n <= 2; n++) {
+		rc |= sqlite3_create_function_v2(db, "trim", n, f, b, trim_func, NULL, NULL, NULL);
+		rc |= sqlite3_create_function_v2(db, "ltrim", n, f, b, ltrim_func, NULL, NULL, NULL);
+		rc |= sqlite3_create_function_v2(db, "rtrim", n, f, b, rtrim_func, NULL, NULL, NULL);
+	}
+	return rc;
+}
+
+int analytics_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **out, int *used, int *flags) {
 	sqlite3_stmt *st = NULL;
 	const char *tail = NULL;
+	*out = NULL;
+	*flags = 0;
 	int rc = sqlite3_prepare_v2(db, sql, n, &st, &tail);
 	*used = tail ? (int)(tail - sql) : n;
-	*readonly = 0;
-	*explain = 0;
-	*more = 0;
-	*none = 0;
-	*params = 0;
 	if (rc != 0) return rc;
-	if (st == NULL) {
-		*none = 1;
-		return 0;
-	}
-	*readonly = sqlite3_stmt_readonly(st);
-	*explain = sqlite3_stmt_isexplain(st);
-	*params = sqlite3_bind_parameter_count(st);
-	sqlite3_finalize(st);
+	if (st == NULL) return 0;
+	if (sqlite3_stmt_readonly(st)) *flags |= ANALYTICS_READONLY;
+	if (sqlite3_stmt_isexplain(st)) *flags |= ANALYTICS_EXPLAIN;
+	if (sqlite3_bind_parameter_count(st)) *flags |= ANALYTICS_PARAMS;
 	const char *rest = sql + *used;
 	while (rest < sql + n) {
 		sqlite3_stmt *next = NULL;
@@ -66,16 +297,97 @@ int analytics_check(sqlite3 *db, const char *sql, int n, int *used, int *readonl
 		rc = sqlite3_prepare_v2(db, rest, (int)(sql + n - rest), &next, &after);
 		if (next != NULL) {
 			sqlite3_finalize(next);
-			*more = 1;
+			*flags |= ANALYTICS_MORE;
 			break;
 		}
 		if (rc != 0 || after == NULL || after <= rest) {
-			*more = rc != 0;
+			if (rc != 0) *flags |= ANALYTICS_MORE;
 			break;
 		}
 		rest = after;
 	}
+	*out = st;
 	return 0;
 }
 
+int analytics_step(sqlite3_stmt *st, int ncol, struct analytics_cell *cells, long long *bytes) {
+	int rc = sqlite3_step(st);
+	*bytes = 0;
+	if (rc != SQLITE_ROW) return rc;
+	for (int i = 0; i < ncol; i++) {
+		struct analytics_cell *c = &cells[i];
+		c->type = sqlite3_column_type(st, i);
+		c->p = NULL;
+		c->n = 0;
+		switch (c->type) {
+		case 1:
+			c->i = sqlite3_column_int64(st, i);
+			*bytes += 20;
+			break;
+		case 2:
+			c->f = sqlite3_column_double(st, i);
+			*bytes += 24;
+			break;
+		case SQLITE_TEXT:
+			c->p = sqlite3_column_text(st, i);
+			c->n = sqlite3_column_bytes(st, i);
+			*bytes += c->n;
+			break;
+		case SQLITE_BLOB:
+			c->p = sqlite3_column_blob(st, i);
+			c->n = sqlite3_column_bytes(st, i);
+			*bytes += c->n;
+			break;
+		default:
+			*bytes += 4;
+		}
+	}
+	return rc;
+}
+
+int analytics_finalize(sqlite3_stmt *st) { return sqlite3_finalize(st); }
+int analytics_column_count(sqlite3_stmt *st) { return sqlite3_column_count(st); }
+const char *analytics_column_name(sqlite3_stmt *st, int i) { return sqlite3_column_name(st, i); }
+void analytics_interrupt(sqlite3 *db) { sqlite3_interrupt(db); }
 const char *analytics_errmsg(sqlite3 *db) { return sqlite3_errmsg(db); }
+
+// analytics_checker_open opens an empty in-memory database, on which the
+// tool builds a copy of the schema and compiles each query once more over
+// empty stand-ins of its views to see what the query reads by itself.
+int analytics_checker_open(sqlite3 **out) {
+	*out = NULL;
+	return sqlite3_open_v2(":memory:", out, 2 | 4 /* SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE */, NULL);
+}
+
+int analytics_exec(sqlite3 *db, const char *sql) { return sqlite3_exec(db, sql, NULL, NULL, NULL); }
+int analytics_close(sqlite3 *db) { return sqlite3_close_v2(db); }
+
+// analytics_opens_database compiles sql on the checker connection and
+// reports whether its program opens a table or index of a database other
+// than temp (1), not (0), or does not compile (-1). The checker's temp
+// schema holds only empty stand-ins of the model's views, so a program
+// that opens anything else reads the database by itself: a base table,
+// the schema, or a table outside the model, however it names it (this
+// covers the columns of a USING or NATURAL join, which SQLite's authorizer
+// is not asked about).
+int analytics_opens_database(sqlite3 *chk, const char *sql, int n) {
+	sqlite3_stmt *st = NULL;
+	int rc = sqlite3_prepare_v2(chk, sql, n, &st, NULL);
+	if (rc != 0 || st == NULL) {
+		if (st) sqlite3_finalize(st);
+		return -1;
+	}
+	int found = 0;
+	if (sqlite3_stmt_explain(st, 1) != 0) {
+		found = -1;
+	}
+	while (found == 0 && sqlite3_step(st) == SQLITE_ROW) {
+		const char *op = (const char *)sqlite3_column_text(st, 1);
+		if (op && (strcmp(op, "OpenRead") == 0 || strcmp(op, "OpenWrite") == 0 || strcmp(op, "ReopenIdx") == 0) &&
+		    sqlite3_column_int(st, 4) != 1) {
+			found = 1;
+		}
+	}
+	sqlite3_finalize(st);
+	return found;
+}

@@ -9,19 +9,26 @@ package analytics
 import "C"
 
 import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"runtime/cgo"
-	"sort"
 	"strings"
+	"sync"
+	"time"
 	"unsafe"
+	"weak"
 
 	"github.com/mattn/go-sqlite3"
 )
 
-// SQLite authorizer action codes and results (sqlite3.h).
+// SQLite authorizer action codes and results (sqlite3.h), and result codes.
 const (
 	authOK   = 0
 	authDeny = 1
@@ -31,19 +38,115 @@ const (
 	opSelect    = 21
 	opFunction  = 31
 	opRecursive = 33
+
+	sqliteRow  = 100
+	sqliteDone = 101
 )
+
+// sqliteViews names the views the tool creates on each connection. Every
+// view of the model is three temporary views:
+//
+//   - the source view, with a secret name, holds the host's SQL;
+//   - the filter view, with a secret name, reads the source view and
+//     applies the row filters;
+//   - the model's view, with the model's name, reads the filter view.
+//
+// SQLite tells the authorizer which view a read comes from by the name
+// the FROM clause uses, and a query can give a common table expression
+// any name, so no name a query can write is trusted: a table is read only
+// from inside a secret view (whose name the query cannot know), and only
+// the tables that view read when the tool set it up.
+type sqliteViews struct {
+	visible map[string]bool // the model's view names, lower case
+	secret  map[string]int  // secret view name → index of the model view
+	source  []string        // source view name of each model view
+	filter  []string        // filter view name of each model view
+	list    string          // the model's view names, for messages
+}
+
+func newSQLiteViews(m *Model) *sqliteViews {
+	tag := strings.ToLower(rand.Text()[:16])
+	v := &sqliteViews{visible: map[string]bool{}, secret: map[string]int{}}
+	var names []string
+	for i, mv := range m.Views {
+		v.visible[strings.ToLower(mv.Name)] = true
+		names = append(names, mv.Name)
+		src, flt := fmt.Sprintf("embedkit_%s_source_%d", tag, i), fmt.Sprintf("embedkit_%s_filter_%d", tag, i)
+		v.source, v.filter = append(v.source, src), append(v.filter, flt)
+		v.secret[src], v.secret[flt] = i, i
+	}
+	v.list = strings.Join(names, ", ")
+	return v
+}
+
+// setup returns the statements that create the views of m.
+func (v *sqliteViews) setup(m *Model) []string {
+	var out []string
+	for i, mv := range m.Views {
+		out = append(out, fmt.Sprintf("CREATE TEMP VIEW %q AS %s", v.source[i], mv.SQL))
+		var b strings.Builder
+		fmt.Fprintf(&b, "CREATE TEMP VIEW %q AS SELECT * FROM temp.%q", v.filter[i], v.source[i])
+		for j, f := range mv.Filters {
+			if j == 0 {
+				b.WriteString("\nWHERE ")
+			} else {
+				b.WriteString("\n  AND ")
+			}
+			fmt.Fprintf(&b, "((SELECT %sall()) OR (%s) IN (SELECT value FROM json_each(%svalues('%s'))))",
+				rlsPrefix, f.Column, rlsPrefix, strings.ReplaceAll(f.Attribute, "'", "''"))
+		}
+		// OFFSET keeps SQLite from flattening the filter view into the
+		// query that reads it, so that what it reads is checked in its
+		// own context.
+		b.WriteString("\nLIMIT -1 OFFSET 0")
+		out = append(out, b.String())
+		out = append(out, fmt.Sprintf("CREATE TEMP VIEW %q AS SELECT * FROM temp.%q", mv.Name, v.filter[i]))
+	}
+	return out
+}
+
+// functions are the SQL functions a query may call: SQLite's built-in
+// functions whose work is proportional to the size of their arguments
+// (instr, replace and the trims are guard.c's, which charge their work;
+// LIKE and GLOB patterns are bounded). Any other function, such as
+// load_extension or json_patch, is refused.
+var functions = map[string]bool{}
+
+func init() {
+	for _, f := range strings.Fields(`
+		abs char coalesce concat concat_ws format glob hex ifnull iif instr length like likelihood likely
+		lower ltrim max min nullif octet_length printf quote random randomblob replace round rtrim sign
+		soundex substr substring trim typeof unhex unicode unlikely upper zeroblob
+		date time datetime julianday unixepoch strftime timediff
+		acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log log10 log2
+		mod pi pow power radians sin sinh sqrt tan tanh trunc
+		avg count group_concat string_agg sum total
+		row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value nth_value
+		json jsonb json_array jsonb_array json_array_length json_extract jsonb_extract -> ->> json_insert
+		jsonb_insert json_object jsonb_object json_quote json_remove jsonb_remove json_replace jsonb_replace
+		json_set jsonb_set json_type json_valid json_group_array jsonb_group_array json_group_object
+		jsonb_group_object json_error_position`) {
+		functions[f] = true
+	}
+}
 
 // guard is the per-connection state of the hooks installed on one SQLite
 // connection: the authorizer (in Go, through analyticsAuthorize) and the
-// progress handler (in C, counting down budget). It is used by one query at
-// a time: the connection is held exclusively (database/sql's *sql.Conn)
-// while active is true.
+// progress handler and string functions (in C, counting down budget). It
+// is used by one query at a time: the connection is held exclusively
+// (database/sql's *sql.Conn) while active is true.
 type guard struct {
 	db     *C.sqlite3
-	budget *C.struct_analytics_budget // C memory: the progress handler reads it
+	budget *C.struct_analytics_budget // C memory: the hooks read it
 	handle cgo.Handle
+	views  *sqliteViews
+	reads  []map[[2]string]bool // per model view: the (database, table) its secret views read
+	tables map[string]bool      // names of the schema objects, lower case
 
-	views map[string]bool // the filtered views (temp schema)
+	// recording is set while the tool compiles its views on a new
+	// connection: reads inside the secret views are recorded, not checked;
+	// any other read of a table makes setup fail.
+	recording bool
 
 	// Set for the duration of one query.
 	active bool
@@ -60,24 +163,6 @@ func handleOf(c *sqlite3.SQLiteConn) (*C.sqlite3, error) {
 		return nil, fmt.Errorf("analytics: unsupported go-sqlite3 version: no connection handle")
 	}
 	return (*C.sqlite3)(unsafe.Pointer(f.Pointer())), nil
-}
-
-// install puts the authorizer and the progress handler on c. Both stay
-// inactive (allowing everything) until a query calls begin.
-func (g *guard) install(c *sqlite3.SQLiteConn, views []string) error {
-	db, err := handleOf(c)
-	if err != nil {
-		return err
-	}
-	g.db = db
-	g.views = make(map[string]bool, len(views))
-	for _, v := range views {
-		g.views[strings.ToLower(v)] = true
-	}
-	g.budget = (*C.struct_analytics_budget)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_analytics_budget{}))))
-	g.handle = cgo.NewHandle(g)
-	C.analytics_install(db, C.uintptr_t(g.handle), g.budget)
-	return nil
 }
 
 // release frees the guard's C memory and handle. The connection must be
@@ -105,66 +190,72 @@ func (g *guard) end() {
 // exhausted reports whether the last query ran out of its step budget.
 func (g *guard) exhausted() bool { return g.budget.remaining <= 0 }
 
-// check compiles sql without running it. It returns the text of its first
-// statement ("" when sql holds none) and whether that statement is
-// read-only, is an EXPLAIN, is followed by another statement, and has
-// parameters.
-func (g *guard) check(sql string) (first string, readonly, explain, more, params bool, err error) {
-	cs := C.CString(sql)
-	defer C.free(unsafe.Pointer(cs))
-	var used, ro, ex, mo, none, pa C.int
-	rc := C.analytics_check(g.db, cs, C.int(len(sql)), &used, &ro, &ex, &mo, &none, &pa)
-	if rc != 0 {
-		return "", false, false, false, false, fmt.Errorf("%s", C.GoString(C.analytics_errmsg(g.db)))
-	}
-	if none != 0 {
-		return "", false, false, false, false, nil
-	}
-	return sql[:int(used)], ro != 0, ex != 0, mo != 0, pa != 0, nil
-}
-
 //export analyticsAuthorize
 func analyticsAuthorize(h C.uintptr_t, op C.int, a1, a2, a3, a4 *C.char) C.int {
 	g := cgo.Handle(h).Value().(*guard)
 	if !g.active {
 		return authOK
 	}
-	view := ""
-	if a4 != nil {
-		view = strings.ToLower(C.GoString(a4))
+	str := func(p *C.char) string {
+		if p == nil {
+			return ""
+		}
+		return strings.ToLower(C.GoString(p))
 	}
+	context := str(a4)
 	switch op {
 	case opSelect, opRecursive:
 		return authOK
 	case opRead:
-		// Base tables are read only from inside the filtered views. A
-		// common table expression (no database name) and the JSON
-		// table-valued functions read no stored data.
-		if view != "" && g.views[view] || a3 == nil || *a3 == 0 {
-			return authOK
-		}
-		// A column of a filtered view itself (they live in temp, where
-		// queries cannot create anything).
-		if C.GoString(a3) == "temp" && g.views[strings.ToLower(C.GoString(a1))] {
-			return authOK
-		}
-		if t := strings.ToLower(C.GoString(a1)); t == "json_each" || t == "json_tree" {
-			return authOK
-		}
-		return g.deny(fmt.Sprintf("the query may read only the views of the data model (%s), not the table %q", g.viewList(), C.GoString(a1)))
+		return g.read(str(a3), str(a1), context)
 	case opFunction:
-		name := strings.ToLower(C.GoString(a2))
-		if strings.HasPrefix(name, rlsPrefix) && !g.views[view] {
-			return g.deny(fmt.Sprintf("the function %s is not available", name))
+		name := str(a2)
+		if strings.HasPrefix(name, rlsPrefix) {
+			if _, ok := g.views.secret[context]; ok {
+				return authOK
+			}
+		} else if functions[name] {
+			return authOK
 		}
-		if name == "load_extension" {
-			return g.deny("the function load_extension is not available")
-		}
-		return authOK
+		return g.deny(fmt.Sprintf("the function %s is not available", name))
 	case opPragma:
 		return g.deny("PRAGMA statements are not allowed; only a single SELECT statement is")
 	}
 	return g.deny("only a single read-only SELECT statement is allowed")
+}
+
+// read decides whether a query may read table of database db from inside
+// the FROM item named context.
+func (g *guard) read(db, table, context string) C.int {
+	switch {
+	case db == "":
+		// A common table expression or a subquery: what it reads is
+		// checked where it reads it.
+		return authOK
+	case db == "temp" && g.views.visible[table]:
+		return authOK
+	case db == "temp" && isSecret(g.views, table):
+		// Only the tool's views can name a secret view.
+		return authOK
+	case db == "main" && (table == "json_each" || table == "json_tree") && !g.tables[table]:
+		// SQLite's JSON table-valued functions read no stored data.
+		return authOK
+	}
+	if i, ok := g.views.secret[context]; ok {
+		if g.recording {
+			g.reads[i][[2]string{db, table}] = true
+			return authOK
+		}
+		if g.reads[i][[2]string{db, table}] {
+			return authOK
+		}
+	}
+	return g.deny(fmt.Sprintf("the query may read only the views of the data model (%s)", g.views.list))
+}
+
+func isSecret(v *sqliteViews, name string) bool {
+	_, ok := v.secret[name]
+	return ok
 }
 
 func (g *guard) deny(why string) C.int {
@@ -174,19 +265,55 @@ func (g *guard) deny(why string) C.int {
 	return authDeny
 }
 
-func (g *guard) viewList() string {
-	names := make([]string, 0, len(g.views))
-	for v := range g.views {
-		names = append(names, v)
+// sqliteConn takes a connection of the tool's pool for one query,
+// preparing it on first use: the views, query_only and the guard's hooks.
+func (t *SQLTool) sqliteConn(ctx context.Context) (*sql.Conn, *guard, error) {
+	conn, err := t.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("analytics: connect: %w", err)
 	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+	var g *guard
+	err = conn.Raw(func(dc any) error {
+		sc, ok := dc.(*sqlite3.SQLiteConn)
+		if !ok {
+			return fmt.Errorf("analytics: svcSqlApi supports SQLite through github.com/mattn/go-sqlite3 and PostgreSQL through github.com/jackc/pgx/v5/stdlib, not %T", dc)
+		}
+		key := weak.Make(sc)
+		t.guardMu.Lock()
+		g = t.guards[key]
+		t.guardMu.Unlock()
+		if g != nil {
+			return nil
+		}
+		ng, err := t.prepareSQLite(sc)
+		if err != nil {
+			// The connection may hold part of the setup: drop it.
+			return fmt.Errorf("%w (%w)", err, driver.ErrBadConn)
+		}
+		t.guardMu.Lock()
+		t.guards[key] = ng
+		t.guardMu.Unlock()
+		runtime.AddCleanup(sc, func(ng *guard) {
+			t.guardMu.Lock()
+			delete(t.guards, key)
+			t.guardMu.Unlock()
+			ng.release()
+		}, ng)
+		g = ng
+		return nil
+	})
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, g, nil
 }
 
-// prepare installs the views, query_only and the hooks on a new
-// connection.
-func (t *SQLTool) prepare(sc *sqlite3.SQLiteConn) (*guard, error) {
-	g := &guard{}
+// prepareSQLite installs the views, query_only and the hooks on a new
+// connection, and records which tables each view reads.
+func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
+	v := t.sqlite
+	g := &guard{views: v, tables: map[string]bool{}}
 	if err := sc.RegisterFunc(rlsPrefix+"all", func() int64 {
 		if g.active && g.access.all {
 			return 1
@@ -207,32 +334,318 @@ func (t *SQLTool) prepare(sc *sqlite3.SQLiteConn) (*guard, error) {
 	}, false); err != nil {
 		return nil, fmt.Errorf("analytics: register row filter: %w", err)
 	}
-	for i, s := range t.setup {
+	for i, s := range v.setup(t.model) {
 		if _, err := sc.Exec(s, nil); err != nil {
-			return nil, fmt.Errorf("analytics: create view %q: %w", t.views[i], err)
+			return nil, fmt.Errorf("analytics: create view %q: %w", t.model.Views[i/3].Name, err)
 		}
 	}
-	for i, v := range t.views {
-		rows, err := sc.Query(fmt.Sprintf("SELECT * FROM temp.%q LIMIT 0", v), nil)
-		if err != nil {
-			return nil, fmt.Errorf("analytics: view %q does not compile: %w", t.views[i], err)
-		}
-		rows.Close()
+	rows, err := sc.Query("SELECT lower(name) FROM sqlite_schema UNION ALL SELECT lower(name) FROM temp.sqlite_schema", nil)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: read the schema: %w", err)
 	}
+	val := make([]driver.Value, 1)
+	for rows.Next(val) == nil {
+		if s, ok := val[0].(string); ok {
+			g.tables[s] = true
+		}
+	}
+	rows.Close()
 	if _, err := sc.Exec("PRAGMA query_only = 1", nil); err != nil {
 		return nil, fmt.Errorf("analytics: set query_only: %w", err)
 	}
-	if err := g.install(sc, t.views); err != nil {
+	db, err := handleOf(sc)
+	if err != nil {
 		return nil, err
+	}
+	g.db = db
+	g.budget = (*C.struct_analytics_budget)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_analytics_budget{}))))
+	g.handle = cgo.NewHandle(g)
+	if C.analytics_install(db, C.uintptr_t(g.handle), g.budget) != 0 {
+		g.release()
+		return nil, fmt.Errorf("analytics: install the guard: %s", C.GoString(C.analytics_errmsg(db)))
+	}
+
+	// Compile each view with the guard recording what the secret views
+	// read: a read anywhere else is a view the guard cannot vouch for.
+	g.reads = make([]map[[2]string]bool, len(t.model.Views))
+	for i := range g.reads {
+		g.reads[i] = map[[2]string]bool{}
+	}
+	if err := t.openChecker(sc, g); err != nil {
+		g.release()
+		return nil, err
+	}
+
+	g.recording = true
+	defer func() { g.recording = false }()
+	for _, mv := range t.model.Views {
+		for _, q := range []string{"SELECT * FROM temp.%q", "SELECT count(*) FROM temp.%q"} {
+			g.begin(Access{all: true}, 1)
+			st, _, _, err := g.compile(fmt.Sprintf(q, mv.Name))
+			g.end()
+			if st != nil {
+				C.analytics_finalize(st)
+			}
+			if err != nil {
+				if g.denied != "" {
+					return nil, fmt.Errorf("analytics: view %q must read the host's tables directly, not through a common table expression, a view of the database or a subquery without columns", mv.Name)
+				}
+				return nil, fmt.Errorf("analytics: view %q does not compile: %w", mv.Name, err)
+			}
+		}
 	}
 	return g, nil
 }
 
-// sqliteMessage returns the message of a SQLite error.
-func sqliteMessage(err error) (string, bool) {
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		return se.Error(), true
+// checker is an in-memory database with a copy of the schema of the
+// tool's database (no rows) and, in its temp schema, an empty table named
+// and shaped as each of the model's views. A query compiled there reads
+// the database only by itself: see analytics_opens_database.
+type checker struct {
+	mu sync.Mutex
+	db *C.sqlite3
+}
+
+// openChecker builds the tool's checker from the connection sc, whose
+// guard is g, once.
+func (t *SQLTool) openChecker(sc *sqlite3.SQLiteConn, g *guard) error {
+	t.checkMu.Lock()
+	defer t.checkMu.Unlock()
+	if t.checker != nil {
+		return nil
 	}
-	return "", false
+	var schema []string
+	rows, err := sc.Query("SELECT sql FROM main.sqlite_schema WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type = 'table' DESC, type = 'index' DESC, rowid", nil)
+	if err != nil {
+		return fmt.Errorf("analytics: read the schema: %w", err)
+	}
+	val := make([]driver.Value, 1)
+	for rows.Next(val) == nil {
+		if s, ok := val[0].(string); ok {
+			schema = append(schema, s)
+		}
+	}
+	rows.Close()
+	var db *C.sqlite3
+	if rc := C.analytics_checker_open(&db); rc != 0 {
+		if db != nil {
+			C.analytics_close(db)
+		}
+		return errors.New("analytics: open an in-memory SQLite database")
+	}
+	exec := func(q string) error {
+		cs := C.CString(q)
+		defer C.free(unsafe.Pointer(cs))
+		if C.analytics_exec(db, cs) != 0 {
+			return errors.New(C.GoString(C.analytics_errmsg(db)))
+		}
+		return nil
+	}
+	// An object that cannot be copied (a virtual table of a module this
+	// build lacks) is left out: a query that names it does not compile on
+	// the checker, and is refused.
+	for _, s := range schema {
+		exec(s)
+	}
+	for _, mv := range t.model.Views {
+		st, _, _, err := g.compile(fmt.Sprintf("SELECT * FROM temp.%q", mv.Name))
+		if err != nil {
+			C.analytics_close(db)
+			return fmt.Errorf("analytics: view %q does not compile: %w", mv.Name, err)
+		}
+		var cols []string
+		for i := range int(C.analytics_column_count(st)) {
+			cols = append(cols, quoteIdent(C.GoString(C.analytics_column_name(st, C.int(i)))))
+		}
+		C.analytics_finalize(st)
+		if err := exec(fmt.Sprintf("CREATE TEMP TABLE %s (%s)", quoteIdent(mv.Name), strings.Join(cols, ", "))); err != nil {
+			C.analytics_close(db)
+			return fmt.Errorf("analytics: set up the checker: %w", err)
+		}
+	}
+	exec("PRAGMA query_only = 1")
+	c := &checker{db: db}
+	t.checker = c
+	runtime.AddCleanup(t, func(c *checker) { C.analytics_close(c.db) }, c)
+	return nil
+}
+
+// opensDatabase reports whether q, compiled over the stand-ins of the
+// views, reads anything of the database by itself (or does not compile
+// there).
+func (c *checker) opensDatabase(q string) bool {
+	cs := C.CString(q)
+	defer C.free(unsafe.Pointer(cs))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return C.analytics_opens_database(c.db, cs, C.int(len(q))) != 0
+}
+
+// compile prepares the first statement of sql. It returns the statement
+// (nil when sql holds none), the text it was compiled from, and the
+// analytics_prepare flags.
+func (g *guard) compile(sql string) (*C.sqlite3_stmt, string, int, error) {
+	cs := C.CString(sql)
+	defer C.free(unsafe.Pointer(cs))
+	var st *C.sqlite3_stmt
+	var used, flags C.int
+	if rc := C.analytics_prepare(g.db, cs, C.int(len(sql)), &st, &used, &flags); rc != 0 {
+		return nil, "", 0, errors.New(C.GoString(C.analytics_errmsg(g.db)))
+	}
+	return st, sql[:int(used)], int(flags), nil
+}
+
+// openSQLite compiles q on a guarded connection and returns its cursor.
+// ctx carries the statement timeout; cancel is called when the cursor
+// closes.
+func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, q string, access Access) (cursor, error) {
+	conn, g, err := t.sqliteConn(ctx)
+	if err != nil {
+		return nil, t.ctxOr(ctx, err)
+	}
+	c := &sqliteCursor{t: t, conn: conn, g: g, ctx: ctx, cancel: cancel, timeout: timeout}
+	g.begin(access, t.maxSteps)
+	st, first, flags, err := g.compile(q)
+	c.st = st
+	switch {
+	case err != nil && g.denied != "":
+		err = toolErr("%s", g.denied)
+	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
+		err = toolErr("only a single read-only SELECT statement is allowed")
+	case err != nil:
+		err = toolErr("the query is not valid SQL: %s", err)
+	case st == nil || strings.TrimSpace(first) == "":
+		err = toolErr("sqlQuery holds no statement")
+	case flags&C.ANALYTICS_MORE != 0:
+		err = toolErr("sqlQuery holds more than one statement; send a single SELECT")
+	case flags&C.ANALYTICS_EXPLAIN != 0:
+		err = toolErr("EXPLAIN is not allowed; send a single SELECT")
+	case flags&C.ANALYTICS_READONLY == 0:
+		err = toolErr("only a single read-only SELECT statement is allowed")
+	case flags&C.ANALYTICS_PARAMS != 0:
+		err = toolErr("the query has parameters; write the values into it")
+	case t.checker.opensDatabase(first):
+		err = toolErr("the query may read only the views of the data model (%s)", t.sqlite.list)
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	n := int(C.analytics_column_count(st))
+	c.cols = make([]string, n)
+	for i := range c.cols {
+		c.cols[i] = C.GoString(C.analytics_column_name(st, C.int(i)))
+	}
+	c.vals = make([]any, n)
+	if n > 0 {
+		c.cells = (*C.struct_analytics_cell)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.struct_analytics_cell{}))))
+	}
+	// Cancellation and the timeout interrupt the statement at once, even
+	// inside one instruction (guard.c's functions check for it).
+	c.stop = context.AfterFunc(ctx, c.interrupt)
+	return c, nil
+}
+
+// sqliteCursor is a running query on a guarded SQLite connection.
+type sqliteCursor struct {
+	t       *SQLTool
+	conn    *sql.Conn
+	g       *guard
+	st      *C.sqlite3_stmt
+	cells   *C.struct_analytics_cell
+	cols    []string
+	vals    []any
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timeout time.Duration
+	stop    func() bool
+
+	mu     sync.Mutex // guards closed against the interrupting AfterFunc
+	closed bool
+	err    error
+	bytes  int64 // an estimate of the current row's size
+}
+
+func (c *sqliteCursor) columns() []string { return c.cols }
+func (c *sqliteCursor) types() []string   { return nil }
+func (c *sqliteCursor) values() []any     { return c.vals }
+func (c *sqliteCursor) rowBytes() int64   { return c.bytes }
+func (c *sqliteCursor) failure() error    { return c.err }
+
+// next steps to the next row. With read, the row's values are copied into
+// values, unless the row is larger than limit bytes (then next fails with
+// errTooLarge, and nothing is copied).
+func (c *sqliteCursor) next(read bool, limit int64) bool {
+	if c.err != nil || c.closed {
+		return false
+	}
+	ncol := C.int(0)
+	if read {
+		ncol = C.int(len(c.cols))
+	}
+	var bytes C.longlong
+	rc := C.analytics_step(c.st, ncol, c.cells, &bytes)
+	switch rc {
+	case sqliteRow:
+	case sqliteDone:
+		return false
+	default:
+		c.err = c.t.failure(c.ctx, c.g, c.timeout, C.GoString(C.analytics_errmsg(c.g.db)))
+		return false
+	}
+	c.bytes = int64(bytes)
+	if !read {
+		return true
+	}
+	if c.bytes > limit {
+		c.err = errTooLarge
+		return false
+	}
+	cells := unsafe.Slice(c.cells, len(c.cols))
+	for i := range cells {
+		cell := &cells[i]
+		switch cell._type {
+		case 1:
+			c.vals[i] = int64(cell.i)
+		case 2:
+			c.vals[i] = float64(cell.f)
+		case 3, 4:
+			c.vals[i] = C.GoStringN((*C.char)(cell.p), cell.n)
+		default:
+			c.vals[i] = nil
+		}
+	}
+	return true
+}
+
+func (c *sqliteCursor) interrupt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		C.analytics_interrupt(c.g.db)
+	}
+}
+
+// close finalizes the statement and gives the connection back. It is
+// safe to call more than once.
+func (c *sqliteCursor) close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+	}
+	if c.st != nil {
+		C.analytics_finalize(c.st)
+	}
+	if c.cells != nil {
+		C.free(unsafe.Pointer(c.cells))
+	}
+	c.g.end()
+	c.conn.Close()
+	c.cancel()
 }

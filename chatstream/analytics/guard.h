@@ -4,18 +4,50 @@ typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
 // The progress handler runs every ANALYTICS_PROGRESS_STEPS virtual machine
-// instructions.
+// instructions; the string functions of guard.c count their work in the
+// same units.
 #define ANALYTICS_PROGRESS_STEPS 1000
 
-// The largest string, blob or row a query may build on a guarded
+// The largest string, blob or row a query may build or read on a guarded
 // connection.
-#define ANALYTICS_MAX_VALUE_BYTES (8 << 20)
+#define ANALYTICS_MAX_VALUE_BYTES (1 << 20)
+
+// The longest LIKE or GLOB pattern. SQLite matches a pattern in time
+// proportional to the pattern's length times the string's, inside one
+// instruction: both are bounded so that one match ends quickly.
+#define ANALYTICS_MAX_PATTERN_BYTES 100
 
 struct analytics_budget {
 	int active;
 	long remaining; // progress calls left before the statement is interrupted
 };
 
-void analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b);
-int analytics_check(sqlite3 *db, const char *sql, int n, int *used, int *readonly, int *explain, int *more, int *none, int *params);
+// One column of a result row: type is SQLite's fundamental type
+// (1 integer, 2 float, 3 text, 4 blob, 5 null); p and n are valid until the
+// next step.
+struct analytics_cell {
+	int type;
+	long long i;
+	double f;
+	const void *p;
+	int n;
+};
+
+// Flags of analytics_prepare.
+#define ANALYTICS_READONLY 1
+#define ANALYTICS_EXPLAIN 2
+#define ANALYTICS_MORE 4
+#define ANALYTICS_PARAMS 8
+
+int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b);
+int analytics_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st, int *used, int *flags);
+int analytics_step(sqlite3_stmt *st, int ncol, struct analytics_cell *cells, long long *bytes);
+int analytics_finalize(sqlite3_stmt *st);
+int analytics_column_count(sqlite3_stmt *st);
+const char *analytics_column_name(sqlite3_stmt *st, int i);
+void analytics_interrupt(sqlite3 *db);
 const char *analytics_errmsg(sqlite3 *db);
+int analytics_checker_open(sqlite3 **out);
+int analytics_exec(sqlite3 *db, const char *sql);
+int analytics_close(sqlite3 *db);
+int analytics_opens_database(sqlite3 *chk, const char *sql, int n);

@@ -236,7 +236,7 @@ func singular(w string) string {
 // user.
 func (m *Model) Describe() string {
 	var b strings.Builder
-	b.WriteString("SQL views you can query (SQLite dialect; one SELECT per svcSqlApi call; no other tables exist for you):\n")
+	b.WriteString("SQL views you can query (one SELECT per svcSqlApi call, in the SQL dialect its description names; no other tables exist for you):\n")
 	for _, v := range m.Views {
 		fmt.Fprintf(&b, "\n%s: %s", v.Name, v.Title)
 		if v.Description != "" {
@@ -263,33 +263,28 @@ func (m *Model) Describe() string {
 }
 
 // UserContext describes the asking user for a language model's system
-// prompt: internal or external, their groups, and which rows the data layer
-// lets them see. The row restriction is stated as a fact the model cannot
-// change (the svcSqlApi executor enforces it whatever the SQL says); no
-// identifier, e-mail or security context is included.
+// prompt: internal or external, and whether row filters limit the rows
+// they see (and on which views). It states the restriction as a fact the
+// model cannot change (the svcSqlApi executor enforces it whatever the SQL
+// says). It names no filter value (not even whether the user has one), no
+// group, identifier, e-mail or security context: the model does not need
+// them to write SQL, and whatever reaches the model reaches its provider.
 func (m *Model) UserContext(t chatstream.Turn) string {
-	var b strings.Builder
-	a := AccessOf(m, t.User)
-	switch {
-	case a.all:
-		b.WriteString("The user is an internal user and may see every row.")
-	default:
-		b.WriteString("The user is an external (embedded) user.")
-		for _, attr := range m.filterAttributes() {
-			vals := a.values[attr]
-			if len(vals) == 0 {
-				fmt.Fprintf(&b, " The user has no %q attribute, so every view filtered by it returns no rows for them; say so if a result is empty.", attr)
-				continue
-			}
-			enc, _ := json.Marshal(vals)
-			fmt.Fprintf(&b, " Rows are limited by the data layer to %s in %s; queries cannot change this.", attr, enc)
+	if AccessOf(m, t.User).all {
+		return "The user is an internal user; no row filters apply."
+	}
+	var filtered []string
+	for _, v := range m.Views {
+		if len(v.Filters) > 0 {
+			filtered = append(filtered, v.Name)
 		}
 	}
-	if len(t.User.Groups) > 0 {
-		enc, _ := json.Marshal(t.User.Groups)
-		fmt.Fprintf(&b, " Groups: %s.", enc)
+	if len(filtered) == 0 {
+		return "The user is an external (embedded) user; no row filters apply."
 	}
-	return b.String()
+	return "The user is an external (embedded) user. Row filters apply to the views " + strings.Join(filtered, ", ") +
+		": the data layer limits their rows to what this user may see, whatever the query says, so a result may be " +
+		"smaller than the whole data set or empty; say so when it matters, and do not try to work around it."
 }
 
 // Access is the row access of one user: every row (an internal user), or

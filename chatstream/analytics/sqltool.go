@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -152,22 +150,26 @@ func WithResultCache(n int) SQLOption {
 // caller's over the filtered views of a [Model], on a SQLite database.
 //
 // Row-level security does not depend on the SQL being well-meant. Each
-// connection the tool uses gets, once, a temporary view per model view
-// (shadowing the table of the same name) that applies the view's row
-// filters to the asking user's access, and is set to query_only. While a
-// query runs, an authorizer allows only SELECT: reading a table is allowed
-// only from inside one of those views, and PRAGMA, ATTACH, writes,
-// transactions and schema changes are denied. A progress handler counts
-// the query's work and interrupts it past [WithMaxSteps]; the timeout
-// interrupts it past [WithTimeout]. A query that reads no table, such as
-// SELECT 1, runs as usual.
+// connection the tool uses gets, once, temporary views per model view: one
+// with the view's name (shadowing the table of the same name) over one
+// that applies the row filters to the asking user's access, over one that
+// holds the view's SQL; the last two have secret names, never shown. The
+// connection is set to query_only. While a query runs, an authorizer
+// allows only SELECT: a table is read only from inside a secret view, and
+// only the tables that view read when the tool set it up, so no name a
+// query gives a common table expression, alias or subquery widens what it
+// reads; PRAGMA, ATTACH, writes, transactions, schema changes and
+// functions outside a fixed list of SQLite's built-ins are denied. A
+// progress handler counts the query's work and interrupts it past
+// [WithMaxSteps]; the timeout and the caller's cancellation interrupt it at
+// once. A query that reads no table, such as SELECT 1, runs as usual.
 //
 // Give the tool a *sql.DB of its own (for example a second handle opened
 // read-only on the same file, mode=ro), not the pool the host writes
-// through: its connections keep the temporary views and query_only. A
-// *gorm.DB's pool is reached with its DB method. Only SQLite through
-// github.com/mattn/go-sqlite3 is supported; [NewSQLTool] refuses any other
-// driver.
+// through: its connections keep the temporary views, query_only and lower
+// limits. A *gorm.DB's pool is reached with its DB method. Only SQLite
+// through github.com/mattn/go-sqlite3 is supported; [NewSQLTool] refuses
+// any other driver.
 //
 // SQLTool is safe for concurrent use.
 type SQLTool struct {
@@ -179,8 +181,10 @@ type SQLTool struct {
 	maxSteps  int64
 	cacheSize int
 
-	views   []string // names of the views
-	setup   []string // statements creating the temporary views
+	pg      *postgres // set on PostgreSQL
+	sqlite  *sqliteViews
+	checkMu sync.Mutex
+	checker *checker
 	guardMu sync.Mutex
 	guards  map[weak.Pointer[sqlite3.SQLiteConn]]*guard
 
@@ -196,9 +200,10 @@ type SQLTool struct {
 // pattern. NewSQLTool then opens a connection of db to check that it is a
 // SQLite database of github.com/mattn/go-sqlite3 and that the views
 // compile against it; it returns an error when the database fails these
-// checks (another driver, a view over a missing table or column, a
-// connection that fails), the one thing it cannot know before it opens a
-// connection.
+// checks (another driver, a view over a missing table or column, a view
+// that reads a table through a common table expression or a view of the
+// database, a connection that fails), the one thing it cannot know before
+// it opens a connection.
 func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
 	if db == nil {
 		panic("analytics: NewSQLTool: db must not be nil, got nil")
@@ -206,6 +211,20 @@ func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
 	if msg := m.check(); msg != "" {
 		panic("analytics: NewSQLTool: invalid model: " + msg)
 	}
+	t := newTool(db, m, opts)
+	t.sqlite = newSQLiteViews(m)
+	// Compile the views now, so that a broken model fails here.
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	conn, _, err := t.sqliteConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.Close()
+	return t, nil
+}
+
+func newTool(db *sql.DB, m *Model, opts []SQLOption) *SQLTool {
 	t := &SQLTool{
 		db: db, model: m,
 		rowLimit: DefaultRowLimit, timeout: DefaultTimeout, maxSteps: DefaultMaxSteps,
@@ -215,101 +234,27 @@ func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
 	for _, o := range opts {
 		o(t)
 	}
-	for _, v := range m.Views {
-		t.views = append(t.views, v.Name)
-		t.setup = append(t.setup, viewSQL(v))
-	}
-	// Compile the views now, so that a broken model fails here.
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
-	defer cancel()
-	conn, _, err := t.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conn.Close()
-	return t, nil
+	return t
 }
 
-// viewSQL creates the temporary view of v with its row filters.
-func viewSQL(v View) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "CREATE TEMP VIEW %q AS SELECT * FROM (\n%s\n)", v.Name, v.SQL)
-	for i, f := range v.Filters {
-		if i == 0 {
-			b.WriteString("\nWHERE ")
-		} else {
-			b.WriteString("\n  AND ")
-		}
-		fmt.Fprintf(&b, "((SELECT %sall()) OR (%s) IN (SELECT value FROM json_each(%svalues('%s'))))",
-			rlsPrefix, f.Column, rlsPrefix, strings.ReplaceAll(f.Attribute, "'", "''"))
+// modelViews lists the model's view names, for messages.
+func (t *SQLTool) modelViews() string {
+	names := make([]string, len(t.model.Views))
+	for i, v := range t.model.Views {
+		names[i] = v.Name
 	}
-	// OFFSET keeps SQLite from flattening the view into the query that
-	// reads it, so every table the view reads is checked in the view's
-	// context, even one the query extracts no column from.
-	b.WriteString("\nLIMIT -1 OFFSET 0")
-	return b.String()
-}
-
-// conn takes a connection of the pool for one query, preparing it on first
-// use: the temporary views, query_only and the guard's hooks.
-func (t *SQLTool) conn(ctx context.Context) (*sql.Conn, *guard, error) {
-	conn, err := t.db.Conn(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("analytics: connect: %w", err)
-	}
-	var g *guard
-	err = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*sqlite3.SQLiteConn)
-		if !ok {
-			return fmt.Errorf("analytics: svcSqlApi supports SQLite through github.com/mattn/go-sqlite3 only, not %T", dc)
-		}
-		key := weak.Make(sc)
-		t.guardMu.Lock()
-		g = t.guards[key]
-		t.guardMu.Unlock()
-		if g != nil {
-			return nil
-		}
-		ng, err := t.prepare(sc)
-		if err != nil {
-			// The connection may hold part of the setup: drop it.
-			return fmt.Errorf("%w (%w)", err, driver.ErrBadConn)
-		}
-		t.guardMu.Lock()
-		t.guards[key] = ng
-		t.guardMu.Unlock()
-		runtime.AddCleanup(sc, func(ng *guard) {
-			t.guardMu.Lock()
-			delete(t.guards, key)
-			t.guardMu.Unlock()
-			ng.release()
-		}, ng)
-		g = ng
-		return nil
-	})
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return conn, g, nil
+	return strings.Join(names, ", ")
 }
 
 // Run runs in.SQLQuery for the user of turn tu and returns the result. A
 // failure the caller may show (not a single read-only SELECT, denied by
-// row security, a syntax error, over the timeout or the work budget, an
-// unknown branch) is a *[ToolError]; when ctx ends, Run returns ctx.Err().
+// row security, a syntax error, over the timeout or the work budget, a
+// result over 100 columns or 4 MiB, an unknown branch) is a *[ToolError];
+// when ctx ends, Run returns ctx.Err().
 func (t *SQLTool) Run(ctx context.Context, tu chatstream.Turn, in SQLInput) (*SQLResult, error) {
-	if b := tu.ActiveBranchName; b != "" && !slices.Contains(tu.Branches, b) {
-		return nil, toolErr("branch %q not found", b)
-	}
-	q := strings.TrimSpace(in.SQLQuery)
-	switch {
-	case q == "":
-		return nil, toolErr("sqlQuery is empty")
-	case len(q) > MaxSQLBytes:
-		return nil, toolErr("sqlQuery is longer than %d bytes", MaxSQLBytes)
-	case !utf8.ValidString(q) || strings.ContainsRune(q, 0):
-		return nil, toolErr("sqlQuery is not valid text")
+	q, err := checkQuery(tu, in.SQLQuery)
+	if err != nil {
+		return nil, err
 	}
 	if in.VegaSpec != "" {
 		var spec map[string]any
@@ -322,7 +267,6 @@ func (t *SQLTool) Run(ctx context.Context, tu chatstream.Turn, in SQLInput) (*SQ
 
 	res := t.cached(key)
 	if res == nil {
-		var err error
 		if res, err = t.query(ctx, q, access); err != nil {
 			return nil, err
 		}
@@ -331,6 +275,24 @@ func (t *SQLTool) Run(ctx context.Context, tu chatstream.Turn, in SQLInput) (*SQ
 	out := *res
 	out.QueryTitle, out.Description, out.UserRequest, out.VegaSpec = in.QueryTitle, in.Description, in.UserRequest, in.VegaSpec
 	return &out, nil
+}
+
+// checkQuery checks the branch of tu and the text of a query, and returns
+// the text trimmed.
+func checkQuery(tu chatstream.Turn, sqlQuery string) (string, error) {
+	if b := tu.ActiveBranchName; b != "" && !slices.Contains(tu.Branches, b) {
+		return "", toolErr("branch %q not found", b)
+	}
+	q := strings.TrimSpace(sqlQuery)
+	switch {
+	case q == "":
+		return "", toolErr("sqlQuery is empty")
+	case len(q) > MaxSQLBytes:
+		return "", toolErr("sqlQuery is longer than %d bytes", MaxSQLBytes)
+	case !utf8.ValidString(q) || strings.ContainsRune(q, 0):
+		return "", toolErr("sqlQuery is not valid text")
+	}
+	return q, nil
 }
 
 func (t *SQLTool) cached(key string) *SQLResult {
@@ -357,83 +319,83 @@ func (t *SQLTool) store(key string, r *SQLResult) {
 	t.cache[key] = r
 }
 
-// query runs q on a guarded connection.
+// The bounds of a tool result.
+const (
+	maxResultBytes   = 4 << 20
+	maxResultColumns = 100
+)
+
+var errTooLarge = toolErr("result too large: a result holds at most %d columns and %d MiB of JSON; select fewer columns or aggregate more", maxResultColumns, maxResultBytes>>20)
+
+// cursor is a query running on the tool's executor.
+type cursor interface {
+	columns() []string
+	// types names the columns' types where the database knows them (nil
+	// or "" where it does not).
+	types() []string
+	// next advances to the next row; with read it copies the row's values
+	// (see values), unless the row is larger than limit bytes: then it
+	// fails with errTooLarge before copying anything.
+	next(read bool, limit int64) bool
+	// values returns the current row, valid until the next call of next.
+	values() []any
+	// failure is the error that ended the rows: a *ToolError, the
+	// caller's ctx.Err(), or another error.
+	failure() error
+	// interrupt stops the running query at once; it may be called from
+	// any goroutine, and does nothing once the cursor is closed.
+	interrupt()
+	// close ends the query and releases its connection; it is safe to
+	// call more than once.
+	close()
+}
+
+// open runs q for a user with access a within timeout: every query, of
+// the tool and of the data query API, goes through it.
+func (t *SQLTool) open(ctx context.Context, q string, a Access, timeout time.Duration) (cursor, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	open := t.openSQLite
+	if t.pg != nil {
+		open = t.openPostgres
+	}
+	c, err := open(ctx, cancel, timeout, q, a)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return c, nil
+}
+
+// query runs q and collects the tool's result: the first rowLimit rows,
+// and the count of all of them.
 func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	conn, g, err := t.conn(ctx)
+	c, err := t.open(ctx, q, access, t.timeout)
 	if err != nil {
-		return nil, t.ctxOr(ctx, err)
+		return nil, err
 	}
-	defer conn.Close()
-	g.begin(access, t.maxSteps)
-	defer g.end()
-
-	if name := cteNamedLike(q, g.views); name != "" {
-		return nil, toolErr("a common table expression may not be named like the view %q of the data model", name)
-	}
-	first, readonly, explain, more, params, err := g.check(q)
-	switch {
-	case err != nil && g.denied != "":
-		return nil, toolErr("%s", g.denied)
-	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
-		return nil, toolErr("only a single read-only SELECT statement is allowed")
-	case err != nil:
-		return nil, toolErr("the query is not valid SQL: %s", err)
-	case strings.TrimSpace(first) == "":
-		return nil, toolErr("sqlQuery holds no statement")
-	case more:
-		return nil, toolErr("sqlQuery holds more than one statement; send a single SELECT")
-	case explain:
-		return nil, toolErr("EXPLAIN is not allowed; send a single SELECT")
-	case !readonly:
-		return nil, toolErr("only a single read-only SELECT statement is allowed")
-	case params:
-		return nil, toolErr("the query has parameters; write the values into it")
-	}
-
-	rows, err := conn.QueryContext(ctx, first)
-	if err != nil {
-		return nil, t.failure(ctx, g, err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, t.failure(ctx, g, err)
+	defer c.close()
+	cols := c.columns()
+	if len(cols) > maxResultColumns {
+		return nil, errTooLarge
 	}
 	res := &SQLResult{SQLQuery: q, Data: [][]any{}}
-	vals := make([]any, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	for rows.Next() {
+	size := int64(len(cols)) * 64 // names and schema
+	for c.next(len(res.Data) < t.rowLimit, maxResultBytes-size) {
 		res.TotalRows++
 		if len(res.Data) >= t.rowLimit {
 			continue
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, t.failure(ctx, g, err)
-		}
-		row := make([]any, len(cols))
-		for i, v := range vals {
-			switch v := v.(type) {
-			case []byte:
-				row[i] = string(v)
-			case time.Time:
-				row[i] = v.UTC().Format(time.RFC3339)
-			case bool:
-				row[i] = v
-			default:
-				row[i] = v
-			}
+		row := slices.Clone(c.values())
+		size += jsonSize(row)
+		if size > maxResultBytes {
+			return nil, errTooLarge
 		}
 		res.Data = append(res.Data, row)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, t.failure(ctx, g, err)
+	if err := c.failure(); err != nil {
+		return nil, err
 	}
-	res.Schema = t.schema(cols, res.Data)
+	res.Schema = t.schema(cols, c.types(), res.Data)
 
 	h := sha256.New()
 	h.Write([]byte(q))
@@ -444,22 +406,42 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 	return res, nil
 }
 
-// failure turns an error of a running query into what the caller sees.
-func (t *SQLTool) failure(ctx context.Context, g *guard, err error) error {
+// jsonSize is the size of row encoded as a JSON array, at most: a string
+// counts six bytes for each byte that JSON may escape.
+func jsonSize(row []any) int64 {
+	n := int64(2 + len(row))
+	for _, v := range row {
+		switch v := v.(type) {
+		case string:
+			n += 2 + int64(len(v))
+			for i := 0; i < len(v); i++ {
+				if c := v[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+					n += 5
+				}
+			}
+		case nil:
+			n += 4
+		default:
+			n += 24
+		}
+	}
+	return n
+}
+
+// failure turns the error message of a failed query into what the caller
+// sees.
+func (t *SQLTool) failure(ctx context.Context, g *guard, timeout time.Duration, msg string) error {
 	switch {
 	case g.denied != "":
 		return toolErr("%s", g.denied)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return toolErr("the query ran longer than %s and was stopped", t.timeout)
+		return toolErr("the query ran longer than %s and was stopped", timeout)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case g.exhausted():
 		return toolErr("the query did too much work and was stopped; aggregate more or filter more")
 	}
-	if msg, ok := sqliteMessage(err); ok {
-		return toolErr("the query failed: %s", msg)
-	}
-	return toolErr("the query failed")
+	return toolErr("the query failed: %s", msg)
 }
 
 // ctxOr returns ctx's error when ctx ended, else err.
@@ -472,10 +454,13 @@ func (t *SQLTool) ctxOr(ctx context.Context, err error) error {
 
 // schema names the columns and their types: time for a member of type time
 // of the model with that name, else from the first non-null value.
-func (t *SQLTool) schema(cols []string, data [][]any) []Column {
+func (t *SQLTool) schema(cols, types []string, data [][]any) []Column {
 	out := make([]Column, len(cols))
 	for i, c := range cols {
 		typ := ""
+		if i < len(types) {
+			typ = types[i]
+		}
 		for _, v := range t.model.Views {
 			for _, m := range v.Members {
 				if m.Type == "time" && strings.EqualFold(m.Name[strings.IndexByte(m.Name, '.')+1:], c) {
@@ -514,12 +499,20 @@ func uuidFrom(sum []byte) string {
 	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
 }
 
+// dialect names the database's SQL dialect.
+func (t *SQLTool) dialect() string {
+	if t.pg != nil {
+		return "PostgreSQL"
+	}
+	return "SQLite"
+}
+
 // Name returns "svcSqlApi".
 func (t *SQLTool) Name() string { return SQLToolName }
 
 // Description tells a language model what the tool does.
 func (t *SQLTool) Description() string {
-	return "Runs one read-only SQL SELECT (SQLite dialect) over the views of the data model and returns at most " +
+	return "Runs one read-only SQL SELECT (" + t.dialect() + " dialect) over the views of the data model and returns at most " +
 		fmt.Sprint(t.rowLimit) + " rows with totalRows counting all of them. Only the model's views can be read; " +
 		"the user's row-level security is applied by the database whatever the query says. " +
 		"Aggregate in SQL rather than fetching raw rows. Give a short queryTitle, a one-sentence description, " +
@@ -532,7 +525,7 @@ func (t *SQLTool) Parameters() map[string]any {
 	return map[string]any{
 		"type": "object",
 		"properties": map[string]any{
-			"sqlQuery":    str("One SQLite SELECT statement over the data model's views."),
+			"sqlQuery":    str("One " + t.dialect() + " SELECT statement over the data model's views."),
 			"queryTitle":  str("A short title of the result."),
 			"description": str("One sentence saying what the query computes."),
 			"userRequest": str("The user's original request."),

@@ -43,6 +43,9 @@ type Option func(*config)
 type config struct {
 	delay    time.Duration
 	rowLimit int
+	// pg, when set, is the reader of the data set in PostgreSQL.
+	pg    *sql.DB
+	pgCfg analytics.PostgresConfig
 }
 
 // WithDelay sets the pause between two streamed content pieces. Default
@@ -65,17 +68,34 @@ func WithRowLimit(n int) Option {
 	return func(c *config) { c.rowLimit = n }
 }
 
+// WithPostgres makes the agent answer over the sample data set in
+// PostgreSQL, which [SetupPostgres] loaded with the same cfg, instead of a
+// private in-memory SQLite database: reader must log in as cfg's reader
+// role (see [analytics.NewPostgresSQLTool]); the agent does not close it.
+// The answers are the same as over SQLite. Default: SQLite (leave the
+// option out). reader must not be nil; WithPostgres panics otherwise.
+func WithPostgres(reader *sql.DB, cfg analytics.PostgresConfig) Option {
+	if reader == nil {
+		panic("demoagent: WithPostgres: reader must not be nil, got nil")
+	}
+	return func(c *config) { c.pg, c.pgCfg = reader, cfg }
+}
+
 // Agent is the demo analytics agent: a [chatstream.Agent] that answers
 // questions about a generated sample shop (customers, products, orders)
 // held in a private in-memory SQLite database, through the svcMeta and
 // svcSqlApi executors of package analytics. It is safe for concurrent use;
 // call [Agent.Close] to release the database.
 type Agent struct {
-	db   *sql.DB   // read-write: loads the data set
-	ro   *sql.DB   // read-only: the tools' connections
-	pin  *sql.Conn // keeps the in-memory database alive until Close
-	meta *analytics.MetaTool
-	sql  *analytics.SQLTool
+	// On SQLite (nil on PostgreSQL):
+	db  *sql.DB   // read-write: loads the data set
+	ro  *sql.DB   // read-only: the tools' connections
+	pin *sql.Conn // keeps the in-memory database alive until Close
+	// postgres: the data set is in PostgreSQL, so the SQL is written
+	// for it.
+	postgres bool
+	meta     *analytics.MetaTool
+	sql      *analytics.SQLTool
 	// model is the data model the tools expose.
 	model *analytics.Model
 
@@ -87,7 +107,7 @@ type Agent struct {
 	closeErr  error
 }
 
-var _ chatstream.Agent = (*Agent)(nil)
+var _ chatstream.DataAgent = (*Agent)(nil)
 
 // resultCacheSize bounds the svcSqlApi results the agent keeps: its data
 // never changes, so a repeated question by a user with the same row access
@@ -101,6 +121,9 @@ func New(opts ...Option) (*Agent, error) {
 	cfg := config{delay: DefaultDelay, rowLimit: DefaultRowLimit}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.pg != nil {
+		return newPostgres(cfg)
 	}
 
 	// The memdb VFS shares one in-memory database between the connections
@@ -151,6 +174,23 @@ func New(opts ...Option) (*Agent, error) {
 	return a, nil
 }
 
+// newPostgres returns the agent over the data set in PostgreSQL.
+func newPostgres(cfg config) (*Agent, error) {
+	tables := generate()
+	a := &Agent{
+		postgres: true,
+		model:    PostgresModel(),
+		delay:    cfg.delay,
+		size:     DataSize{Customers: len(tables[0].rows), Products: len(tables[1].rows), Orders: len(tables[2].rows), OrderLines: len(tables[3].rows)},
+	}
+	a.meta = analytics.NewMetaTool(a.model)
+	var err error
+	if a.sql, err = analytics.NewPostgresSQLTool(cfg.pg, a.model, cfg.pgCfg, analytics.WithRowLimit(cfg.rowLimit), analytics.WithResultCache(resultCacheSize)); err != nil {
+		return nil, fmt.Errorf("demoagent: %w", err)
+	}
+	return a, nil
+}
+
 // Size reports how many rows each table of the sample data set holds.
 func (a *Agent) Size() DataSize { return a.size }
 
@@ -158,6 +198,13 @@ func (a *Agent) Size() DataSize { return a.size }
 // sample data set, for another agent (such as a language model's) to call.
 // They stay usable until [Agent.Close].
 func (a *Agent) Tools() (*analytics.MetaTool, *analytics.SQLTool) { return a.meta, a.sql }
+
+// DataSource returns the agent's svcSqlApi executor, for the chat
+// handler's data query API: it runs a result's sqlQuery with every row,
+// under the same row access as the tool. The demo agent serves every
+// account and agent of the handler, so accountName and agentID are not
+// read. It implements [chatstream.DataAgent].
+func (a *Agent) DataSource(accountName, agentID string) chatstream.DataSource { return a.sql }
 
 // DataModel returns the data model the tools expose (see [Model]).
 func (a *Agent) DataModel() *analytics.Model { return a.model }
@@ -167,7 +214,9 @@ func (a *Agent) DataModel() *analytics.Model { return a.model }
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.closed.Store(true)
-		a.closeErr = errors.Join(a.ro.Close(), a.pin.Close(), a.db.Close())
+		if a.db != nil { // SQLite: the agent's own database
+			a.closeErr = errors.Join(a.ro.Close(), a.pin.Close(), a.db.Close())
+		}
 	})
 	return a.closeErr
 }
@@ -232,7 +281,7 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 	}
 
 	in := analytics.SQLInput{
-		SQLQuery:    q.sqlText(),
+		SQLQuery:    q.sqlText(a.postgres),
 		QueryTitle:  q.title(),
 		Description: q.description(),
 		UserRequest: t.Input,

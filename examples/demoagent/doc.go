@@ -7,7 +7,11 @@
 // countries, 160 products in 8 categories, 4,000 orders from 2024-01-01 to
 // 2025-12-31 with about 8,000 order lines) and loads it into an in-memory
 // SQLite database private to the returned [Agent]. No file is read and
-// nothing is downloaded. [Model] is its data model: the views orders (one
+// nothing is downloaded. On PostgreSQL, [SetupPostgres] loads the same rows
+// into the schema embedkit_demo (once, safe when several processes start at
+// once) and sets up the analytics views; New with [WithPostgres] then
+// answers over them, with SQL written for both databases (only the week
+// breakdown is spelled differently), and gives the same numbers. [Model] is its data model: the views orders (one
 // row per order line), products and customers, with a row filter on the
 // user attribute "country". [Agent.Tools] hands the executors to another
 // agent, such as one driven by a language model.
@@ -74,6 +78,10 @@
 //
 // Speed: the data never changes, so svcSqlApi results are cached by query
 // and row access; a repeated question costs no SQL.
+//
+// The agent is a [chatstream.DataAgent]: the chat handler's data query API
+// runs a result's sqlQuery with the agent's svcSqlApi executor, so it
+// returns every row under the same row access.
 //
 // Mounting it on a chat handler:
 //

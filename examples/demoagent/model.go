@@ -19,10 +19,18 @@ func countryFilter() []analytics.RowFilter {
 	return []analytics.RowFilter{{Attribute: "country", Column: "country", Normalize: canonicalCountry}}
 }
 
-// Model returns the data model of the sample data set: the views the tools
-// let queries read, with their members and the row filter on "country". It
-// returns a new Model on every call.
-func Model() *analytics.Model {
+// Model returns the data model of the sample data set in SQLite: the
+// views the tools let queries read, with their members and the row filter
+// on "country". It returns a new Model on every call.
+func Model() *analytics.Model { return modelOver("main") }
+
+// PostgresModel returns the data model of the sample data set in
+// PostgreSQL, in the schema [PostgresSchema]: the views of [Model] over
+// the tables there. It returns a new Model on every call.
+func PostgresModel() *analytics.Model { return modelOver(PostgresSchema) }
+
+// modelOver returns the data model over the tables of schema.
+func modelOver(schema string) *analytics.Model {
 	return &analytics.Model{Views: []analytics.View{
 		{
 			Name: "orders", Title: "Orders",
@@ -31,10 +39,10 @@ func Model() *analytics.Model {
 				"Columns: line_id, order_id, created_at, customer_id, customer, country, product_id, product, category, quantity, price.",
 			SQL: `SELECT ol.id AS line_id, o.id AS order_id, o.created_at, c.id AS customer_id, c.name AS customer,
        c.country, p.id AS product_id, p.name AS product, p.category, ol.quantity, ol.price
-FROM main.order_lines AS ol
-JOIN main.orders AS o ON o.id = ol.order_id
-JOIN main.customers AS c ON c.id = o.customer_id
-JOIN main.products AS p ON p.id = ol.product_id`,
+FROM ` + schema + `.order_lines AS ol
+JOIN ` + schema + `.orders AS o ON o.id = ol.order_id
+JOIN ` + schema + `.customers AS c ON c.id = o.customer_id
+JOIN ` + schema + `.products AS p ON p.id = ol.product_id`,
 			Filters: countryFilter(),
 			Members: []analytics.Member{
 				{Name: "orders.count", Title: "Orders", Description: "Number of orders placed: COUNT(DISTINCT order_id).", Type: "number", AggType: "count"},
@@ -53,7 +61,7 @@ JOIN main.products AS p ON p.id = ol.product_id`,
 		{
 			Name: "products", Title: "Products",
 			Description: "One row per product of the catalog. Columns: id, name, category, price.",
-			SQL:         "SELECT id, name, category, price FROM main.products",
+			SQL:         "SELECT id, name, category, price FROM " + schema + ".products",
 			Members: []analytics.Member{
 				{Name: "products.count", Title: "Products", Description: "Number of products in the catalog.", Type: "number", AggType: "count"},
 				{Name: "products.name", Title: "Product name", Description: "Name of the product.", Type: "string"},
@@ -64,7 +72,7 @@ JOIN main.products AS p ON p.id = ol.product_id`,
 		{
 			Name: "customers", Title: "Customers",
 			Description: "One row per customer. Columns: id, name, country, created_at.",
-			SQL:         "SELECT id, name, country, created_at FROM main.customers",
+			SQL:         "SELECT id, name, country, created_at FROM " + schema + ".customers",
 			Filters:     countryFilter(),
 			Members: []analytics.Member{
 				{Name: "customers.count", Title: "Customers", Description: "Number of customers.", Type: "number", AggType: "count"},

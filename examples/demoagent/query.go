@@ -8,16 +8,21 @@ import (
 	"time"
 )
 
-// sqlText renders p as the SQL query over the data model's views. Filters
-// named in the question are inlined: they are constants of the data set
-// chosen by matching, never text copied from the question. Row-level
-// security is not part of it: the views apply it underneath, whatever the
-// query says.
-func (p plan) sqlText() string {
+// sqlText renders p as the SQL query over the data model's views, for
+// PostgreSQL when pg is true, else for SQLite (the text differs only for
+// weeks). Filters named in the question are inlined: they are constants of
+// the data set chosen by matching, never text copied from the question.
+// Row-level security is not part of it: the views apply it underneath,
+// whatever the query says.
+func (p plan) sqlText(pg bool) string {
 	var b strings.Builder
 	b.WriteString("SELECT ")
 	if p.dim != nil {
-		fmt.Fprintf(&b, "%s AS %s, %s AS %s\n", p.dim.expr, p.dim.key, p.metric.expr, p.metric.key)
+		expr := p.dim.expr
+		if pg && p.dim.pgExpr != "" {
+			expr = p.dim.pgExpr
+		}
+		fmt.Fprintf(&b, "%s AS %s, %s AS %s\n", expr, p.dim.key, p.metric.expr, p.metric.key)
 	} else {
 		fmt.Fprintf(&b, "%s AS %s\n", p.metric.expr, p.metric.key)
 	}
@@ -36,10 +41,10 @@ func (p plan) sqlText() string {
 		where = append(where, "category NOT IN ("+quoteList(p.notCategories)+")")
 	}
 	if len(p.years) > 0 {
-		where = append(where, "strftime('%Y', created_at) IN ("+quoteList(p.years)+")")
+		where = append(where, "substr(created_at, 1, 4) IN ("+quoteList(p.years)+")")
 	}
 	if len(p.months) > 0 {
-		where = append(where, "strftime('%m', created_at) IN ("+quoteList(p.months)+")")
+		where = append(where, "substr(created_at, 6, 2) IN ("+quoteList(p.months)+")")
 	}
 	if p.from != "" {
 		where = append(where, "created_at >= "+quote(p.from)+" AND created_at < "+quote(p.to))

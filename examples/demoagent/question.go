@@ -38,11 +38,14 @@ var (
 
 // dimension is a breakdown of a metric.
 type dimension struct {
-	key     string // column name in the result
-	title   string // singular noun: "country"
-	plural  string // "countries"
-	member  string // data model member
-	expr    string // SQL expression
+	key    string // column name in the result
+	title  string // singular noun: "country"
+	plural string // "countries"
+	member string // data model member
+	// expr is the SQL expression, the same for SQLite and PostgreSQL
+	// unless pgExpr is set.
+	expr    string
+	pgExpr  string
 	colType string // schema column type: string or time
 	// timeUnit is the Vega-Lite time unit of a time dimension ("" for
 	// categorical ones; quarters are ordinal).
@@ -56,11 +59,11 @@ var (
 	dimCategory = &dimension{key: "category", title: "category", plural: "categories", member: "orders.category", expr: "category", colType: "string"}
 	dimProduct  = &dimension{key: "product", title: "product", plural: "products", member: "orders.product", expr: "product", colType: "string"}
 	dimCustomer = &dimension{key: "customer", title: "customer", plural: "customers", member: "orders.customer", expr: "customer", colType: "string"}
-	dimMonth    = &dimension{key: "month", title: "month", plural: "months", member: "orders.created_at", expr: "strftime('%Y-%m', created_at)", colType: "time", timeUnit: "yearmonth", chronological: true}
-	dimDay      = &dimension{key: "day", title: "day", plural: "days", member: "orders.created_at", expr: "date(created_at)", colType: "time", timeUnit: "yearmonthdate", chronological: true}
-	dimQuarter  = &dimension{key: "quarter", title: "quarter", plural: "quarters", member: "orders.created_at", expr: "strftime('%Y', created_at) || '-Q' || ((CAST(strftime('%m', created_at) AS INTEGER) + 2) / 3)", colType: "string", chronological: true}
-	dimWeek     = &dimension{key: "week", title: "week", plural: "weeks", member: "orders.created_at", expr: "date(created_at, 'weekday 0', '-6 days')", colType: "time", timeUnit: "yearmonthdate", chronological: true}
-	dimYear     = &dimension{key: "year", title: "year", plural: "years", member: "orders.created_at", expr: "strftime('%Y', created_at)", colType: "time", timeUnit: "year", chronological: true}
+	dimMonth    = &dimension{key: "month", title: "month", plural: "months", member: "orders.created_at", expr: "substr(created_at, 1, 7)", colType: "time", timeUnit: "yearmonth", chronological: true}
+	dimDay      = &dimension{key: "day", title: "day", plural: "days", member: "orders.created_at", expr: "substr(created_at, 1, 10)", colType: "time", timeUnit: "yearmonthdate", chronological: true}
+	dimQuarter  = &dimension{key: "quarter", title: "quarter", plural: "quarters", member: "orders.created_at", expr: "substr(created_at, 1, 4) || '-Q' || ((CAST(substr(created_at, 6, 2) AS INTEGER) + 2) / 3)", colType: "string", chronological: true}
+	dimWeek     = &dimension{key: "week", title: "week", plural: "weeks", member: "orders.created_at", expr: "date(created_at, 'weekday 0', '-6 days')", pgExpr: "to_char(date_trunc('week', CAST(created_at AS timestamp)), 'YYYY-MM-DD')", colType: "time", timeUnit: "yearmonthdate", chronological: true}
+	dimYear     = &dimension{key: "year", title: "year", plural: "years", member: "orders.created_at", expr: "substr(created_at, 1, 4)", colType: "time", timeUnit: "year", chronological: true}
 )
 
 // dimWords maps the words of a question to the dimension they name.

@@ -53,7 +53,7 @@ func TestQuestionTable(t *testing.T) {
 		{q: "Revenue by country", tools: both, rows: 12, says: []string{"Revenue by country", "Total over all 12 countries"}, notSays: []string{"did not understand"}},
 		{q: "Top 5 products by revenue", tools: both, rows: 5, sqlHas: []string{"LIMIT 5", "ORDER BY 2 DESC"}, notSays: []string{"did not understand"}},
 		{q: "Average order value by category in 2025", tools: both, rows: 8,
-			sqlHas: []string{"strftime('%Y', created_at) IN ('2025')"}, notSays: []string{"did not understand"}},
+			sqlHas: []string{"substr(created_at, 1, 4) IN ('2025')"}, notSays: []string{"did not understand"}},
 		{q: "Total revenue in Germany", tools: both, rows: 1, sqlHas: []string{"country IN ('Germany')"}, notSays: []string{"did not understand"}},
 		{q: "how many customers do we have?", tools: both, rows: 1,
 			sqlHas: []string{"COUNT(DISTINCT customer_id)"}, says: []string{"Total ordering customers"}, notSays: []string{"did not understand"}},
@@ -69,11 +69,11 @@ func TestQuestionTable(t *testing.T) {
 
 		// Time windows: honoured, and said how they were read.
 		{q: "revenue in Q3 2025", tools: both, rows: 1, sqlHas: []string{"created_at >= '2025-07-01' AND created_at < '2025-10-01'"}, says: []string{"Q3 2025"}},
-		{q: "orders in March", tools: both, rows: 1, sqlHas: []string{"strftime('%m', created_at) IN ('03')"}, says: []string{"March (of every year)"}},
+		{q: "orders in March", tools: both, rows: 1, sqlHas: []string{"substr(created_at, 6, 2) IN ('03')"}, says: []string{"March (of every year)"}},
 		{q: "sales last 30 days", tools: both, rows: 1, sqlHas: []string{"created_at >= '2025-12-02' AND created_at < '2026-01-01'"}, says: []string{"“last 30 days”"}},
 		{q: "revenue yesterday", tools: both, rows: 1, sqlHas: []string{"created_at >= '2025-12-30' AND created_at < '2025-12-31'"}, says: []string{"“yesterday” as 30 December 2025"}},
 		{q: "revenue this year vs last year", tools: both, rows: 2,
-			sqlHas: []string{"strftime('%Y', created_at) AS year", "IN ('2025', '2024')"}, says: []string{"“this year” as 2025", "“last year” as 2024"}},
+			sqlHas: []string{"substr(created_at, 1, 4) AS year", "IN ('2025', '2024')"}, says: []string{"“this year” as 2025", "“last year” as 2024"}},
 		{q: "revenue in 2023", tools: both, rows: 0, sqlHas: []string{"IN ('2023')"}, says: []string{"no orders match", "1 January 2024 to 31 December 2025 only"}},
 
 		// Filters, exclusions and breakdowns.
@@ -85,7 +85,7 @@ func TestQuestionTable(t *testing.T) {
 		{q: "What's the revenue for Germany vs France?", tools: both, rows: 2,
 			sqlHas: []string{"country AS country", "country IN ('Germany', 'France')"}, notSays: []string{"did not understand"}},
 		{q: "revenue in Q1 and Q2 2025", tools: both, rows: 1,
-			sqlHas: []string{"created_at >= '2025-04-01' AND created_at < '2025-07-01'"}, sqlNot: []string{"strftime('%m'"},
+			sqlHas: []string{"created_at >= '2025-04-01' AND created_at < '2025-07-01'"}, sqlNot: []string{"substr(created_at, 6, 2)"},
 			says: []string{"one period at a time, so I used Q2 2025 and not January, February and March"}},
 
 		// Parts it cannot honour are named.
@@ -102,7 +102,7 @@ func TestQuestionTable(t *testing.T) {
 
 		// SQL typed into the chat goes to svcSqlApi unchanged.
 		{q: "select country, count(*) from orders group by 1", tools: sqlTool, rows: 12, says: []string{"returned 12 rows", "| country | count(*) |"}},
-		{q: "SELECT * FROM main.customers", tools: sqlTool, failed: true, rows: -1, says: []string{"did not run it", "not the table"}},
+		{q: "SELECT * FROM main.customers", tools: sqlTool, failed: true, rows: -1, says: []string{"did not run it", "only the views of the data model"}},
 		{q: "revenue by country'; DROP TABLE orders; --", tools: sqlTool, failed: true, rows: -1, says: []string{"did not run it"}, notSays: []string{"Revenue by country:"}},
 
 		// Row-level security: fails closed, and says why.

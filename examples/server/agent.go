@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -12,6 +15,8 @@ import (
 	"github.com/embedkit/embedkit/chatstream/analytics"
 	"github.com/embedkit/embedkit/chatstream/llmagent"
 	"github.com/embedkit/embedkit/examples/demoagent"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 )
 
 // The agents of -agent.
@@ -61,12 +66,18 @@ func newAgent(o options, log *slog.Logger) (agent chatstream.Agent, close func()
 	if o.agent == agentLLM {
 		delay = 0 // the model sets the pace
 	}
-	demo, err := demoagent.New(demoagent.WithDelay(delay))
+	dataOpts, closeData, err := demoData(o.db, log)
 	if err != nil {
+		return nil, nil, fmt.Errorf("demo data: %w", err)
+	}
+	demo, err := demoagent.New(append(dataOpts, demoagent.WithDelay(delay))...)
+	if err != nil {
+		closeData()
 		return nil, nil, fmt.Errorf("demo agent: %w", err)
 	}
+	closeAll := func() error { return errors.Join(demo.Close(), closeData()) }
 	if o.agent == agentDemo {
-		return demo, demo.Close, nil
+		return demo, closeAll, nil
 	}
 	meta, sql := demo.Tools()
 	model := demo.DataModel()
@@ -83,7 +94,59 @@ func newAgent(o options, log *slog.Logger) (agent chatstream.Agent, close func()
 		endpoint = u.Redacted() // no password of the URL in the log
 	}
 	log.Info("chat agent: language model", "model", o.llmModel, "endpoint", endpoint)
-	return llm, demo.Close, nil
+	return llm, closeAll, nil
+}
+
+// envAnalyticsSchema names the PostgreSQL schema of the analytics views
+// (default embedkit_analytics); the roles are named after it, with
+// _owner and _reader. Roles are shared by the whole PostgreSQL server,
+// so servers of different databases on one PostgreSQL server, and tests,
+// give their own.
+const envAnalyticsSchema = "EMBED_ANALYTICS_SCHEMA"
+
+// demoData returns the demo agent's options for the database of -db. On
+// PostgreSQL the sample data set is loaded into the schema embedkit_demo
+// of that database (once: a restart, or another replica starting at the
+// same time, finds it there), the analytics views and roles are set up,
+// and the tools run there as the reader role, which logs in with the
+// DSN's host and database and no password (trust or peer
+// authentication; give the role a password and a pg_hba rule otherwise).
+// On SQLite the demo agent keeps its data set in memory. release closes
+// what demoData opened.
+func demoData(db string, log *slog.Logger) (opts []demoagent.Option, release func() error, err error) {
+	if !isPostgres(db) {
+		return nil, func() error { return nil }, nil
+	}
+	schema := envOr(envAnalyticsSchema, "embedkit_analytics")
+	cfg := analytics.PostgresConfig{Schema: schema, Owner: schema + "_owner", Reader: schema + "_reader"}
+	admin, err := sql.Open("pgx", db)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := demoagent.SetupPostgres(ctx, admin, cfg); err != nil {
+		return nil, nil, err
+	}
+	reader, err := sql.Open("pgx", readerDSN(db, cfg.Reader))
+	if err != nil {
+		return nil, nil, err
+	}
+	reader.SetMaxOpenConns(16)
+	reader.SetMaxIdleConns(16)
+	log.Info("demo data: PostgreSQL", "data", demoagent.PostgresSchema, "views", cfg.Schema, "reader", cfg.Reader)
+	return []demoagent.Option{demoagent.WithPostgres(reader, cfg)}, reader.Close, nil
+}
+
+// readerDSN is dsn logging in as role, without a password.
+func readerDSN(dsn, role string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.User = url.User(role)
+		return u.String()
+	}
+	// A keyword/value DSN: a later keyword overrides an earlier one.
+	return dsn + " user=" + role + " password=''"
 }
 
 // systemPrompt tells the model its rules, today's date, the demo data

@@ -1,0 +1,128 @@
+package analytics_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
+)
+
+// readAll reads rows to the end.
+func readAll(t *testing.T, rows chatstream.DataRows) [][]any {
+	t.Helper()
+	defer rows.Close()
+	var out [][]any
+	for rows.Next() {
+		out = append(out, append([]any(nil), rows.Values()...))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("rows: %v", err)
+	}
+	return out
+}
+
+func TestQueryData(t *testing.T) {
+	tool, _ := newTool(t, analytics.WithRowLimit(2))
+	turn := chatstream.Turn{User: german}
+
+	// Every row, past the tool's row limit, under the user's access.
+	rows, err := tool.QueryData(t.Context(), turn, "SELECT name, n.x FROM customers, (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000) SELECT x FROM c) AS n ORDER BY 2, 1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cols := rows.Columns(); len(cols) != 2 || cols[0] != (chatstream.DataColumn{Name: "name", ColumnType: "string"}) || cols[1].ColumnType != "number" {
+		t.Errorf("columns %v", cols)
+	}
+	got := readAll(t, rows)
+	if len(got) != 10000 || got[0][0] != "Anna" || got[9999][1] != int64(5000) {
+		t.Errorf("%d rows, first %v", len(got), got[:1])
+	}
+	for _, r := range got {
+		if r[0] != "Anna" && r[0] != "Ben" {
+			t.Fatalf("row %v reaches a German user", r)
+		}
+	}
+	// No result-size cap either: 8 MiB of values.
+	rows, err = tool.QueryData(t.Context(), turn, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT printf('%.*c', 1000000, 'a') FROM c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readAll(t, rows)); n != 8 {
+		t.Errorf("%d rows of 1 MB, want 8", n)
+	}
+	// An empty result has its columns.
+	rows, err = tool.QueryData(t.Context(), turn, "SELECT name FROM customers WHERE 0", 0)
+	if err != nil || len(rows.Columns()) != 1 || len(readAll(t, rows)) != 0 {
+		t.Errorf("empty result: %v", err)
+	}
+
+	// A failure is a QueryError with the tool's message.
+	for _, q := range []string{"SELECT * FROM main.customers", "DELETE FROM orders", "SELEC 1", "WITH 'customers' AS (SELECT * FROM main.customers) SELECT * FROM customers", ""} {
+		_, toolErr := tool.Run(t.Context(), turn, analytics.SQLInput{SQLQuery: q})
+		_, err := tool.QueryData(t.Context(), turn, q, 0)
+		qe, ok := errors.AsType[*chatstream.QueryError](err)
+		if !ok || toolErr == nil || qe.Msg != toolErr.Error() {
+			t.Errorf("%q: %v, want a QueryError %q", q, err, toolErr)
+		}
+	}
+	_, err = tool.QueryData(t.Context(), chatstream.Turn{User: german, ActiveBranchName: "dev", Branches: []string{"main"}}, "SELECT 1", 0)
+	if qe, ok := errors.AsType[*chatstream.QueryError](err); !ok || qe.Msg != `branch "dev" not found` {
+		t.Errorf("unknown branch: %v", err)
+	}
+}
+
+// TestQueryDataTimeAndClose: QueryData returns at the first row of an
+// endless query; the timeout ends it with a QueryError; Close stops it at
+// once, even from another goroutine, and the tool keeps working.
+func TestQueryDataTimeAndClose(t *testing.T) {
+	const endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
+	tool, _ := newTool(t, analytics.WithMaxSteps(1<<50))
+	turn := chatstream.Turn{User: german}
+	start := time.Now()
+	rows, err := tool.QueryData(t.Context(), turn, endless, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Errorf("first row after %v", took)
+	}
+	for rows.Next() {
+	}
+	if qe, ok := errors.AsType[*chatstream.QueryError](rows.Err()); !ok || qe.Msg != "the query ran longer than 200ms and was stopped" {
+		t.Errorf("after the timeout: %v", rows.Err())
+	}
+	rows.Close()
+
+	// A query that fails before its first row fails QueryData.
+	_, err = tool.QueryData(t.Context(), turn, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", 100*time.Millisecond)
+	if _, ok := errors.AsType[*chatstream.QueryError](err); !ok {
+		t.Errorf("timeout before the first row: %v", err)
+	}
+
+	rows, err = tool.QueryData(t.Context(), turn, endless, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for rows.Next() {
+		}
+		close(done)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start = time.Now()
+	rows.Close()
+	<-done
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("Close took %v", took)
+	}
+	rows.Close()
+	if rows.Next() {
+		t.Error("Next after Close")
+	}
+	if _, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil {
+		t.Errorf("after Close: %v", err)
+	}
+}

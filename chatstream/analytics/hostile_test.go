@@ -1,0 +1,345 @@
+package analytics_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
+)
+
+// hostileCase is an attack on the row access of a German user: refused, or
+// run with the rows of the user's own access only.
+type hostileCase struct {
+	name, q string
+	// want is the number in the first cell of a query that runs; -1 for a
+	// query that must be refused with a tool error.
+	want int64
+}
+
+// hostileSQL is the attack suite on SQLite: every spelling of a name that
+// could reach a base table, the schema or a table outside the model.
+var hostileSQL = []hostileCase{
+	// Common table expressions named like a view, in every quoting style
+	// and case and position.
+	{"string literal CTE name", "WITH 'customers' AS (SELECT * FROM main.customers) SELECT count(*) FROM customers", -1},
+	{"string literal CTE, grouped", "WITH 'customers' AS (SELECT * FROM main.customers) SELECT country, count(*) FROM customers GROUP BY 1", -1},
+	{"double-quoted CTE name", `WITH "customers" AS (SELECT * FROM main.customers) SELECT count(*) FROM customers`, -1},
+	{"bracketed CTE name", "WITH [customers] AS (SELECT * FROM main.customers) SELECT count(*) FROM [customers]", -1},
+	{"backquoted CTE name", "WITH `customers` AS (SELECT * FROM main.customers) SELECT count(*) FROM `customers`", -1},
+	{"upper-case CTE name", "WITH CUSTOMERS AS (SELECT * FROM main.customers) SELECT count(*) FROM Customers", -1},
+	{"CTE with columns", `WITH "Customers"(id, name, country, region) AS (SELECT * FROM main.customers) SELECT count(*) FROM "Customers"`, -1},
+	{"CTE in second position, materialized", "WITH x AS (SELECT 1), 'orders' AS MATERIALIZED (SELECT * FROM main.orders) SELECT count(*) FROM orders", -1},
+	{"not materialized", "WITH orders AS NOT MATERIALIZED (SELECT * FROM main.orders) SELECT count(*) FROM orders", -1},
+	{"recursive CTE named like a view", "WITH RECURSIVE customers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM customers WHERE n < (SELECT count(*) FROM main.customers)) SELECT max(n) FROM customers", -1},
+	{"CTE inside a subquery", "SELECT count(*) FROM (WITH customers AS (SELECT * FROM main.customers) SELECT * FROM customers)", -1},
+	{"CTE named like a table-valued function", "WITH json_each AS (SELECT * FROM main.customers) SELECT count(*) FROM json_each", -1},
+	{"CTE with a quoted qualified table", `WITH x AS (SELECT * FROM "main"."customers") SELECT count(*) FROM x`, -1},
+	{"CTE name in a comment trick", "WITH /* customers */ 'customers' -- x\n AS (SELECT * FROM main.customers) SELECT count(*) FROM customers", -1},
+	// Aliases and subqueries.
+	{"base table aliased as the view", "SELECT count(*) FROM main.customers AS customers", -1},
+	{"subquery aliased as the view", "SELECT count(*) FROM (SELECT * FROM main.customers) AS customers", -1},
+	{"scalar subquery", "SELECT (SELECT group_concat(name) FROM main.customers)", -1},
+	{"IN subquery", "SELECT count(*) FROM customers WHERE name IN (SELECT name FROM main.customers)", -1},
+	{"EXISTS", "SELECT EXISTS (SELECT 1 FROM main.customers WHERE country = 'France')", -1},
+	{"no column read (count)", "SELECT count(*) FROM main.customers", -1},
+	{"no column read (constant)", "SELECT 1 FROM main.orders LIMIT 1", -1},
+	{"join with the base table", "SELECT count(*) FROM customers NATURAL JOIN main.customers", -1},
+	{"NATURAL JOIN with a base table", "SELECT count(*) FROM (SELECT 'France' AS country) NATURAL JOIN main.customers", -1},
+	{"USING join with a base table", "SELECT count(*) FROM (SELECT 'SECRET-FR Chloe' AS name) JOIN main.customers USING (name)", -1},
+	{"USING join with a table outside the model", "SELECT count(*) FROM (SELECT 'SECRET-TABLE' AS value) JOIN secrets USING (value)", -1},
+	{"NATURAL JOIN with the schema", "SELECT count(*) FROM (SELECT 'table' AS type) NATURAL JOIN sqlite_master", -1},
+	{"union with the base table", "SELECT name FROM customers UNION SELECT name FROM main.customers", -1},
+	{"cross join with an aggregate", "SELECT * FROM customers, (SELECT count(*) FROM main.orders)", -1},
+	{"window named like a view", "SELECT count(*) OVER customers FROM main.customers WINDOW customers AS ()", -1},
+	// The schema, other tables and table-valued functions.
+	{"sqlite_master", "SELECT * FROM sqlite_master", -1},
+	{"sqlite_schema", "SELECT sql FROM main.sqlite_schema", -1},
+	{"sqlite_temp_master", "SELECT * FROM sqlite_temp_master", -1},
+	{"temp.sqlite_master", "SELECT * FROM temp.sqlite_master", -1},
+	{"quoted sqlite_master", `SELECT * FROM "SQLITE_MASTER"`, -1},
+	{"schema through a CTE named like a view", "WITH customers AS (SELECT * FROM sqlite_temp_master) SELECT * FROM customers", -1},
+	{"table outside the model", "SELECT * FROM secrets", -1},
+	{"qualified table outside the model", "SELECT * FROM main.secrets", -1},
+	{"quoted table outside the model", `SELECT * FROM "secrets"`, -1},
+	{"table outside the model as a CTE named like a view", "WITH 'orders' AS (SELECT * FROM secrets) SELECT * FROM orders", -1},
+	{"pragma_table_list", "SELECT * FROM pragma_table_list", -1},
+	{"pragma_table_info", "SELECT * FROM pragma_table_info('secrets')", -1},
+	{"pragma_database_list", "SELECT * FROM pragma_database_list", -1},
+	{"pragma_function_list", "SELECT * FROM pragma_function_list", -1},
+	{"json_each over a base table", "SELECT * FROM json_each((SELECT json_group_array(name) FROM main.customers))", -1},
+	{"row-filter function", "SELECT embedkit_rls_values('country')", -1},
+	{"row-filter function in a CTE named like a view", "WITH customers AS (SELECT embedkit_rls_all() AS a) SELECT a FROM customers", -1},
+	{"function outside the list", "SELECT sqlite_compileoption_get(0)", -1},
+	{"load_extension", "SELECT load_extension('x')", -1},
+	{"json_patch", "SELECT json_patch('{}', '{}')", -1},
+	{"PRAGMA", "PRAGMA query_only = 0", -1},
+	{"ATTACH", "ATTACH DATABASE ':memory:' AS x", -1},
+	// Legitimate SQL keeps working, under the user's access (2 German
+	// customers, 2 German orders).
+	{"quoted view name", `SELECT count(*) FROM "customers"`, 2},
+	{"bracketed view name", "SELECT count(*) FROM [customers]", 2},
+	{"backquoted view name", "SELECT count(*) FROM `customers`", 2},
+	{"upper-case view name", "SELECT count(*) FROM CUSTOMERS", 2},
+	{"qualified view name", `SELECT count(*) FROM "temp"."customers"`, 2},
+	{"CTE of any name", "WITH de AS (SELECT * FROM customers) SELECT count(*) FROM de", 2},
+	{"string literal CTE over a view", "WITH 'x' AS (SELECT * FROM orders) SELECT count(*) FROM x", 2},
+	{"CTE named like a view over the view", "WITH customers AS (SELECT * FROM temp.customers) SELECT count(*) FROM customers", 2},
+	{"CTE named like the other view", "WITH orders AS (SELECT * FROM customers) SELECT count(*) FROM orders", 2},
+	{"materialized CTE", "WITH c AS MATERIALIZED (SELECT * FROM customers) SELECT count(*) FROM c", 2},
+	{"alias", "SELECT count(*) FROM customers AS orders", 2},
+	{"subquery", "SELECT count(*) FROM (SELECT * FROM customers) AS c", 2},
+	{"scalar subquery over a view", "SELECT (SELECT count(*) FROM orders)", 2},
+	{"IN subquery over a view", "SELECT count(*) FROM customers WHERE id IN (SELECT id FROM customers)", 2},
+	{"recursive CTE", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT count(*) / 3 FROM n, customers", 2},
+	{"filters narrow, never widen", "SELECT count(*) FROM customers WHERE country = 'France' OR 1 = 1", 2},
+	{"join of the views", "SELECT count(*) FROM orders o JOIN customers c ON c.name = o.customer", 2},
+	{"json_each of a literal", "SELECT count(*) FROM json_each('[1, 2]')", 2},
+	{"no table", "SELECT 2", 2},
+}
+
+// checkHostile runs c as the German user and checks the outcome.
+func checkHostile(t *testing.T, tool *analytics.SQLTool, c hostileCase) {
+	t.Helper()
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: c.q})
+	if c.want < 0 {
+		var te *analytics.ToolError
+		if !errors.As(err, &te) {
+			b, _ := json.Marshal(res)
+			t.Fatalf("%s: %v, result %s; want a tool error", c.q, err, b)
+		}
+		for _, leak := range []string{"secrets", "sqlite_", "embedkit_", "pragma_", "SECRET", "main."} {
+			if strings.Contains(te.Msg, leak) && !strings.Contains(c.q, leak) {
+				t.Errorf("%s: error %q names %q", c.q, te.Msg, leak)
+			}
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", c.q, err)
+	}
+	b, _ := json.Marshal(res.Data)
+	if strings.Contains(string(b), "SECRET") {
+		t.Fatalf("%s: %s reaches a German user", c.q, b)
+	}
+	if got, _ := res.Data[0][0].(int64); got != c.want {
+		t.Errorf("%s: %s, want %d", c.q, b, c.want)
+	}
+}
+
+func TestHostileSQL(t *testing.T) {
+	tool, _ := newTool(t)
+	for _, c := range hostileSQL {
+		t.Run(c.name, func(t *testing.T) { checkHostile(t, tool, c) })
+	}
+}
+
+// TestBoundedCost: whatever a query computes, it ends within its timeout
+// or work budget with a tool error, and its result is bounded.
+func TestBoundedCost(t *testing.T) {
+	const (
+		mb   = "printf('%.*c', 1000000, 'a')"
+		half = "printf('%.*c', 500000, 'a')"
+	)
+	long := map[string]string{
+		"instr":      "SELECT instr(" + mb + ", " + half + " || 'b')",
+		"replace":    "SELECT length(replace(" + mb + ", " + half + " || 'b', 'c'))",
+		"trim":       "SELECT length(trim(" + mb + ", replace(" + half + ", 'a', 'b') || 'a'))",
+		"ltrim":      "SELECT length(ltrim(" + mb + ", replace(" + half + ", 'a', 'b') || 'a'))",
+		"like":       "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c WHERE " + mb + " || x LIKE '%' || printf('%.*c', 98, 'a') || 'b'",
+		"glob":       "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c WHERE " + mb + " || x GLOB '*' || printf('%.*c', 98, 'a') || 'b'",
+		"recursion":  "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+		"cross join": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) SELECT count(*) FROM c a, c b",
+	}
+	// The work budget stops the string functions quickly, although their
+	// work is done inside one instruction; with an unbounded budget, the
+	// timeout stops every query, even inside one function call.
+	for i, opts := range [][]analytics.SQLOption{
+		{analytics.WithMaxSteps(20_000)},
+		{analytics.WithMaxSteps(1 << 50), analytics.WithTimeout(300 * time.Millisecond)},
+	} {
+		tool, _ := newTool(t, opts...)
+		for name, q := range long {
+			if i == 0 && !strings.Contains(name, "trim") && name != "instr" && name != "replace" {
+				continue
+			}
+			start := time.Now()
+			_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+			took := time.Since(start)
+			var te *analytics.ToolError
+			if !errors.As(err, &te) || !strings.Contains(te.Msg, "stopped") {
+				t.Errorf("%s: %v, want a tool error saying it was stopped", name, err)
+			}
+			if took > time.Second {
+				t.Errorf("%s took %v", name, took)
+			}
+		}
+	}
+
+	tool, _ := newTool(t)
+	for _, tt := range []struct{ name, q, want string }{
+		{"a value over 1 MiB", "SELECT zeroblob(2000000)", "too big"},
+		{"replace over 1 MiB", "SELECT replace(" + mb + ", 'a', 'aa')", "too big"},
+		{"a long LIKE pattern", "SELECT 'a' LIKE printf('%.*c', 101, '%')", "pattern too complex"},
+		{"4 MiB of JSON", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT " + mb + ", " + mb + ", " + mb + ", " + mb + ", " + mb + " FROM c", "result too large"},
+		{"escaped JSON", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT printf('%.*c', 1000000, '<') FROM c", "result too large"},
+		{"101 columns", "SELECT " + strings.Repeat("1, ", 100) + "1", "result too large"},
+	} {
+		_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: tt.q})
+		toolError(t, tt.name, err, tt.want)
+	}
+	// printf stops at the size limit.
+	if res, err := run(t, tool, german, "SELECT length(printf('%.*c', 2000000, 'a'))"); err != nil || res.Data[0][0] != nil {
+		t.Errorf("printf over 1 MiB: %v", err)
+	}
+	// Past the row limit, rows are counted, not held.
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) SELECT " + mb + " FROM c LIMIT 1000 OFFSET 997"})
+	if err != nil || res.TotalRows != 3 {
+		t.Errorf("rows past the limit: %v", err)
+	}
+	if res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT " + strings.Repeat("1, ", 99) + "1"}); err != nil || len(res.Schema) != 100 {
+		t.Errorf("100 columns: %v", err)
+	}
+
+	// Pathological queries of about 150 bytes end within the default
+	// timeout.
+	for _, q := range []string{
+		"SELECT instr(printf('%.*c',8000000,'a'),printf('%.*c',4000000,'a')||'b')",
+		"SELECT instr(printf('%.*c',1000000,'a'),printf('%.*c',500000,'a')||'b')",
+		"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c WHERE printf('%.*c',999999,'a')||x LIKE '%'||printf('%.*c',98,'a')||'b'",
+	} {
+		start := time.Now()
+		_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		if took := time.Since(start); took > analytics.DefaultTimeout+time.Second {
+			t.Errorf("%s: %v after %v", q, err, took)
+		}
+	}
+}
+
+// TestCancelInsideAFunction: cancelling the caller stops a query at once,
+// even inside one long function call, and the connection works after.
+func TestCancelInsideAFunction(t *testing.T) {
+	tool, _ := newTool(t, analytics.WithMaxSteps(1<<50), analytics.WithTimeout(time.Minute))
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := tool.Run(ctx, chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT instr(printf('%.*c', 1000000, 'a'), printf('%.*c', 500000, 'a') || 'b')"})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the query stopped %v after it started, want about 100ms", took)
+	}
+	if _, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil {
+		t.Errorf("after a cancelled query: %v", err)
+	}
+}
+
+// TestWrappedFunctionsAgree: instr, replace and the trims behave as
+// SQLite's own.
+func TestWrappedFunctionsAgree(t *testing.T) {
+	tool, rw := newTool(t)
+	for _, expr := range []string{
+		"instr('hello', 'l')", "instr('hello', '')", "instr('héllo', 'l')", "instr(NULL, 'a')", "instr('abc', 'd')",
+		"instr(x'0102', x'02')", "instr(12345, 34)", "instr('ab', 'abc')",
+		"replace('hello', 'l', 'L')", "replace('hello', '', 'x')", "replace('aaa', 'aa', 'b')", "replace(NULL, 'a', 'b')",
+		"replace('abc', 'b', NULL)", "replace(123, 2, 9)", "replace('héhé', 'é', 'e')",
+		"trim('  a  ')", "ltrim('  a  ')", "rtrim('  a  ')", "trim('xxaxx', 'x')", "trim('éaé', 'é')", "ltrim('abcx', 'cba')",
+		"rtrim('xabc', 'cb')", "trim(NULL)", "trim('a', NULL)", "trim('aa', '')", "trim(12.0, '0')",
+	} {
+		q := "SELECT quote(" + expr + ")"
+		res, err := run(t, tool, german, q)
+		if err != nil {
+			t.Errorf("%s: %v", q, err)
+			continue
+		}
+		var want string
+		if err := rw.QueryRow(q).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(res.Data[0][0]); got != want {
+			t.Errorf("%s = %s, SQLite's own %s", expr, got, want)
+		}
+	}
+}
+
+// FuzzHostileSQL builds common table expressions, aliases and quoting
+// styles from the model's view names around reads of the base tables, the
+// schema and a table outside the model: whatever runs returns no row
+// outside the German user's access, no schema text and no other table.
+func FuzzHostileSQL(f *testing.F) {
+	f.Add(uint8(0), uint8(0), uint8(0), uint8(0), uint8(0), uint8(0))
+	f.Add(uint8(1), uint8(2), uint8(3), uint8(1), uint8(1), uint8(2))
+	f.Add(uint8(2), uint8(4), uint8(5), uint8(2), uint8(3), uint8(4))
+	tool, _ := newTool(f, analytics.WithTimeout(time.Second))
+	names := []string{"customers", "orders", "json_each", "x", "sqlite_master", "main", "temp"}
+	quotes := []func(string) string{
+		func(s string) string { return s },
+		func(s string) string { return `"` + s + `"` },
+		func(s string) string { return "'" + s + "'" },
+		func(s string) string { return "[" + s + "]" },
+		func(s string) string { return "`" + s + "`" },
+		strings.ToUpper,
+		func(s string) string { return `"` + strings.ToUpper(s[:1]) + s[1:] + `"` },
+	}
+	bodies := []string{
+		"SELECT * FROM main.customers", "SELECT * FROM main.orders", "SELECT * FROM secrets", "SELECT * FROM sqlite_master",
+		"SELECT * FROM temp.sqlite_master", "SELECT * FROM customers", "SELECT name, country FROM main.customers UNION ALL SELECT value, 0 FROM secrets",
+		"SELECT * FROM pragma_table_list", "SELECT count(*) FROM main.customers",
+	}
+	f.Fuzz(func(t *testing.T, name, quote, body, shape, alias, read uint8) {
+		n := names[int(name)%len(names)]
+		qn := quotes[int(quote)%len(quotes)](n)
+		b := bodies[int(body)%len(bodies)]
+		ref := quotes[int(read)%len(quotes)](n)
+		if strings.HasPrefix(ref, "'") {
+			ref = n
+		}
+		as := ""
+		switch alias % 3 {
+		case 1:
+			as = " AS " + quotes[int(alias/3)%len(quotes)](names[int(alias)%len(names)])
+		case 2:
+			as = " " + names[int(alias/3)%len(names)]
+		}
+		var q string
+		switch shape % 7 {
+		case 0:
+			q = fmt.Sprintf("WITH %s AS (%s) SELECT * FROM %s%s", qn, b, ref, as)
+		case 1:
+			q = fmt.Sprintf("WITH a AS (SELECT 1), %s AS MATERIALIZED (%s) SELECT * FROM %s%s, a", qn, b, ref, as)
+		case 2:
+			q = fmt.Sprintf("WITH RECURSIVE %s AS NOT MATERIALIZED (%s) SELECT * FROM %s%s", qn, b, ref, as)
+		case 3:
+			q = fmt.Sprintf("SELECT * FROM (%s)%s", b, as)
+		case 4:
+			q = fmt.Sprintf("SELECT (SELECT group_concat(x) FROM (WITH %s AS (%s) SELECT * FROM %s) AS x)", qn, b, ref)
+		case 5:
+			q = fmt.Sprintf("SELECT * FROM customers%s WHERE EXISTS (WITH %s AS (%s) SELECT 1 FROM %s)", as, qn, b, ref)
+		case 6:
+			q = fmt.Sprintf("WITH %s AS (%s) SELECT * FROM customers%s JOIN %s ON 1", qn, b, as, ref)
+		}
+		res, err := tool.Run(context.Background(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		if err != nil {
+			var te *analytics.ToolError
+			if !errors.As(err, &te) {
+				t.Fatalf("%s: %v is not a tool error", q, err)
+			}
+			if strings.Contains(te.Msg, "secrets") || strings.Contains(te.Msg, "embedkit_") || strings.Contains(te.Msg, "CREATE") {
+				t.Fatalf("%s: error %q names what the model must not see", q, te.Msg)
+			}
+			return
+		}
+		out, _ := json.Marshal(res.Data)
+		for _, leak := range []string{"SECRET", "CREATE", "France", "embedkit_"} {
+			if strings.Contains(string(out), leak) {
+				t.Fatalf("%s returned %s to a German user", q, out)
+			}
+		}
+	})
+}

@@ -1,0 +1,520 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// PostgresConfig names the PostgreSQL objects of the analytics tools.
+// Roles are shared by the whole PostgreSQL server: give each deployment
+// (or test) its own names. The zero value means the defaults.
+type PostgresConfig struct {
+	// Schema holds the tool's views, its access table and its function.
+	// Default "embedkit_analytics".
+	Schema string
+	// Owner is the role that owns the schema's objects and reads the
+	// host's tables through them; it cannot log in. Default
+	// "embedkit_analytics_owner".
+	Owner string
+	// Reader is the role queries run as: the login role of the *sql.DB
+	// given to [NewPostgresSQLTool]. It can read the model's views and
+	// nothing else. Default "embedkit_analytics_reader".
+	Reader string
+}
+
+func (c PostgresConfig) withDefaults() PostgresConfig {
+	if c.Schema == "" {
+		c.Schema = "embedkit_analytics"
+	}
+	if c.Owner == "" {
+		c.Owner = "embedkit_analytics_owner"
+	}
+	if c.Reader == "" {
+		c.Reader = "embedkit_analytics_reader"
+	}
+	return c
+}
+
+// maxPostgresRowBytes bounds one row as PostgreSQL sends it.
+const maxPostgresRowBytes = 16 << 20
+
+// SetupPostgres creates or updates, through admin, the PostgreSQL objects
+// of the analytics tools over m: the roles (when missing: the owner
+// without login, the reader with login and no password), the schema and,
+// owned by the owner, one view per model view (security_barrier, reading
+// the view's SQL and applying its row filters to the access of the
+// current transaction), the table the access is kept in and the function
+// that sets it. It grants the owner SELECT on the tables the views read
+// (and USAGE on their schemas), and the reader USAGE on the schema, SELECT
+// on the model's views and EXECUTE on the function; nothing else.
+//
+// admin must be able to create roles (or the roles exist), own or be
+// granted with grant option the host's tables, and become the owner role
+// (SetupPostgres grants it the owner role when it is not a superuser).
+// SetupPostgres is idempotent and holds an advisory lock while it works,
+// so that replicas starting at once set up one after the other. A view's
+// SQL names the host's tables as PostgreSQL resolves them for admin
+// (schema-qualified is best).
+func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresConfig) error {
+	if admin == nil {
+		panic("analytics: SetupPostgres: admin must not be nil, got nil")
+	}
+	if msg := m.check(); msg != "" {
+		panic("analytics: SetupPostgres: invalid model: " + msg)
+	}
+	cfg = cfg.withDefaults()
+	tx, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("analytics: set up PostgreSQL: %w", err)
+	}
+	defer tx.Rollback()
+	s, owner, reader := quoteIdent(cfg.Schema), quoteIdent(cfg.Owner), quoteIdent(cfg.Reader)
+	lit := quoteLiteral
+	stmts := []string{
+		fmt.Sprintf("SELECT pg_advisory_xact_lock(hashtext(%s))", lit("embedkit analytics setup")),
+		fmt.Sprintf(`DO $$ BEGIN
+			IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s NOLOGIN; END IF;
+			IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s LOGIN; END IF;
+			IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AND NOT pg_has_role(current_user, %s, 'MEMBER') THEN
+				EXECUTE format('GRANT %%I TO %%I', %s, current_user);
+			END IF;
+		END $$`, lit(cfg.Owner), owner, lit(cfg.Reader), reader, lit(cfg.Owner), lit(cfg.Owner)),
+		fmt.Sprintf("CREATE SCHEMA IF NOT EXISTS %s", s),
+		fmt.Sprintf("ALTER SCHEMA %s OWNER TO %s", s, owner),
+		fmt.Sprintf("REVOKE ALL ON SCHEMA %s FROM PUBLIC", s),
+	}
+	for _, v := range m.Views {
+		stmts = append(stmts,
+			fmt.Sprintf("DROP VIEW IF EXISTS %s.%s CASCADE", s, quoteIdent(v.Name)),
+			fmt.Sprintf("DROP VIEW IF EXISTS %s.%s CASCADE", s, quoteIdent("embedkit_source_"+v.Name)))
+	}
+	stmts = append(stmts,
+		fmt.Sprintf("CREATE UNLOGGED TABLE IF NOT EXISTS %s.embedkit_access (pid integer NOT NULL, xid bigint NOT NULL, attr text NOT NULL, value text NOT NULL)", s),
+		fmt.Sprintf("CREATE INDEX IF NOT EXISTS embedkit_access_key ON %s.embedkit_access (pid, xid, attr)", s),
+		fmt.Sprintf("ALTER TABLE %s.embedkit_access OWNER TO %s", s, owner),
+		fmt.Sprintf("REVOKE ALL ON %s.embedkit_access FROM PUBLIC", s),
+		// The access of the current transaction: written by the tool
+		// before the transaction turns read-only, so that the query,
+		// which runs read-only, cannot call it.
+		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s.embedkit_begin(access jsonb) RETURNS void
+			LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+			DELETE FROM %[1]s.embedkit_access WHERE pid = pg_backend_pid();
+			INSERT INTO %[1]s.embedkit_access (pid, xid, attr, value)
+				SELECT pg_backend_pid(), txid_current(), e.key, v.value
+				FROM jsonb_each(access) AS e, jsonb_array_elements_text(e.value) AS v;
+			$f$`, s),
+		fmt.Sprintf("ALTER FUNCTION %s.embedkit_begin(jsonb) OWNER TO %s", s, owner),
+		fmt.Sprintf("REVOKE ALL ON FUNCTION %s.embedkit_begin(jsonb) FROM PUBLIC", s),
+		fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s.embedkit_begin(jsonb) TO %s", s, reader),
+		fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", s, reader),
+	)
+	access := func(attr string) string {
+		return fmt.Sprintf("SELECT a.value FROM %s.embedkit_access AS a WHERE a.pid = pg_backend_pid() AND a.xid = txid_current() AND a.attr = %s", s, lit(attr))
+	}
+	for _, v := range m.Views {
+		src := s + "." + quoteIdent("embedkit_source_"+v.Name)
+		where := fmt.Sprintf("EXISTS (%s)", access(""))
+		if len(v.Filters) > 0 {
+			var conds []string
+			for _, f := range v.Filters {
+				conds = append(conds, fmt.Sprintf("((%s)::text IN (%s))", f.Column, access(f.Attribute)))
+			}
+			where += " OR (" + strings.Join(conds, " AND ") + ")"
+		} else {
+			where = "true"
+		}
+		stmts = append(stmts,
+			fmt.Sprintf("CREATE VIEW %s AS %s", src, v.SQL),
+			fmt.Sprintf("ALTER VIEW %s OWNER TO %s", src, owner),
+			fmt.Sprintf("REVOKE ALL ON %s FROM PUBLIC", src),
+			// security_barrier: the query's own conditions run after the
+			// row filters, so that no function of the query sees a row the
+			// user may not (an error raised on one, for example).
+			fmt.Sprintf("CREATE VIEW %s.%s WITH (security_barrier) AS SELECT src.* FROM %s AS src WHERE %s", s, quoteIdent(v.Name), src, where),
+			fmt.Sprintf("ALTER VIEW %s.%s OWNER TO %s", s, quoteIdent(v.Name), owner),
+			fmt.Sprintf("REVOKE ALL ON %s.%s FROM PUBLIC", s, quoteIdent(v.Name)),
+			fmt.Sprintf("GRANT SELECT ON %s.%s TO %s", s, quoteIdent(v.Name), reader),
+		)
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("analytics: set up PostgreSQL: %s: %w", firstLine(q), err)
+		}
+	}
+	// The owner reads the tables behind the views.
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT format('%I.%I', n.nspname, c.relname), quote_ident(n.nspname)
+		FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+		JOIN pg_class c ON c.oid = d.refobjid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE r.ev_class IN (SELECT oid FROM pg_class WHERE relnamespace = $1::regnamespace AND relname LIKE 'embedkit\_source\_%')
+		AND c.relkind IN ('r', 'v', 'm', 'p', 'f') AND n.nspname <> $2`, cfg.Schema, cfg.Schema)
+	if err != nil {
+		return fmt.Errorf("analytics: set up PostgreSQL: find the tables of the views: %w", err)
+	}
+	var grants []string
+	for rows.Next() {
+		var table, schema string
+		if err := rows.Scan(&table, &schema); err != nil {
+			rows.Close()
+			return fmt.Errorf("analytics: set up PostgreSQL: %w", err)
+		}
+		grants = append(grants, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", schema, owner), fmt.Sprintf("GRANT SELECT ON %s TO %s", table, owner))
+	}
+	rows.Close()
+	for _, q := range grants {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("analytics: set up PostgreSQL: %s: %w", q, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("analytics: set up PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// quoteIdent quotes an SQL identifier.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// quoteLiteral quotes an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// postgres is the PostgreSQL side of an SQLTool.
+type postgres struct {
+	cfg PostgresConfig
+}
+
+// NewPostgresSQLTool returns the svcSqlApi executor over the views that
+// [SetupPostgres] created for m. db must log in as cfg's reader role
+// through github.com/jackc/pgx/v5/stdlib; NewPostgresSQLTool returns an
+// error when it does not, when the reader can read a table behind a view
+// by itself, or when the views are missing.
+//
+// Each query runs in a transaction of its own: the tool records the
+// user's access for the transaction (a function only the tool can call
+// before the transaction turns read-only), makes it read-only and sets
+// statement_timeout, then runs the query, which must be one statement
+// that returns rows, and rolls back. Row access is enforced by PostgreSQL's
+// privileges: the reader can read the model's views and nothing else, and
+// nothing the query does (set_config, SET ROLE, another spelling of a
+// name) changes the access the views read.
+func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOption) (*SQLTool, error) {
+	if db == nil {
+		panic("analytics: NewPostgresSQLTool: db must not be nil, got nil")
+	}
+	if msg := m.check(); msg != "" {
+		panic("analytics: NewPostgresSQLTool: invalid model: " + msg)
+	}
+	t := newTool(db, m, opts)
+	t.pg = &postgres{cfg: cfg.withDefaults()}
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	conn, pc, err := t.pgConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var user string
+	if err := pc.QueryRow(ctx, "SELECT session_user").Scan(&user); err != nil {
+		return nil, fmt.Errorf("analytics: connect: %w", err)
+	}
+	if user != t.pg.cfg.Reader {
+		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: db must log in as the reader role %q, not %q", t.pg.cfg.Reader, user)
+	}
+	var readable string
+	err = pc.QueryRow(ctx, `SELECT coalesce(string_agg(DISTINCT format('%I.%I', n.nspname, c.relname), ', '), '')
+		FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+		JOIN pg_class c ON c.oid = d.refobjid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE r.ev_class IN (SELECT oid FROM pg_class WHERE relnamespace = $1::text::regnamespace)
+		AND c.relkind IN ('r', 'v', 'm', 'p', 'f') AND (n.nspname <> $1::text OR c.relname LIKE 'embedkit\_%')
+		AND has_table_privilege(c.oid, 'SELECT')`, t.pg.cfg.Schema).Scan(&readable)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: check the reader role: %w", err)
+	}
+	if readable != "" {
+		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q can read %s by itself; revoke it", t.pg.cfg.Reader, readable)
+	}
+	for _, v := range m.Views {
+		var ok bool
+		if err := pc.QueryRow(ctx, "SELECT has_table_privilege(format('%I.%I', $1::text, $2::text), 'SELECT')", t.pg.cfg.Schema, v.Name).Scan(&ok); err != nil || !ok {
+			return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the view %q is missing or not readable (run SetupPostgres): %v", v.Name, err)
+		}
+	}
+	return t, nil
+}
+
+// pgConn takes a connection of the tool's pool.
+func (t *SQLTool) pgConn(ctx context.Context) (*sql.Conn, *pgx.Conn, error) {
+	conn, err := t.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("analytics: connect: %w", err)
+	}
+	var pc *pgx.Conn
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("analytics: NewPostgresSQLTool supports PostgreSQL through github.com/jackc/pgx/v5/stdlib only, not %T", dc)
+		}
+		pc = c.Conn()
+		return nil
+	})
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	// A row larger than this fails instead of being read into memory.
+	pc.PgConn().Frontend().SetMaxBodyLen(maxPostgresRowBytes)
+	return conn, pc, nil
+}
+
+// accessJSON encodes a for embedkit_begin: attribute → values as text;
+// the attribute "" stands for every row.
+func accessJSON(a Access) string {
+	m := map[string][]string{}
+	if a.all {
+		m[""] = []string{""}
+	}
+	for attr, vals := range a.values {
+		list := []string{}
+		for _, v := range vals {
+			switch v := v.(type) {
+			case string:
+				list = append(list, v)
+			case float64:
+				list = append(list, strconv.FormatFloat(v, 'f', -1, 64))
+			}
+		}
+		m[attr] = list
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// openPostgres runs q in a read-only transaction of the reader role with
+// the access a, and returns its cursor.
+func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, q string, a Access) (cursor, error) {
+	conn, pc, err := t.pgConn(ctx)
+	if err != nil {
+		return nil, t.ctxOr(ctx, err)
+	}
+	c := &pgCursor{t: t, conn: conn, pc: pc, ctx: ctx, cancel: cancel, timeout: timeout}
+	fail := func(err error) (cursor, error) {
+		err = c.translate(err, true)
+		c.close()
+		return nil, err
+	}
+	if _, err := pc.Exec(ctx, "BEGIN"); err != nil {
+		return fail(err)
+	}
+	c.inTx = true
+	if _, err := pc.Exec(ctx, fmt.Sprintf("SELECT %s.embedkit_begin($1::jsonb)", quoteIdent(t.pg.cfg.Schema)), accessJSON(a)); err != nil {
+		return fail(err)
+	}
+	ms := max(timeout.Milliseconds(), 1)
+	if _, err := pc.Exec(ctx, fmt.Sprintf("SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = %d; SET LOCAL search_path = %s, pg_catalog",
+		ms, quoteIdent(t.pg.cfg.Schema))); err != nil {
+		return fail(err)
+	}
+	sd, err := pc.PgConn().Prepare(ctx, "", q, nil)
+	switch {
+	case err != nil:
+		return fail(err)
+	case len(sd.Fields) == 0:
+		c.close()
+		return nil, toolErr("only a single read-only SELECT statement is allowed")
+	case len(sd.ParamOIDs) > 0:
+		c.close()
+		return nil, toolErr("the query has parameters; write the values into it")
+	}
+	for _, f := range sd.Fields {
+		c.cols = append(c.cols, f.Name)
+		c.oids = append(c.oids, f.DataTypeOID)
+	}
+	c.vals = make([]any, len(c.cols))
+	// Cancellation and the timeout stop the statement at once.
+	c.stop = context.AfterFunc(ctx, c.interrupt)
+	c.rr = pc.PgConn().ExecPrepared(ctx, "", nil, nil, nil)
+	return c, nil
+}
+
+// pgCursor is a query running in a transaction of the reader role.
+type pgCursor struct {
+	t       *SQLTool
+	conn    *sql.Conn
+	pc      *pgx.Conn
+	rr      *pgconn.ResultReader
+	cols    []string
+	oids    []uint32
+	vals    []any
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timeout time.Duration
+	stop    func() bool
+	inTx    bool
+	done    bool
+
+	mu     sync.Mutex // guards closed against interrupt
+	closed bool
+	err    error
+}
+
+func (c *pgCursor) columns() []string { return c.cols }
+func (c *pgCursor) values() []any     { return c.vals }
+func (c *pgCursor) failure() error    { return c.err }
+
+func (c *pgCursor) next(read bool, limit int64) bool {
+	if c.err != nil || c.done || c.closed {
+		return false
+	}
+	if !c.rr.NextRow() {
+		c.done = true
+		if _, err := c.rr.Close(); err != nil {
+			c.err = c.translate(err, false)
+		}
+		return false
+	}
+	if !read {
+		return true
+	}
+	raw := c.rr.Values()
+	var n int64
+	for _, v := range raw {
+		n += int64(len(v)) + 4
+	}
+	if n > limit {
+		c.err = errTooLarge
+		return false
+	}
+	for i, v := range raw {
+		c.vals[i] = pgValue(c.oids[i], v)
+	}
+	return true
+}
+
+// pgValue converts a value in PostgreSQL's text format.
+func pgValue(oid uint32, v []byte) any {
+	if v == nil {
+		return nil
+	}
+	s := string(v)
+	switch oid {
+	case 16: // bool
+		return s == "t"
+	case 20, 21, 23, 26: // int8, int2, int4, oid
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return n
+		}
+	case 700, 701, 1700: // float4, float8, numeric
+		if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+			return f
+		}
+	}
+	return s
+}
+
+// types names the columns' types where PostgreSQL says more than the
+// values: dates and timestamps are time.
+func (c *pgCursor) types() []string {
+	out := make([]string, len(c.oids))
+	for i, oid := range c.oids {
+		switch oid {
+		case 1082, 1114, 1184: // date, timestamp, timestamptz
+			out[i] = "time"
+		case 16:
+			out[i] = "boolean"
+		case 20, 21, 23, 26, 700, 701, 1700:
+			out[i] = "number"
+		default:
+			out[i] = "string"
+		}
+	}
+	return out
+}
+
+func (c *pgCursor) interrupt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		// CancelRequest uses a connection of its own; its own context
+		// bounds it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.pc.PgConn().CancelRequest(ctx)
+	}
+}
+
+func (c *pgCursor) close() {
+	if c.rr != nil && !c.done {
+		c.interrupt()
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+	}
+	if c.rr != nil && !c.done {
+		c.rr.Close()
+	}
+	if c.inTx && !c.pc.PgConn().IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.pc.Exec(ctx, "ROLLBACK")
+		cancel()
+	}
+	c.conn.Close()
+	c.cancel()
+}
+
+// translate turns an error of PostgreSQL into what the caller sees; compile
+// is true before the query runs.
+func (c *pgCursor) translate(err error, compile bool) error {
+	ctx := c.ctx
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return toolErr("the query ran longer than %s and was stopped", c.timeout)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		if strings.Contains(err.Error(), "invalid body length") {
+			return errTooLarge
+		}
+		return fmt.Errorf("analytics: PostgreSQL: %w", err)
+	}
+	switch pe.Code {
+	case "57014": // query_canceled: statement_timeout
+		return toolErr("the query ran longer than %s and was stopped", c.timeout)
+	case "42501": // insufficient_privilege
+		return toolErr("the query may read only the views of the data model (%s)", c.t.modelViews())
+	case "25006": // read_only_sql_transaction
+		return toolErr("only a single read-only SELECT statement is allowed")
+	case "42601": // syntax_error
+		if strings.Contains(pe.Message, "multiple commands") {
+			return toolErr("sqlQuery holds more than one statement; send a single SELECT")
+		}
+	}
+	if compile || strings.HasPrefix(pe.Code, "42") {
+		return toolErr("the query is not valid SQL: %s", pe.Message)
+	}
+	return toolErr("the query failed: %s", pe.Message)
+}

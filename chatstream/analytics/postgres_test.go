@@ -1,0 +1,264 @@
+package analytics_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/analytics"
+)
+
+// pgFixture is the shop of fixtureSQL in a schema of its own, with roles
+// and a tool schema of random names, all dropped in t.Cleanup.
+type pgFixture struct {
+	admin  *sql.DB
+	data   string // schema of the host's tables
+	cfg    analytics.PostgresConfig
+	reader string // DSN of the reader role
+	model  *analytics.Model
+}
+
+func newPGFixture(t testing.TB) *pgFixture {
+	t.Helper()
+	dsn := os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("EMBEDKIT_TEST_POSTGRES_DSN not set; skipping PostgreSQL tests")
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.ToLower(rand.Text()[:10])
+	f := &pgFixture{admin: admin, data: "ek_data_" + tag, cfg: analytics.PostgresConfig{
+		Schema: "ek_tool_" + tag, Owner: "ek_owner_" + tag, Reader: "ek_reader_" + tag,
+	}}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, q := range []string{
+			"DROP SCHEMA IF EXISTS " + f.data + " CASCADE", "DROP SCHEMA IF EXISTS " + f.cfg.Schema + " CASCADE",
+			"DROP OWNED BY " + f.cfg.Owner + ", " + f.cfg.Reader, "DROP ROLE IF EXISTS " + f.cfg.Owner, "DROP ROLE IF EXISTS " + f.cfg.Reader,
+		} {
+			if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+		admin.Close()
+	})
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE SCHEMA " + f.data,
+		"CREATE TABLE " + f.data + ".customers (id integer PRIMARY KEY, name text NOT NULL, country text NOT NULL, region integer NOT NULL)",
+		"CREATE TABLE " + f.data + ".orders (id integer PRIMARY KEY, customer_id integer NOT NULL, amount double precision NOT NULL, created_at date NOT NULL)",
+		"CREATE TABLE " + f.data + ".secrets (id integer PRIMARY KEY, value text)",
+		"INSERT INTO " + f.data + ".customers VALUES (1, 'Anna', 'Germany', 10), (2, 'Ben', 'Germany', 11), (3, 'SECRET-FR Chloe', 'France', 20)",
+		"INSERT INTO " + f.data + ".orders VALUES (1, 1, 10.5, '2025-01-02'), (2, 2, 20, '2025-02-03'), (3, 3, 999, '2025-03-04')",
+		"INSERT INTO " + f.data + ".secrets VALUES (1, 'SECRET-TABLE')",
+		"ANALYZE " + f.data + ".customers",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	f.model = model()
+	f.model.Views[0].SQL = "SELECT id, name, country, region FROM " + f.data + ".customers"
+	f.model.Views[1].SQL = "SELECT o.id, o.amount, o.created_at, c.name AS customer, c.country FROM " + f.data + ".orders o JOIN " + f.data + ".customers c ON c.id = o.customer_id"
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(f.cfg.Reader)
+	f.reader = u.String()
+	return f
+}
+
+func (f *pgFixture) tool(t testing.TB, opts ...analytics.SQLOption) *analytics.SQLTool {
+	t.Helper()
+	if err := analytics.SetupPostgres(context.Background(), f.admin, f.model, f.cfg); err != nil {
+		t.Fatalf("SetupPostgres: %v", err)
+	}
+	db, err := sql.Open("pgx", f.reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tool, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg, opts...)
+	if err != nil {
+		t.Fatalf("NewPostgresSQLTool: %v", err)
+	}
+	return tool
+}
+
+// hostilePostgres is the attack suite in PostgreSQL's dialect; DATA stands
+// for the schema of the host's tables, TOOL for the tool's schema, OWNER
+// for the owner role.
+var hostilePostgres = []hostileCase{
+	{"base table", "SELECT count(*) FROM DATA.customers", -1},
+	{"CTE named like a view", "WITH customers AS (SELECT * FROM DATA.customers) SELECT count(*) FROM customers", -1},
+	{"quoted CTE named like a view", `WITH "customers" AS MATERIALIZED (SELECT * FROM "DATA"."customers") SELECT count(*) FROM "customers"`, -1},
+	{"recursive CTE", "WITH RECURSIVE customers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM customers WHERE n < (SELECT count(*) FROM DATA.customers)) SELECT max(n) FROM customers", -1},
+	{"alias", "SELECT count(*) FROM DATA.customers AS customers", -1},
+	{"scalar subquery", "SELECT (SELECT string_agg(name, ',') FROM DATA.customers)", -1},
+	{"NATURAL JOIN", "SELECT count(*) FROM (SELECT 'France' AS country) x NATURAL JOIN DATA.customers", -1},
+	{"table outside the model", "SELECT * FROM DATA.secrets", -1},
+	{"the source view", "SELECT count(*) FROM TOOL.embedkit_source_customers", -1},
+	{"the access table", "SELECT * FROM TOOL.embedkit_access", -1},
+	{"set the access from the query", "SELECT TOOL.embedkit_begin('{\"\": [\"\"]}'), count(*) FROM customers", -1},
+	{"set the access in a CTE", "WITH a AS (SELECT TOOL.embedkit_begin('{\"country\": [\"France\"]}')) SELECT count(*) FROM customers, a", -1},
+	{"SET ROLE", "SET ROLE OWNER", -1},
+	{"RESET ROLE", "RESET ROLE", -1},
+	{"set_config role", "SELECT set_config('role', 'OWNER', true)", -1},
+	{"set_config session_authorization", "SELECT set_config('session_authorization', 'postgres', true)", -1},
+	{"read-write again", "SELECT set_config('transaction_read_only', 'off', true)", -1},
+	{"pg_read_file", "SELECT pg_read_file('/etc/passwd')", -1},
+	{"pg_ls_dir", "SELECT * FROM pg_ls_dir('.')", -1},
+	{"lo_import", "SELECT lo_import('/etc/passwd')", -1},
+	{"dblink", "SELECT * FROM dblink('dbname=test', 'SELECT name FROM DATA.customers') AS t(name text)", -1},
+	{"COPY", "COPY (SELECT 1) TO STDOUT", -1},
+	{"two statements", "SELECT 1; SELECT 2", -1},
+	{"COMMIT", "COMMIT", -1},
+	{"write", "INSERT INTO TOOL.embedkit_access VALUES (1, 1, '', '')", -1},
+	{"DDL", "CREATE TEMP VIEW x AS SELECT 1", -1},
+	{"parameters", "SELECT $1::int", -1},
+	// Legitimate SQL, and attacks that run but change nothing.
+	{"view", "SELECT count(*) FROM customers", 2},
+	{"quoted view", `SELECT count(*) FROM "customers"`, 2},
+	{"qualified view", "SELECT count(*) FROM TOOL.customers", 2},
+	{"upper case folds", "SELECT count(*) FROM CUSTOMERS", 2},
+	{"CTE of any name", "WITH customers AS (SELECT * FROM customers) SELECT count(*) FROM customers", 2},
+	{"subquery and alias", "SELECT count(*) FROM (SELECT * FROM orders) AS customers", 2},
+	{"set_config of any setting changes no filter", "SELECT count(*) FROM customers, (SELECT set_config('embedkit.country', 'France', true), set_config('search_path', 'DATA', true)) AS x", 2},
+	{"current_setting", "SELECT count(*) FROM customers WHERE current_setting('search_path') <> ''", 2},
+	{"an error on a hidden row never fires", "SELECT count(*) FROM customers WHERE 1 / (CASE WHEN name LIKE 'SECRET%' THEN 0 ELSE 1 END) = 1", 2},
+	{"catalog metadata is visible", "SELECT count(*) FROM (SELECT relname FROM pg_class WHERE relname IN ('customers', 'secrets') LIMIT 2) AS m", 2},
+	{"statistics of the base tables are not", "SELECT count(*) + 2 FROM pg_stats WHERE schemaname = 'DATA'", 2},
+	{"no table", "SELECT 2", 2},
+}
+
+func pgCase(f *pgFixture, q string) string {
+	return strings.NewReplacer("DATA", f.data, "TOOL", f.cfg.Schema, "OWNER", f.cfg.Owner).Replace(q)
+}
+
+func TestHostilePostgres(t *testing.T) {
+	f := newPGFixture(t)
+	tool := f.tool(t)
+	for _, c := range hostilePostgres {
+		t.Run(c.name, func(t *testing.T) {
+			c.q = pgCase(f, c.q)
+			checkHostile(t, tool, c)
+		})
+	}
+	// The tables behind the views and outside the model stay unread:
+	// nothing of theirs in any result, for any user.
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT name, country, region FROM customers ORDER BY id"})
+	if err != nil || len(res.Data) != 2 || res.Data[0][0] != "Anna" || res.Data[0][2] != int64(10) {
+		t.Errorf("German customers: %v %v", res, err)
+	}
+	res, err = tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT count(*), sum(amount), min(created_at) FROM orders"})
+	if err != nil || res.Data[0][0] != int64(3) || res.Data[0][1] != 1029.5 || res.Schema[2].ColumnType != "time" {
+		t.Errorf("internal orders: %+v %v", res, err)
+	}
+	for _, u := range []chatstream.User{{ExternalID: "x"}, {ExternalID: "x", Attributes: map[string]any{"country": "x') OR true --"}}} {
+		res, err := tool.Run(t.Context(), chatstream.Turn{User: u}, analytics.SQLInput{SQLQuery: "SELECT count(*) FROM customers"})
+		if err != nil || res.Data[0][0] != int64(0) {
+			t.Errorf("%v: %v %v, want no rows", u, res, err)
+		}
+	}
+}
+
+func TestPostgresBoundedCost(t *testing.T) {
+	f := newPGFixture(t)
+	tool := f.tool(t, analytics.WithTimeout(500*time.Millisecond))
+	for _, q := range []string{
+		"SELECT count(*) FROM generate_series(1, 10000000000)",
+		"SELECT set_config('statement_timeout', '0', true), pg_sleep(5)",
+		"SELECT pg_sleep(5)",
+	} {
+		start := time.Now()
+		_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		toolError(t, q, err, "longer than 500ms")
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("%s took %v", q, took)
+		}
+	}
+	sized := f.tool(t)
+	for _, q := range []string{
+		"SELECT repeat('x', 20000000)",
+		"SELECT repeat('x', 1000000) FROM generate_series(1, 8)",
+		"SELECT " + strings.Repeat("1, ", 100) + "1",
+	} {
+		_, err := sized.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		toolError(t, q, err, "result too large")
+	}
+	// The tool works after each of them.
+	if _, err := sized.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT count(*) FROM customers"}); err != nil {
+		t.Error(err)
+	}
+
+	// A cancelled caller stops the query at once.
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := tool.Run(ctx, chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT pg_sleep(5)"})
+	if !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
+		t.Errorf("cancelled: %v after %v", err, time.Since(start))
+	}
+
+	// QueryData streams past the row limit and the size cap.
+	rows, err := tool.QueryData(t.Context(), chatstream.Turn{User: german}, "SELECT c.name, g FROM customers c, generate_series(1, 3000) g", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readAll(t, rows)); n != 6000 {
+		t.Errorf("%d rows, want 6000", n)
+	}
+	_, err = tool.QueryData(t.Context(), chatstream.Turn{User: german}, "SELECT * FROM "+f.data+".customers", 0)
+	if qe, ok := errors.AsType[*chatstream.QueryError](err); !ok || strings.Contains(qe.Msg, "customers\"") {
+		t.Errorf("QueryData of a base table: %v", err)
+	}
+}
+
+// TestSetupPostgresConcurrently: replicas that start at once all set up,
+// and the result is the same as one setup.
+func TestSetupPostgresConcurrently(t *testing.T) {
+	f := newPGFixture(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- analytics.SetupPostgres(context.Background(), f.admin, f.model, f.cfg) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	tool := f.tool(t)
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT count(*) FROM orders"})
+	if err != nil || res.Data[0][0] != int64(2) {
+		b, _ := json.Marshal(res)
+		t.Errorf("after concurrent setups: %s %v", b, err)
+	}
+
+	// A reader that can read a base table itself is refused.
+	if _, err := f.admin.Exec("GRANT USAGE ON SCHEMA " + f.data + " TO " + f.cfg.Reader + "; GRANT SELECT ON " + f.data + ".customers TO " + f.cfg.Reader); err != nil {
+		t.Fatal(err)
+	}
+	db, _ := sql.Open("pgx", f.reader)
+	defer db.Close()
+	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "can read") {
+		t.Errorf("a reader that can read customers: %v", err)
+	}
+}

@@ -1,0 +1,552 @@
+package chatstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+// DataPattern is the path of the data query API, with {accountName} and
+// {agentId} wildcards (http.ServeMux and gorilla/mux syntax).
+const DataPattern = "/api/v1/public/{accountName}/agents/{agentId}/sql"
+
+// CSVContentType is the media type of a data query answered as CSV (the
+// request's Accept header names text/csv).
+const CSVContentType = "text/csv; charset=utf-8"
+
+// Trailers of a data query answered as CSV: the rows sent, and whether the
+// row cap cut the result ("true" or "false").
+const (
+	TrailerTotalRows = "Embedkit-Total-Rows"
+	TrailerTruncated = "Embedkit-Truncated"
+)
+
+// DataAgent is an [Agent] whose tools read a [DataSource]: the handler's
+// data query API (POST .../agents/{agentId}/sql) runs queries through the
+// same source, so a host registers an agent's data once, where its agent
+// gets its tools. [NewHandler] looks for this interface on the agent it is
+// given.
+type DataAgent interface {
+	Agent
+	// DataSource returns the data source of the agent agentID of account
+	// accountName, or nil when that agent has none (the data query API
+	// then answers 404 "agent has no data source").
+	DataSource(accountName, agentID string) DataSource
+}
+
+// DataRequest is the body of a data query request. The handler decodes it
+// and [Client.QueryData] sends it.
+type DataRequest struct {
+	// SQLQuery is the query to run, typically the sqlQuery of a svcSqlApi
+	// tool result. Required.
+	SQLQuery string `json:"sqlQuery"`
+	// SessionSettings names the user whose row access applies, as in a
+	// chat request: required with an API key; optional with a session
+	// token, where it must name the token's user.
+	SessionSettings *SessionSettings `json:"sessionSettings,omitempty"`
+	// ActiveBranchName is the development branch to query instead of the
+	// main branch, as in a chat request.
+	ActiveBranchName string `json:"activeBranchName,omitempty"`
+}
+
+// decodeDataRequest decodes and validates a data query body; needSettings
+// is true with an API key. Every error is a 4xx *wire.Error naming the
+// field.
+func decodeDataRequest(body []byte, needSettings bool) (DataRequest, error) {
+	var req DataRequest
+	if err := wire.Unmarshal(body, &req); err != nil {
+		return DataRequest{}, err
+	}
+	if strings.TrimSpace(req.SQLQuery) == "" {
+		return DataRequest{}, wire.BadRequest("sqlQuery is required")
+	}
+	if err := checkBranchName(req.ActiveBranchName); err != nil {
+		return DataRequest{}, err
+	}
+	if err := validateSettings(req.SessionSettings, needSettings); err != nil {
+		return DataRequest{}, err
+	}
+	if err := refuseRoles(body, req.SessionSettings); err != nil {
+		return DataRequest{}, err
+	}
+	return req, nil
+}
+
+// checkText refuses a request holding a string that is not valid UTF-8
+// before the client encodes it (see [Request.checkText]).
+func (r *DataRequest) checkText() error {
+	for _, f := range []struct{ name, v string }{{"sqlQuery", r.SQLQuery}, {"activeBranchName", r.ActiveBranchName}} {
+		if !utf8.ValidString(f.v) {
+			return wire.BadRequest("%s must be valid UTF-8", f.name)
+		}
+	}
+	return r.SessionSettings.checkText()
+}
+
+var errNoDataSource = wire.Errorf(http.StatusNotFound, "agent has no data source")
+
+// Sizes of the pieces a data query is streamed in: a data line (or a run of
+// CSV records) holds at most dataBatchRows rows and is sent once it holds
+// dataBatchBytes, so that memory stays flat whatever the rows hold.
+const (
+	dataBatchRows  = 1000
+	dataBatchBytes = 256 << 10
+)
+
+// serveData answers the data query API: it runs the request's SQL with the
+// agent's data source for the caller's user and streams the rows, as
+// NDJSON or, when the request accepts text/csv, as CSV.
+func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
+	c, req, err := admit(h, w, r, decodeDataRequest, func(q DataRequest) *SessionSettings { return q.SessionSettings })
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var ds DataSource
+	if h.data != nil {
+		ds = h.data.DataSource(c.acct.Name, c.agent.ID)
+	}
+	if ds == nil {
+		h.fail(w, r, errNoDataSource)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.dataTimeout)
+	defer cancel()
+	t, err := h.dataTurn(ctx, c, req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rows, err := ds.QueryData(ctx, t, req.SQLQuery, h.cfg.dataTimeout)
+	if err != nil {
+		h.fail(w, r, h.queryFailure(ctx, err))
+		return
+	}
+	defer rows.Close()
+	// The status waits for the first row (or the end): a query that fails
+	// before it is a 4xx answer, not a stream that ends in an error.
+	more := rows.Next()
+	if !more {
+		if err := rows.Err(); err != nil {
+			h.fail(w, r, h.queryFailure(ctx, err))
+			return
+		}
+	}
+
+	out := &dataStream{csv: acceptsCSV(r), lw: h.newLineWriter(r, w)}
+	defer out.lw.end()
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	if out.csv {
+		out.lw.contentType = CSVContentType
+		hd.Set("Content-Disposition", `attachment; filename="result.csv"`)
+		hd.Set("Trailer", TrailerTotalRows+", "+TrailerTruncated)
+	}
+	out.header(rows.Columns())
+	if !out.send() {
+		return
+	}
+	total, truncated := 0, false
+	for ; more; more = rows.Next() {
+		if total == h.cfg.dataRowLimit {
+			truncated = true
+			break
+		}
+		out.row(rows.Values())
+		total++
+		if out.rows == dataBatchRows || len(out.buf) >= dataBatchBytes {
+			if !out.send() {
+				return
+			}
+		}
+	}
+	if err := rows.Err(); err != nil && !truncated {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		status, msg := wire.Status(h.queryFailure(ctx, err))
+		if status >= http.StatusInternalServerError {
+			msg = "the query failed"
+			if h.cfg.log != nil {
+				h.cfg.log.LogAttrs(r.Context(), slog.LevelError, "data query failed while streaming", slog.String("error", err.Error()))
+			}
+		}
+		if out.csv {
+			// What was sent stays a cut file: the response ends without
+			// its last chunk, so no client takes it for a whole one.
+			out.send()
+			panic(http.ErrAbortHandler)
+		}
+		out.fail(msg)
+		out.send()
+		return
+	}
+	if out.csv {
+		if !out.send() {
+			return
+		}
+		hd.Set(TrailerTotalRows, strconv.Itoa(total))
+		hd.Set(TrailerTruncated, strconv.FormatBool(truncated))
+		return
+	}
+	out.end(total, truncated)
+	out.send()
+}
+
+// dataTurn describes the caller's user and branch as a turn does, for the
+// data source: with an API key, the user of sessionSettings, provisioned
+// as a chat turn provisions it.
+func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (Turn, error) {
+	var (
+		user  store.User
+		scope store.Scope
+	)
+	if c.es != nil {
+		user, scope = c.es.User, c.es.Session.Scope()
+	} else {
+		now := h.cfg.now()
+		lim := h.cfg.limitsOf(c.acct)
+		err := h.st.InTx(ctx, func(tx store.Tx) error {
+			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
+			user, scope = res.User, res.Scope
+			return err
+		})
+		if err != nil {
+			return Turn{}, err
+		}
+	}
+	attrs, err := h.st.AttributeValues(ctx, user.ID, scope)
+	if err != nil {
+		return Turn{}, err
+	}
+	groups, err := h.st.Memberships(ctx, user.ID, scope)
+	if err != nil {
+		return Turn{}, err
+	}
+	return Turn{
+		AccountName:      c.acct.Name,
+		AgentID:          c.agent.ID,
+		User:             turnUser(user, attrs, groups),
+		ActiveBranchName: req.ActiveBranchName,
+		IsDefaultBranch:  req.ActiveBranchName == "",
+		Branches:         c.acct.Branches,
+		DeploymentID:     c.agent.DeploymentID,
+	}, nil
+}
+
+// queryFailure maps an error of a data source to the answer: a
+// *[QueryError], or running out of the handler's time, is a 400 with its
+// message; the client going away is its own error; anything else is the
+// source's fault (500, logged).
+func (h *Handler) queryFailure(ctx context.Context, err error) error {
+	if qe, ok := errors.AsType[*QueryError](err); ok {
+		return wire.Errorf(http.StatusBadRequest, "%s", qe.Msg)
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return wire.Errorf(http.StatusBadRequest, "the query ran longer than %s and was stopped", h.cfg.dataTimeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("chatstream: data query: %w", err)
+}
+
+// acceptsCSV reports whether the request's Accept header names text/csv
+// (with a non-zero quality).
+func acceptsCSV(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil || mt != "text/csv" {
+				continue
+			}
+			if q, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(q, 64); err == nil && f <= 0 {
+					continue
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// dataStream encodes a data query's answer into buf, a batch at a time,
+// and sends each batch through lw.
+type dataStream struct {
+	csv  bool
+	lw   *lineWriter
+	buf  []byte
+	rows int // rows in the open data line (NDJSON)
+}
+
+// header writes the schema line, or the CSV header record.
+func (s *dataStream) header(cols []DataColumn) {
+	if s.csv {
+		for i, c := range cols {
+			if i > 0 {
+				s.buf = append(s.buf, ',')
+			}
+			s.buf = appendCSVField(s.buf, c.Name)
+		}
+		s.endRecord(len(cols))
+		return
+	}
+	if cols == nil {
+		cols = []DataColumn{}
+	}
+	line, err := encodeJSON(struct {
+		Schema []DataColumn `json:"schema"`
+	}{cols})
+	if err != nil { // unreachable: names and types are strings
+		line = []byte(`{"schema":[]}` + "\n")
+	}
+	s.buf = append(s.buf, line...)
+}
+
+// row adds one row to the batch.
+func (s *dataStream) row(vals []any) {
+	if s.csv {
+		for i, v := range vals {
+			if i > 0 {
+				s.buf = append(s.buf, ',')
+			}
+			s.buf = appendCSVValue(s.buf, v)
+		}
+		s.endRecord(len(vals))
+		return
+	}
+	if s.rows == 0 {
+		s.buf = append(s.buf, `{"data":[`...)
+	} else {
+		s.buf = append(s.buf, ',')
+	}
+	s.buf = append(s.buf, '[')
+	for i, v := range vals {
+		if i > 0 {
+			s.buf = append(s.buf, ',')
+		}
+		s.buf = appendJSONValue(s.buf, v)
+	}
+	s.buf = append(s.buf, ']')
+	s.rows++
+}
+
+// endRecord ends a CSV record of n fields. A record of one empty field
+// is written as "" rather than as an empty line, which CSV readers skip.
+func (s *dataStream) endRecord(n int) {
+	if n == 1 && (len(s.buf) == 0 || s.buf[len(s.buf)-1] == '\n') {
+		s.buf = append(s.buf, '"', '"')
+	}
+	s.buf = append(s.buf, '\r', '\n')
+}
+
+// closeLine ends the open data line, if any.
+func (s *dataStream) closeLine() {
+	if s.rows > 0 {
+		s.buf = append(s.buf, "]}\n"...)
+		s.rows = 0
+	}
+}
+
+// end writes the totalRows line.
+func (s *dataStream) end(total int, truncated bool) {
+	s.closeLine()
+	s.buf = append(s.buf, `{"totalRows":`...)
+	s.buf = strconv.AppendInt(s.buf, int64(total), 10)
+	if truncated {
+		s.buf = append(s.buf, `,"truncated":true`...)
+	}
+	s.buf = append(s.buf, "}\n"...)
+}
+
+// fail writes the error line that ends a stream whose query failed.
+func (s *dataStream) fail(msg string) {
+	s.closeLine()
+	line, err := encodeJSON(struct {
+		Error string `json:"error"`
+	}{msg})
+	if err != nil { // unreachable: a string always encodes
+		line = []byte(`{"error":"the query failed"}` + "\n")
+	}
+	s.buf = append(s.buf, line...)
+}
+
+// send writes and flushes the batch; false once the client is gone.
+func (s *dataStream) send() bool {
+	s.closeLine()
+	ok := s.lw.write(s.buf) && s.lw.flush()
+	s.buf = s.buf[:0]
+	return ok
+}
+
+// appendJSONValue appends v, a value of [DataRows.Values], as JSON. A
+// number that is not finite, which JSON cannot hold, is the string "NaN",
+// "Infinity" or "-Infinity" (as PostgreSQL's to_json writes it).
+func appendJSONValue(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...)
+	case string:
+		return appendJSONString(b, x)
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return appendJSONString(b, nonFinite(x))
+		}
+		return appendFloat(b, x)
+	case bool:
+		return strconv.AppendBool(b, x)
+	}
+	// Not a type of the DataRows contract: its text, rather than a broken
+	// line.
+	return appendJSONString(b, fmt.Sprint(v))
+}
+
+// nonFinite names a NaN or an infinity.
+func nonFinite(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case f > 0:
+		return "Infinity"
+	}
+	return "-Infinity"
+}
+
+// appendFloat appends a finite f as encoding/json writes a float64: the
+// shortest decimal that reads back as f, in exponent form only for very
+// large or small magnitudes.
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-07 is e-7, as in encoding/json.
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it without HTML escaping: invalid UTF-8 becomes U+FFFD, and
+// U+2028 and U+2029 are escaped (JavaScript reads them as line ends).
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendCSVValue appends v, a value of [DataRows.Values], as a CSV field:
+// null is an empty field; numbers and booleans as in JSON (a number that
+// is not finite as NaN, Infinity or -Infinity).
+func appendCSVValue(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return b
+	case string:
+		return appendCSVField(b, x)
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return append(b, nonFinite(x)...)
+		}
+		return appendFloat(b, x)
+	case bool:
+		return strconv.AppendBool(b, x)
+	}
+	return appendCSVField(b, fmt.Sprint(v))
+}
+
+// appendCSVField appends a text field as RFC 4180 writes it: quoted when
+// it holds a comma, a quote or a line break, with quotes doubled. Invalid
+// UTF-8 becomes U+FFFD. A text starting with = + - @, a tab or a carriage
+// return gets a leading ' so that a spreadsheet shows it as text rather
+// than running it as a formula: a query's text is written by whoever
+// controls the model's prompt or the data, and must not become a formula
+// in the file a user opens.
+func appendCSVField(b []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if s != "" && strings.IndexByte("=+-@\t\r", s[0]) >= 0 {
+		s = "'" + s
+	}
+	if !strings.ContainsAny(s, ",\"\r\n") {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			break
+		}
+		b = append(b, s[:i+1]...)
+		b = append(b, '"')
+		s = s[i+1:]
+	}
+	b = append(b, s...)
+	return append(b, '"')
+}

@@ -1,0 +1,127 @@
+package chatstream
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/embedkit/embedkit/internal/wire"
+)
+
+// FuzzDataRequest feeds hostile bodies to the data query API's decoding:
+// it never panics, every refusal is a 400 naming what is wrong, and an
+// accepted request holds a query and valid text only.
+func FuzzDataRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"sqlQuery":"SELECT 1","sessionSettings":{"externalId":"a"}}`,
+		`{"sqlQuery":"SELECT 1","activeBranchName":"dev-1","sessionSettings":{"externalId":"a","userAttributes":[{"name":"country","value":["DE",1]}]}}`,
+		`{"sqlQuery":"SELECT 1","sessionSettings":{"internalId":"alice@acme.test","roles":["admin"]}}`,
+		`{"sqlQuery":"\ud800","sessionSettings":{"externalId":"a"}}`,
+		`{"sqlQuery":" ","sessionSettings":null}`,
+		`{"sqlQuery":["x"]}`, `[]`, `null`, `{"sqlQuery":"x"} {}`, "{\"sqlQuery\":\"a\xff\"}",
+		`{"sqlQuery":"x","sessionSettings":{"externalId":"a","ephemeralTtlSeconds":-1}}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, needSettings bool) {
+		req, err := decodeDataRequest(body, needSettings)
+		if err != nil {
+			e, ok := err.(*wire.Error)
+			if !ok || e.Status != http.StatusBadRequest || e.Message == "" || !utf8.ValidString(e.Message) {
+				t.Fatalf("refusal %T %v is not a 400 with a message", err, err)
+			}
+			return
+		}
+		if strings.TrimSpace(req.SQLQuery) == "" || !utf8.ValidString(req.SQLQuery) || !utf8.ValidString(req.ActiveBranchName) ||
+			strings.ContainsRune(req.SQLQuery, 0) {
+			t.Fatalf("accepted %q", body)
+		}
+		if needSettings && req.SessionSettings == nil {
+			t.Fatalf("accepted without sessionSettings: %q", body)
+		}
+		if err := req.checkText(); err != nil {
+			t.Fatalf("accepted text the client refuses: %v", err)
+		}
+	})
+}
+
+// FuzzDataValues checks the hand-written encoders of the data stream
+// against the standard library: a string and a float encode as
+// encoding/json encodes them (without HTML escaping), and a CSV record
+// reads back, with encoding/csv, as the values written.
+func FuzzDataValues(f *testing.F) {
+	for _, s := range []string{"", "a,b", `"`, "x\r\ny", "\u2028", "bad\xff", "=1+1", "-2", "\x00\x1f\x7f", "é日本", `\.`} {
+		f.Add(s, "next", 1.5)
+	}
+	f.Add("", "", 1e21)
+	f.Add("", "", 1e-7)
+	f.Add("", "", -0.0)
+	f.Add("", "", math.MaxFloat64)
+	f.Add("", "", 5e-324)
+	f.Fuzz(func(t *testing.T, s1, s2 string, x float64) {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		for _, s := range []string{s1, s2} {
+			want.Reset()
+			if err := enc.Encode(s); err != nil {
+				t.Fatal(err)
+			}
+			if got := string(appendJSONValue(nil, s)); got+"\n" != want.String() {
+				t.Fatalf("string %q encodes as %s, encoding/json %s", s, got, want.String())
+			}
+		}
+		got := string(appendJSONValue(nil, x))
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			if got != `"`+nonFinite(x)+`"` {
+				t.Fatalf("%v encodes as %s", x, got)
+			}
+		} else {
+			want.Reset()
+			if err := enc.Encode(x); err != nil {
+				t.Fatal(err)
+			}
+			if got+"\n" != want.String() {
+				t.Fatalf("%v encodes as %s, encoding/json %s", x, got, want.String())
+			}
+		}
+
+		// One record of the two texts and the number, and one of the
+		// first text alone.
+		for _, rec := range [][]any{{s1, s2, x}, {s1}} {
+			s := dataStream{csv: true}
+			s.row(rec)
+			r := csv.NewReader(bytes.NewReader(s.buf))
+			got, err := r.Read()
+			if err != nil {
+				t.Fatalf("record %q of %q does not read back: %v", s.buf, rec, err)
+			}
+			if len(got) != len(rec) {
+				t.Fatalf("record %q reads back as %d fields, want %d", s.buf, len(got), len(rec))
+			}
+			for i, v := range rec {
+				want := string(appendCSVValue(nil, v))
+				if str, ok := v.(string); ok {
+					want = strings.ToValidUTF8(str, "\uFFFD")
+					if want != "" && strings.IndexByte("=+-@\t\r", want[0]) >= 0 {
+						want = "'" + want
+					}
+				}
+				// encoding/csv drops the \r of a \r\n inside a quoted field.
+				want = strings.ReplaceAll(want, "\r\n", "\n")
+				if got[i] != want {
+					t.Fatalf("field %d of %q reads back as %q, want %q", i, s.buf, got[i], want)
+				}
+			}
+			if _, err := r.Read(); err == nil {
+				t.Fatalf("record %q reads as more than one", s.buf)
+			}
+		}
+	})
+}
