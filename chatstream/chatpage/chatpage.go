@@ -232,6 +232,9 @@ type Me struct {
 	// agent, relative to the page's origin.
 	StreamURL string `json:"streamUrl"`
 	AbortURL  string `json:"abortUrl"`
+	// DataURL is the data query API for this account and agent, which
+	// the page's "Download CSV" calls with a result's sqlQuery.
+	DataURL string `json:"dataUrl"`
 	// ExpiresAt is when the token expires.
 	ExpiresAt time.Time `json:"expiresAt"`
 }
@@ -291,6 +294,7 @@ func (h *Handler) me(ctx context.Context, es middleware.EmbedSession) (Me, error
 		AgentID:     id,
 		StreamURL:   h.o.chatBase + chatPath(chatstream.StreamPattern),
 		AbortURL:    h.o.chatBase + chatPath(chatstream.AbortPattern),
+		DataURL:     h.o.chatBase + chatPath(chatstream.DataPattern),
 		ExpiresAt:   es.Session.ExpiresAt.UTC(),
 	}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/input"
@@ -717,6 +719,69 @@ func TestBrowser(t *testing.T) {
 		tb2.eval(chat(`(w.sessionStorage.setItem("embedkit.tokenExpiresAt", new Date(Date.now() + 1500).toISOString()), w.location.reload(), true)`), nil)
 		tb2.waitFor("the host to get embedkit:session-expired at expiry", `document.body.dataset.sessionExpired === "true"`, 20*time.Second)
 		tb2.noProblems()
+	})
+
+	t.Run("Download CSV gets every row through the data query API; Show SQL shows the query", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		dl := t.TempDir()
+		if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
+			t.Fatal(err)
+		}
+		tb.open("liam")
+		tb.ask("revenue by month")
+		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table") && d.querySelector(".ek-download")`), 60*time.Second)
+		var shown struct {
+			SQL, Step string
+			Hidden    bool
+			Headers   []string
+			First     []string
+		}
+		tb.eval(chat(`(d.querySelector(".ek-show-sql").click(), {
+			sql: d.querySelector(".ek-table-sql").textContent, hidden: d.querySelector(".ek-table-sql").hidden,
+			step: d.querySelector(".ek-step .ek-sql code").textContent,
+			headers: [...d.querySelectorAll(".ek-table thead th")].map((th) => th.textContent),
+			first: [...d.querySelectorAll(".ek-table tbody tr")].map((tr) => tr.cells[0].textContent) })`), &shown)
+		if shown.Hidden || shown.SQL == "" || shown.SQL != shown.Step {
+			t.Errorf("Show SQL: hidden %v, %q, want the step's %q", shown.Hidden, shown.SQL, shown.Step)
+		}
+		tb.eval(chat(`(d.querySelector(".ek-download").click(), true)`), nil)
+		var file string
+		deadline := time.Now().Add(20 * time.Second)
+		for file == "" {
+			ents, _ := os.ReadDir(dl)
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), ".csv") {
+					file = filepath.Join(dl, e.Name())
+				}
+			}
+			if time.Now().After(deadline) {
+				var status string
+				tb.eval(chat(`d.querySelector(".ek-table-status").textContent`), &status)
+				t.Fatalf("no CSV downloaded (status %q)", status)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll()
+		if err != nil {
+			t.Fatalf("CSV %q: %v", b, err)
+		}
+		if len(recs) < 2 || strings.Join(recs[0], ",") != strings.Join(shown.Headers, ",") {
+			t.Fatalf("CSV header %q, table header %q", recs[0], shown.Headers)
+		}
+		var first []string
+		for _, r := range recs[1:] {
+			first = append(first, r[0])
+		}
+		if strings.Join(first, ",") != strings.Join(shown.First, ",") {
+			t.Errorf("CSV rows %q, table rows %q", first, shown.First)
+		}
+		t.Logf("downloaded %s: %d rows", filepath.Base(file), len(recs)-1)
+		tb.noProblems()
 	})
 
 	t.Run("a failed sessionId shows the failure and never falls back to the earlier user", func(t *testing.T) {

@@ -3,7 +3,7 @@
 // renders them, stops and rejoins turns, and tells the parent window when
 // the session has expired.
 import { renderMarkdown } from "./markdown.js";
-import { renderTool } from "./render.js";
+import { renderTool, setDownload } from "./render.js";
 
 const TOKEN_KEY = "embedkit.token";
 const EXPIRES_KEY = "embedkit.tokenExpiresAt";
@@ -581,6 +581,16 @@ async function boot() {
     return;
   }
   me = await res.json();
+  // "Download CSV" asks the data query API for every row, as CSV.
+  setDownload(async (sqlQuery) => {
+    const r = await api(me.dataUrl, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "text/csv" },
+      body: JSON.stringify({ sqlQuery }),
+    });
+    if (r.status === 401) sessionExpired();
+    return r;
+  });
   renderAvatar();
   watchExpiry(storage.getItem(EXPIRES_KEY) || me.expiresAt);
   setBusy(false);

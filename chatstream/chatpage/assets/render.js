@@ -80,6 +80,8 @@ export function renderTool(box, msg) {
   if (Array.isArray(result.data) && (Array.isArray(result.schema) || result.data.length === 0 || !Array.isArray(result.data[0]))) {
     const rows = toObjects(result);
     box.append(table(result, rows));
+    const query = typeof result.sqlQuery === "string" && result.sqlQuery ? result.sqlQuery : typeof input.sqlQuery === "string" ? input.sqlQuery : "";
+    if (query) box.append(tableActions(query, result.queryTitle || input.queryTitle));
     const spec = parseJSON(result.vegaSpec || input.vegaSpec);
     if (spec && typeof spec === "object" && rows.length > 0) box.append(chart(box, spec, rows, result.queryTitle));
   }
@@ -152,6 +154,82 @@ function table(result, rows) {
     body.append(tr);
   }
   wrap.append(t);
+  return wrap;
+}
+
+// download is how "Download CSV" fetches every row of a query: the chat
+// page sets it (it holds the token and the data query API's URL). It
+// returns the response, or throws.
+let download = null;
+
+export function setDownload(fn) {
+  download = fn;
+}
+
+// fileName makes a CSV file name of a query title.
+function fileName(title) {
+  let name = "";
+  for (const c of String(title || "")) {
+    if (name.length >= 80) break;
+    name += /[A-Za-z0-9 ._-]/.test(c) ? c : "_";
+  }
+  name = name.trim();
+  return (name || "result") + ".csv";
+}
+
+// tableActions are the buttons under a result table: "Download CSV"
+// (every row, through the data query API) and "Show SQL".
+function tableActions(query, title) {
+  const bar = el("div", "ek-table-actions");
+  const dl = el("button", "ek-link-button ek-download", "Download CSV");
+  dl.type = "button";
+  const toggle = el("button", "ek-link-button ek-show-sql", "Show SQL");
+  toggle.type = "button";
+  toggle.setAttribute("aria-expanded", "false");
+  const status = el("span", "ek-table-status");
+  status.setAttribute("role", "status");
+  const pre = el("pre", "ek-code ek-sql ek-table-sql");
+  pre.append(el("code", "", query));
+  pre.hidden = true;
+  toggle.addEventListener("click", () => {
+    pre.hidden = !pre.hidden;
+    toggle.textContent = pre.hidden ? "Show SQL" : "Hide SQL";
+    toggle.setAttribute("aria-expanded", String(!pre.hidden));
+  });
+  dl.addEventListener("click", async () => {
+    if (!download || dl.disabled) return;
+    dl.disabled = true;
+    status.className = "ek-table-status";
+    status.textContent = "Preparing the file…";
+    try {
+      const res = await download(query);
+      if (!res.ok) {
+        let msg = "HTTP " + res.status;
+        try {
+          const j = await res.json();
+          if (j && typeof j.error === "string") msg = j.error;
+        } catch (_) { /* not JSON */ }
+        throw new Error(msg);
+      }
+      const blob = await res.blob();
+      const a = el("a");
+      a.href = URL.createObjectURL(blob);
+      a.download = fileName(title);
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+      status.textContent = "";
+    } catch (err) {
+      status.className = "ek-table-status ek-tool-error";
+      status.textContent = "The download failed: " + String((err && err.message) || err);
+    } finally {
+      dl.disabled = false;
+    }
+  });
+  bar.append(dl, toggle, status);
+  const wrap = el("div", "ek-table-extra");
+  wrap.append(bar, pre);
   return wrap;
 }
 
