@@ -2,7 +2,8 @@
 // application chats with an analytics agent inside an iframe, with
 // answers streamed as they are written, Markdown rendered safely, tool
 // calls as collapsible steps showing their SQL, results as HTML tables
-// and Vega-Lite specs as charts.
+// (with Download CSV, every row through the data query API, and Show
+// SQL) and Vega-Lite specs as charts.
 //
 // The page is built for a hostile environment. The shell carries no user
 // data and needs no cookie, so it loads in a cross-site iframe whose

@@ -246,6 +246,10 @@ const charts = new Set();
 window.addEventListener("message", (e) => {
   if (!e.source || !e.data || typeof e.data !== "object") return;
   for (const c of charts) {
+    if (!c.frame.isConnected) {
+      charts.delete(c); // its box was drawn again or cleared
+      continue;
+    }
     if (c.frame.contentWindow === e.source) {
       c.onMessage(e.data);
       return;
@@ -322,7 +326,7 @@ function chart(owner, spec, rows, title) {
       case "chart-ready":
         clearTimeout(timer);
         // The frame's origin is opaque: it has no name to target.
-        frame.contentWindow.postMessage({ embedkit: "chart", spec: s, config }, "*");
+        frame.contentWindow?.postMessage({ embedkit: "chart", spec: s, config }, "*");
         break;
       case "chart-drawn":
       case "chart-size":
