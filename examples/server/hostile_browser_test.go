@@ -266,9 +266,10 @@ func TestBrowserHostileModel(t *testing.T) {
 		longest = max(longest, d)
 	}
 	t.Logf("100 KB adversarial Markdown: renderMarkdown %.1f ms, with layout %.1f ms; longest task of the page while it streamed in: %.0f ms (%d long tasks)", page.RenderMS, page.LayoutMS, longest, len(page.LongTasks))
-	// Generous bounds for a busy CI machine; a backtracking renderer
-	// takes minutes on this message.
-	if page.RenderMS > 1000 || longest > 5000 {
+	// Generous bounds for a busy CI machine (two shared cores can slow
+	// the page tenfold); a backtracking renderer takes minutes on this
+	// message.
+	if page.RenderMS > 3000 || longest > 8000 {
 		t.Errorf("the adversarial message froze the page: render %.0f ms, longest task %.0f ms", page.RenderMS, longest)
 	}
 

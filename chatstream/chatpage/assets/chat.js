@@ -197,19 +197,34 @@ function signature(m) {
   return JSON.stringify([m.content, m.isInProcess, m.toolCall?.input, m.toolCall?.result]);
 }
 
+// Messages are drawn again at most once a frame, and, when drawing takes
+// long (a very long message streams in, and each delta redraws all of
+// it), with at least twice the time the last drawing took free before the
+// next: the page keeps most of its time for the user whatever the
+// message.
 let pending = new Set();
 let frame = 0;
+let notBefore = 0;
 
 function schedule(id) {
   pending.add(id);
-  if (!frame) frame = requestAnimationFrame(flushRender);
+  if (frame) return;
+  const wait = notBefore - performance.now();
+  if (wait > 0) {
+    frame = setTimeout(() => requestAnimationFrame(flushRender), wait);
+  } else {
+    frame = requestAnimationFrame(flushRender);
+  }
 }
 
 function flushRender() {
   frame = 0;
   const ids = pending;
   pending = new Set();
+  const t0 = performance.now();
   for (const id of ids) renderMessage(chat.msgs[id]);
+  const took = performance.now() - t0;
+  notBefore = t0 + took + 2 * took;
 }
 
 function renderMessage(m) {
