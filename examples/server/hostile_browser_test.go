@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 )
 
@@ -151,9 +153,13 @@ func TestBrowserHostileModel(t *testing.T) {
 		answer = append(answer, sseChunk(map[string]any{"content": adv[i:min(i+10*1024, len(adv))]}, nil))
 	}
 	answer = append(answer, sseChunk(map[string]any{}, "stop"))
+	orders, _ := json.Marshal(map[string]string{"sqlQuery": "SELECT DISTINCT order_id FROM orders ORDER BY order_id", "queryTitle": "My orders", "description": "d", "userRequest": "u"})
 	f := &fakeModel{replies: [][]string{
 		{sseToolCalls([2]string{"svcSqlApi", string(query)}), sseChunk(map[string]any{}, "tool_calls")},
 		answer,
+		// A second question: more rows than the table shows.
+		{sseToolCalls([2]string{"svcSqlApi", string(orders)}), sseChunk(map[string]any{}, "tool_calls")},
+		{sseChunk(map[string]any{"role": "assistant", "content": "Here they are."}, nil), sseChunk(map[string]any{}, "stop")},
 	}}
 	endpoint := httptest.NewServer(f)
 	defer endpoint.Close()
@@ -272,6 +278,26 @@ func TestBrowserHostileModel(t *testing.T) {
 	if page.RenderMS > 3000 || longest > 8000 {
 		t.Errorf("the adversarial message froze the page: render %.0f ms, longest task %.0f ms", page.RenderMS, longest)
 	}
+
+	// Download CSV gets every row of a result the table shows 100 of.
+	dl := t.TempDir()
+	if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
+		t.Fatal(err)
+	}
+	tb.ask("all my orders")
+	tb.waitFor("the orders", chat(jsIdle+` && d.querySelectorAll(".ek-table").length === 2`), 60*time.Second)
+	var caption string
+	tb.eval(chat(`(() => { const t = [...d.querySelectorAll(".ek-table")].at(-1); [...d.querySelectorAll(".ek-download")].at(-1).click(); return t.caption.textContent; })()`), &caption)
+	recs := downloadedCSV(t, dl)
+	var total int
+	if _, err := fmt.Sscanf(caption[strings.Index(caption, "first"):], "first 100 of %d rows", &total); err != nil || total <= 100 {
+		t.Fatalf("caption %q: want more than 100 rows", caption)
+	}
+	if len(recs) != total+1 || recs[0][0] != "order_id" {
+		t.Errorf("the CSV has %d lines (header %q), want a header and %d rows", len(recs), recs[0], total)
+	}
+	t.Logf("Download CSV: %d rows, the table shows 100", len(recs)-1)
 
 	// Every request of every frame: none to another origin, and the
 	// token only in the Authorization header of the chat API and /me.
