@@ -2,10 +2,14 @@ package chatstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -113,6 +117,48 @@ func Example_gorilla() {
 	// ends, the rest are aborted, so their streams end), then
 	// srv.Shutdown(ctx), which waits for open requests.
 	log.Fatal(srv.ListenAndServe())
+}
+
+// ExampleHandler_RunningTurns stops a server gracefully: the first signal
+// says what the stop waits for and lets running turns finish, a second one
+// aborts them at once.
+func ExampleHandler_RunningTurns() {
+	st, err := sqlite.Open("embed.db")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	h := chatstream.NewHandler(st, revenueAgent)
+	sm := http.NewServeMux()
+	for _, rt := range h.Routes() {
+		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
+	}
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: sm}
+	go func() {
+		if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+			log.Fatal(err)
+		}
+	}()
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	<-sigs
+	if n := h.RunningTurns(); n > 0 {
+		log.Printf("waiting up to 30s for %d running chat turns; press Ctrl-C again to stop now", n)
+	}
+	turnsCtx, stopTurns := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopTurns()
+	go func() {
+		<-sigs
+		stopTurns() // the remaining turns are aborted, their streams end
+	}()
+	chatDone := make(chan error, 1)
+	go func() { chatDone <- h.Shutdown(turnsCtx) }()
+	httpCtx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	if err := errors.Join(srv.Shutdown(httpCtx), <-chatDone); err != nil {
+		log.Print(err)
+	}
 }
 
 // ExampleConversation rebuilds messages from streamed lines.

@@ -119,6 +119,11 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	return h.turns.shutdown(ctx, shutdownGrace)
 }
 
+// RunningTurns returns how many turns this handler runs now (reserved or
+// streaming), not counting those of other replicas of a [Cluster]; a server
+// can say what its shutdown waits for.
+func (h *Handler) RunningTurns() int { return h.turns.count() }
+
 // Close aborts every running turn at once and waits for them to end.
 func (h *Handler) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())

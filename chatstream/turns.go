@@ -71,16 +71,24 @@ type registry struct {
 	// single process (a Cluster counts across replicas instead).
 	perAccount map[int64]int
 	perUser    map[int64]int
-	active     int           // turn goroutines running
-	idle       chan struct{} // closed and cleared when a turn ends; nil when nobody waits
-	closing    bool          // no new turns
-	stopped    bool          // turns are cancelled as they start
+	// Turns that ended (aborted, timed out) while their agent still runs,
+	// per account and per user: they free their thread but still count
+	// against the limits until the agent returns, since it may still be
+	// working (a query that ignores its context). A Cluster does not see
+	// them: they count here, on top of its count.
+	lingerAccount map[int64]int
+	lingerUser    map[int64]int
+	active        int           // turn goroutines running
+	idle          chan struct{} // closed and cleared when a turn ends; nil when nobody waits
+	closing       bool          // no new turns
+	stopped       bool          // turns are cancelled as they start
 }
 
 func newRegistry(log *slog.Logger, cluster Cluster) *registry {
 	halt, haltNow := context.WithCancel(context.Background())
 	return &registry{log: log, cluster: cluster, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
-		perAccount: make(map[int64]int), perUser: make(map[int64]int)}
+		perAccount: make(map[int64]int), perUser: make(map[int64]int),
+		lingerAccount: make(map[int64]int), lingerUser: make(map[int64]int)}
 }
 
 // reserve claims the thread key for a new turn of userID: in this process,
@@ -103,15 +111,20 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 		}
 		return nil, errTurnRunning
 	}
+	// The turns of this process the cluster does not count: those whose
+	// agent outlived the turn.
+	user, account := r.lingerUser[userID], r.lingerAccount[key.accountID]
 	if r.cluster == nil {
-		switch {
-		case lim.User > 0 && r.perUser[userID] >= lim.User:
-			r.mu.Unlock()
-			return nil, turnLimitError(&TurnLimitError{PerUser: true, Max: lim.User})
-		case lim.Account > 0 && r.perAccount[key.accountID] >= lim.Account:
-			r.mu.Unlock()
-			return nil, turnLimitError(&TurnLimitError{Max: lim.Account})
-		}
+		user += r.perUser[userID]
+		account += r.perAccount[key.accountID]
+	}
+	switch {
+	case lim.User > 0 && user >= lim.User:
+		r.mu.Unlock()
+		return nil, turnLimitError(&TurnLimitError{PerUser: true, Max: lim.User})
+	case lim.Account > 0 && account >= lim.Account:
+		r.mu.Unlock()
+		return nil, turnLimitError(&TurnLimitError{Max: lim.Account})
 	}
 	t := &turn{reg: r, key: key, userID: userID, maxSize: maxSize, done: make(chan struct{})}
 	r.addLocked(t)
@@ -120,12 +133,25 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 		return t, nil
 	}
 
+	// The cluster counts the live claims; the lingering agents of this
+	// process take their share of the limits.
+	clim := lim
+	if clim.User > 0 {
+		clim.User -= user
+	}
+	if clim.Account > 0 {
+		clim.Account -= account
+	}
 	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID, lim)
+	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID, clim)
 	cancel()
 	if err != nil {
 		r.drop(t)
 		if e, ok := errors.AsType[*TurnLimitError](err); ok {
+			e.Max = lim.User // the limit, not what remained of it here
+			if !e.PerUser {
+				e.Max = lim.Account
+			}
 			return nil, turnLimitError(e)
 		}
 		if e, ok := errors.AsType[*TurnElsewhereError](err); ok {
@@ -140,6 +166,13 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 	t.claim = claim
 	r.mu.Unlock()
 	return t, nil
+}
+
+// count returns how many turns are reserved or running.
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.turns)
 }
 
 // isClosing reports whether the registry takes no new turns.
@@ -236,11 +269,31 @@ func (r *registry) running(key turnKey) (*turn, bool) {
 	return t, true
 }
 
+// remove unregisters a finished turn: its thread is free. While its agent
+// still runs, the turn goes on counting against the limits.
 func (r *registry) remove(t *turn) {
 	r.mu.Lock()
 	if r.turns[t.key] == t {
 		r.deleteLocked(t)
+		if t.agentRunning {
+			t.lingering = true
+			r.lingerAccount[t.key.accountID]++
+			r.lingerUser[t.userID]++
+		}
 		r.wakeLocked()
+	}
+	r.mu.Unlock()
+}
+
+// agentReturned records that t's agent returned: a finished turn stops
+// counting against the limits.
+func (r *registry) agentReturned(t *turn) {
+	r.mu.Lock()
+	t.agentRunning = false
+	if t.lingering {
+		t.lingering = false
+		decr(r.lingerAccount, t.key.accountID)
+		decr(r.lingerUser, t.userID)
 	}
 	r.mu.Unlock()
 }
@@ -327,6 +380,10 @@ type turn struct {
 	key     turnKey
 	userID  int64
 	started bool // guarded by reg.mu
+	// agentRunning: the agent has not returned; lingering: the turn is
+	// finished and unregistered but counted in reg.linger* until it does.
+	// Both guarded by reg.mu.
+	agentRunning, lingering bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -405,6 +462,7 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	r := t.reg
 	r.mu.Lock()
 	t.started = true
+	t.agentRunning = true
 	r.active += 2 // the agent's goroutine and the checkpointer below
 	if t.claim != nil {
 		r.active++ // the abort watcher below
@@ -439,6 +497,7 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 			t.cancel(errShutdown)
 		}
 		err := runAgent(ctx, agent, info, &emitter{t: t})
+		r.agentReturned(t)
 		stop()
 		t.mu.Lock()
 		tooLong := t.tooLong

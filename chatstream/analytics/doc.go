@@ -1,7 +1,7 @@
 // Package analytics provides the two tools of an analytics agent, svcMeta
 // and svcSqlApi, as executors that any agent can call over a host's own
-// SQLite data: a demo agent that reads questions by keywords, or a
-// language model that writes its own SQL.
+// SQLite or PostgreSQL data: a demo agent that reads questions by
+// keywords, or a language model that writes its own SQL.
 //
 // # The data model
 //
@@ -76,4 +76,20 @@
 // and lower limits. A view's SQL must read the host's tables directly
 // (not through a common table expression or a view of the database):
 // [NewSQLTool] refuses one that does not.
+//
+// # PostgreSQL
+//
+// On PostgreSQL, [SetupPostgres] creates the views (owned by an owner role,
+// security_barrier, applying the row filters to the access recorded for
+// the current transaction) and [NewPostgresSQLTool] runs queries through a
+// pool that logs in as a reader role, which can read those views and
+// nothing else. Each query runs in a read-only transaction with
+// statement_timeout; nothing it does (set_config, SET ROLE, any spelling of
+// a name) changes the access the views read, since it is recorded by a
+// function that writes, which a read-only transaction cannot call.
+//
+// # The data behind a result
+//
+// SQLTool implements [chatstream.DataSource]: [SQLTool.QueryData] streams
+// every row of a query through the same executor, for the data query API.
 package analytics

@@ -276,7 +276,7 @@ func (t *SQLTool) sqliteConn(ctx context.Context) (*sql.Conn, *guard, error) {
 	err = conn.Raw(func(dc any) error {
 		sc, ok := dc.(*sqlite3.SQLiteConn)
 		if !ok {
-			return fmt.Errorf("analytics: svcSqlApi supports SQLite through github.com/mattn/go-sqlite3 and PostgreSQL through github.com/jackc/pgx/v5/stdlib, not %T", dc)
+			return fmt.Errorf("analytics: NewSQLTool supports SQLite through github.com/mattn/go-sqlite3 only (NewPostgresSQLTool is for PostgreSQL), not %T", dc)
 		}
 		key := weak.Make(sc)
 		t.guardMu.Lock()

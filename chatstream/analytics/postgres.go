@@ -222,7 +222,7 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 	}
 	t := newTool(db, m, opts)
 	t.pg = &postgres{cfg: cfg.withDefaults()}
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	conn, pc, err := t.pgConn(ctx)
 	if err != nil {
@@ -340,6 +340,10 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 	case len(sd.ParamOIDs) > 0:
 		c.close()
 		return nil, toolErr("the query has parameters; write the values into it")
+	case len(sd.Fields) == 1 && sd.Fields[0].Name == "QUERY PLAN" && sd.Fields[0].TableOID == 0:
+		// EXPLAIN ANALYZE would count the rows the filters remove.
+		c.close()
+		return nil, toolErr("EXPLAIN is not allowed; send a single SELECT")
 	}
 	for _, f := range sd.Fields {
 		c.cols = append(c.cols, f.Name)

@@ -131,6 +131,7 @@ var hostilePostgres = []hostileCase{
 	{"write", "INSERT INTO TOOL.embedkit_access VALUES (1, 1, '', '')", -1},
 	{"DDL", "CREATE TEMP VIEW x AS SELECT 1", -1},
 	{"parameters", "SELECT $1::int", -1},
+	{"EXPLAIN ANALYZE counts hidden rows", "EXPLAIN ANALYZE SELECT * FROM customers", -1},
 	// Legitimate SQL, and attacks that run but change nothing.
 	{"view", "SELECT count(*) FROM customers", 2},
 	{"quoted view", `SELECT count(*) FROM "customers"`, 2},

@@ -79,7 +79,7 @@ func head(d [][]any) string {
 // analytics objects of random names that the test drops at its end, and
 // returns a reader of it. The data schema, embedkit_demo, stays: loading
 // it again is a no-op.
-func postgresDemo(t *testing.T) (*sql.DB, analytics.PostgresConfig) {
+func postgresDemo(t testing.TB) (*sql.DB, analytics.PostgresConfig) {
 	t.Helper()
 	dsn := os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN")
 	if dsn == "" {

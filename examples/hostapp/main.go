@@ -132,6 +132,9 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 		chatpage.WithPath(Prefix+"/embed/chat"),
 		chatpage.WithChatBaseURL(Prefix),
 		chatpage.WithTitle("Shop analytics"),
+		// The origins of the pages that put the chat in an iframe: the
+		// host's own, and its product on another origin.
+		chatpage.WithFrameAncestors("'self'", "https://app.example.com"),
 		chatpage.WithLogger(log))
 	for _, rt := range page.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)

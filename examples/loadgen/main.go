@@ -15,6 +15,12 @@
 //
 //	go run ./examples/loadgen -mode chat -c 1000 -ramp 5s -rate 200 -d 20s -country Germany
 //
+// Data query load (-c clients each reading whole answers of the data query
+// API in a loop; -sql, default a cross join of 100,000 rows; -csv for CSV;
+// with -pid also the server's memory before, at its peak and after):
+//
+//	go run ./examples/loadgen -mode data -c 2 -d 20s -pid $(pgrep -n server)
+//
 // Bursts: 10 new streams at the same instant, every second (the openings
 // compete for the store's writer and the CPU at once):
 //
@@ -51,7 +57,7 @@ import (
 
 func main() {
 	var cfg config
-	flag.StringVar(&cfg.mode, "mode", "session", "session or chat")
+	flag.StringVar(&cfg.mode, "mode", "session", "session, chat or data")
 	flag.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "server base URL")
 	flag.StringVar(&cfg.key, "key", "sk-acme-admin", "API key")
 	flag.StringVar(&cfg.account, "account", "acme", "account name (chat)")
@@ -67,6 +73,9 @@ func main() {
 	flag.DurationVar(&cfg.burstEvery, "burst-every", time.Second, "chat: the period of -burst")
 	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
 	flag.StringVar(&cfg.country, "country", "", `chat: the users' "country" attribute (the demo agent shows no rows to external users without one)`)
+	flag.StringVar(&cfg.sql, "sql", defaultDataSQL, "data: the query sent to the data query API")
+	flag.BoolVar(&cfg.csv, "csv", false, "data: ask for CSV (Accept: text/csv) instead of NDJSON")
+	flag.StringVar(&cfg.internalID, "internal-id", "alice@acme.test", "data: the internal user the queries run for (every row)")
 	flag.IntVar(&cfg.pid, "pid", 0, "report the CPU time of this process (the server, on this machine) per turn or request (Linux)")
 	flag.Parse()
 
@@ -79,6 +88,8 @@ func main() {
 		err = runSession(ctx, cfg)
 	case "chat":
 		err = runChat(ctx, cfg)
+	case "data":
+		err = runData(ctx, cfg)
 	default:
 		err = fmt.Errorf("unknown -mode %q", cfg.mode)
 	}
@@ -90,7 +101,8 @@ func main() {
 
 type config struct {
 	mode, url, key, account, agent, question string
-	country                                  string
+	country, sql, internalID                 string
+	csv                                      bool
 	deployment                               int64
 	concurrency, users, burst                int
 	pid                                      int

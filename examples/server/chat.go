@@ -13,9 +13,9 @@ import (
 )
 
 // mountChatPage mounts the embed chat page at /embed/chat and the demo
-// host page at / (with the built-in demo config, or any config whose
-// first account has an admin key and a deployment).
-func mountChatPage(r *mux.Router, st store.Store, cfg operator.Config, vegaDir string, log *slog.Logger) error {
+// host page at / (which mints sessions only when demo: the server runs the
+// built-in demo config).
+func mountChatPage(r *mux.Router, st store.Store, cfg operator.Config, demo bool, vegaDir string, log *slog.Logger) error {
 	opts := []chatpage.Option{
 		chatpage.WithTitle("Ask your data"),
 		chatpage.WithLogger(log),
@@ -34,7 +34,7 @@ func mountChatPage(r *mux.Router, st store.Store, cfg operator.Config, vegaDir s
 	for _, rt := range page.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
-	return mountDemoHost(r, cfg)
+	return mountDemoHost(r, demo)
 }
 
 // configAgent chooses, for a session, the first agent of its account in

@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -175,5 +176,47 @@ func dropAnalytics(t *testing.T, dsn string) {
 		if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
 			t.Errorf("%s: %v", q, err)
 		}
+	}
+}
+
+// TestLLMAgentOnPostgres runs -agent llm with -db postgres: the model's
+// SQL runs on the demo data set in PostgreSQL under the user's row filter,
+// and the data query API (the llm agent's svcSqlApi tool as data source)
+// returns the same rows for it.
+func TestLLMAgentOnPostgres(t *testing.T) {
+	db := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
+	t.Setenv(envAnalyticsSchema, "ek_srv_"+strings.ToLower(rand.Text()[:10]))
+	t.Cleanup(func() { dropAnalytics(t, db) })
+	const q = "SELECT country, COUNT(DISTINCT order_id) AS orders FROM orders GROUP BY country ORDER BY country"
+	f := &fakeModel{replies: [][]string{
+		{sseToolCalls([2]string{"svcSqlApi", `{"sqlQuery":"` + q + `","queryTitle":"Orders by country","description":"d","userRequest":"u"}`}),
+			sseChunk(map[string]any{}, "tool_calls")},
+		{sseChunk(map[string]any{"role": "assistant", "content": "Done."}, nil), sseChunk(map[string]any{}, "stop")},
+	}}
+	endpoint := httptest.NewServer(f)
+	defer endpoint.Close()
+	t.Setenv("OPENAI_BASE_URL", endpoint.URL+"/v1")
+	s := startServer(t, "-db", db, "-agent", "llm", "-llm-model", "test-model")
+	c := chatstream.NewClient(s.base, chatstream.WithAPIKey("sk-acme-admin"))
+	de := &chatstream.SessionSettings{ExternalID: "llm-de", UserAttributes: []chatstream.UserAttribute{{Name: "country", Value: "Germany"}}}
+	var res struct {
+		Data [][]any `json:"data"`
+	}
+	for m, err := range c.Stream(t.Context(), "acme", "7", chatstream.Request{Input: "orders by country", SessionSettings: de}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc := m.ToolCall; tc != nil && tc.Result != nil {
+			if err := jsonUnmarshal(*tc.Result, &res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(res.Data) != 1 || res.Data[0][0] != "Germany" {
+		t.Fatalf("the model's query on PostgreSQL gave %v", res.Data)
+	}
+	rows := queryAll(t, c, chatstream.DataRequest{SQLQuery: q, SessionSettings: de})
+	if !reflect.DeepEqual(normalize(rows), normalize(res.Data)) {
+		t.Errorf("data query API: %v, the tool: %v", rows, res.Data)
 	}
 }

@@ -44,30 +44,28 @@ type demoHost struct {
 
 var demoTmpl = template.Must(template.ParseFS(demoFS, "demo/index.html"))
 
-// mountDemoHost mounts GET / and its assets. It mints sessions with the
-// embedsession client through the router itself, as a host's back end
-// would over the network, with the first admin key of the config's first
-// account.
-func mountDemoHost(r *mux.Router, cfg operator.Config) error {
+// mountDemoHost mounts GET / and its assets. With enabled (the server runs
+// the built-in demo config, no -config) it mints sessions for the demo
+// users with the demo account's admin key, through the embedsession client
+// and the router itself, as a host's back end would over the network.
+// Otherwise the page says it is off: it never mints a session with the keys
+// of a -config file, whose accounts are not demo accounts.
+func mountDemoHost(r *mux.Router, enabled bool) error {
 	static, err := fs.Sub(demoFS, "demo")
 	if err != nil {
 		return err
 	}
 	d := &demoHost{}
-	if len(cfg.Accounts) > 0 {
-		a := cfg.Accounts[0]
-		key := ""
+	if enabled {
+		a := operator.DemoConfig().Accounts[0]
 		for _, k := range a.APIKeys {
 			if k.Admin {
-				key = k.Key
+				d.client = embedsession.NewClient("http://embedkit.internal", k.Key,
+					embedsession.WithHTTPClient(&http.Client{Transport: routerTransport{r}}))
 				break
 			}
 		}
-		if key != "" && len(a.Deployments) > 0 {
-			d.client = embedsession.NewClient("http://embedkit.internal", key,
-				embedsession.WithHTTPClient(&http.Client{Transport: routerTransport{r}}))
-			d.deploymentID = a.Deployments[0].ID
-		}
+		d.deploymentID = a.Deployments[0].ID
 		for _, at := range a.UserAttributes {
 			d.hasCountry = d.hasCountry || at.Name == "country"
 		}
@@ -104,9 +102,14 @@ func (d *demoHost) serve(w http.ResponseWriter, r *http.Request) {
 		ChatURL  string
 		Error    string
 	}{Users: demoUsers}
+	id := r.URL.Query().Get("user")
 	if d.client == nil {
-		data.Error = "The demo host page needs a config whose first account has an admin API key and a deployment."
-	} else if id := r.URL.Query().Get("user"); id != "" {
+		if id != "" {
+			httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no demo users: the demo host page works with the built-in demo account only, and the server runs with -config"))
+			return
+		}
+		data.Error = "The demo host page works with the built-in demo account only; this server runs with -config."
+	} else if id != "" {
 		for i := range demoUsers {
 			if demoUsers[i].ID == id {
 				data.Selected = &demoUsers[i]

@@ -37,7 +37,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -56,12 +55,31 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	// The first SIGINT or SIGTERM stops gracefully, a second one at once;
+	// a third gets the default action (the process ends).
+	stop, stopNow := stopSignals()
+	if err := run(stop, stopNow, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
+}
+
+// stopSignals returns a context that ends at the first SIGINT or SIGTERM and
+// one that ends at the second; then the signals get their default action
+// again.
+func stopSignals() (stop, stopNow context.Context) {
+	stop, first := context.WithCancel(context.Background())
+	stopNow, second := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		first()
+		<-sigs
+		signal.Stop(sigs)
+		second()
+	}()
+	return stop, stopNow
 }
 
 type options struct {
@@ -115,13 +133,22 @@ func envOr(key, def string) string {
 	return def
 }
 
-// run serves until ctx ends (SIGINT or SIGTERM in main), then shuts down
-// gracefully.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run serves until ctx ends (the first SIGINT or SIGTERM in main), then
+// shuts down gracefully: running chat turns get turnGrace to finish, unless
+// now ends (the second signal), which aborts them at once.
+func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	// No secret of a flag, the environment or the config reaches the
+	// output, nor the error returned (see secrets.go).
+	sc := &scrubber{}
+	sc.add(envSecrets()...)
+	stdout, stderr = sc.writer(stdout), sc.writer(stderr)
+	defer func() { err = sc.scrubErr(err) }()
+
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	sc.add(optionSecrets(o)...)
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
 	cfg := operator.DemoConfig()
@@ -129,6 +156,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cfg, err = operator.LoadConfig(o.config); err != nil {
 			return err
 		}
+		sc.add(configSecrets(cfg)...)
 	}
 
 	st, err := openStore(o.db)
@@ -199,7 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	session := middleware.Session(st)
 	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)
 	r.Handle("/embed/profile", session(http.HandlerFunc(pages.profile))).Methods(http.MethodGet)
-	if err := mountChatPage(r, st, cfg, o.vegaDir, log); err != nil {
+	if err := mountChatPage(r, st, cfg, o.config == "", o.vegaDir, log); err != nil {
 		return fmt.Errorf("chat page: %w", err)
 	}
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -221,7 +249,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), redactDSN(o.db))
+	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), o.db)
 	if cluster != nil {
 		fmt.Fprintf(stdout, "chat turns shared with the other replicas on this database (replica %s)\n", cluster.ReplicaID())
 	}
@@ -237,18 +265,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(stdout, "shutting down")
-	// Running turns may finish for 30 s, then they are aborted; their
-	// streams end, so the HTTP server can drain: it gets 10 s more than the
-	// turns, so that streams ended at the deadline are not counted as a
-	// failed shutdown.
-	turnsCtx, cancelTurns := context.WithTimeout(context.Background(), 30*time.Second)
+	// Running turns may finish for turnGrace, then they are aborted, or
+	// at once when now ends; their streams end, so the HTTP server can
+	// drain: it gets 10 s more than the turns, so that streams ended at the
+	// deadline are not counted as a failed shutdown.
+	if n := chat.RunningTurns(); n > 0 {
+		fmt.Fprintf(stdout, "shutting down: waiting up to %v for %s; press Ctrl-C again to stop now\n", turnGrace, plural(n, "running chat turn"))
+	} else {
+		fmt.Fprintln(stdout, "shutting down")
+	}
+	turnsCtx, cancelTurns := context.WithTimeout(context.Background(), turnGrace)
 	defer cancelTurns()
-	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), 40*time.Second)
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), turnGrace+10*time.Second)
 	defer cancelHTTP()
+	// The second signal aborts the turns (turnsCtx ends) and gives their
+	// streams a moment to write their last lines before the connections
+	// still open are cut.
+	stopNow := context.AfterFunc(now, func() {
+		if n := chat.RunningTurns(); n > 0 {
+			fmt.Fprintf(stdout, "stopping now: aborting %s\n", plural(n, "running chat turn"))
+		}
+		cancelTurns()
+		time.AfterFunc(2*time.Second, cancelHTTP)
+	})
+	defer stopNow()
 	chatErr := make(chan error, 1)
 	go func() { chatErr <- chat.Shutdown(turnsCtx) }()
 	err = srv.Shutdown(httpCtx)
+	if err != nil && now.Err() != nil {
+		err = srv.Close()
+	}
 	err = errors.Join(err, <-chatErr, reaper.Close())
 	if cluster != nil {
 		err = errors.Join(err, cluster.Close())
@@ -259,20 +305,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
+// turnGrace is how long a graceful stop lets running chat turns finish.
+const turnGrace = 30 * time.Second
+
+// plural returns "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
+}
+
 // isPostgres reports whether db is a PostgreSQL DSN (see openStore).
 func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "host=")
-}
-
-// redactDSN hides a PostgreSQL password in the start-up line.
-func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
-		}
-	}
-	return dsn
 }
 
 // allowedMethods lists the methods that router serves at req's path, for

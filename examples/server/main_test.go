@@ -23,6 +23,8 @@ type server struct {
 	stop func()
 	done chan error
 	out  *lineWriter
+	// output is everything the server wrote, to stdout and stderr.
+	output *lockedBuffer
 }
 
 type lineWriter struct {
@@ -53,9 +55,9 @@ func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &lineWriter{lines: make(chan string, 100)}
-	s := &server{stop: cancel, done: make(chan error, 1), out: out}
+	s := &server{stop: cancel, done: make(chan error, 1), out: out, output: &lockedBuffer{}}
 	go func() {
-		s.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), out, io.Discard)
+		s.done <- run(ctx, context.Background(), append([]string{"-addr", "127.0.0.1:0", "-agent-delay", "0s"}, args...), io.MultiWriter(out, s.output), s.output)
 	}()
 	deadline := time.After(30 * time.Second)
 	var seen []string
@@ -312,5 +314,40 @@ func TestServerWithConfigFile(t *testing.T) {
 	resp, _ = do(t, c, http.MethodPost, s.base+"/api/v1/embed-tenants/some-tenant/groups/1", "", nil)
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "DELETE" {
 		t.Errorf("wrong method on a path with parameters: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+}
+
+// TestDemoHostOnlyWithDemoAccount: the demo host page mints sessions for
+// its users with the built-in demo account only; with a -config file, even
+// one whose first account has an admin key and a deployment, /?user= is a
+// 404 and provisions nobody.
+func TestDemoHostOnlyWithDemoAccount(t *testing.T) {
+	c := http.DefaultClient
+	demo := startServer(t, "-db", ":memory:")
+	resp, b := do(t, c, http.MethodGet, demo.base+"/?user=ana", "", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "/embed/chat?sessionId=") {
+		t.Fatalf("demo server, /?user=ana: %d %s", resp.StatusCode, b)
+	}
+
+	cfg := `{"accounts":[{"name":"initech","plan":"enterprise","apiKeys":[{"key":"sk-initech","admin":true}],
+	  "deployments":[{"id":1,"name":"prod"}],"agents":[{"id":"7","deploymentId":1}],
+	  "userAttributes":[{"name":"country","type":"string"}]}]}`
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "-db", ":memory:", "-config", path)
+	resp, b = do(t, c, http.MethodGet, s.base+"/?user=ana", "", nil)
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" ||
+		!strings.Contains(string(b), "built-in demo account only") {
+		t.Errorf("-config, /?user=ana: %d %s, want a 404 JSON error", resp.StatusCode, b)
+	}
+	// Nobody was provisioned in the config's account.
+	if resp, b := do(t, c, http.MethodDelete, s.base+"/api/v1/embed/users/demo-ana", "sk-initech", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("demo-ana in the config's account: DELETE answered %d %s, want 404", resp.StatusCode, b)
+	}
+	resp, b = do(t, c, http.MethodGet, s.base+"/", "", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "built-in demo account only") || strings.Contains(string(b), "sessionId") {
+		t.Errorf("-config, /: %d %s", resp.StatusCode, b)
 	}
 }

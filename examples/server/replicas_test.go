@@ -44,6 +44,7 @@ type replica struct {
 	exited chan struct{} // closed when the process has exited
 	err    error         // the exit status, once exited is closed
 	stderr *lockedBuffer
+	stdout *lockedBuffer // every line written so far
 }
 
 type lockedBuffer struct {
@@ -74,7 +75,7 @@ func startReplica(t *testing.T, name string, args ...string) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{name: name, cmd: cmd, exited: make(chan struct{}), stderr: &lockedBuffer{}}
+	r := &replica{name: name, cmd: cmd, exited: make(chan struct{}), stderr: &lockedBuffer{}, stdout: &lockedBuffer{}}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -84,6 +85,7 @@ func startReplica(t *testing.T, name string, args ...string) *replica {
 		defer close(lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			fmt.Fprintln(r.stdout, sc.Text())
 			select {
 			case lines <- sc.Text():
 			default: // nobody reads any more

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/embedkit/embedkit/store/operator"
+)
+
+// redacted replaces a secret in the server's output.
+const redacted = "xxxxx"
+
+// scrubber replaces every secret the server was given (in a flag, in the
+// environment or in the -config file) wherever it appears in the server's
+// output: start-up lines, logs, usage and errors. Redacting where each value
+// is printed is not enough: a database driver or an HTTP client quotes a
+// DSN or a URL in its errors, and the flag package prints the defaults,
+// which come from the environment. So everything the server writes goes
+// through one scrubber, which knows the secrets' values.
+type scrubber struct {
+	mu      sync.Mutex
+	secrets []string
+	r       *strings.Replacer
+}
+
+// add registers secrets, in the forms they take when printed: as given, and
+// escaped in a URL or in a quoted string.
+func (s *scrubber) add(secrets ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range secrets {
+		if v == "" {
+			continue
+		}
+		quoted := strconv.Quote(v)
+		s.secrets = append(s.secrets, v, url.QueryEscape(v), url.PathEscape(v),
+			url.UserPassword("", v).String()[1:], quoted[1:len(quoted)-1])
+	}
+	// Longest first, so that a secret containing another is replaced whole.
+	slices.SortFunc(s.secrets, func(a, b string) int { return len(b) - len(a) })
+	s.secrets = slices.Compact(s.secrets)
+	pairs := make([]string, 0, 2*len(s.secrets))
+	for _, v := range s.secrets {
+		pairs = append(pairs, v, redacted)
+	}
+	s.r = strings.NewReplacer(pairs...)
+}
+
+// scrub returns text without the secrets.
+func (s *scrubber) scrub(text string) string {
+	s.mu.Lock()
+	r := s.r
+	s.mu.Unlock()
+	if r == nil {
+		return text
+	}
+	return r.Replace(text)
+}
+
+// scrubErr returns err with the secrets removed from its message.
+func (s *scrubber) scrubErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := s.scrub(err.Error()); msg != err.Error() {
+		return errors.New(msg)
+	}
+	return err
+}
+
+// writer returns w behind the scrubber. Every writer of the server's output
+// (log/slog handlers, fmt.Fprint*, the flag package) writes whole lines or
+// messages in one Write, so a secret is never split between two writes.
+func (s *scrubber) writer(w io.Writer) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		if _, err := io.WriteString(w, s.scrub(string(p))); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	})
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// envSecrets returns the secrets of the environment variables the server
+// reads: the passwords of EMBED_DB (and PGPASSWORD), the model endpoint's
+// key and the credentials of its URL.
+func envSecrets() []string {
+	base, key := llmEnv()
+	return slices.Concat(dbSecrets(os.Getenv("EMBED_DB")), []string{key}, urlSecrets(base))
+}
+
+// optionSecrets returns the secrets of the flags.
+func optionSecrets(o options) []string {
+	return slices.Concat(dbSecrets(o.db), []string{o.llmAPIKey}, urlSecrets(o.llmBaseURL))
+}
+
+// configSecrets returns the API keys of a -config file. The built-in demo's
+// keys are not secret: the server prints them for a first try.
+func configSecrets(cfg operator.Config) []string {
+	var out []string
+	for _, a := range cfg.Accounts {
+		for _, k := range a.APIKeys {
+			out = append(out, k.Key)
+		}
+	}
+	return out
+}
+
+// dbSecrets returns the passwords of a PostgreSQL DSN, in a URL's userinfo
+// or query, in a key=value DSN, or from PGPASSWORD: whatever the driver
+// would use. A SQLite path has none.
+func dbSecrets(db string) []string {
+	if !isPostgres(db) {
+		return nil
+	}
+	out := urlSecrets(db)
+	if cfg, err := pgconn.ParseConfig(db); err == nil {
+		out = append(out, cfg.Password)
+	}
+	// A key=value DSN the driver cannot parse may still hold a password.
+	for _, f := range strings.Fields(db) {
+		if k, v, ok := strings.Cut(f, "="); ok && strings.Contains(strings.ToLower(k), "password") {
+			out = append(out, strings.Trim(v, `'`))
+		}
+	}
+	return append(out, os.Getenv("PGPASSWORD"))
+}
+
+// urlSecrets returns the credentials a URL may carry: its userinfo and the
+// values of its query (an endpoint's ?api-key=, a DSN's ?password=).
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		out = append(out, pw)
+		if !strings.HasPrefix(u.Scheme, "postgres") {
+			out = append(out, u.User.Username()) // a token as the user name
+		}
+	}
+	for k, vs := range u.Query() {
+		if strings.HasPrefix(u.Scheme, "postgres") && !strings.Contains(strings.ToLower(k), "password") {
+			continue // sslmode, search_path: settings, not secrets
+		}
+		out = append(out, vs...)
+	}
+	return out
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/testdb"
+)
+
+// Secrets of the tests below, each in one place of the configuration.
+const (
+	pwUserinfo = "Pw-in-userinfo-1"
+	pwQuery    = "Pw/in query&2" // escaped in the DSN
+	pwKeyValue = "Pw-key-value-3"
+	llmUser    = "tok-user-4"
+	llmPass    = "Pw-in-url-5"
+	llmQuery   = "Query-key-6"
+	llmKey     = "sk-env-key-7"
+	pgEnvPass  = "Pw-pgpassword-8"
+)
+
+var allSecrets = []string{pwUserinfo, pwQuery, url.QueryEscape(pwQuery), pwKeyValue, llmUser, llmPass, llmQuery, llmKey, pgEnvPass}
+
+func assertNoSecret(t *testing.T, what, text string) {
+	t.Helper()
+	for _, s := range allSecrets {
+		if strings.Contains(text, s) {
+			t.Errorf("%s shows the secret %q:\n%s", what, s, text)
+		}
+	}
+}
+
+// closedAddr returns an address where nothing listens.
+func closedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestNoSecretInFailedStart: a database that cannot be reached fails the
+// start with an error that names no password of the DSN, whichever way
+// the DSN holds it; the usage printed for a bad flag shows no password of
+// EMBED_DB either.
+func TestNoSecretInFailedStart(t *testing.T) {
+	t.Setenv("PGPASSWORD", pgEnvPass)
+	addr := closedAddr(t)
+	for _, dsn := range []string{
+		"postgres://postgres:" + pwUserinfo + "@" + addr + "/test?sslmode=disable&password=" + url.QueryEscape(pwQuery),
+		"host=127.0.0.1 port=" + addr[strings.LastIndex(addr, ":")+1:] + " user=postgres password=" + pwKeyValue + " dbname=test sslmode=disable",
+		"postgres://postgres@" + addr + "/test?sslmode=disable", // PGPASSWORD
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), context.Background(), []string{"-addr", "127.0.0.1:0", "-db", dsn}, &out, &out)
+		if err == nil {
+			t.Fatalf("run with an unreachable database: no error")
+		}
+		assertNoSecret(t, "the error", err.Error())
+		assertNoSecret(t, "the output", out.String())
+	}
+
+	t.Setenv("EMBED_DB", "postgres://postgres:"+pwUserinfo+"@"+addr+"/test?password="+url.QueryEscape(pwQuery))
+	var out bytes.Buffer
+	if err := run(context.Background(), context.Background(), []string{"-no-such-flag"}, &out, &out); err == nil {
+		t.Fatal("an unknown flag: no error")
+	}
+	if !strings.Contains(out.String(), "-db") {
+		t.Errorf("usage not printed: %q", out.String())
+	}
+	assertNoSecret(t, "the usage", out.String())
+}
+
+// TestNoSecretInOutput runs the server with a model endpoint whose URL
+// carries credentials in its userinfo and query and a key in
+// OPENAI_API_KEY, on PostgreSQL with a password in its DSN (PostgreSQL
+// ignores it under trust authentication), makes the model request fail and
+// checks that no secret appears in anything the server wrote.
+func TestNoSecretInOutput(t *testing.T) {
+	model := closedAddr(t) // every model request fails: its error names the URL
+	t.Setenv("OPENAI_BASE_URL", "http://"+llmUser+":"+llmPass+"@"+model+"/v1?api-key="+llmQuery)
+	t.Setenv("OPENAI_API_KEY", llmKey)
+	db := ":memory:"
+	if os.Getenv(testdb.EnvPostgresDSN) != "" {
+		u, err := url.Parse(testdb.OpenDSN(t, testdb.Postgres))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword(u.User.Username(), pwUserinfo)
+		q := u.Query()
+		q.Set("password", pwQuery)
+		u.RawQuery = q.Encode()
+		db = u.String()
+	}
+	s := startServer(t, "-db", db, "-agent", "llm", "-llm-model", "m")
+
+	client := chatstream.NewClient(s.base, chatstream.WithAPIKey("sk-acme-user"))
+	var state *chatstream.Message
+	for m, err := range client.Stream(t.Context(), "acme", "7", chatstream.Request{Input: "revenue?", SessionSettings: &chatstream.SessionSettings{ExternalID: "u"}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ID == chatstream.StateID {
+			state = &m
+		}
+	}
+	if state == nil || state.State == nil || state.State.Error == "" {
+		t.Fatalf("the turn did not end with an error: %+v", state)
+	}
+	assertNoSecret(t, "the stream's state", state.State.Error)
+	s.shutdown(t)
+	assertNoSecret(t, "the output", s.output.String())
+	if !strings.Contains(s.output.String(), "model request failed") {
+		t.Errorf("the model's failure is not logged:\n%s", s.output.String())
+	}
+}
