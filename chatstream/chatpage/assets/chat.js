@@ -297,6 +297,7 @@ log.addEventListener("pointerdown", () => {
   userInput();
 });
 window.addEventListener("pointerup", () => {
+  if (!pointerDown) return; // a click elsewhere does not scroll the log
   pointerDown = false;
   userInput();
 });
