@@ -203,22 +203,29 @@ function signature(m) {
 // next: the page keeps most of its time for the user whatever the
 // message.
 let pending = new Set();
-let frame = 0;
+let frame = 0; // a requestAnimationFrame id, or
+let timer = 0; // a setTimeout id before one
 let notBefore = 0;
 
 function schedule(id) {
   pending.add(id);
-  if (frame) return;
+  if (frame || timer) return;
   const wait = notBefore - performance.now();
   if (wait > 0) {
-    frame = setTimeout(() => requestAnimationFrame(flushRender), wait);
+    timer = setTimeout(() => {
+      timer = 0;
+      frame = requestAnimationFrame(flushRender);
+    }, wait);
   } else {
     frame = requestAnimationFrame(flushRender);
   }
 }
 
+// flushRender draws the pending messages now.
 function flushRender() {
-  frame = 0;
+  if (frame) cancelAnimationFrame(frame);
+  if (timer) clearTimeout(timer);
+  frame = timer = 0;
   const ids = pending;
   pending = new Set();
   const t0 = performance.now();
@@ -404,6 +411,9 @@ function finish(state) {
       }
     }
   }
+  // The thread's state is final: it is on screen before the page says
+  // the turn ended.
+  flushRender();
   if (state.aborted) {
     show("Stopped. The answer so far is kept.", "info");
   } else if (state.error) {
