@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -64,18 +65,24 @@ type Route struct {
 // script calls with the session token. Build it with [New]; it is safe for
 // concurrent use.
 type Handler struct {
-	st     Store
-	agent  AgentFunc
-	o      options
-	shell  []byte
-	csp    string
-	theme  []byte
-	vega   map[string][]byte // local chart files by name, nil for a CDN
-	assets map[string][]byte // the page's script and style by file name
+	st       Store
+	agent    AgentFunc
+	o        options
+	shell    []byte
+	csp      string
+	chart    []byte // the chart frame
+	chartCSP string
+	theme    []byte
+	vega     map[string][]byte // local chart files by name, nil for a CDN
+	assets   map[string][]byte // the page's script and style by file name
+	// selfOnly: no other site may frame the page; framedOnce warns once
+	// when one tries.
+	selfOnly   bool
+	framedOnce sync.Once
 }
 
 // assetNames are the files served under {path}/assets/.
-var assetNames = []string{"chat.js", "chat.css", "markdown.js", "render.js", "vega-util.js"}
+var assetNames = []string{"chat.js", "chat.css", "markdown.js", "render.js", "chart.js", "chart.css", "vega-util.js"}
 
 // DefaultPath is where [Handler.Routes] mounts the page by default.
 const DefaultPath = "/embed/chat"
@@ -116,6 +123,7 @@ func New(st Store, agent AgentFunc, opts ...Option) *Handler {
 	if len(o.theme) > 0 {
 		h.theme = themeCSS(o.theme)
 	}
+	h.selfOnly = !slices.ContainsFunc(o.frameAncestors, func(s string) bool { return s != "'self'" && s != "'none'" })
 	h.render()
 	return h
 }
@@ -131,7 +139,9 @@ func New(st Store, agent AgentFunc, opts ...Option) *Handler {
 //     the token to the script; a reload then needs the middleware's cookie.)
 //   - GET {path}/me: the user, the account and the agent, as JSON, behind
 //     [middleware.Session] (the script sends Authorization: Bearer);
-//   - GET {path}/assets/...: the script and the style sheet;
+//   - GET {path}/chart: the frame each chart is drawn in (sandboxed, in
+//     an opaque origin, with the chart libraries and no other request);
+//   - GET {path}/assets/...: the scripts and the style sheets;
 //   - GET {path}/theme.css: the theme of [WithTheme], when set;
 //   - GET {path}/vega/...: the chart libraries, with [WithVega].
 func (h *Handler) Routes() []Route {
@@ -140,6 +150,7 @@ func (h *Handler) Routes() []Route {
 	rs := []Route{
 		{http.MethodGet, p, http.HandlerFunc(h.serveShell)},
 		{http.MethodGet, p + "/me", session(http.HandlerFunc(h.serveMe))},
+		{http.MethodGet, p + "/chart", http.HandlerFunc(h.serveChart)},
 	}
 	for _, name := range assetNames {
 		ct := "text/javascript; charset=utf-8"
@@ -174,7 +185,9 @@ func staticBytes(contentType string, b []byte) http.Handler {
 		w.Header().Set("Content-Type", contentType)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-cache")
-		// Scripts load with crossorigin=anonymous and integrity.
+		// The chart frame, whose origin is opaque, loads these with
+		// crossorigin=anonymous (and integrity): public code, for anyone.
+		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Cross-Origin-Resource-Policy", "same-origin")
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
 	})
@@ -188,6 +201,12 @@ func (h *Handler) serveShell(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	// The URL may carry a single-use sessionId: nothing keeps a copy.
 	hd.Set("Cache-Control", "no-store")
+	if h.selfOnly && r.Header.Get("Sec-Fetch-Dest") == "iframe" && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		h.framedOnce.Do(func() {
+			h.o.log.Warn("chatpage: the chat page was requested as an iframe of another site, but its frame-ancestors allow only its own origin, so the browser shows a blocked frame; allow the host's origin with chatpage.WithFrameAncestors, for example WithFrameAncestors(\"https://app.example.com\")",
+				"path", h.o.path, "frameAncestors", strings.Join(h.o.frameAncestors, " "))
+		})
+	}
 	if r.Method == http.MethodHead {
 		return
 	}
@@ -213,6 +232,9 @@ type Me struct {
 	// agent, relative to the page's origin.
 	StreamURL string `json:"streamUrl"`
 	AbortURL  string `json:"abortUrl"`
+	// DataURL is the data query API for this account and agent, which
+	// the page's "Download CSV" calls with a result's sqlQuery.
+	DataURL string `json:"dataUrl"`
 	// ExpiresAt is when the token expires.
 	ExpiresAt time.Time `json:"expiresAt"`
 }
@@ -272,6 +294,7 @@ func (h *Handler) me(ctx context.Context, es middleware.EmbedSession) (Me, error
 		AgentID:     id,
 		StreamURL:   h.o.chatBase + chatPath(chatstream.StreamPattern),
 		AbortURL:    h.o.chatBase + chatPath(chatstream.AbortPattern),
+		DataURL:     h.o.chatBase + chatPath(chatstream.DataPattern),
 		ExpiresAt:   es.Session.ExpiresAt.UTC(),
 	}, nil
 }
@@ -316,26 +339,68 @@ func Initials(name string) string {
 	return string(out)
 }
 
-// script is a classic script tag of the shell.
+// script is a classic script tag of the chart frame.
 type script struct{ URL, Integrity string }
 
-var shellTmpl = template.Must(template.ParseFS(assetFS, "assets/chat.html"))
+var (
+	shellTmpl = template.Must(template.ParseFS(assetFS, "assets/chat.html"))
+	chartTmpl = template.Must(template.ParseFS(assetFS, "assets/chart.html"))
+)
 
 const importMapMark = "@@IMPORTMAP@@"
 
-// render builds the shell (the same bytes for every request) and its
-// Content-Security-Policy. It fails only with a broken build (the embedded
-// template), so it panics then.
+// render builds the shell and the chart frame (the same bytes for every
+// request) and their Content-Security-Policies. It fails only with a
+// broken build (the embedded templates), so it panics then.
+//
+// The shell loads no chart library: each chart is drawn in a frame of
+// {path}/chart, sandboxed by the shell with allow-scripts only, so that
+// it runs in an opaque origin that cannot read the page's token, cookies
+// or storage. The frame's policy allows the chart libraries' scripts and
+// nothing else: no request, image, frame or form, to any origin.
 func (h *Handler) render() {
+	p := h.o.path
+	var buf bytes.Buffer
+	err := shellTmpl.Execute(&buf, struct {
+		Title, Base, TokenURL string
+		Theme                 bool
+	}{h.o.title, p, h.o.chatBase + embedsession.PathSessionToken, h.theme != nil})
+	if err != nil {
+		panic(fmt.Sprintf("chatpage: New: shell template: %v", err))
+	}
+	h.shell = buf.Bytes()
+	imgSrc := append([]string{"'self'", "data:"}, h.o.imgSrc...)
+	connect := "'self'"
+	if h.o.chatBase != "" && !strings.HasPrefix(h.o.chatBase, "/") { // a path prefix is 'self'
+		connect += " " + h.o.chatBase
+	}
+	h.csp = strings.Join([]string{
+		"default-src 'none'",
+		"script-src 'self'",
+		"style-src 'self'",
+		"img-src " + strings.Join(imgSrc, " "),
+		"connect-src " + connect,
+		"frame-src 'self'",
+		"base-uri 'none'",
+		"form-action 'none'",
+		"frame-ancestors " + strings.Join(h.o.frameAncestors, " "),
+	}, "; ")
+	h.renderChart()
+}
+
+// renderChart builds the chart frame and its policy.
+func (h *Handler) renderChart() {
 	p := h.o.path
 	var scripts []script
 	var interpURL, interpIntegrity string
 	scriptSrc := []string{"'self'"}
+	source := "this server"
 	for _, f := range vegaFiles {
 		u := p + "/vega/" + f.localName()
 		if h.vega == nil {
 			u = f.cdnURL(h.o.vegaCDN)
 			scriptSrc = append(scriptSrc, u)
+			source = h.o.vegaCDN
 		}
 		if f.module {
 			interpURL, interpIntegrity = u, f.integrity
@@ -357,33 +422,44 @@ func (h *Handler) render() {
 		panic(fmt.Sprintf("chatpage: New: import map: %v", err))
 	}
 	var buf bytes.Buffer
-	err = shellTmpl.Execute(&buf, struct {
-		Title, Base, TokenURL string
-		Theme                 bool
-		Scripts               []script
-		ImportMap             string
-	}{h.o.title, p, h.o.chatBase + embedsession.PathSessionToken, h.theme != nil, scripts, importMapMark})
+	err = chartTmpl.Execute(&buf, struct {
+		Base, ImportMap, VegaSource string
+		Scripts                     []script
+	}{p, importMapMark, source, scripts})
 	if err != nil {
-		panic(fmt.Sprintf("chatpage: New: shell template: %v", err))
+		panic(fmt.Sprintf("chatpage: New: chart template: %v", err))
 	}
-	h.shell = bytes.Replace(buf.Bytes(), []byte(importMapMark), imJSON, 1)
+	h.chart = bytes.Replace(buf.Bytes(), []byte(importMapMark), imJSON, 1)
 	sum := sha256.Sum256(imJSON)
 	scriptSrc = append(scriptSrc, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
-	imgSrc := append([]string{"'self'", "data:"}, h.o.imgSrc...)
-	connect := "'self'"
-	if h.o.chatBase != "" && !strings.HasPrefix(h.o.chatBase, "/") { // a path prefix is 'self'
-		connect += " " + h.o.chatBase
+	// The frame's ancestors are the page and the page's own ancestors.
+	ancestors := []string{"'self'"}
+	for _, a := range h.o.frameAncestors {
+		if a != "'self'" && a != "'none'" {
+			ancestors = append(ancestors, a)
+		}
 	}
-	h.csp = strings.Join([]string{
+	h.chartCSP = strings.Join([]string{
 		"default-src 'none'",
 		"script-src " + strings.Join(scriptSrc, " "),
 		"style-src 'self'",
-		"img-src " + strings.Join(imgSrc, " "),
-		"connect-src " + connect,
 		"base-uri 'none'",
 		"form-action 'none'",
-		"frame-ancestors " + strings.Join(h.o.frameAncestors, " "),
+		"frame-ancestors " + strings.Join(ancestors, " "),
 	}, "; ")
+}
+
+func (h *Handler) serveChart(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Content-Security-Policy", h.chartCSP)
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Cache-Control", "no-cache")
+	if r.Method == http.MethodHead {
+		return
+	}
+	_, _ = w.Write(h.chart)
 }
 
 var (

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -136,8 +137,45 @@ func TestShellNeedsNoSessionAndIsLockedDown(t *testing.T) {
 			t.Errorf("CSP %q allows %s", csp, bad)
 		}
 	}
-	// Every script has a src, except the import map, whose hash the CSP
-	// names.
+	// Every script has a src; the shell loads no chart library.
+	for _, tag := range scriptTag.FindAllString(body, -1) {
+		if !strings.Contains(tag, " src=") || strings.Contains(tag, "vega") {
+			t.Errorf("script %s in the shell", tag)
+		}
+	}
+	if !strings.Contains(csp, "script-src 'self';") || !strings.Contains(csp, "frame-src 'self';") {
+		t.Errorf("CSP %q: want scripts and frames of the page's origin only", csp)
+	}
+	if !strings.Contains(body, "<title>Ask &lt;your&gt; data</title>") {
+		t.Error("the title is not escaped")
+	}
+}
+
+// chartFrame returns the chart frame's response and its body.
+func chartFrame(t *testing.T, e *env) (*http.Response, string) {
+	t.Helper()
+	return get(t, e.srv.URL+"/embed/chat/chart", "")
+}
+
+// The chart frame loads the chart libraries with integrity, and its
+// policy allows their scripts only: no request, image, frame or form.
+func TestChartFrameIsLockedDown(t *testing.T) {
+	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithFrameAncestors("https://app.example.com"))
+	res, body := chartFrame(t, e)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET /embed/chat/chart: %d %q", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	csp := res.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "style-src 'self'", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'self' https://app.example.com"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("chart CSP %q lacks %q", csp, want)
+		}
+	}
+	for _, bad := range []string{"unsafe-inline", "unsafe-eval", "*", "blob:", "data:", "connect-src", "img-src", "frame-src"} {
+		if strings.Contains(csp, bad) {
+			t.Errorf("chart CSP %q has %s", csp, bad)
+		}
+	}
 	for _, tag := range scriptTag.FindAllString(body, -1) {
 		if !strings.Contains(tag, " src=") && tag != `<script type="importmap">` {
 			t.Errorf("inline script %s", tag)
@@ -171,11 +209,14 @@ func TestShellNeedsNoSessionAndIsLockedDown(t *testing.T) {
 		"https://cdn.jsdelivr.net/npm/vega-embed@7.3.0/build/vega-embed.min.js",
 	} {
 		if !strings.Contains(body, `src="`+u+`"`) || !strings.Contains(csp, u) {
-			t.Errorf("shell or CSP lacks %s", u)
+			t.Errorf("chart frame or CSP lacks %s", u)
 		}
 	}
-	if !strings.Contains(body, "<title>Ask &lt;your&gt; data</title>") {
-		t.Error("the title is not escaped")
+	// The page draws charts in this frame, sandboxed: its script names
+	// the frame's sandbox (scripts only, so an opaque origin).
+	_, render := get(t, e.srv.URL+"/embed/chat/assets/render.js", "")
+	if !strings.Contains(render, `frame.setAttribute("sandbox", "allow-scripts")`) {
+		t.Error("render.js does not sandbox the chart frame with allow-scripts only")
 	}
 }
 
@@ -186,6 +227,8 @@ func TestAssets(t *testing.T) {
 		"/embed/chat/assets/markdown.js":  "text/javascript; charset=utf-8",
 		"/embed/chat/assets/render.js":    "text/javascript; charset=utf-8",
 		"/embed/chat/assets/vega-util.js": "text/javascript; charset=utf-8",
+		"/embed/chat/assets/chart.js":     "text/javascript; charset=utf-8",
+		"/embed/chat/assets/chart.css":    "text/css; charset=utf-8",
 		"/embed/chat/assets/chat.css":     "text/css; charset=utf-8",
 		"/embed/chat/theme.css":           "text/css; charset=utf-8",
 	} {
@@ -349,7 +392,7 @@ func TestFrameAncestorsAndImageSources(t *testing.T) {
 		chatpage.WithPath("/chat/"),
 		chatpage.WithVegaCDN("https://cdn.example.net/npm"))
 	csp := h.ContentSecurityPolicy()
-	for _, want := range []string{"frame-ancestors https://app.example.com https://*.example.org", "img-src 'self' data: https://avatars.example.com", "https://cdn.example.net/npm/vega@6.4.0/build/vega.min.js"} {
+	for _, want := range []string{"frame-ancestors https://app.example.com https://*.example.org", "img-src 'self' data: https://avatars.example.com"} {
 		if !strings.Contains(csp, want) {
 			t.Errorf("CSP %q lacks %q", csp, want)
 		}
@@ -357,6 +400,14 @@ func TestFrameAncestorsAndImageSources(t *testing.T) {
 	for _, rt := range h.Routes() {
 		if !strings.HasPrefix(rt.Pattern, "/chat") || strings.HasPrefix(rt.Pattern, "/chat//") {
 			t.Errorf("route %s", rt.Pattern)
+		}
+		if rt.Pattern == "/chat/chart" {
+			rec := httptest.NewRecorder()
+			rt.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, rt.Pattern, nil))
+			if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "https://cdn.example.net/npm/vega@6.4.0/build/vega.min.js") ||
+				!strings.Contains(csp, "frame-ancestors 'self' https://app.example.com https://*.example.org") {
+				t.Errorf("chart CSP %q", csp)
+			}
 		}
 	}
 }
@@ -383,18 +434,18 @@ func TestVegaDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, chatpage.FixedAgent("7"), chatpage.WithVega(v))
-	csp := e.h.ContentSecurityPolicy()
-	if strings.Contains(csp, "https:") {
-		t.Errorf("CSP %q names another origin with local vega files", csp)
+	res, frame := chartFrame(t, e)
+	if csp := res.Header.Get("Content-Security-Policy"); strings.Contains(csp, "https:") {
+		t.Errorf("chart CSP %q names another origin with local vega files", csp)
 	}
-	_, shell := get(t, e.srv.URL+"/embed/chat", "")
 	for _, name := range []string{"vega.js", "vega-lite.js", "vega-embed.js", "vega-interpreter.js"} {
-		if !strings.Contains(shell, `/embed/chat/vega/`+name) {
-			t.Errorf("the shell does not load %s locally", name)
+		if !strings.Contains(frame, `/embed/chat/vega/`+name) {
+			t.Errorf("the chart frame does not load %s locally", name)
 		}
+		// The frame's origin is opaque: its scripts load with CORS.
 		res, body := get(t, e.srv.URL+"/embed/chat/vega/"+name, "")
-		if res.StatusCode != http.StatusOK || len(body) < 1000 {
-			t.Errorf("GET vega/%s: %d", name, res.StatusCode)
+		if res.StatusCode != http.StatusOK || len(body) < 1000 || res.Header.Get("Access-Control-Allow-Origin") != "*" {
+			t.Errorf("GET vega/%s: %d, Access-Control-Allow-Origin %q", name, res.StatusCode, res.Header.Get("Access-Control-Allow-Origin"))
 		}
 	}
 	// Another version is refused.
@@ -447,5 +498,57 @@ func TestShellBehindSessionMiddleware(t *testing.T) {
 	_, plain := get(t, e.srv.URL+"/embed/chat", "")
 	if !strings.Contains(plain, `data-token=""`) {
 		t.Error("the plain shell carries a token")
+	}
+}
+
+// A page requested as a cross-site iframe while only its own origin may
+// frame it logs one warning naming WithFrameAncestors.
+func TestCrossSiteFrameWarning(t *testing.T) {
+	shell := func(h *chatpage.Handler, dest, site string) {
+		t.Helper()
+		for _, rt := range h.Routes() {
+			if rt.Pattern == chatpage.DefaultPath {
+				req := httptest.NewRequest(http.MethodGet, rt.Pattern, nil)
+				req.Header.Set("Sec-Fetch-Dest", dest)
+				req.Header.Set("Sec-Fetch-Site", site)
+				rec := httptest.NewRecorder()
+				rt.Handler.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					t.Fatalf("shell: %d", rec.Code)
+				}
+			}
+		}
+	}
+	st := memstore.New()
+	defer st.Close()
+	for _, tc := range []struct {
+		name  string
+		opts  []chatpage.Option
+		dest  string
+		site  string
+		warns int
+	}{
+		{"default, cross-site frame", nil, "iframe", "cross-site", 1},
+		{"default, same-site frame", nil, "iframe", "same-site", 0},
+		{"default, same-origin frame", nil, "iframe", "same-origin", 0},
+		{"default, top-level document", nil, "document", "cross-site", 0},
+		{"explicit 'self', cross-site frame", []chatpage.Option{chatpage.WithFrameAncestors("'self'")}, "iframe", "cross-site", 1},
+		{"host allowed, cross-site frame", []chatpage.Option{chatpage.WithFrameAncestors("'self'", "https://app.example.com")}, "iframe", "cross-site", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			log := slog.New(slog.NewTextHandler(&buf, nil))
+			h := chatpage.New(st, chatpage.FixedAgent("7"), append(tc.opts, chatpage.WithLogger(log))...)
+			for range 3 {
+				shell(h, tc.dest, tc.site)
+			}
+			out := buf.String()
+			if n := strings.Count(out, "level=WARN"); n != tc.warns {
+				t.Fatalf("%d warnings, want %d: %s", n, tc.warns, out)
+			}
+			if tc.warns > 0 && (!strings.Contains(out, "chatpage.WithFrameAncestors") || !strings.Contains(out, "frameAncestors='self'")) {
+				t.Errorf("warning %q does not name the option and the sources", out)
+			}
+		})
 	}
 }

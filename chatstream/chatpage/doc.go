@@ -2,7 +2,8 @@
 // application chats with an analytics agent inside an iframe, with
 // answers streamed as they are written, Markdown rendered safely, tool
 // calls as collapsible steps showing their SQL, results as HTML tables
-// and Vega-Lite specs as charts.
+// (with Download CSV, every row through the data query API, and Show
+// SQL) and Vega-Lite specs as charts.
 //
 // The page is built for a hostile environment. The shell carries no user
 // data and needs no cookie, so it loads in a cross-site iframe whose
@@ -12,8 +13,13 @@
 // the address bar, keeps the token in sessionStorage (so a reload works)
 // and calls the chat API with Authorization: Bearer. No API key reaches
 // the browser. A strict Content-Security-Policy allows no inline script
-// and no eval (charts run with vega-interpreter); nothing that the model
-// or the data says can make the browser fetch anything.
+// and no eval; nothing that the model or the data says can make the
+// browser fetch anything. Each chart is drawn in a frame sandboxed with
+// allow-scripts only, of an opaque origin: a chart spec cannot read the
+// token, cookies or storage, replace the page's vega-embed options or
+// make a request (the frame's policy allows the chart libraries' scripts
+// and nothing else; its expressions run with vega-interpreter, its
+// tooltips are text).
 //
 // Mount it next to the embed-session and chat handlers, on the same
 // origin:

@@ -72,7 +72,9 @@ func checkSources(option string, sources []string) {
 
 // WithFrameAncestors sets who may frame the page (the CSP frame-ancestors
 // sources, for example "https://app.example.com"). Default: "'self'"
-// (the page's own origin only). No source, or "'none'", forbids framing.
+// (the page's own origin only): a host on another origin must be named,
+// and a page requested as a cross-site frame without one logs a warning
+// (once per handler). No source, or "'none'", forbids framing.
 // Each source must be one CSP source: not empty, without ';', ',' or white
 // space; WithFrameAncestors panics otherwise.
 func WithFrameAncestors(sources ...string) Option {
@@ -171,7 +173,9 @@ func WithSessionOptions(opts ...middleware.SessionOption) Option {
 	return func(o *options) { o.sessionOpts = append(o.sessionOpts, opts...) }
 }
 
-// WithLogger sets the logger for server errors. Default: slog.Default().
+// WithLogger sets the logger for server errors and for the warning about
+// a cross-site frame that [WithFrameAncestors] does not allow. Default:
+// slog.Default().
 // l must not be nil; WithLogger panics otherwise.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/input"
@@ -22,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/embedkit/embedkit/chatstream/chatpage"
@@ -82,7 +85,7 @@ type browser struct {
 	tabs int
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	exe := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
@@ -96,6 +99,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1100, 900),
 	)
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
@@ -123,9 +127,13 @@ type tab struct {
 	requests []string // URLs the page requested
 }
 
-// cspProbe records securitypolicyviolation events in every frame.
+// cspProbe records securitypolicyviolation events in every frame: in
+// the top window's list, or, in a frame that cannot reach it (a chart's
+// opaque origin), in its own.
 const cspProbe = `document.addEventListener("securitypolicyviolation", (e) => {
-  (window.top.__cspViolations = window.top.__cspViolations || []).push(location.pathname + ": " + e.violatedDirective + " " + e.blockedURI);
+  let w = window;
+  try { window.top.__cspViolations; w = window.top; } catch (_) {}
+  (w.__cspViolations = w.__cspViolations || []).push(location.pathname + ": " + e.violatedDirective + " " + e.blockedURI);
 });`
 
 func (b *browser) newTab(t *testing.T, base string) *tab {
@@ -304,6 +312,125 @@ func (tb *tab) frameTab(path string) *tab {
 	}
 }
 
+// chartFrames waits for at least n chart frames (sandboxed iframes of an
+// opaque origin, each its own target) under the tab and returns a tab on
+// each, in no particular order.
+func (tb *tab) chartFrames(n int) []*tab {
+	tb.t.Helper()
+	parent := chromedp.FromContext(tb.ctx).Target.TargetID
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		targets, err := chromedp.Targets(tb.ctx)
+		if err != nil {
+			tb.t.Fatal(err)
+		}
+		var ids []target.ID
+		for _, ti := range targets {
+			if ti.Type == "iframe" && ti.ParentID == parent && strings.Contains(ti.URL, "/embed/chat/chart") {
+				ids = append(ids, ti.TargetID)
+			}
+		}
+		if len(ids) >= n {
+			var out []*tab
+			for _, id := range ids {
+				ctx, cancel := chromedp.NewContext(tb.ctx, chromedp.WithTargetID(id))
+				tb.t.Cleanup(cancel)
+				ft := &tab{t: tb.t, ctx: ctx, base: tb.base, n: tb.n}
+				if err := chromedp.Listen(ctx, func(ev any) {
+					switch e := ev.(type) {
+					case *runtime.EventExceptionThrown:
+						ft.problem("exception: %s", e.ExceptionDetails.Text)
+					case *network.EventRequestWillBeSent:
+						ft.mu.Lock()
+						ft.requests = append(ft.requests, e.Request.URL)
+						ft.mu.Unlock()
+					}
+				}); err != nil {
+					tb.t.Fatal(err)
+				}
+				if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
+					tb.t.Fatal(err)
+				}
+				out = append(out, ft)
+			}
+			return out
+		}
+		if time.Now().After(deadline) {
+			tb.t.Fatalf("%d chart frames, want %d", len(ids), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// hover moves the mouse of the tab (the demo host page) over the middle
+// of the element that js (with d as the frame's document) finds in the
+// chart frame of a page with one chart.
+func (tb *tab) hover(frame *tab, js string) {
+	tb.t.Helper()
+	var outer struct{ X, Y float64 }
+	tb.eval(`(() => { const c = document.getElementById("chat"); const f = c.getBoundingClientRect();
+		const d = c.contentDocument; const ch = d.querySelector(".ek-chart iframe");
+		ch.scrollIntoView({ block: "center" });
+		const r = ch.getBoundingClientRect();
+		return { x: f.left + r.left, y: f.top + r.top }; })()`, &outer)
+	// The browser routes input to a frame by where it was last drawn.
+	tb.run(chromedp.Sleep(300 * time.Millisecond))
+	var inner struct{ X, Y float64 }
+	frame.eval(self(`(() => { const r = (`+js+`).getBoundingClientRect(); return { x: r.left + r.width / 2, y: r.top + r.height / 2 }; })()`), &inner)
+	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, outer.X+inner.X, outer.Y+inner.Y))
+}
+
+// downloadedCSV waits for the one .csv file the browser saves in dir
+// and returns its records.
+func downloadedCSV(t *testing.T, dir string) [][]string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".csv") {
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll()
+				if err != nil {
+					t.Fatalf("CSV %q: %v", b, err)
+				}
+				return recs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CSV file in %s", dir)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// distanceFromBottom is how far the chat's conversation is scrolled
+// above its newest message, in px.
+func (tb *tab) distanceFromBottom() int {
+	tb.t.Helper()
+	var d float64
+	tb.eval(chat(`(() => { const l = d.getElementById("ek-log"); return l.scrollHeight - l.scrollTop - l.clientHeight; })()`), &d)
+	return int(d + 0.5)
+}
+
+// wheel turns the mouse wheel over the chat's conversation (dy < 0
+// scrolls up) and lets the scroll happen.
+func (tb *tab) wheel(dy float64) {
+	tb.t.Helper()
+	var p struct{ X, Y float64 }
+	tb.eval(`(() => { const c = document.getElementById("chat"); const f = c.getBoundingClientRect();
+		const r = c.contentDocument.getElementById("ek-log").getBoundingClientRect();
+		return { x: f.left + r.left + 8, y: f.top + r.top + r.height / 2 }; })()`, &p)
+	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseWheel, p.X, p.Y, func(e *input.DispatchMouseEventParams) {
+		e.DeltaY = dy
+		e.DeltaX = 0.001 // CDP wants both, and drops a zero
+	}),
+		chromedp.Sleep(400*time.Millisecond))
+}
+
 // ask2 types a question into a tab that is the chat page itself.
 func (tb *tab) ask2(q string) {
 	tb.t.Helper()
@@ -319,10 +446,11 @@ func (tb *tab) ask(q string) {
 }
 
 const (
-	jsBusy     = `d.getElementById("ek-log").getAttribute("aria-busy") === "true"`
-	jsIdle     = `d.getElementById("ek-log").getAttribute("aria-busy") === "false" && !d.getElementById("ek-send").hidden`
-	jsFinal    = `[...d.querySelectorAll(".ek-assistant")].map((e) => e.innerText).join("\n")`
-	jsHasChart = `!!d.querySelector(".ek-chart-view svg, .ek-chart-view canvas")`
+	jsBusy  = `d.getElementById("ek-log").getAttribute("aria-busy") === "true"`
+	jsIdle  = `d.getElementById("ek-log").getAttribute("aria-busy") === "false" && !d.getElementById("ek-send").hidden`
+	jsFinal = `[...d.querySelectorAll(".ek-assistant")].map((e) => e.innerText).join("\n")`
+	// A chart is drawn in a sandboxed frame, which tells the page.
+	jsHasChart = `!!d.querySelector(".ek-chart[data-state=drawn] iframe")`
 	jsTable    = `[...d.querySelectorAll(".ek-table tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent))`
 )
 
@@ -386,17 +514,11 @@ func TestBrowser(t *testing.T) {
 		if steps < 2 {
 			t.Errorf("%d tool steps, want the metadata search and the query", steps)
 		}
-		// The chart's tooltip works under the page's CSP (no injected
-		// style): hover the bar.
-		var pos struct{ X, Y float64 }
-		tb.eval(`(() => { const f = document.getElementById("chat").getBoundingClientRect();
-			const d = document.getElementById("chat").contentDocument;
-			const bar = d.querySelector(".ek-chart-view svg path.mark-rect, .ek-chart-view svg g.mark-rect path");
-			bar.scrollIntoView({ block: "center" });
-			const r = bar.getBoundingClientRect();
-			return { x: f.left + r.left + r.width / 2, y: f.top + r.top + r.height / 2 }; })()`, &pos)
-		tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, pos.X, pos.Y))
-		tb.waitFor("the chart tooltip", chat(`(() => { const t = d.getElementById("vg-tooltip-element"); return t && t.classList.contains("visible") && t.textContent.includes("Germany"); })()`), 10*time.Second)
+		// The chart's tooltip works in the chart's frame (built as text,
+		// under the frame's CSP): hover the bar.
+		frames := tb.chartFrames(1)
+		tb.hover(frames[0], `d.querySelector("svg path.mark-rect, svg g.mark-rect path")`)
+		frames[0].waitFor("the chart tooltip", self(`(() => { const t = d.querySelector(".ek-chart-tooltip"); return t && !t.hidden && t.textContent.includes("Germany"); })()`), 10*time.Second)
 		// The address bar lost the single-use sessionId.
 		var src string
 		tb.eval(chat(`w.location.search`), &src)
@@ -405,7 +527,7 @@ func TestBrowser(t *testing.T) {
 		}
 		if p := os.Getenv("EMBEDKIT_README_SCREENSHOT"); p != "" {
 			tb.ask("revenue by category")
-			tb.waitFor("the second answer", chat(jsIdle+` && d.querySelectorAll(".ek-chart-view svg").length === 2`), 60*time.Second)
+			tb.waitFor("the second answer", chat(jsIdle+` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === 2`), 60*time.Second)
 			tb.run(chromedp.EmulateViewport(1000, 1250), chromedp.Sleep(300*time.Millisecond))
 			tb.eval(chat(`(d.querySelectorAll(".ek-step")[3].open = true, d.querySelectorAll(".ek-user")[1].scrollIntoView(), true)`), nil)
 			tb.run(chromedp.Sleep(500 * time.Millisecond))
@@ -416,6 +538,70 @@ func TestBrowser(t *testing.T) {
 			if err := os.WriteFile(p, buf, 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+		tb.noProblems()
+	})
+
+	t.Run("the chat follows the conversation unless the user scrolled up", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.run(chromedp.EmulateViewport(1000, 700))
+		tb.open("ana")
+		charts := 0
+		// answer asks q and waits for the answer and its chart to be drawn.
+		answer := func(q string) {
+			t.Helper()
+			tb.ask(q)
+			charts++
+			tb.waitFor("the answer to "+q, chat(jsIdle+fmt.Sprintf(` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === %d`, charts)), 60*time.Second)
+			tb.run(chromedp.Sleep(300 * time.Millisecond)) // the last sizes settle
+		}
+		var dist []int
+		for _, q := range []string{"revenue by country", "revenue by category", "revenue by month", "orders by category"} {
+			answer(q)
+			dist = append(dist, tb.distanceFromBottom())
+		}
+		for i, d := range dist {
+			if d > 2 {
+				t.Errorf("distance from the bottom after each answer %v: answer %d is off screen", dist, i+1)
+				break
+			}
+		}
+		t.Logf("distance from the bottom after each of %d answers with charts: %v px", len(dist), dist)
+		// The user scrolls up: the answer that follows does not pull the
+		// view down; sending a question comes back to the newest.
+		tb.wheel(-1500)
+		if d := tb.distanceFromBottom(); d < 500 {
+			t.Fatalf("after a wheel up the distance is %d px", d)
+		}
+		answer("revenue by month")
+		if d := tb.distanceFromBottom(); d > 2 {
+			t.Errorf("sending a question did not come back to the newest: %d px", d)
+		}
+		tb.ask("revenue by country")
+		charts++
+		tb.waitFor("the turn to start", chat(jsBusy), 20*time.Second)
+		tb.wheel(-1500)
+		tb.waitFor("the answer", chat(jsIdle+fmt.Sprintf(` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === %d`, charts)), 60*time.Second)
+		tb.run(chromedp.Sleep(300 * time.Millisecond))
+		if d := tb.distanceFromBottom(); d < 500 {
+			t.Errorf("the answer pulled the view down while the user read above: %d px from the bottom", d)
+		}
+		// Back at the bottom, the page follows again.
+		tb.wheel(100000)
+		answer("revenue by category")
+		if d := tb.distanceFromBottom(); d > 2 {
+			t.Errorf("after the user came back to the bottom, the next answer is %d px below", d)
+		}
+		// After a reload mid-turn, the rejoined turn is on screen.
+		tb.ask("revenue by month")
+		tb.waitFor("streamed text", chat(jsBusy+` && [...d.querySelectorAll(".ek-assistant .ek-md p")].some((p) => p.textContent.length > 10)`), 30*time.Second)
+		tb.eval(chat(`(w.location.reload(), true)`), nil)
+		time.Sleep(200 * time.Millisecond)
+		tb.waitFor("the chat after reload", chat(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+		tb.waitFor("the rejoined turn to end", chat(jsIdle+` && d.querySelectorAll(".ek-chart[data-state=drawn]").length === d.querySelectorAll(".ek-chart").length`), 60*time.Second)
+		tb.run(chromedp.Sleep(300 * time.Millisecond))
+		if d := tb.distanceFromBottom(); d > 2 {
+			t.Errorf("after a reload the rejoined turn is %d px below the view", d)
 		}
 		tb.noProblems()
 	})
@@ -562,6 +748,85 @@ func TestBrowser(t *testing.T) {
 		tb2.noProblems()
 	})
 
+	t.Run("Download CSV gets every row through the data query API; Show SQL shows the query", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		dl := t.TempDir()
+		if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
+			t.Fatal(err)
+		}
+		tb.open("liam")
+		tb.ask("revenue by month")
+		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table") && d.querySelector(".ek-download")`), 60*time.Second)
+		var shown struct {
+			SQL, Step string
+			Hidden    bool
+			Headers   []string
+			First     []string
+		}
+		tb.eval(chat(`(d.querySelector(".ek-show-sql").click(), {
+			sql: d.querySelector(".ek-table-sql").textContent, hidden: d.querySelector(".ek-table-sql").hidden,
+			step: d.querySelector(".ek-step .ek-sql code").textContent,
+			headers: [...d.querySelectorAll(".ek-table thead th")].map((th) => th.textContent),
+			first: [...d.querySelectorAll(".ek-table tbody tr")].map((tr) => tr.cells[0].textContent) })`), &shown)
+		if shown.Hidden || shown.SQL == "" || shown.SQL != shown.Step {
+			t.Errorf("Show SQL: hidden %v, %q, want the step's %q", shown.Hidden, shown.SQL, shown.Step)
+		}
+		tb.eval(chat(`(d.querySelector(".ek-download").click(), true)`), nil)
+		recs := downloadedCSV(t, dl)
+		if len(recs) < 2 || strings.Join(recs[0], ",") != strings.Join(shown.Headers, ",") {
+			t.Fatalf("CSV header %q, table header %q", recs[0], shown.Headers)
+		}
+		var first []string
+		for _, r := range recs[1:] {
+			first = append(first, r[0])
+		}
+		if strings.Join(first, ",") != strings.Join(shown.First, ",") {
+			t.Errorf("CSV rows %q, table rows %q", first, shown.First)
+		}
+		t.Logf("downloaded %d rows", len(recs)-1)
+		tb.noProblems()
+	})
+
+	t.Run("a failed sessionId shows the failure and never falls back to the earlier user", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table")`), 60*time.Second)
+		// The host opens the chat again with a sessionId that fails (used,
+		// unknown or expired): ana's token and chat must not come back.
+		tb.eval(`(document.getElementById("chat").src = "/embed/chat?sessionId=00000000-0000-0000-0000-000000000000", true)`, nil)
+		tb.waitFor("the failure", chat(`d.body && d.body.dataset.exchange === "failed"`), 20*time.Second)
+		var got struct {
+			Notice, Name, Token, Chat string
+			Messages                  int
+			Disabled                  bool
+		}
+		tb.eval(chat(`({ notice: d.getElementById("ek-notice").textContent, name: d.getElementById("ek-name").textContent,
+			token: w.sessionStorage.getItem("embedkit.token") || "", chat: w.sessionStorage.getItem("embedkit.chat") || "",
+			messages: d.querySelectorAll(".ek-msg").length, disabled: d.getElementById("ek-input").disabled })`), &got)
+		if !strings.Contains(got.Notice, "This chat link could not be opened") {
+			t.Errorf("notice %q", got.Notice)
+		}
+		if got.Name != "" || got.Token != "" || got.Chat != "" || got.Messages != 0 || !got.Disabled {
+			t.Errorf("after a failed exchange: name %q, token %q, chat %q, %d messages, input disabled %v", got.Name, got.Token, got.Chat, got.Messages, got.Disabled)
+		}
+		// A reload stays signed out.
+		tb.eval(chat(`(w.location.reload(), true)`), nil)
+		time.Sleep(200 * time.Millisecond)
+		tb.waitFor("the page after reload", chat(`d.body && d.getElementById("ek-notice").textContent.includes("expired")`), 20*time.Second)
+		tb.mu.Lock()
+		var rest []string
+		for _, p := range tb.problems {
+			if !strings.Contains(p, "/api/v1/embed/session/token") && !strings.Contains(p, "status of 4") {
+				rest = append(rest, p)
+			}
+		}
+		tb.problems = rest
+		tb.mu.Unlock()
+		tb.noProblems()
+	})
+
 	t.Run("nothing the model or the data says is markup or fetches anything", func(t *testing.T) {
 		tb := b.newTab(t, s.base)
 		// The shell loads with no session at all; the page then reports
@@ -574,7 +839,6 @@ func TestBrowser(t *testing.T) {
 			Markdown        string
 			Table           string
 			Chart           bool
-			Location        string
 		}
 		tb.eval(probeJS, &got)
 		if got.Images != 0 || got.Scripts != 0 {
@@ -592,10 +856,37 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("table text %q", got.Table)
 		}
 		if !got.Chart {
-			t.Error("the chart with a data URL, an image mark and links did not render")
+			t.Fatal("the chart with a data URL, an image mark and links did not render")
 		}
-		if !strings.HasSuffix(got.Location, "/embed/chat") {
-			t.Errorf("a click on a chart link navigated to %q", got.Location)
+		// In the chart's frame: a click on every mark follows no link,
+		// the spec's usermeta added no action menu, and the frame cannot
+		// reach the page's storage.
+		frame := tb.chartFrames(1)[0]
+		var in struct {
+			Location, Storage string
+			Actions, Images   int
+		}
+		frame.eval(self(`(async () => {
+			for (const p of d.querySelectorAll("svg path")) p.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+			await new Promise((r) => setTimeout(r, 500));
+			let storage = "";
+			try { storage = String(w.sessionStorage.length); } catch (e) { storage = "refused"; }
+			try { storage += " " + w.parent.document.body.dataset.meUrl; } catch (e) { storage += " parent refused"; }
+			return { location: w.location.href, storage, actions: d.querySelectorAll(".vega-actions, details").length, images: [...d.querySelectorAll("img, svg image, a")].filter((e) => e.getAttribute("src") || e.getAttribute("href") || e.getAttribute("xlink:href")).length };
+		})()`), &in)
+		if !strings.HasSuffix(in.Location, "/embed/chat/chart") {
+			t.Errorf("a click on a chart link navigated the chart to %q", in.Location)
+		}
+		if in.Storage != "refused parent refused" {
+			t.Errorf("the chart frame reads storage or the page: %q", in.Storage)
+		}
+		if in.Actions != 0 || in.Images != 0 {
+			t.Errorf("the chart frame has %d action menus and %d images or links with an address", in.Actions, in.Images)
+		}
+		var loc string
+		tb.eval(`location.href`, &loc)
+		if !strings.HasSuffix(loc, "/embed/chat") {
+			t.Errorf("the page navigated to %q", loc)
 		}
 		tb.mu.Lock()
 		for _, u := range tb.requests {
@@ -606,6 +897,7 @@ func TestBrowser(t *testing.T) {
 		tb.mu.Unlock()
 		var csp []string
 		tb.eval(`window.__cspViolations || []`, &csp)
+		frame.eval(self(`window.__cspViolations || []`), &csp)
 		if len(csp) > 0 {
 			t.Errorf("CSP violations: %q", csp)
 		}
@@ -719,15 +1011,16 @@ func TestBrowser(t *testing.T) {
 			var drawn bool
 			tb.eval(cdnChartJS, &drawn)
 			if tampered {
-				var loaded bool
 				var says string
-				tb.eval(`typeof window.vega !== "undefined"`, &loaded)
-				tb.eval(`document.querySelector(".ek-chart-view").textContent`, &says)
-				if loaded || drawn {
+				tb.eval(`document.querySelector(".ek-chart").textContent`, &says)
+				if drawn {
 					t.Error("a tampered vega.min.js ran")
 				}
-				if says != "Charts could not be loaded." {
-					t.Errorf("the chart box says %q", says)
+				// The chart says what failed, from where, and the fix.
+				for _, want := range []string{"Charts could not be loaded: vega did not load from " + cdn.URL + "/npm/", "chatpage.LoadVega", "npm ci --prefix .ci/vega", "-vega-dir"} {
+					if !strings.Contains(says, want) {
+						t.Errorf("the chart box says %q, want %q in it", says, want)
+					}
 				}
 				continue
 			}
@@ -820,6 +1113,7 @@ const probeJS = `(async () => {
   document.body.append(md);
   const spec = {
     $schema: "https://vega.github.io/schema/vega-lite/v5.json",
+    usermeta: { embedOptions: { actions: true, editorUrl: "/canary/editor", sourceHeader: "<script>alert(1)</script>", loader: { baseURL: "/canary/" } } },
     data: { url: "/canary/data.json" },
     transform: [{ lookup: "label", from: { data: { url: "/canary/lookup.json" }, key: "label", fields: ["x"] } }],
     layer: [
@@ -833,17 +1127,14 @@ const probeJS = `(async () => {
     input: JSON.stringify({ sqlQuery: "<b>SELECT 1</b>", queryTitle: "<i>t</i>" }),
     result: JSON.stringify({ schema: [{ name: "label", column_type: "string" }, { name: "v", column_type: "number" }, { name: "<img src=/canary/col onerror=alert(1)>", column_type: "string" }],
       data: [["<img src=/canary/cell>", 1, "x"], ["b", 2, "y"]], totalRows: 2, vegaSpec: JSON.stringify(spec) }) } });
-  for (let i = 0; i < 100 && !tool.querySelector(".ek-chart-view svg"); i++) await new Promise((r) => setTimeout(r, 50));
-  for (const p of tool.querySelectorAll(".ek-chart-view svg path")) p.dispatchEvent(new MouseEvent("click", { bubbles: true }));
-  await new Promise((r) => setTimeout(r, 500));
+  for (let i = 0; i < 200 && tool.querySelector(".ek-chart[data-state=loading]"); i++) await new Promise((r) => setTimeout(r, 50));
   return {
     images: document.querySelectorAll("img").length,
     scripts: document.querySelectorAll("body script").length,
     links: [...document.querySelectorAll("body a")].map((a) => a.href),
     markdown: md.textContent,
     table: tool.querySelector("table").textContent,
-    chart: !!tool.querySelector(".ek-chart-view svg"),
-    location: location.href,
+    chart: !!tool.querySelector(".ek-chart[data-state=drawn]"),
   };
 })()`
 
@@ -918,6 +1209,6 @@ const cdnChartJS = `(async () => {
   renderTool(box, { id: "t", role: "assistant", toolCall: { name: "svcSqlApi", input: "{}",
     result: JSON.stringify({ schema: [{ name: "k", column_type: "string" }, { name: "v", column_type: "number" }], data: [["a", 1], ["b", 2]], totalRows: 2,
       vegaSpec: JSON.stringify({ mark: "bar", encoding: { x: { field: "k", type: "nominal" }, y: { field: "v", type: "quantitative" } } }) }) } });
-  for (let i = 0; i < 100 && !box.querySelector(".ek-chart-view svg, .ek-chart-view p"); i++) await new Promise((r) => setTimeout(r, 50));
-  return !!box.querySelector(".ek-chart-view svg");
+  for (let i = 0; i < 200 && box.querySelector(".ek-chart[data-state=loading]"); i++) await new Promise((r) => setTimeout(r, 50));
+  return !!box.querySelector(".ek-chart[data-state=drawn]");
 })()`

@@ -3,7 +3,7 @@
 // renders them, stops and rejoins turns, and tells the parent window when
 // the session has expired.
 import { renderMarkdown } from "./markdown.js";
-import { renderTool } from "./render.js";
+import { renderTool, setDownload } from "./render.js";
 
 const TOKEN_KEY = "embedkit.token";
 const EXPIRES_KEY = "embedkit.tokenExpiresAt";
@@ -89,7 +89,20 @@ function watchExpiry(at) {
   if (ms < 2 ** 31 - 1) setTimeout(sessionExpired, ms);
 }
 
+// forget drops the token and the chat of an earlier session.
+function forget() {
+  token = "";
+  storage.removeItem(TOKEN_KEY);
+  storage.removeItem(EXPIRES_KEY);
+  storage.removeItem(CHAT_KEY);
+}
+
+// exchange trades the embed URL's sessionId for a token. It returns ""
+// or why it failed. Either way the earlier session's token and chat are
+// gone first: a new sessionId may be another user's, and a failed one
+// must never leave the page signed in as the earlier user.
 async function exchange(sessionId) {
+  forget();
   let res;
   try {
     res = await fetch(body.dataset.tokenUrl, {
@@ -100,16 +113,30 @@ async function exchange(sessionId) {
       cache: "no-store",
     });
   } catch (_) {
-    return false;
+    return "the connection failed";
   }
-  if (!res.ok) return false;
-  const t = await res.json();
+  if (!res.ok) return await errorText(res);
+  let t;
+  try {
+    t = await res.json();
+  } catch (_) {
+    return "the answer was not JSON";
+  }
+  if (!t || typeof t.token !== "string" || t.token === "") return "the answer held no token";
   token = t.token;
   storage.setItem(TOKEN_KEY, t.token);
   storage.setItem(EXPIRES_KEY, t.expiresAt);
-  // A new session may be another user's: start from an empty chat.
-  storage.removeItem(CHAT_KEY);
-  return true;
+  return "";
+}
+
+// exchangeFailed shows why the chat link did not open; the page stays
+// signed out.
+function exchangeFailed(why) {
+  ended = true;
+  setBusy(false);
+  input.disabled = send.disabled = newChat.disabled = true;
+  show("This chat link could not be opened (" + why + "). Open the chat again from the application.", "error");
+  body.dataset.exchange = "failed";
 }
 
 function api(url, init = {}) {
@@ -170,19 +197,41 @@ function signature(m) {
   return JSON.stringify([m.content, m.isInProcess, m.toolCall?.input, m.toolCall?.result]);
 }
 
+// Messages are drawn again at most once a frame, and, when drawing takes
+// long (a very long message streams in, and each delta redraws all of
+// it), with at least twice the time the last drawing took free before the
+// next: the page keeps most of its time for the user whatever the
+// message.
 let pending = new Set();
-let frame = 0;
+let frame = 0; // a requestAnimationFrame id, or
+let timer = 0; // a setTimeout id before one
+let notBefore = 0;
 
 function schedule(id) {
   pending.add(id);
-  if (!frame) frame = requestAnimationFrame(flushRender);
+  if (frame || timer) return;
+  const wait = notBefore - performance.now();
+  if (wait > 0) {
+    timer = setTimeout(() => {
+      timer = 0;
+      frame = requestAnimationFrame(flushRender);
+    }, wait);
+  } else {
+    frame = requestAnimationFrame(flushRender);
+  }
 }
 
+// flushRender draws the pending messages now.
 function flushRender() {
-  frame = 0;
+  if (frame) cancelAnimationFrame(frame);
+  if (timer) clearTimeout(timer);
+  frame = timer = 0;
   const ids = pending;
   pending = new Set();
+  const t0 = performance.now();
   for (const id of ids) renderMessage(chat.msgs[id]);
+  const took = performance.now() - t0;
+  notBefore = t0 + took + 2 * took;
 }
 
 function renderMessage(m) {
@@ -194,6 +243,7 @@ function renderMessage(m) {
   if (!v) {
     const node = el("article", "ek-msg " + (m.role === "user" ? "ek-user" : m.toolCall ? "ek-tool" : "ek-assistant"));
     node.id = "ek-m-" + m.id;
+    sizes.observe(node);
     v = { el: node, sig: "" };
     views.set(m.id, v);
     place(m.id, node, m._order);
@@ -212,17 +262,76 @@ function renderMessage(m) {
     node.replaceChildren(md);
     if (m._stopped) node.append(el("p", "ek-meta", "Stopped."));
   }
-  if (isNearBottom) log.scrollTop = log.scrollHeight;
+  if (follow) toBottom();
 }
 
-let isNearBottom = true;
-log.addEventListener("scroll", () => {
-  isNearBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+// ----- following the conversation -----
+//
+// The log stays on the newest message unless the user scrolled up. Only
+// the user's own input (wheel, touch, keys, the scroll bar, or a wheel
+// over a chart, which its frame reports) can stop the following: the
+// page's own scrolls and size changes (a chart drawing, a message
+// growing) cannot. Coming back to the bottom, or sending a question,
+// follows again.
+
+let follow = true;
+let userUntil = 0; // the user's input moves the log until then
+let pointerDown = false;
+const USER_INPUT_MS = 800;
+const NEAR_BOTTOM_PX = 48;
+
+function userInput() {
+  userUntil = performance.now() + USER_INPUT_MS;
+  // The scroll may come before the input is known (a wheel over a chart
+  // is reported by its frame): look again once it has happened.
+  setTimeout(() => {
+    if (distanceFromBottom() >= NEAR_BOTTOM_PX) follow = false;
+  }, 150);
+}
+
+function distanceFromBottom() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight;
+}
+
+function toBottom() {
+  log.scrollTop = log.scrollHeight;
+}
+
+log.addEventListener("wheel", userInput, { passive: true });
+log.addEventListener("touchmove", userInput, { passive: true });
+log.addEventListener("pointerdown", () => {
+  pointerDown = true;
+  userInput();
 });
+window.addEventListener("pointerup", () => {
+  if (!pointerDown) return; // a click elsewhere does not scroll the log
+  pointerDown = false;
+  userInput();
+});
+window.addEventListener("ek-chart-input", userInput);
+log.addEventListener("keydown", (e) => {
+  if (["ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End", " "].includes(e.key)) userInput();
+});
+// Only the user stops the following; the page's own moves leave it as
+// it is, and the size observer below brings the newest message back.
+log.addEventListener("scroll", () => {
+  if (distanceFromBottom() < NEAR_BOTTOM_PX) follow = true;
+  else if (pointerDown || performance.now() < userUntil) follow = false;
+});
+
+// A message or the log changing size (a chart drawn, a notice shown)
+// keeps the newest message in view.
+const sizes = new ResizeObserver(() => {
+  if (follow) toBottom();
+});
+sizes.observe(log);
 
 function clearLog() {
   views.clear();
   log.replaceChildren();
+  sizes.disconnect();
+  sizes.observe(log);
+  follow = true;
 }
 
 // ----- chat state -----
@@ -293,11 +402,18 @@ function finish(state) {
     for (const id of Object.keys(chat.msgs)) {
       if (!keep.has(id)) {
         delete chat.msgs[id];
-        views.get(id)?.el.remove();
+        const gone = views.get(id)?.el;
+        if (gone) {
+          sizes.unobserve(gone);
+          gone.remove();
+        }
         views.delete(id);
       }
     }
   }
+  // The thread's state is final: it is on screen before the page says
+  // the turn ended.
+  flushRender();
   if (state.aborted) {
     show("Stopped. The answer so far is kept.", "info");
   } else if (state.error) {
@@ -413,6 +529,8 @@ form.addEventListener("submit", (e) => {
   if (!chat.chatId) chat.chatId = newChatId();
   input.value = "";
   show("");
+  follow = true;
+  toBottom();
   setBusy(true);
   run({ input: text, chatId: chat.chatId });
 });
@@ -466,11 +584,13 @@ async function boot() {
   const handed = body.dataset.token;
   body.removeAttribute("data-token");
   if (handed) {
+    forget();
     token = handed;
     storage.setItem(TOKEN_KEY, handed);
-    storage.removeItem(EXPIRES_KEY);
-    storage.removeItem(CHAT_KEY);
-  } else if (!(sid && (await exchange(sid)))) {
+  } else if (sid !== null) {
+    const why = await exchange(sid);
+    if (why) return exchangeFailed(why);
+  } else {
     token = storage.getItem(TOKEN_KEY) || "";
   }
   if (!token) return sessionExpired();
@@ -487,6 +607,16 @@ async function boot() {
     return;
   }
   me = await res.json();
+  // "Download CSV" asks the data query API for every row, as CSV.
+  setDownload(async (sqlQuery) => {
+    const r = await api(me.dataUrl, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "text/csv" },
+      body: JSON.stringify({ sqlQuery }),
+    });
+    if (r.status === 401) sessionExpired();
+    return r;
+  });
   renderAvatar();
   watchExpiry(storage.getItem(EXPIRES_KEY) || me.expiresAt);
   setBusy(false);

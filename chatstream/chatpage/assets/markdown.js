@@ -5,14 +5,33 @@
 // fenced code blocks, bulleted and numbered lists, and links (http, https
 // and mailto only; anything else stays text). Images are never loaded:
 // ![alt](url) shows as "[image: alt]".
+//
+// The text is hostile, so the renderer runs in time linear in its length,
+// whatever it holds: it uses no regular expression that can backtrack. It
+// scans each line once; a search for a closing delimiter remembers where
+// it looked, so an opener that is never closed (a thousand "[x](") costs
+// no second scan, and nesting is bounded.
 
-const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|!\[([^\]]*)\]\(([^)\s]*)[^)]*\)|\[([^\]]+)\]\(([^)\s]*)[^)]*\)|\*\*([\s\S]+?)\*\*|__([\s\S]+?)__|\*([^\s*](?:[\s\S]*?[^\s*])?)\*|\b_([^\s_](?:[\s\S]*?[^\s_])?)_\b/g;
+// MAX_DEPTH bounds the nesting of links and emphasis; deeper is text.
+const MAX_DEPTH = 8;
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text;
   return e;
+}
+
+// ws reports whether c is white space (as \s, which trim removes).
+function ws(c) {
+  return c !== undefined && c !== "" && c.trim() === "";
+}
+
+// word reports whether c is a word character (as \w).
+function word(c) {
+  if (c === undefined || c === "") return false;
+  const k = c.charCodeAt(0);
+  return (k >= 48 && k <= 57) || (k >= 65 && k <= 90) || (k >= 97 && k <= 122) || k === 95;
 }
 
 function safeHref(url) {
@@ -23,41 +42,174 @@ function safeHref(url) {
   return null;
 }
 
-// inline appends the inline Markdown of text to parent.
-function inline(parent, text) {
-  let last = 0;
-  const re = new RegExp(INLINE); // its own lastIndex: inline recurses
-  for (let m; (m = re.exec(text)); ) {
-    if (m.index > last) parent.append(text.slice(last, m.index));
-    last = re.lastIndex;
-    if (m[1]) {
-      parent.append(el("code", "", m[2].trim() === "" ? m[2] : m[2].replace(/^ (.*) $/, "$1")));
-    } else if (m[3] !== undefined) {
-      parent.append(el("span", "ek-md-image", "[image" + (m[3] ? ": " + m[3] : "") + "]"));
-    } else if (m[5] !== undefined) {
-      const href = safeHref(m[6]);
-      if (href) {
-        const a = el("a");
-        a.href = href;
-        a.target = "_blank";
-        a.rel = "noopener noreferrer nofollow";
-        a.referrerPolicy = "no-referrer";
-        inline(a, m[5]);
-        parent.append(a);
-      } else {
-        inline(parent, m[5]);
-      }
-    } else if (m[7] !== undefined || m[8] !== undefined) {
-      const s = el("strong");
-      inline(s, m[7] ?? m[8]);
-      parent.append(s);
-    } else {
-      const e = el("em");
-      inline(e, m[9] ?? m[10]);
-      parent.append(e);
-    }
+// finder returns a search for the first index i >= start with pred(i),
+// or -1. It remembers its last answer: searches from increasing starts
+// (as a left-to-right scan makes them) look at each index at most once.
+function finder(s, pred) {
+  let from = -1;
+  let found = -1;
+  return (start) => {
+    if (from >= 0 && start >= from && (found < 0 || start <= found)) return found;
+    let i = start;
+    while (i < s.length && !pred(i)) i++;
+    from = start;
+    found = i < s.length ? i : -1;
+    return found;
+  };
+}
+
+// Scanner holds the searches of one piece of text, made when first used.
+class Scanner {
+  constructor(s) {
+    this.s = s;
+    this.f = {};
+    this.runs = null; // backtick run length -> { starts, next }
   }
-  if (last < text.length) parent.append(text.slice(last));
+
+  find(name, start) {
+    let f = this.f[name];
+    if (!f) {
+      const s = this.s;
+      const preds = {
+        bracket: (i) => s[i] === "]",
+        paren: (i) => s[i] === ")",
+        stars: (i) => s[i] === "*" && s[i + 1] === "*",
+        unders: (i) => s[i] === "_" && s[i + 1] === "_",
+        star: (i) => s[i] === "*" && s[i - 1] !== "*" && !ws(s[i - 1]),
+        under: (i) => s[i] === "_" && s[i - 1] !== "_" && !ws(s[i - 1]) && !word(s[i + 1]),
+      };
+      f = this.f[name] = finder(s, preds[name]);
+    }
+    return f(start);
+  }
+
+  // closingRun returns the start of the first run of exactly n backticks
+  // at or after start, or -1. The runs are listed once, in one pass.
+  closingRun(n, start) {
+    if (!this.runs) {
+      this.runs = new Map();
+      const s = this.s;
+      for (let i = 0; i < s.length; ) {
+        if (s[i] !== "`") {
+          i++;
+          continue;
+        }
+        let j = i;
+        while (s[j] === "`") j++;
+        let r = this.runs.get(j - i);
+        if (!r) this.runs.set(j - i, (r = { starts: [], next: 0 }));
+        r.starts.push(i);
+        i = j;
+      }
+    }
+    const r = this.runs.get(n);
+    if (!r) return -1;
+    while (r.next < r.starts.length && r.starts[r.next] < start) r.next++;
+    return r.next < r.starts.length ? r.starts[r.next] : -1;
+  }
+}
+
+const SPECIAL = new Set(["`", "!", "[", "*", "_"]);
+
+// inline appends the inline Markdown of text to parent.
+function inline(parent, text, depth = 0) {
+  if (depth >= MAX_DEPTH) {
+    parent.append(text);
+    return;
+  }
+  const s = text;
+  const sc = new Scanner(s);
+  let last = 0; // start of the text not yet appended
+  let i = 0;
+  const flush = (to) => {
+    if (to > last) parent.append(s.slice(last, to));
+  };
+  while (i < s.length) {
+    const c = s[i];
+    if (!SPECIAL.has(c)) {
+      i++;
+      continue;
+    }
+    if (c === "`") {
+      let j = i;
+      while (s[j] === "`") j++;
+      const n = j - i;
+      const close = sc.closingRun(n, j);
+      if (close < 0) {
+        i = j; // the run stays text
+        continue;
+      }
+      flush(i);
+      let code = s.slice(j, close);
+      if (code.length >= 2 && code[0] === " " && code[code.length - 1] === " " && code.trim() !== "") code = code.slice(1, -1);
+      parent.append(el("code", "", code));
+      i = last = close + n;
+      continue;
+    }
+    if (c === "!" || c === "[") {
+      const image = c === "!";
+      if (image && s[i + 1] !== "[") {
+        i++;
+        continue;
+      }
+      const open = image ? i + 1 : i;
+      const j = sc.find("bracket", open + 1);
+      const k = j >= 0 && s[j + 1] === "(" ? sc.find("paren", j + 2) : -1;
+      if (k < 0 || (!image && j === open + 1)) {
+        i++;
+        continue;
+      }
+      flush(i);
+      const label = s.slice(open + 1, j);
+      let u = j + 2;
+      while (u < k && !ws(s[u])) u++;
+      const url = s.slice(j + 2, u);
+      if (image) {
+        parent.append(el("span", "ek-md-image", "[image" + (label ? ": " + label : "") + "]"));
+      } else {
+        const href = safeHref(url);
+        if (href) {
+          const a = el("a");
+          a.href = href;
+          a.target = "_blank";
+          a.rel = "noopener noreferrer nofollow";
+          a.referrerPolicy = "no-referrer";
+          inline(a, label, depth + 1);
+          parent.append(a);
+        } else {
+          inline(parent, label, depth + 1);
+        }
+      }
+      i = last = k + 1;
+      continue;
+    }
+    // * or _: strong (doubled) or emphasis.
+    if (s[i + 1] === c) {
+      const j = sc.find(c === "*" ? "stars" : "unders", i + 3);
+      if (j >= 0) {
+        flush(i);
+        const strong = el("strong");
+        inline(strong, s.slice(i + 2, j), depth + 1);
+        parent.append(strong);
+        i = last = j + 2;
+        continue;
+      }
+      i += 2;
+      continue;
+    }
+    const opens = !ws(s[i + 1]) && s[i + 1] !== undefined && (c === "*" || !word(s[i - 1]));
+    const j = opens ? sc.find(c === "*" ? "star" : "under", i + 2) : -1;
+    if (j < 0) {
+      i++;
+      continue;
+    }
+    flush(i);
+    const em = el("em");
+    inline(em, s.slice(i + 1, j), depth + 1);
+    parent.append(em);
+    i = last = j + 1;
+  }
+  flush(s.length);
 }
 
 function lines(parent, ls) {
@@ -67,15 +219,69 @@ function lines(parent, ls) {
   });
 }
 
-const BULLET = /^\s{0,3}[-*+]\s+(.*)$/;
-const NUMBER = /^\s{0,3}(\d{1,9})[.)]\s+(.*)$/;
-const HEADING = /^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$/;
-const FENCE = /^\s{0,3}(```+|~~~+)\s*([\w+-]*)\s*$/;
+// indent returns the index after up to three leading white-space
+// characters of line.
+function indent(line) {
+  let i = 0;
+  while (i < 3 && ws(line[i])) i++;
+  return i;
+}
+
+// skipWS returns the first index at or after i that is not white space.
+function skipWS(line, i) {
+  while (i < line.length && ws(line[i])) i++;
+  return i;
+}
+
+// bullet returns the text of a "- item" line, or null.
+function bullet(line) {
+  const i = indent(line);
+  const c = line[i];
+  if ((c !== "-" && c !== "*" && c !== "+") || !ws(line[i + 1])) return null;
+  return line.slice(skipWS(line, i + 1));
+}
+
+// numbered returns [number, text] of a "1. item" line, or null.
+function numbered(line) {
+  const i = indent(line);
+  let j = i;
+  while (j < line.length && j - i < 10 && line[j] >= "0" && line[j] <= "9") j++;
+  if (j === i || j - i > 9 || (line[j] !== "." && line[j] !== ")") || !ws(line[j + 1])) return null;
+  return [parseInt(line.slice(i, j), 10), line.slice(skipWS(line, j + 1))];
+}
+
+// heading returns the text of a "# heading" line, or null.
+function heading(line) {
+  const i = indent(line);
+  let j = i;
+  while (line[j] === "#") j++;
+  if (j === i || j - i > 6 || !ws(line[j])) return null;
+  let end = line.length;
+  while (end > j && ws(line[end - 1])) end--;
+  while (end > j && line[end - 1] === "#") end--;
+  while (end > j && ws(line[end - 1])) end--;
+  return line.slice(skipWS(line, j), Math.max(end, skipWS(line, j)));
+}
+
+// fence returns the fence ("```" or "~~~", as long as written) that
+// opens a code block on line, or null.
+function fence(line) {
+  const i = indent(line);
+  const c = line[i];
+  if (c !== "`" && c !== "~") return null;
+  let j = i;
+  while (line[j] === c) j++;
+  if (j - i < 3) return null;
+  let k = skipWS(line, j);
+  while (k < line.length && (word(line[k]) || line[k] === "+" || line[k] === "-")) k++;
+  if (skipWS(line, k) !== line.length) return null;
+  return line.slice(i, j);
+}
 
 // renderMarkdown returns a DocumentFragment for the Markdown text.
 export function renderMarkdown(text) {
   const frag = document.createDocumentFragment();
-  const src = String(text ?? "").replace(/\r\n?/g, "\n").split("\n");
+  const src = String(text ?? "").split("\r\n").join("\n").split("\r").join("\n").split("\n");
   let para = [];
   const flush = () => {
     if (para.length) {
@@ -88,41 +294,39 @@ export function renderMarkdown(text) {
   for (let i = 0; i < src.length; i++) {
     const line = src[i];
     let m;
-    if ((m = FENCE.exec(line))) {
+    if ((m = fence(line)) !== null) {
       flush();
-      const close = m[1];
       const code = [];
-      for (i++; i < src.length && !src[i].trim().startsWith(close); i++) code.push(src[i]);
+      for (i++; i < src.length && !src[i].trim().startsWith(m); i++) code.push(src[i]);
       const pre = el("pre", "ek-code");
       pre.append(el("code", "", code.join("\n")));
       frag.append(pre);
     } else if (line.trim() === "") {
       flush();
-    } else if ((m = HEADING.exec(line))) {
+    } else if ((m = heading(line)) !== null) {
       flush();
       const p = el("p", "ek-md-heading");
       const s = el("strong");
-      inline(s, m[1]);
+      inline(s, m);
       p.append(s);
       frag.append(p);
-    } else if (BULLET.test(line) || (NUMBER.test(line) && para.length === 0)) {
+    } else if (bullet(line) !== null || (para.length === 0 && numbered(line) !== null)) {
       flush();
-      const ordered = !BULLET.test(line);
-      const re = ordered ? NUMBER : BULLET;
+      const ordered = bullet(line) === null;
       const list = el(ordered ? "ol" : "ul");
       if (ordered) {
-        const start = parseInt(NUMBER.exec(line)[1], 10);
+        const start = numbered(line)[0];
         if (start !== 1) list.start = start;
       }
       let item = null;
       for (; i < src.length; i++) {
         const l = src[i];
-        const lm = re.exec(l);
-        if (lm) {
+        const text = ordered ? numbered(l)?.[1] : bullet(l);
+        if (text !== undefined && text !== null) {
           item = el("li");
-          inline(item, ordered ? lm[2] : lm[1]);
+          inline(item, text);
           list.append(item);
-        } else if (item && l.trim() !== "" && /^\s+/.test(l)) {
+        } else if (item && l.trim() !== "" && ws(l[0])) {
           item.append(el("br"));
           inline(item, l.trim());
         } else {

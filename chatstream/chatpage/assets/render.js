@@ -1,11 +1,13 @@
 // Rendering of tool calls: collapsible steps with the SQL, result tables
 // and Vega-Lite charts. Every value from the model or the data goes in as
-// text; charts run with the vega-interpreter (no eval) and a loader that
-// refuses every URL, so a spec cannot fetch data or follow links.
-//
-// The chart libraries are loaded by the shell; when they fail to load (a
-// blocked CDN, a failed integrity check), the chat still works and charts
-// say so.
+// text. Each chart is drawn in a sandboxed frame of an opaque origin
+// (chart.js), which loads the chart libraries and can make no other
+// request; when they fail to load (a blocked CDN, a failed integrity
+// check), the chat still works and the chart says what failed.
+
+// views holds, for each tool box, what to release when the box is drawn
+// again (its chart frame's message handler).
+const views = new WeakMap();
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -41,7 +43,7 @@ export function renderTool(box, msg) {
   const input = parseJSON(tc.input) || {};
   const result = parseJSON(tc.result);
   const done = result !== null;
-  views.get(box)?.then((r) => r.finalize(), () => {});
+  views.get(box)?.finalize();
   views.delete(box);
   box.replaceChildren();
   const details = el("details", "ek-step");
@@ -78,6 +80,8 @@ export function renderTool(box, msg) {
   if (Array.isArray(result.data) && (Array.isArray(result.schema) || result.data.length === 0 || !Array.isArray(result.data[0]))) {
     const rows = toObjects(result);
     box.append(table(result, rows));
+    const query = typeof result.sqlQuery === "string" && result.sqlQuery ? result.sqlQuery : typeof input.sqlQuery === "string" ? input.sqlQuery : "";
+    if (query) box.append(tableActions(query, result.queryTitle || input.queryTitle));
     const spec = parseJSON(result.vegaSpec || input.vegaSpec);
     if (spec && typeof spec === "object" && rows.length > 0) box.append(chart(box, spec, rows, result.queryTitle));
   }
@@ -153,19 +157,80 @@ function table(result, rows) {
   return wrap;
 }
 
-function refuse() {
-  return Promise.reject(new Error("charts cannot load URLs"));
+// download is how "Download CSV" fetches every row of a query: the chat
+// page sets it (it holds the token and the data query API's URL). It
+// returns the response, or throws.
+let download = null;
+
+export function setDownload(fn) {
+  download = fn;
 }
 
-// A loader that refuses everything: data.url, images, and href links
-// (vega asks the loader's sanitize before following one).
-function blockedLoader() {
-  const l = globalThis.vega.loader();
-  l.load = refuse;
-  l.sanitize = refuse;
-  l.http = refuse;
-  l.file = refuse;
-  return l;
+// fileName makes a CSV file name of a query title.
+function fileName(title) {
+  let name = "";
+  for (const c of String(title || "")) {
+    if (name.length >= 80) break;
+    name += /[A-Za-z0-9 ._-]/.test(c) ? c : "_";
+  }
+  name = name.trim();
+  return (name || "result") + ".csv";
+}
+
+// tableActions are the buttons under a result table: "Download CSV"
+// (every row, through the data query API) and "Show SQL".
+function tableActions(query, title) {
+  const bar = el("div", "ek-table-actions");
+  const dl = el("button", "ek-link-button ek-download", "Download CSV");
+  dl.type = "button";
+  const toggle = el("button", "ek-link-button ek-show-sql", "Show SQL");
+  toggle.type = "button";
+  toggle.setAttribute("aria-expanded", "false");
+  const status = el("span", "ek-table-status");
+  status.setAttribute("role", "status");
+  const pre = el("pre", "ek-code ek-sql ek-table-sql");
+  pre.append(el("code", "", query));
+  pre.hidden = true;
+  toggle.addEventListener("click", () => {
+    pre.hidden = !pre.hidden;
+    toggle.textContent = pre.hidden ? "Show SQL" : "Hide SQL";
+    toggle.setAttribute("aria-expanded", String(!pre.hidden));
+  });
+  dl.addEventListener("click", async () => {
+    if (!download || dl.disabled) return;
+    dl.disabled = true;
+    status.className = "ek-table-status";
+    status.textContent = "Preparing the file…";
+    try {
+      const res = await download(query);
+      if (!res.ok) {
+        let msg = "HTTP " + res.status;
+        try {
+          const j = await res.json();
+          if (j && typeof j.error === "string") msg = j.error;
+        } catch (_) { /* not JSON */ }
+        throw new Error(msg);
+      }
+      const blob = await res.blob();
+      const a = el("a");
+      a.href = URL.createObjectURL(blob);
+      a.download = fileName(title);
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+      status.textContent = "";
+    } catch (err) {
+      status.className = "ek-table-status ek-tool-error";
+      status.textContent = "The download failed: " + String((err && err.message) || err);
+    } finally {
+      dl.disabled = false;
+    }
+  });
+  bar.append(dl, toggle, status);
+  const wrap = el("div", "ek-table-extra");
+  wrap.append(bar, pre);
+  return wrap;
 }
 
 function cssVar(name, fallback) {
@@ -173,17 +238,50 @@ function cssVar(name, fallback) {
   return v || fallback;
 }
 
-// views holds the vega-embed result of each tool box, to finalize the
-// view (its listeners and timers) when the box is drawn again.
-const views = new WeakMap();
+// charts are the chart frames waiting for or showing a chart. A message
+// is a frame's when its event.source is the frame's window (never by
+// what the message says).
+const charts = new Set();
 
+window.addEventListener("message", (e) => {
+  if (!e.source || !e.data || typeof e.data !== "object") return;
+  for (const c of charts) {
+    if (!c.frame.isConnected) {
+      charts.delete(c); // its box was drawn again or cleared
+      continue;
+    }
+    if (c.frame.contentWindow === e.source) {
+      c.onMessage(e.data);
+      return;
+    }
+  }
+});
+
+// A frame that has not said it started in this time is reported.
+const FRAME_TIMEOUT_MS = 30000;
+
+// chartURL is the chart frame's address, from the shell.
+const chartURL = document.body.dataset.chartUrl || "";
+
+// librariesMessage says which chart libraries did not load, from where,
+// and how to serve them from the host's own server instead.
+function librariesMessage(missing, source) {
+  const names = Array.isArray(missing) ? missing.map(String).join(", ") : "";
+  return "Charts could not be loaded: " + (names || "the chart libraries") +
+    " did not load from " + (String(source || "") || "their source") + ". " +
+    "To serve the chart libraries from this server instead of a CDN, the host loads them with chatpage.LoadVega " +
+    "(the example server: npm ci --prefix .ci/vega, then -vega-dir .ci/vega/node_modules).";
+}
+
+// chart draws spec over rows in a sandboxed frame (see chart.js): the
+// figure's data-state is "loading", then "drawn" or "failed".
 function chart(owner, spec, rows, title) {
   const box = el("figure", "ek-chart");
-  const target = el("div", "ek-chart-view");
-  box.append(target);
+  box.dataset.state = "loading";
   box.setAttribute("aria-label", "Chart" + (title ? ": " + title : ""));
   const s = { ...spec };
-  delete s.$schema; // the page's pinned Vega-Lite decides the version
+  delete s.usermeta;
+  delete s.$schema;
   const values = rows.map((r) => ({ ...r }));
   if (s.data && typeof s.data === "object" && typeof s.data.name === "string" && s.data.name !== "") {
     s.data = { name: s.data.name };
@@ -204,27 +302,52 @@ function chart(owner, spec, rows, title) {
     title: { color: fg },
     mark: { color: cssVar("--ek-accent", "#4f46e5") },
   };
-  if (!globalThis.vega || !globalThis.vegaEmbed) {
-    target.replaceChildren(el("p", "ek-tool-error", "Charts could not be loaded."));
-    return box;
-  }
-  // The interpreter module (mapped by the shell's import map) loads on
-  // the first chart.
-  const embedded = import("vega-interpreter").then(({ expressionInterpreter }) => globalThis.vegaEmbed(target, s, {
-    mode: "vega-lite",
-    renderer: "svg",
-    actions: false,
-    ast: true,
-    expr: expressionInterpreter,
-    loader: blockedLoader(),
-    defaultStyle: false,
-    tooltip: { disableDefaultStyle: true, sanitize: (v) => String(v).replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";") },
-    config,
-    logLevel: 0,
-  }));
-  views.set(owner, embedded);
-  embedded.catch(() => {
-    target.replaceChildren(el("p", "ek-tool-error", "The chart could not be drawn."));
-  });
+  const frame = el("iframe", "ek-chart-view");
+  // allow-scripts only: an opaque origin, no popups, no navigation of
+  // the page, no forms.
+  frame.setAttribute("sandbox", "allow-scripts");
+  frame.setAttribute("referrerpolicy", "no-referrer");
+  frame.title = "Chart" + (title ? ": " + title : "");
+  frame.src = chartURL;
+  const fail = (text) => {
+    stop();
+    box.dataset.state = "failed";
+    frame.remove();
+    box.append(el("p", "ek-tool-error", text));
+  };
+  const timer = setTimeout(() => fail("The chart could not be drawn: its frame did not start."), FRAME_TIMEOUT_MS);
+  const c = { frame, onMessage: null };
+  const stop = () => {
+    clearTimeout(timer);
+    charts.delete(c);
+  };
+  const onMessage = (m) => {
+    switch (m.embedkit) {
+      case "chart-ready":
+        clearTimeout(timer);
+        // The frame's origin is opaque: it has no name to target.
+        frame.contentWindow?.postMessage({ embedkit: "chart", spec: s, config }, "*");
+        break;
+      case "chart-drawn":
+      case "chart-size":
+        if (typeof m.height === "number" && m.height > 0) frame.style.height = Math.min(Math.ceil(m.height), 4000) + "px";
+        if (m.embedkit === "chart-drawn") box.dataset.state = "drawn";
+        break;
+      case "chart-libraries":
+        fail(librariesMessage(m.missing, m.source));
+        break;
+      case "chart-error":
+        fail("The chart could not be drawn.");
+        break;
+      case "chart-input":
+        // The user scrolls with the pointer over the chart.
+        window.dispatchEvent(new Event("ek-chart-input"));
+        break;
+    }
+  };
+  c.onMessage = onMessage;
+  charts.add(c);
+  box.append(frame);
+  views.set(owner, { finalize: stop });
   return box;
 }
