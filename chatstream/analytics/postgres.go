@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -480,9 +481,18 @@ func (c *pgCursor) close() {
 		c.rr.Close()
 	}
 	if c.inTx && !c.pc.PgConn().IsClosed() {
+		// The query may have taken session-level advisory locks
+		// (pg_advisory_lock), the one state of a session that outlives a
+		// rolled-back transaction: release them, or the next query's
+		// user, SetupPostgres (whose lock is one of them) and the host's
+		// own users of those locks would wait on them. A connection that
+		// cannot be reset leaves the pool.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c.pc.Exec(ctx, "ROLLBACK")
+		_, err := c.pc.Exec(ctx, "ROLLBACK; SELECT pg_catalog.pg_advisory_unlock_all()")
 		cancel()
+		if err != nil {
+			c.conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
 	}
 	c.conn.Close()
 	c.cancel()
