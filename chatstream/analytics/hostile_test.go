@@ -175,7 +175,10 @@ func TestBoundedCost(t *testing.T) {
 			if !errors.As(err, &te) || !strings.Contains(te.Msg, "stopped") {
 				t.Errorf("%s: %v, want a tool error saying it was stopped", name, err)
 			}
-			if took > time.Second {
+			// One LIKE over a 1 MiB value takes a fraction of a second
+			// inside one instruction; the race detector and a loaded
+			// machine slow it.
+			if took > 3*time.Second {
 				t.Errorf("%s took %v", name, took)
 			}
 		}

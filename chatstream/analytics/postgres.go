@@ -223,7 +223,7 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 	}
 	t := newTool(db, m, opts)
 	t.pg = &postgres{cfg: cfg.withDefaults()}
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	conn, pc, err := t.pgConn(ctx)
 	if err != nil {

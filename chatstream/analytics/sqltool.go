@@ -216,7 +216,7 @@ func NewSQLTool(db *sql.DB, m *Model, opts ...SQLOption) (*SQLTool, error) {
 	t := newTool(db, m, opts)
 	t.sqlite = newSQLiteViews(m)
 	// Compile the views now, so that a broken model fails here.
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	conn, _, err := t.sqliteConn(ctx)
 	if err != nil {
@@ -320,6 +320,9 @@ func (t *SQLTool) store(key string, r *SQLResult) {
 	}
 	t.cache[key] = r
 }
+
+// setupTimeout bounds the checks of the constructors (not a query).
+const setupTimeout = 30 * time.Second
 
 // The bounds of a tool result.
 const (
