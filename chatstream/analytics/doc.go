@@ -70,7 +70,11 @@
 // off on the tool's connections, and once the query is interrupted the
 // authorizer, which the compiler calls for every SELECT and column it
 // resolves, refuses everything, which ends the compilation (an interrupt
-// alone does not reach the compiler). A result holds at most [WithRowLimit] rows (100 by
+// alone does not reach the compiler). SQLite copies a common table
+// expression into every place that reads it before any of that can stop
+// it, so a query whose common table expressions and views would be copied
+// more than a few hundred times over (an upper bound read from its
+// tokens) is refused as too complex. A result holds at most [WithRowLimit] rows (100 by
 // default; totalRows counts them all), 100 columns and 4 MiB of JSON; a
 // larger one is the tool error "result too large", found while the rows
 // are read, before any large value is copied.

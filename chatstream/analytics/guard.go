@@ -524,6 +524,9 @@ func (g *guard) compile(sql string) (*C.sqlite3_stmt, string, int, error) {
 // ctx carries the statement timeout; cancel is called when the cursor
 // closes.
 func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, q string, access Access) (cursor, error) {
+	if ctes, views := compileCopies(q, t.sqlite.visible); ctes > maxCTECopies || views > maxViewCopies {
+		return nil, toolErr("the query is too complex: it reads its common table expressions or the views too many times over; read each one fewer times")
+	}
 	conn, g, err := t.sqliteConn(ctx)
 	if err != nil {
 		return nil, t.ctxOr(ctx, err)
