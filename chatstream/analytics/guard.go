@@ -20,7 +20,6 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -536,7 +535,7 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	// Cancellation and the timeout interrupt the statement at once, even
 	// inside one instruction (guard.c's functions check for it) or while
 	// it compiles (see guard.stopped).
-	c.stop = context.AfterFunc(ctx, c.interrupt)
+	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
 	st, first, flags, err := g.compile(q)
 	c.st = st
 	switch {
@@ -593,12 +592,9 @@ type sqliteCursor struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration
-	stop    func() bool
-
-	mu     sync.Mutex // guards closed against the interrupting AfterFunc
-	closed bool
-	err    error
-	bytes  int64 // an estimate of the current row's size
+	closing closeGuard
+	err     error
+	bytes   int64 // an estimate of the current row's size
 }
 
 func (c *sqliteCursor) columns() []string { return c.cols }
@@ -611,7 +607,7 @@ func (c *sqliteCursor) failure() error    { return c.err }
 // values, unless the row is larger than limit bytes (then next fails with
 // errTooLarge, and nothing is copied).
 func (c *sqliteCursor) next(read bool, limit int64) bool {
-	if c.err != nil || c.closed {
+	if c.err != nil || c.closing.closed {
 		return false
 	}
 	ncol := C.int(0)
@@ -654,26 +650,17 @@ func (c *sqliteCursor) next(read bool, limit int64) bool {
 }
 
 func (c *sqliteCursor) interrupt() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
+	c.closing.ifOpen(func() {
 		c.g.stopped.Store(true)
 		C.analytics_interrupt(c.g.db)
-	}
+	})
 }
 
 // close finalizes the statement and gives the connection back. It is
 // safe to call more than once.
 func (c *sqliteCursor) close() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.closing.markClosed() {
 		return
-	}
-	c.closed = true
-	c.mu.Unlock()
-	if c.stop != nil {
-		c.stop()
 	}
 	if c.st != nil {
 		C.analytics_finalize(c.st)

@@ -10,7 +10,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -352,7 +351,7 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 	}
 	c.vals = make([]any, len(c.cols))
 	// Cancellation and the timeout stop the statement at once.
-	c.stop = context.AfterFunc(ctx, c.interrupt)
+	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
 	c.rr = pc.PgConn().ExecPrepared(ctx, "", nil, nil, nil)
 	return c, nil
 }
@@ -369,13 +368,10 @@ type pgCursor struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration
-	stop    func() bool
+	closing closeGuard
 	inTx    bool
 	done    bool
-
-	mu     sync.Mutex // guards closed against interrupt
-	closed bool
-	err    error
+	err     error
 }
 
 func (c *pgCursor) columns() []string { return c.cols }
@@ -383,7 +379,7 @@ func (c *pgCursor) values() []any     { return c.vals }
 func (c *pgCursor) failure() error    { return c.err }
 
 func (c *pgCursor) next(read bool, limit int64) bool {
-	if c.err != nil || c.done || c.closed {
+	if c.err != nil || c.done || c.closing.closed {
 		return false
 	}
 	if !c.rr.NextRow() {
@@ -452,30 +448,21 @@ func (c *pgCursor) types() []string {
 }
 
 func (c *pgCursor) interrupt() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
+	c.closing.ifOpen(func() {
 		// CancelRequest uses a connection of its own; its own context
 		// bounds it.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c.pc.PgConn().CancelRequest(ctx)
-	}
+	})
 }
 
 func (c *pgCursor) close() {
 	if c.rr != nil && !c.done {
 		c.interrupt()
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.closing.markClosed() {
 		return
-	}
-	c.closed = true
-	c.mu.Unlock()
-	if c.stop != nil {
-		c.stop()
 	}
 	if c.rr != nil && !c.done {
 		c.rr.Close()

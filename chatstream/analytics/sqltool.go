@@ -355,6 +355,38 @@ type cursor interface {
 	close()
 }
 
+// closeGuard is the closing state of a cursor. A cursor is read and closed
+// by one goroutine, but interrupted from others (the caller's
+// cancellation, Close of the data rows): the interruption must not reach a
+// closed cursor's connection, which may already serve another query.
+type closeGuard struct {
+	mu     sync.Mutex
+	closed bool
+	stop   func() bool // stops the AfterFunc that interrupts on cancellation
+}
+
+// ifOpen runs f unless the cursor is closed.
+func (g *closeGuard) ifOpen(f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		f()
+	}
+}
+
+// markClosed reports whether this call closed the cursor; from then on,
+// ifOpen runs nothing.
+func (g *closeGuard) markClosed() bool {
+	g.mu.Lock()
+	first := !g.closed
+	g.closed = true
+	g.mu.Unlock()
+	if first && g.stop != nil {
+		g.stop()
+	}
+	return first
+}
+
 // open runs q for a user with access a within timeout: every query, of
 // the tool and of the data query API, goes through it.
 func (t *SQLTool) open(ctx context.Context, q string, a Access, timeout time.Duration) (cursor, error) {
