@@ -265,3 +265,39 @@ func TestRedteamPostgresAdvisoryLocks(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestRedteamVirtualTables: a host's virtual tables outside the model
+// (R*Tree, FTS4) and their shadow tables are refused, also through the
+// columns of a USING or NATURAL join, which SQLite's authorizer is not
+// asked about (the in-memory checker sees no OpenRead for a virtual
+// table, but the module's own statements are refused by the authorizer).
+func TestRedteamVirtualTables(t *testing.T) {
+	rw, ro := openDB(t)
+	for _, q := range []string{
+		"CREATE VIRTUAL TABLE rt USING rtree(id, minx, maxx)",
+		"INSERT INTO rt VALUES (7, 1, 2)",
+		"CREATE VIRTUAL TABLE ft USING fts4(body)",
+		"INSERT INTO ft(docid, body) VALUES (7, 'SECRET-FTS')",
+	} {
+		if _, err := rw.ExecContext(context.Background(), q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	tool, err := analytics.NewSQLTool(ro, model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"SELECT count(*) FROM (SELECT 7 AS id) JOIN rt USING (id)",
+		"SELECT count(*) FROM (SELECT 7 AS id) NATURAL JOIN rt",
+		"SELECT count(*) FROM rt",
+		"SELECT count(*) FROM (SELECT 7 AS docid) JOIN ft USING (docid)",
+		"SELECT body FROM ft WHERE ft MATCH 'secret'",
+		"SELECT count(*) FROM rt_node",
+		"SELECT count(*) FROM (SELECT 1 AS nodeno) NATURAL JOIN rt_node",
+		"SELECT count(*) FROM (SELECT 7 AS docid) NATURAL JOIN ft_content",
+		"WITH customers AS (SELECT * FROM ft) SELECT * FROM customers",
+	} {
+		checkHostile(t, tool, hostileCase{q: q, want: -1})
+	}
+}
