@@ -64,7 +64,17 @@
 // 100 bytes, and instr, replace, trim, ltrim and rtrim, whose work grows
 // with the product of their arguments' sizes, are replaced by versions
 // that charge their work to the budget and stop when the query is
-// interrupted. A result holds at most [WithRowLimit] rows (100 by
+// interrupted. Compiling is bounded too: SQLite's query flattener, which
+// copies a subquery's expressions into every reference to them (a chain
+// of common table expressions can compile to exponentially many terms), is
+// off on the tool's connections, and once the query is interrupted the
+// authorizer, which the compiler calls for every SELECT and column it
+// resolves, refuses everything, which ends the compilation (an interrupt
+// alone does not reach the compiler). SQLite copies a common table
+// expression into every place that reads it before any of that can stop
+// it, so a query whose common table expressions and views would be copied
+// more than a few hundred times over (an upper bound read from its
+// tokens) is refused as too complex. A result holds at most [WithRowLimit] rows (100 by
 // default; totalRows counts them all), 100 columns and 4 MiB of JSON; a
 // larger one is the tool error "result too large", found while the rows
 // are read, before any large value is copied.
@@ -86,7 +96,9 @@
 // nothing else. Each query runs in a read-only transaction with
 // statement_timeout; nothing it does (set_config, SET ROLE, any spelling of
 // a name) changes the access the views read, since it is recorded by a
-// function that writes, which a read-only transaction cannot call.
+// function that writes, which a read-only transaction cannot call. When
+// the query ends, the transaction is rolled back and the session's
+// advisory locks, the one state that outlives it, are released.
 //
 // # The data behind a result
 //

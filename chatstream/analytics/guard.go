@@ -20,7 +20,7 @@ import (
 	"runtime"
 	"runtime/cgo"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 	"weak"
@@ -152,6 +152,14 @@ type guard struct {
 	active bool
 	access Access
 	denied string // why the authorizer denied something, safe to show
+
+	// stopped is set when the query is interrupted (timeout, cancellation).
+	// sqlite3_interrupt does not reach the compiler, whose work can grow
+	// exponentially with the query's size (common table expressions that
+	// each read the previous one twice); the authorizer, which the
+	// compiler calls for every SELECT and every column it resolves,
+	// refuses everything once it is set, which ends the compilation.
+	stopped atomic.Bool
 }
 
 // handleOf returns the sqlite3* of a go-sqlite3 connection. The driver does
@@ -176,6 +184,7 @@ func (g *guard) release() {
 // at most steps thousand virtual machine instructions.
 func (g *guard) begin(a Access, steps int64) {
 	g.access, g.denied, g.active = a, "", true
+	g.stopped.Store(false)
 	g.budget.remaining = C.long(steps)
 	g.budget.active = 1
 }
@@ -195,6 +204,9 @@ func analyticsAuthorize(h C.uintptr_t, op C.int, a1, a2, a3, a4 *C.char) C.int {
 	g := cgo.Handle(h).Value().(*guard)
 	if !g.active {
 		return authOK
+	}
+	if g.stopped.Load() {
+		return authDeny
 	}
 	str := func(p *C.char) string {
 		if p == nil {
@@ -402,8 +414,9 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 // and shaped as each of the model's views. A query compiled there reads
 // the database only by itself: see analytics_opens_database.
 type checker struct {
-	mu sync.Mutex
-	db *C.sqlite3
+	sem  chan struct{} // held while a query compiles on db
+	db   *C.sqlite3
+	stop *C.int // set when the query being compiled is interrupted: analytics_checker_open
 }
 
 // openChecker builds the tool's checker from the connection sc, whose
@@ -427,7 +440,9 @@ func (t *SQLTool) openChecker(sc *sqlite3.SQLiteConn, g *guard) error {
 	}
 	rows.Close()
 	var db *C.sqlite3
-	if rc := C.analytics_checker_open(&db); rc != 0 {
+	stop := (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
+	if rc := C.analytics_checker_open(&db, stop); rc != 0 {
+		C.free(unsafe.Pointer(stop))
 		if db != nil {
 			C.analytics_close(db)
 		}
@@ -464,20 +479,29 @@ func (t *SQLTool) openChecker(sc *sqlite3.SQLiteConn, g *guard) error {
 		}
 	}
 	exec("PRAGMA query_only = 1")
-	c := &checker{db: db}
+	c := &checker{sem: make(chan struct{}, 1), db: db, stop: stop}
 	t.checker = c
-	runtime.AddCleanup(t, func(c *checker) { C.analytics_close(c.db) }, c)
+	runtime.AddCleanup(t, func(c *checker) {
+		C.analytics_close(c.db)
+		C.free(unsafe.Pointer(c.stop))
+	}, c)
 	return nil
 }
 
 // opensDatabase reports whether q, compiled over the stand-ins of the
 // views, reads anything of the database by itself (or does not compile
-// there).
-func (c *checker) opensDatabase(q string) bool {
+// there, or ctx ended first).
+func (c *checker) opensDatabase(ctx context.Context, q string) bool {
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return true
+	}
+	defer func() { <-c.sem }()
 	cs := C.CString(q)
 	defer C.free(unsafe.Pointer(cs))
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	C.analytics_checker_stop(c.stop, 0)
+	defer context.AfterFunc(ctx, func() { C.analytics_checker_stop(c.stop, 1) })()
 	return C.analytics_opens_database(c.db, cs, C.int(len(q))) != 0
 }
 
@@ -499,15 +523,24 @@ func (g *guard) compile(sql string) (*C.sqlite3_stmt, string, int, error) {
 // ctx carries the statement timeout; cancel is called when the cursor
 // closes.
 func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, q string, access Access) (cursor, error) {
+	if ctes, views := compileCopies(q, t.sqlite.visible); ctes > maxCTECopies || views > maxViewCopies {
+		return nil, toolErr("the query is too complex: it reads its common table expressions or the views too many times over; read each one fewer times")
+	}
 	conn, g, err := t.sqliteConn(ctx)
 	if err != nil {
 		return nil, t.ctxOr(ctx, err)
 	}
 	c := &sqliteCursor{t: t, conn: conn, g: g, ctx: ctx, cancel: cancel, timeout: timeout}
 	g.begin(access, t.maxSteps)
+	// Cancellation and the timeout interrupt the statement at once, even
+	// inside one instruction (guard.c's functions check for it) or while
+	// it compiles (see guard.stopped).
+	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
 	st, first, flags, err := g.compile(q)
 	c.st = st
 	switch {
+	case err != nil && g.stopped.Load():
+		err = t.failure(ctx, g, timeout, err.Error())
 	case err != nil && g.denied != "":
 		err = toolErr("%s", g.denied)
 	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
@@ -524,8 +557,12 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		err = toolErr("only a single read-only SELECT statement is allowed")
 	case flags&C.ANALYTICS_PARAMS != 0:
 		err = toolErr("the query has parameters; write the values into it")
-	case t.checker.opensDatabase(first):
-		err = toolErr("the query may read only the views of the data model (%s)", t.sqlite.list)
+	case t.checker.opensDatabase(ctx, first):
+		if ctx.Err() != nil {
+			err = t.failure(ctx, g, timeout, ctx.Err().Error())
+		} else {
+			err = toolErr("the query may read only the views of the data model (%s)", t.sqlite.list)
+		}
 	}
 	if err != nil {
 		c.close()
@@ -540,9 +577,6 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	if n > 0 {
 		c.cells = (*C.struct_analytics_cell)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.struct_analytics_cell{}))))
 	}
-	// Cancellation and the timeout interrupt the statement at once, even
-	// inside one instruction (guard.c's functions check for it).
-	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
 	return c, nil
 }
 
@@ -616,7 +650,10 @@ func (c *sqliteCursor) next(read bool, limit int64) bool {
 }
 
 func (c *sqliteCursor) interrupt() {
-	c.closing.ifOpen(func() { C.analytics_interrupt(c.g.db) })
+	c.closing.ifOpen(func() {
+		c.g.stopped.Store(true)
+		C.analytics_interrupt(c.g.db)
+	})
 }
 
 // close finalizes the statement and gives the connection back. It is

@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -473,14 +474,24 @@ func (c *pgCursor) close() {
 	}
 	if c.cancelled.Load() {
 		// A late cancel could stop the ROLLBACK or the connection's next
-		// user: close it (the server rolls back), and the pool drops it.
+		// user: close it (the server rolls back and drops its locks), and
+		// the pool drops it.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.pc.PgConn().Close(ctx)
 		cancel()
 	} else if c.inTx && !c.pc.PgConn().IsClosed() {
+		// The query may have taken session-level advisory locks
+		// (pg_advisory_lock), the one state of a session that outlives a
+		// rolled-back transaction: release them, or the next query's
+		// user, SetupPostgres (whose lock is one of them) and the host's
+		// own users of those locks would wait on them. A connection that
+		// cannot be reset leaves the pool.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c.pc.Exec(ctx, "ROLLBACK")
+		_, err := c.pc.Exec(ctx, "ROLLBACK; SELECT pg_catalog.pg_advisory_unlock_all()")
 		cancel()
+		if err != nil {
+			c.conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
 	}
 	c.conn.Close()
 	c.cancel()

@@ -1,0 +1,50 @@
+package analytics
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestCompileCopies(t *testing.T) {
+	views := map[string]bool{"customers": true, "orders": true}
+	for _, tt := range []struct {
+		q           string
+		ctes, views float64
+	}{
+		{"SELECT count(*) FROM customers", 1, 1},
+		{"WITH de AS (SELECT * FROM customers) SELECT count(*) FROM de", 1, 1},
+		{"WITH m AS (SELECT * FROM orders) SELECT * FROM m a JOIN m b ON a.id = b.id", 2, 2},
+		{"WITH a AS (SELECT 1), b AS (SELECT * FROM a, a, a) SELECT * FROM b, b", 6, 0},
+		{`WITH "a b"(x) AS MATERIALIZED (SELECT 1), 'c' AS NOT MATERIALIZED (SELECT * FROM "A B", [a b]) SELECT * FROM c, ` + "`C`", 4, 0},
+		// Comments and strings neither hide nor invent references.
+		{"WITH a AS (SELECT 1) SELECT * FROM a /* a a a */, a -- a a\n", 2, 0},
+		{"WITH a AS (SELECT 'a a a') SELECT * FROM a", 1, 0},
+		{"SELECT count(*) OVER w FROM customers WINDOW w AS (ORDER BY id)", 1, 1},
+	} {
+		c, v := compileCopies(tt.q, views)
+		if c != tt.ctes || v != tt.views {
+			t.Errorf("%s: %v, %v; want %v, %v", tt.q, c, v, tt.ctes, tt.views)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("WITH a0 AS (SELECT 1)")
+	for i := 1; i <= 19; i++ {
+		b.WriteString(strings.NewReplacer("N", strconv.Itoa(i), "P", strconv.Itoa(i-1)).Replace(", aN AS (SELECT * FROM aP x, aP y)"))
+	}
+	if c, _ := compileCopies(b.String(), views); c <= maxCTECopies {
+		t.Errorf("a chain of 19 doubling links: %v copies", c)
+	}
+}
+
+func FuzzCompileCopies(f *testing.F) {
+	f.Add("WITH a AS (SELECT 1) SELECT * FROM a, a")
+	f.Add("SELECT '\"[`/*--")
+	f.Add("WITH x(")
+	f.Fuzz(func(t *testing.T, q string) {
+		c, v := compileCopies(q, map[string]bool{"x": true})
+		if c < 1 || v < 0 {
+			t.Fatalf("%q: %v %v", q, c, v)
+		}
+	})
+}
