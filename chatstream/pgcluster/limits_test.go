@@ -56,7 +56,7 @@ func TestClaimLimitsAcrossReplicas(t *testing.T) {
 // Not parallel: run beside the package's other tests (on the same
 // PostgreSQL server, in other schemas) it has been seen to let more than
 // max claims through, on this release and the one before; the cause is
-// not found yet (see docs/replicas.md).
+// not found yet.
 func TestClaimLimitIsExactUnderConcurrency(t *testing.T) {
 	_, a, b := replicas(t, nil, nil)
 	ctx := t.Context()
