@@ -93,9 +93,10 @@ type Accounts interface {
 	// belongs to one account: a hash stored for another account is
 	// [ErrConflict], and nothing changes.
 	SaveAPIKey(ctx context.Context, k APIKey) error
-	// APIKeyByHash returns [ErrNotFound] for an unknown hash. Callers still
+	// APIKeyByHash returns the key with this hash and the account it
+	// belongs to, or [ErrNotFound] for an unknown hash. Callers still
 	// compare the returned hash in constant time.
-	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
+	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, Account, error)
 	// APIKeys returns the account's keys ordered by CreatedAt, then hash;
 	// none is an empty result, not an error.
 	APIKeys(ctx context.Context, accountID int64) ([]APIKey, error)
@@ -105,10 +106,9 @@ type Accounts interface {
 	// another account is [ErrNotFound], and nothing changes.
 	DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error
 
-	// SaveDeployment creates or renames a deployment. Idempotent.
+	// SaveDeployment creates or renames a deployment. Idempotent. (A
+	// deployment is read through [Catalog.Lookup].)
 	SaveDeployment(ctx context.Context, d Deployment) error
-	// Deployment returns [ErrNotFound] when missing.
-	Deployment(ctx context.Context, accountID, id int64) (Deployment, error)
 
 	// SaveAgent creates or updates an agent. Idempotent.
 	SaveAgent(ctx context.Context, a Agent) error

@@ -91,39 +91,40 @@ type AttributeDef struct {
 // Catalog reads and writes embed tenants, groups and attribute definitions.
 type Catalog interface {
 	// EnsureEmbedTenant returns the embed tenant named name, creating it on
-	// first use. Safe under concurrency: simultaneous calls yield one tenant.
-	EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (EmbedTenant, error)
+	// first use. Simultaneous calls yield one tenant. When max is above zero
+	// and the account already has max embed tenants, creating one more is
+	// [ErrLimit] and changes nothing; this is exact under concurrency (an
+	// existing tenant is returned whatever the count).
+	EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (EmbedTenant, error)
 	// EmbedTenantByName returns [ErrNotFound] when missing.
 	EmbedTenantByName(ctx context.Context, accountID int64, name string) (EmbedTenant, error)
 
-	// UpsertGroups creates missing groups and updates the description of
-	// existing ones where a non-nil, different description is given. It
-	// issues one batched statement; names must be distinct. Idempotent.
-	UpsertGroups(ctx context.Context, s Scope, defs []GroupDef) error
-	// UpsertAttributes creates missing attributes and updates the optional
-	// fields of existing ones. It never changes the type of an existing
-	// attribute: callers compare types (see Lookup) and treat a
-	// difference as a conflict. One batched statement; names distinct.
-	UpsertAttributes(ctx context.Context, s Scope, defs []AttributeDef) error
+	// UpsertDefinitions creates the missing groups and attributes of s and
+	// updates existing ones: a group's description, an attribute's display
+	// name, default value and description, where the definition gives a
+	// non-nil value (nil keeps the stored one). It never changes the type of
+	// an existing attribute: callers compare types first (see [Lookup]) and
+	// treat a difference as a conflict. Names are distinct within each
+	// slice; either slice may be empty. Idempotent.
+	UpsertDefinitions(ctx context.Context, s Scope, groups []GroupDef, attrs []AttributeDef) error
 
-	// GroupsByName returns the groups of s whose names are in names, in no
-	// particular order; names that do not exist are simply absent. One
-	// statement whatever the number of names.
-	GroupsByName(ctx context.Context, s Scope, names []string) ([]Group, error)
-	// AttributesByName is GroupsByName for attribute definitions.
-	AttributesByName(ctx context.Context, s Scope, names []string) ([]Attribute, error)
+	// Lookup resolves what a provisioning request names, as documented on
+	// [Lookup]. It only reads.
+	Lookup(ctx context.Context, l Lookup) (LookupResult, error)
 
 	// ListGroups returns at most limit groups of s with ID greater than
-	// afterID, in increasing ID order (keyset pagination: every page costs
-	// the same).
+	// afterID, in increasing ID order (keyset pagination).
 	ListGroups(ctx context.Context, s Scope, afterID int64, limit int) ([]Group, error)
 	// ListAttributes is ListGroups for attribute definitions.
 	ListAttributes(ctx context.Context, s Scope, afterID int64, limit int) ([]Attribute, error)
 
-	// DeleteGroup deletes a group of s and its memberships. A group of
-	// another scope, or a missing one, is [ErrNotFound].
+	// DeleteGroup deletes a group of s; users lose their membership of it
+	// (no later read shows it, and a group created afterwards, whatever its
+	// name, has a new ID that no user is a member of). A group of another
+	// scope, or a missing one, is [ErrNotFound].
 	DeleteGroup(ctx context.Context, s Scope, id int64) error
-	// DeleteAttribute deletes an attribute of s and its values. A definition
-	// of another scope, or a missing one, is [ErrNotFound].
+	// DeleteAttribute deletes an attribute of s; users lose their value of
+	// it, as for DeleteGroup. A definition of another scope, or a missing
+	// one, is [ErrNotFound].
 	DeleteAttribute(ctx context.Context, s Scope, id int64) error
 }

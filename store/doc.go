@@ -8,8 +8,7 @@
 //     wrapping [ErrUnavailable].
 //   - Secrets (session ids, tokens, API keys) reach the store only as hashes.
 //   - Missing rows are reported with [ErrNotFound], unique-name clashes with
-//     [ErrConflict], and the external-user limit and full quota counters
-//     ([Quotas]) with [ErrLimit]; adapters wrap their driver errors into
+//     [ErrConflict], and a limit a write was given with [ErrLimit]; adapters wrap their driver errors into
 //     these sentinels so callers use errors.Is.
 //   - A request runs in one transaction ([Store.InTx]): either every write of
 //     fn is committed or none is. A call that fails with anything but
@@ -18,6 +17,9 @@
 //     busy state, serialization failures) themselves.
 //   - The limit of persistent external users is the account's:
 //     [Account.ExternalUserLimit].
+//   - Every method is a meaning, not a plan: an adapter chooses its own
+//     statements, and how many a method costs is the adapter's to document
+//     and test.
 //
 // Hosts set their tenants up (accounts, API keys, deployments, agents,
 // account-wide definitions) with [github.com/embedkit/embedkit/store/operator],

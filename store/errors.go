@@ -10,9 +10,10 @@ var (
 	// ErrConflict reports a clash with an existing row: a duplicate key, or an
 	// attribute definition whose stored type differs from the requested one.
 	ErrConflict = errors.New("store: conflict")
-	// ErrLimit reports that creating (or making persistent) an external user
-	// would exceed the account's limit of persistent external users, or
-	// that a quota counter ([Quotas.TakeQuota]) is full.
+	// ErrLimit reports that a write would pass a limit it was given: the
+	// account's persistent external users or new ephemeral users per
+	// minute ([UserUpsert]), or its embed tenants
+	// ([Catalog.EnsureEmbedTenant]).
 	ErrLimit = errors.New("store: limit reached")
 	// ErrUnavailable reports that the database could not be reached or did not
 	// answer in time. Nothing of the failed call was committed.

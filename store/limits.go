@@ -29,25 +29,13 @@ type Limits struct {
 	ThreadBytes int64 `json:"threadBytes,omitempty"`
 }
 
-// Quotas counts what the account limits need to count exactly under
-// concurrency, on every replica that uses the store.
-type Quotas interface {
-	// TakeQuota counts one more use of the counter key of an account when
-	// fewer than max uses are counted, and returns [ErrLimit] (changing
-	// nothing) otherwise. A counter is created at its first use and lives
-	// until expiresAt, when [Quotas.DeleteExpired] may delete it; a key
-	// names a window by itself (for example "ephemeral:<minute>"). Inside
-	// a transaction, the use is undone when the transaction rolls back.
-	TakeQuota(ctx context.Context, accountID int64, key string, expiresAt time.Time, max int) error
-	// CountEmbedTenants returns how many embed tenants the account has.
-	// Inside a transaction it also holds, until the end of the
-	// transaction, a lock per account that other CountEmbedTenants calls
-	// wait for, so that counting then creating a tenant is exact under
-	// concurrency.
-	CountEmbedTenants(ctx context.Context, accountID int64) (int, error)
-	// DeleteExpired deletes at most limit stored session ids, tokens and
-	// quota counters that expired at now (used session ids included), and
-	// returns how many it deleted. Safe to run from several processes at
-	// once.
+// Expiry deletes what has expired.
+type Expiry interface {
+	// DeleteExpired deletes, at now, at most limit rows of each kind of
+	// what has expired: session ids (used ones included), tokens, the
+	// counters behind [UserUpsert.NewEphemeralPerMinute], and ephemeral
+	// users (each with everything it owns). It returns how many it deleted
+	// in all; fewer than limit means nothing expired is left. Safe to run
+	// from several processes at once.
 	DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
 }

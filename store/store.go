@@ -31,8 +31,7 @@ type Tx interface {
 	Accounts
 	Users
 	Catalog
-	Provisioning
 	Sessions
 	Threads
-	Quotas
+	Expiry
 }

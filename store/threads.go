@@ -27,35 +27,19 @@ type ThreadMessage struct {
 	Body json.RawMessage // the final wire message (chatstream.Message)
 }
 
-// ThreadAppend is one thread's part of [Threads.AppendToThreads]: the
-// arguments of an AppendMessages call.
-type ThreadAppend struct {
-	AccountID int64
-	ChatID    string
-	LastSort  int64
-	Messages  []ThreadMessage
-}
-
 // Threads reads and writes chat threads and their history.
 type Threads interface {
 	// CreateThread stores a new thread with its first messages msgs (none
 	// is fine), which t.LastSort must already cover; an existing
-	// (AccountID, ChatID) is [ErrConflict]. It is one insert per table:
-	// cheaper than CreateThread then AppendMessages.
+	// (AccountID, ChatID) is [ErrConflict].
 	CreateThread(ctx context.Context, t Thread, msgs ...ThreadMessage) error
 	// Thread returns [ErrNotFound] when missing.
 	Thread(ctx context.Context, accountID int64, chatID string) (Thread, error)
 	// AppendMessages stores msgs (replacing a stored message with the same
-	// ID) and raises the thread's LastSort to lastSort if it is higher. One
-	// batched insert plus one update. The store does not keep msgs (nor
-	// their bodies) past the call.
+	// ID) and raises the thread's LastSort to lastSort if it is higher. A
+	// missing thread is [ErrNotFound] and nothing is stored. The store does
+	// not keep msgs (nor their bodies) past the call.
 	AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []ThreadMessage) error
-	// AppendToThreads does AppendMessages for each of appends, in order (a
-	// later message of a thread replaces an earlier one with its ID), in
-	// one batched update and one batched insert however many threads it
-	// names. If one of the threads does not exist it is [ErrNotFound] and
-	// nothing is stored.
-	AppendToThreads(ctx context.Context, appends []ThreadAppend) error
 	// Messages returns the thread's history ordered by Sort.
 	Messages(ctx context.Context, accountID int64, chatID string) ([]ThreadMessage, error)
 	// DeleteThread deletes the thread with its messages. Missing:
