@@ -94,6 +94,14 @@ type User struct {
 	ExpiresAt       *int64   `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
 	CreatedAt       int64    `gorm:"column:created_at;not null;autoCreateTime:false"`
 	UpdatedAt       int64    `gorm:"column:updated_at;not null;autoUpdateTime:false"`
+	// AttributeValues is a JSON object from attribute ID (a decimal
+	// string) to the user's value. GroupIDs is a JSON object from embed
+	// tenant ID (a decimal string, "0" for the account's own catalog) to
+	// the array of the IDs of the user's groups in that scope. They are
+	// stored with the user so that provisioning writes one row; an ID whose
+	// definition was deleted is ignored on read (IDs are never reused).
+	AttributeValues string   `gorm:"column:attribute_values;not null;default:'{}'"`
+	GroupIDs        string   `gorm:"column:group_ids;not null;default:'{}'"`
 	Account         *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
@@ -146,30 +154,6 @@ type CatalogAttribute struct {
 
 // TableName implements gorm's Tabler.
 func (CatalogAttribute) TableName() string { return "embedkit_catalog_attributes" }
-
-// GroupMember is a user's membership of a group (table embedkit_group_members).
-type GroupMember struct {
-	UserID  int64         `gorm:"column:user_id;primaryKey;autoIncrement:false"`
-	GroupID int64         `gorm:"column:group_id;primaryKey;autoIncrement:false;index:embedkit_group_members_group"`
-	User    *User         `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
-	Group   *CatalogGroup `gorm:"foreignKey:GroupID;references:ID;constraint:OnDelete:CASCADE"`
-}
-
-// TableName implements gorm's Tabler.
-func (GroupMember) TableName() string { return "embedkit_group_members" }
-
-// AttributeValue is a user's value of an attribute, as JSON (table
-// embedkit_attribute_values).
-type AttributeValue struct {
-	UserID      int64             `gorm:"column:user_id;primaryKey;autoIncrement:false"`
-	AttributeID int64             `gorm:"column:attribute_id;primaryKey;autoIncrement:false;index:embedkit_attribute_values_attribute"`
-	Value       string            `gorm:"column:value;not null"`
-	User        *User             `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
-	Attribute   *CatalogAttribute `gorm:"foreignKey:AttributeID;references:ID;constraint:OnDelete:CASCADE"`
-}
-
-// TableName implements gorm's Tabler.
-func (AttributeValue) TableName() string { return "embedkit_attribute_values" }
 
 // Session is the hash of a single-use session id and the grant it carries
 // (table embedkit_sessions).
@@ -259,7 +243,7 @@ func (SchemaVersion) TableName() string { return "embedkit_schema_versions" }
 func Models() []any {
 	return []any{
 		&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
-		&CatalogGroup{}, &CatalogAttribute{}, &GroupMember{}, &AttributeValue{}, &Session{}, &Token{},
+		&CatalogGroup{}, &CatalogAttribute{}, &Session{}, &Token{},
 		&Thread{}, &ThreadMessage{}, &AccountQuota{},
 	}
 }
