@@ -89,11 +89,11 @@ type User struct {
 	DisplayName string  `gorm:"column:display_name;not null;default:''"`
 	Picture     string  `gorm:"column:picture;not null;default:''"`
 	// SecurityContext is a JSON object.
-	SecurityContext *string  `gorm:"column:security_context"`
-	Ephemeral       bool     `gorm:"column:ephemeral;not null;default:false"`
-	ExpiresAt       *int64   `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
-	CreatedAt       int64    `gorm:"column:created_at;not null;autoCreateTime:false"`
-	UpdatedAt       int64    `gorm:"column:updated_at;not null;autoUpdateTime:false"`
+	SecurityContext *string `gorm:"column:security_context"`
+	Ephemeral       bool    `gorm:"column:ephemeral;not null;default:false"`
+	ExpiresAt       *int64  `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
+	CreatedAt       int64   `gorm:"column:created_at;not null;autoCreateTime:false"`
+	UpdatedAt       int64   `gorm:"column:updated_at;not null;autoUpdateTime:false"`
 	// AttributeValues is a JSON object from attribute ID (a decimal
 	// string) to the user's value. GroupIDs is a JSON object from embed
 	// tenant ID (a decimal string, "0" for the account's own catalog) to
