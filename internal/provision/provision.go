@@ -56,6 +56,10 @@ type Request struct {
 	// (embed tenants are never deleted, so a caller may cache them). Zero
 	// value: look it up, creating it on first use.
 	KnownEmbedTenant store.EmbedTenant
+	// DeploymentID, when not zero, is a deployment of the account the
+	// request must name: a missing one is [ErrDeploymentNotFound], before
+	// anything else is checked.
+	DeploymentID int64
 	// MaxEmbedTenants is the account's limit of embed tenants: creating one
 	// more is 403. Zero or less: no limit.
 	MaxEmbedTenants int
@@ -69,13 +73,11 @@ type Request struct {
 	// EphemeralExpiresAt.
 	Persistent         bool
 	EphemeralExpiresAt time.Time
-
-	// LikelyNew tells that the caller found no visible user with
-	// ExternalID just before: the user is created first, without trying
-	// the returning user's update (store.ExternalUserUpsert.InsertFirst).
-	// A hint only: the result is the same without it.
-	LikelyNew bool
 }
+
+// ErrDeploymentNotFound answers a request whose deployment the account
+// does not have.
+var ErrDeploymentNotFound = wire.Errorf(http.StatusNotFound, "deployment not found")
 
 // AttributeInput is one userAttributes entry as received.
 type AttributeInput struct {
@@ -460,16 +462,31 @@ func fits(kind, def store.AttributeType) bool {
 }
 
 // Apply provisions the user of a validated request inside tx: it upserts the
-// creator-mode definitions first, then the user, its attribute values and its
-// memberships. Failures are *wire.Error values with the spec's messages; any
-// error means the caller must roll back. maxUsers is the account's limit of
-// persistent external users.
+// creator-mode definitions first, then reads the definitions the request
+// names (and its deployment) in one [store.Catalog.Lookup], validates, and
+// writes the user with its attribute values and memberships in one
+// [store.Users.UpsertUser]. Failures are *wire.Error values with the spec's
+// messages; any error means the caller must roll back. maxUsers is the
+// account's limit of persistent external users.
 func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxUsers int, now time.Time) (Result, error) {
+	// The deployment is checked before anything else, and with the names
+	// when nothing comes before them.
+	early := r.InternalID != "" || r.CreatorMode || r.EmbedTenantName != ""
+	if early && r.DeploymentID != 0 {
+		found, err := tx.Lookup(ctx, store.Lookup{Scope: store.TenantWide(acct.ID), DeploymentID: r.DeploymentID})
+		if err != nil {
+			return Result{}, err
+		}
+		if !found.DeploymentFound {
+			return Result{}, ErrDeploymentNotFound
+		}
+		r.DeploymentID = 0
+	}
 	if r.CreatorMode && !acct.UseCreatorMode {
 		return Result{}, wire.Errorf(http.StatusForbidden, "creatorMode requires the useCreatorMode tenant flag")
 	}
 	if r.InternalID != "" {
-		u, err := tx.InternalUser(ctx, acct.ID, r.InternalID)
+		u, err := tx.UserByKey(ctx, store.UserKey{AccountID: acct.ID, InternalID: r.InternalID}, now)
 		if errors.Is(err, store.ErrNotFound) {
 			return Result{}, wire.BadRequest("internalId: internal user %q not found", r.InternalID)
 		}
@@ -499,70 +516,58 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	}
 
 	// Definitions first, so that one request may define and use a name.
-	if len(r.GroupDefinitions) > 0 {
-		if err := tx.UpsertGroups(ctx, res.Scope, r.GroupDefinitions); err != nil {
+	if len(r.GroupDefinitions) > 0 || len(r.AttributeDefinitions) > 0 {
+		if err := tx.UpsertDefinitions(ctx, res.Scope, r.GroupDefinitions, r.AttributeDefinitions); err != nil {
 			return Result{}, err
 		}
 	}
-	attrNames := make([]string, 0, len(r.Attributes)+len(r.AttributeDefinitions))
+	look := store.Lookup{Scope: res.Scope, DeploymentID: r.DeploymentID}
 	for _, a := range r.Attributes {
-		attrNames = append(attrNames, a.Name)
+		look.AttrNames = append(look.AttrNames, a.Name)
 	}
 	for _, d := range r.AttributeDefinitions {
-		if !slices.Contains(attrNames, d.Name) {
-			attrNames = append(attrNames, d.Name)
+		if !slices.Contains(look.AttrNames, d.Name) {
+			look.AttrNames = append(look.AttrNames, d.Name)
 		}
 	}
-	var attrs map[string]store.Attribute
-	if len(r.AttributeDefinitions) > 0 {
-		if err := tx.UpsertAttributes(ctx, res.Scope, r.AttributeDefinitions); err != nil {
+	if r.GroupsSent && len(r.Groups) > 0 {
+		look.GroupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
+	}
+	var found store.LookupResult
+	if look.DeploymentID != 0 || len(look.AttrNames) > 0 || len(look.GroupNames) > 0 {
+		var err error
+		if found, err = tx.Lookup(ctx, look); err != nil {
 			return Result{}, err
 		}
 	}
-	var groupNames []string
-	if r.GroupsSent && len(r.Groups) > 0 {
-		groupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
+	if look.DeploymentID != 0 && !found.DeploymentFound {
+		return Result{}, ErrDeploymentNotFound
 	}
-	up := store.ExternalUserUpsert{
-		AccountID:          acct.ID,
-		ExternalID:         r.ExternalID,
-		Email:              r.Email,
-		DisplayName:        r.DisplayName,
-		Picture:            r.Picture,
-		SecurityContext:    r.SecurityContext,
-		Persistent:         r.Persistent,
-		EphemeralExpiresAt: r.EphemeralExpiresAt,
-		MaxUsers:           maxUsers,
-		Now:                now,
+	attrs := make(map[string]store.Attribute, len(found.Attributes))
+	for _, a := range found.Attributes {
+		attrs[a.Name] = a
+	}
+	for _, d := range r.AttributeDefinitions {
+		if a, ok := attrs[d.Name]; ok && a.Type != d.Type {
+			return Result{}, wire.Errorf(http.StatusConflict, "cannot change type")
+		}
+	}
+
+	up := store.UserUpsert{
+		UserKey:               store.UserKey{AccountID: acct.ID, ExternalID: r.ExternalID},
+		Email:                 r.Email,
+		DisplayName:           r.DisplayName,
+		Picture:               r.Picture,
+		SecurityContext:       r.SecurityContext,
+		Persistent:            r.Persistent,
+		EphemeralExpiresAt:    r.EphemeralExpiresAt,
+		MaxUsers:              maxUsers,
+		NewEphemeralPerMinute: r.MaxNewEphemeralPerMinute,
+		Now:                   now,
 	}
 	if string(up.SecurityContext) == "null" {
 		up.SecurityContext = json.RawMessage("{}")
 	}
-	// The names and a returning user's update in one store call (one round
-	// trip on PostgreSQL); a validation failure below rolls the update back.
-	// A user the caller expects to be new is created first, after the
-	// validation.
-	look := store.Lookup{Scope: res.Scope, AttrNames: attrNames, GroupNames: groupNames, ReturningUser: &up}
-	if r.LikelyNew {
-		look.ReturningUser = nil
-	}
-	found, err := tx.Lookup(ctx, look)
-	if err != nil {
-		return Result{}, err
-	}
-	if len(attrNames) > 0 {
-		attrs = make(map[string]store.Attribute, len(found.Attributes))
-		for _, a := range found.Attributes {
-			attrs[a.Name] = a
-		}
-		for _, d := range r.AttributeDefinitions {
-			if a, ok := attrs[d.Name]; ok && a.Type != d.Type {
-				return Result{}, wire.Errorf(http.StatusConflict, "cannot change type")
-			}
-		}
-	}
-
-	values := make([]store.AttributeValue, 0, len(r.Attributes))
 	for _, in := range r.Attributes {
 		def, ok := attrs[in.Name]
 		if !ok {
@@ -576,19 +581,18 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 			}
 			v.Value = compact(in.Value)
 		}
-		values = append(values, v)
+		up.Attributes = append(up.Attributes, v)
 	}
-
-	var groupIDs []int64
-	if len(groupNames) > 0 {
+	if r.GroupsSent {
+		up.SetGroups, up.GroupScope, up.Groups = true, res.Scope, []int64{}
 		byName := make(map[string]int64, len(found.Groups))
 		for _, g := range found.Groups {
 			byName[g.Name] = g.ID
 		}
 		var missing []string
-		for _, n := range groupNames {
+		for _, n := range look.GroupNames {
 			if id, ok := byName[n]; ok {
-				groupIDs = append(groupIDs, id)
+				up.Groups = append(up.Groups, id)
 			} else {
 				missing = append(missing, n)
 			}
@@ -598,32 +602,18 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		}
 	}
 
-	u := found.User
-	if !found.UserUpdated {
-		// The Lookup found no returning user, or did not look.
-		up.NotReturning, up.InsertFirst = !r.LikelyNew, r.LikelyNew
-		u, err = tx.UpsertExternalUser(ctx, up)
-		if errors.Is(err, store.ErrLimit) {
+	u, err := tx.UpsertUser(ctx, up)
+	if errors.Is(err, store.ErrLimit) {
+		if r.Persistent {
 			return Result{}, wire.Limited("maxExternalUsers", wire.Errorf(http.StatusForbidden, "external user limit of %d reached for this account", maxUsers))
 		}
-		if err != nil {
-			return Result{}, err
-		}
-		if err := takeEphemeral(ctx, tx, acct, r, u, now); err != nil {
-			return Result{}, err
-		}
+		end := now.Truncate(time.Minute).Add(time.Minute)
+		return Result{}, wire.Limited("newEphemeralUsersPerMinute", wire.TooMany(end.Sub(now), "new ephemeral user limit of %d per minute reached for this account: try again later", r.MaxNewEphemeralPerMinute))
+	}
+	if err != nil {
+		return Result{}, err
 	}
 	res.User = u
-	if len(values) > 0 {
-		if err := tx.SetAttributeValues(ctx, u.ID, values); err != nil {
-			return Result{}, err
-		}
-	}
-	if r.GroupsSent {
-		if err := tx.ReplaceMemberships(ctx, u.ID, res.Scope, groupIDs); err != nil {
-			return Result{}, err
-		}
-	}
 	return res, nil
 }
 
@@ -635,23 +625,11 @@ func embedTenant(ctx context.Context, tx store.Tx, acct store.Account, r Request
 	if k := r.KnownEmbedTenant; k.ID != 0 && k.AccountID == acct.ID && k.Name == name {
 		return k, nil
 	}
-	if r.MaxEmbedTenants <= 0 {
-		return tx.EnsureEmbedTenant(ctx, acct.ID, name)
-	}
-	et, err := tx.EmbedTenantByName(ctx, acct.ID, name)
-	if !errors.Is(err, store.ErrNotFound) {
-		return et, err
-	}
-	// A new tenant: counted under the store's per-account lock, so that
-	// concurrent requests cannot pass the limit together.
-	n, err := tx.CountEmbedTenants(ctx, acct.ID)
-	if err != nil {
-		return store.EmbedTenant{}, err
-	}
-	if n >= r.MaxEmbedTenants {
+	et, err := tx.EnsureEmbedTenant(ctx, acct.ID, name, r.MaxEmbedTenants)
+	if errors.Is(err, store.ErrLimit) {
 		return store.EmbedTenant{}, wire.Limited("embedTenants", wire.Errorf(http.StatusForbidden, "embed tenant limit of %d reached for this account", r.MaxEmbedTenants))
 	}
-	return tx.EnsureEmbedTenant(ctx, acct.ID, name)
+	return et, err
 }
 
 func compact(v json.RawMessage) json.RawMessage {
@@ -660,25 +638,4 @@ func compact(v json.RawMessage) json.RawMessage {
 		return v
 	}
 	return b.Bytes()
-}
-
-// ephemeralWindow is the window of Request.MaxNewEphemeralPerMinute.
-const ephemeralWindow = time.Minute
-
-// takeEphemeral counts u against the account's new-ephemeral-user window
-// when this request created it: a new ephemeral user (or one created anew
-// after expiry) has CreatedAt now. The window is fixed: the clock minute
-// of now, shared by every replica through the store.
-func takeEphemeral(ctx context.Context, tx store.Tx, acct store.Account, r Request, u store.User, now time.Time) error {
-	if r.MaxNewEphemeralPerMinute <= 0 || !u.Ephemeral || !u.CreatedAt.Equal(now) {
-		return nil
-	}
-	start := now.Truncate(ephemeralWindow)
-	end := start.Add(ephemeralWindow)
-	key := "newEphemeralUsers:" + strconv.FormatInt(start.Unix(), 10)
-	err := tx.TakeQuota(ctx, acct.ID, key, end, r.MaxNewEphemeralPerMinute)
-	if errors.Is(err, store.ErrLimit) {
-		return wire.Limited("newEphemeralUsersPerMinute", wire.TooMany(end.Sub(now), "new ephemeral user limit of %d per minute reached for this account: try again later", r.MaxNewEphemeralPerMinute))
-	}
-	return err
 }
