@@ -218,4 +218,3 @@ func TestHostSeesEveryStatement(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	check("chat turn")
 }
-
