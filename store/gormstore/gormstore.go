@@ -45,10 +45,7 @@ var _ store.Store = (*Store)(nil)
 // see each statement.
 //
 // On SQLite, the connections need the settings of the sqlite sub-package's
-// Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE), and the store
-// keeps its statements prepared on each connection (GORM's PrepareStmt):
-// preparing is most of the cost of a small SQLite statement. pgx caches
-// PostgreSQL's prepared statements itself.
+// Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE).
 func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
@@ -69,12 +66,11 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	s.sqlDB = sqlDB
 	// A session of its own: the host's later Where/Scopes on db do not
 	// leak into embedkit's statements, and neither do ours into the host's.
-	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true, PrepareStmt: !s.pg})
+	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*cfg.queryTimeout)
 	defer cancel()
-	// Migrations run without prepared statements: they change the schema.
-	if err := Migrate(ctx, db.Session(&gorm.Session{NewDB: true})); err != nil {
+	if err := Migrate(ctx, s.db); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -97,9 +93,6 @@ func newConfig(opts []Option) config {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		if p, ok := s.db.ConnPool.(*gorm.PreparedStmtDB); ok {
-			p.Close()
-		}
 		if s.cfg.closeDB {
 			s.closeErr = s.sqlDB.Close()
 		}
