@@ -14,8 +14,6 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-var forUpdate = clause.Locking{Strength: "UPDATE"}
-
 // visible is the predicate of a user that has not expired at the bound time.
 const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 
@@ -129,14 +127,6 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		return t.fail(newErr(op, store.ErrConflict))
 	})
 	return u.out, err
-}
-
-// fail makes err abort the transaction.
-func (t *txn) fail(err error) error {
-	if t.inTx {
-		t.abort = err
-	}
-	return err
 }
 
 // mergeJSON merges the JSON object patch into the JSON object of column
@@ -390,7 +380,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 			// end, so that the next statement's snapshot sees what it
 			// committed.
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(forUpdate).Find(&[]int64{})
+				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
 			}); err != nil {
 				return err
 			}
