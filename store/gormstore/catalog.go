@@ -1,7 +1,9 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -15,12 +17,12 @@ func (r EmbedTenant) tenant() store.EmbedTenant {
 	return store.EmbedTenant{ID: r.ID, AccountID: r.AccountID, Name: r.Name, CreatedAt: fromNanos(r.CreatedAt)}
 }
 
-func (t *txn) tenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, bool, error) {
+func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	var row EmbedTenant
-	n, err := t.do(ctx, "embed tenant", func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND name = ?", accountID, name).Limit(1).Find(&row)
+	err := t.find(ctx, "embed tenant", &row, func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND name = ?", accountID, name)
 	})
-	return row.tenant(), n > 0, err
+	return row.tenant(), err
 }
 
 // EnsureEmbedTenant reads the tenant (one statement when it exists). To
@@ -29,11 +31,11 @@ func (t *txn) tenantByName(ctx context.Context, accountID int64, name string) (s
 // for), so that creators of one account count one after the other.
 func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
 	const op = "ensure embed tenant"
-	if et, ok, err := t.tenantByName(ctx, accountID, name); err != nil || ok {
+	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
 		return et, err
 	}
 	var out store.EmbedTenant
-	err := t.atomic(ctx, func(t *txn) error {
+	err := t.atomic(ctx, func(t *txn) (err error) {
 		if max > 0 {
 			if t.s.pg {
 				if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
@@ -44,45 +46,28 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 				}
 			}
 			// Created by a transaction that counted before this one?
-			et, ok, err := t.tenantByName(ctx, accountID, name)
-			if err != nil || ok {
-				out = et
+			if out, err = t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
 			var n int64
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&EmbedTenant{}).Where("account_id = ?", accountID).Count(&n)
-			}); err != nil {
-				return err
-			}
-			if n >= int64(max) {
-				return newErr(op, store.ErrLimit)
+			}); err != nil || n >= int64(max) {
+				return cmp.Or(err, newErr(op, store.ErrLimit))
 			}
 		}
 		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: time.Now().UnixNano()}
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Clauses(clause.OnConflict{DoNothing: true}, clause.Returning{}).Create(&row)
 		})
-		if err != nil {
+		if err != nil || n > 0 {
+			out = row.tenant()
 			return err
 		}
-		if n > 0 {
-			out = row.tenant()
-			return nil
-		}
-		et, _, err := t.tenantByName(ctx, accountID, name) // created meanwhile
-		out = et
+		out, err = t.EmbedTenantByName(ctx, accountID, name) // created meanwhile
 		return err
 	})
 	return out, err
-}
-
-func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	et, ok, err := t.tenantByName(ctx, accountID, name)
-	if err == nil && !ok {
-		err = newErr("embed tenant", store.ErrNotFound)
-	}
-	return et, err
 }
 
 func str(p *string) string {
@@ -163,20 +148,21 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	return nil
 }
 
-// catalogRow is a row of the Lookup's UNION ALL: a deployment (kind "d"),
-// an attribute definition ("a") or a group definition ("g").
+// catalogRow is a definition, or a row of the Lookup's UNION ALL: a
+// deployment (kind "d"), an attribute ("a") or a group ("g"). Its columns
+// are pinned as the models' are.
 type catalogRow struct {
-	Kind          string
-	ID            int64
-	AccountID     int64
-	EmbedTenantID int64
-	Name          string
-	Type          string
-	DisplayName   *string
-	DefaultValue  *string
-	Description   *string
-	CreatedAt     int64
-	UpdatedAt     int64
+	Kind          string  `gorm:"column:kind"`
+	ID            int64   `gorm:"column:id"`
+	AccountID     int64   `gorm:"column:account_id"`
+	EmbedTenantID int64   `gorm:"column:embed_tenant_id"`
+	Name          string  `gorm:"column:name"`
+	Type          string  `gorm:"column:type"`
+	DisplayName   *string `gorm:"column:display_name"`
+	DefaultValue  *string `gorm:"column:default_value"`
+	Description   *string `gorm:"column:description"`
+	CreatedAt     int64   `gorm:"column:created_at"`
+	UpdatedAt     int64   `gorm:"column:updated_at"`
 }
 
 const (
@@ -256,44 +242,33 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	return res, nil
 }
 
-func (r CatalogGroup) group() store.Group {
-	return catalogRow{ID: r.ID, AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID, Name: r.Name,
-		Description: r.Description, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}.group()
-}
-
-func (r CatalogAttribute) attribute() store.Attribute {
-	return catalogRow{ID: r.ID, AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID, Name: r.Name, Type: r.Type,
-		DisplayName: r.DisplayName, DefaultValue: r.DefaultValue, Description: r.Description,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}.attribute()
-}
-
 // inScope selects the definitions of s.
 func inScope(db *gorm.DB, s store.Scope) *gorm.DB {
 	return db.Where("account_id = ? AND embed_tenant_id = ?", s.AccountID, s.EmbedTenantID)
 }
 
-func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
-	var rows []CatalogGroup
-	_, err := t.do(ctx, "list groups", func(db *gorm.DB) *gorm.DB {
-		return inScope(db, s).Where("id > ?", afterID).Order("id").Limit(limit).Find(&rows)
-	})
-	out := make([]store.Group, len(rows))
+// definitions reads the definitions of model in s that where selects.
+func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, conv func(catalogRow) T,
+	where func(*gorm.DB) *gorm.DB) ([]T, error) {
+	var rows []catalogRow
+	_, err := t.do(ctx, "definitions", func(db *gorm.DB) *gorm.DB { return where(inScope(db.Model(model).Select("*"), s)).Find(&rows) })
+	out := make([]T, len(rows))
 	for i, r := range rows {
-		out[i] = r.group()
+		out[i] = conv(r)
 	}
 	return out, err
 }
 
+func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(limit) }
+}
+
+func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
+	return definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, after(afterID, limit))
+}
+
 func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
-	var rows []CatalogAttribute
-	_, err := t.do(ctx, "list attributes", func(db *gorm.DB) *gorm.DB {
-		return inScope(db, s).Where("id > ?", afterID).Order("id").Limit(limit).Find(&rows)
-	})
-	out := make([]store.Attribute, len(rows))
-	for i, r := range rows {
-		out[i] = r.attribute()
-	}
-	return out, err
+	return definitions(t, ctx, &CatalogAttribute{}, s, catalogRow.attribute, after(afterID, limit))
 }
 
 // DeleteGroup deletes the definition only: the users' JSON columns keep
@@ -309,8 +284,5 @@ func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) erro
 
 func (t *txn) deleteDef(ctx context.Context, op string, model any, s store.Scope, id int64) error {
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
-	if err == nil && n == 0 {
-		err = newErr(op, store.ErrNotFound)
-	}
-	return err
+	return someRow(op, n, err)
 }

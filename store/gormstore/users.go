@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -295,48 +296,35 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	}
 	var values map[string]json.RawMessage
 	var groupIDs map[string][]int64
-	if err := json.Unmarshal([]byte(row.AttributeValues), &values); err != nil {
-		return store.UserData{}, wrapErr(op, err)
-	}
-	if err := json.Unmarshal([]byte(row.GroupIDs), &groupIDs); err != nil {
+	if err := errors.Join(json.Unmarshal([]byte(row.AttributeValues), &values), json.Unmarshal([]byte(row.GroupIDs), &groupIDs)); err != nil {
 		return store.UserData{}, wrapErr(op, err)
 	}
 	var out store.UserData
 	if len(values) > 0 {
 		ids := make([]int64, 0, len(values))
 		for k := range values {
-			if id, err := strconv.ParseInt(k, 10, 64); err == nil {
-				ids = append(ids, id)
-			}
+			id, _ := strconv.ParseInt(k, 10, 64)
+			ids = append(ids, id)
 		}
-		var defs []CatalogAttribute
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return inScope(db, s).Where("id IN ?", ids).Order("name").Find(&defs)
-		}); err != nil {
-			return store.UserData{}, err
-		}
-		for _, d := range defs {
+		out.Attributes, err = definitions(t, ctx, &CatalogAttribute{}, s, func(d catalogRow) store.UserAttribute {
 			v := values[strconv.FormatInt(d.ID, 10)]
 			var b bytes.Buffer
 			if json.Compact(&b, v) == nil {
 				v = b.Bytes()
 			}
-			out.Attributes = append(out.Attributes, store.UserAttribute{Name: d.Name, Type: store.AttributeType(d.Type), Value: v})
-		}
+			return store.UserAttribute{Name: d.Name, Type: store.AttributeType(d.Type), Value: v}
+		}, byIDs(ids))
 	}
-	if ids := groupIDs[strconv.FormatInt(s.EmbedTenantID, 10)]; len(ids) > 0 {
-		var defs []CatalogGroup
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return inScope(db, s).Where("id IN ?", ids).Order("name").Find(&defs)
-		}); err != nil {
-			return store.UserData{}, err
-		}
-		for _, d := range defs {
-			out.Groups = append(out.Groups, d.group())
-		}
+	if ids := groupIDs[strconv.FormatInt(s.EmbedTenantID, 10)]; len(ids) > 0 && err == nil {
+		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, byIDs(ids))
 	}
-	return out, nil
+	return out, err
 }
+
+func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids).Order("name") }
+}
+
 
 // deleteUser deletes the user where selects with everything it owns (ON
 // DELETE CASCADE) and gives back its place in the persistent-user count.
