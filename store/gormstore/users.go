@@ -325,7 +325,6 @@ func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids).Order("name") }
 }
 
-
 // deleteUser deletes the user where selects with everything it owns (ON
 // DELETE CASCADE) and gives back its place in the persistent-user count.
 func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *gorm.DB) (bool, error) {
