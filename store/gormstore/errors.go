@@ -153,6 +153,13 @@ func sqliteCode(err error) (int, bool) {
 	return 0, false
 }
 
+func ignoreNotFound(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // isRetryable reports whether a transaction that failed with err may succeed
 // when run again.
 func isRetryable(err error) bool {

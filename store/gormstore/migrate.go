@@ -17,12 +17,12 @@ var migrations = []struct {
 	up      func(tx *gorm.DB) error
 }{
 	{1, "create embedkit's tables", createTables},
-	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
-	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
-	// Version 4's renames run before the others (see migrate); a fresh
-	// database has prefixed tables from version 1 on.
-	{4, "the embedkit_ prefix on every table, index and sequence", func(*gorm.DB) error { return nil }},
-	{5, "the API key that minted each session id and token", addKeyHash},
+	// Versions 2 to 5 (and the columns of 6) are applied by prefixNames
+	// and upgrade before the others (see Migrate).
+	{2, "origin, name and creation time of API keys", nil},
+	{3, "account limits, quota counters, expiry indexes of sessions and tokens", nil},
+	{4, "the embedkit_ prefix on every table, index and sequence", nil},
+	{5, "the API key that minted each session id and token", nil},
 	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
 }
 
@@ -67,18 +67,24 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 			return err
 		}
 		if current > 0 && current < 4 {
-			// Versions 2 and 3 change the current models, whose tables
-			// carry the prefix: rename first, as version 4.
+			// The current models' tables carry the prefix: rename first.
 			if err := prefixNames(tx); err != nil {
 				return fmt.Errorf("version 4: %w", err)
+			}
+		}
+		if current > 0 && current < 6 {
+			if err := upgrade(tx); err != nil {
+				return fmt.Errorf("versions 2 to 6: %w", err)
 			}
 		}
 		for _, mg := range migrations {
 			if mg.version <= current {
 				continue
 			}
-			if err := mg.up(tx); err != nil {
-				return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)
+			if mg.up != nil {
+				if err := mg.up(tx); err != nil {
+					return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)
+				}
 			}
 			if err := record(tx, mg.version); err != nil {
 				return err
@@ -206,22 +212,31 @@ func prefixSQLite(tx *gorm.DB, table string) error {
 		}
 	}
 	for _, model := range Models() {
-		stmt := &gorm.Statement{DB: tx}
-		if err := stmt.Parse(model); err != nil || stmt.Schema.Table != table {
-			continue
+		if err := createIndexes(tx, model, table); err != nil {
+			return err
 		}
-		m := tx.Migrator()
-	indexes:
-		for _, idx := range stmt.Schema.ParseIndexes() {
-			for _, f := range idx.Fields { // later versions add theirs
-				if !m.HasColumn(model, f.DBName) {
-					continue indexes
-				}
+	}
+	return nil
+}
+
+// createIndexes creates the missing indexes of model, when its table is
+// table (any with ""), whose columns exist (later versions add the
+// others).
+func createIndexes(tx *gorm.DB, model any, table string) error {
+	stmt, m := &gorm.Statement{DB: tx}, tx.Migrator()
+	if err := stmt.Parse(model); err != nil || table != "" && stmt.Schema.Table != table {
+		return err
+	}
+indexes:
+	for _, idx := range stmt.Schema.ParseIndexes() {
+		for _, f := range idx.Fields {
+			if !m.HasColumn(model, f.DBName) {
+				continue indexes
 			}
-			if !m.HasIndex(model, idx.Name) {
-				if err := m.CreateIndex(model, idx.Name); err != nil {
-					return err
-				}
+		}
+		if !m.HasIndex(model, idx.Name) {
+			if err := m.CreateIndex(model, idx.Name); err != nil {
+				return err
 			}
 		}
 	}
@@ -231,77 +246,46 @@ func prefixSQLite(tx *gorm.DB, table string) error {
 // quoteIdent quotes an SQL identifier for both databases.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// addKeyHash is version 5: sessions and tokens record the API key that
-// minted them, a foreign key that deletes them with the key. Hand-written
-// ALTER TABLE: GORM's SQLite migrator adds a foreign key by rebuilding the
-// table, which drops its indexes; SQLite adds a nullable column with its
-// REFERENCES clause in place. The constraint gets GORM's name, as a fresh
-// start creates it.
-func addKeyHash(tx *gorm.DB) error {
+// upgrade adds the tables, columns and indexes of the current models that
+// a database of an earlier version lacks (versions 2, 3 and 5 add them,
+// version 6 the users' JSON columns). The API key of sessions and
+// tokens (version 5) is added by hand-written ALTER TABLE: GORM's SQLite
+// migrator adds a foreign key by rebuilding the table, which drops its
+// indexes, where SQLite adds a nullable column with its REFERENCES clause
+// in place (under GORM's name for the constraint, as a fresh start).
+func upgrade(tx *gorm.DB) error {
 	m := tx.Migrator()
-	typ := "BLOB"
-	if tx.Dialector.Name() == "postgres" {
-		typ = "BYTEA"
-	}
-	for _, t := range []struct {
-		model any
-		table string
-	}{{&Session{}, "embedkit_sessions"}, {&Token{}, "embedkit_tokens"}} {
-		if m.HasColumn(t.model, "KeyHash") {
-			continue
-		}
-		ddl := "ALTER TABLE " + t.table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + t.table +
-			"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE"
-		if err := tx.Exec(ddl).Error; err != nil {
-			return err
-		}
-		if err := m.CreateIndex(t.model, t.table+"_key"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addAPIKeyColumns is version 2: the origin, name and creation time of API
-// keys.
-func addAPIKeyColumns(tx *gorm.DB) error {
-	return addColumns(tx, &APIKey{}, "Origin", "Name", "CreatedAt")
-}
-
-func addColumns(tx *gorm.DB, model any, fields ...string) error {
-	m := tx.Migrator()
-	for _, f := range fields {
-		if m.HasColumn(model, f) {
-			continue
-		}
-		if err := m.AddColumn(model, f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addLimits is version 3: the accounts' limits column, the quota counters
-// and the indexes that the deletion of expired session ids and tokens
-// uses.
-func addLimits(tx *gorm.DB) error {
-	m := tx.Migrator()
-	if err := addColumns(tx, &Account{}, "Limits"); err != nil {
-		return err
-	}
-	if !m.HasTable(&AccountQuota{}) {
-		if err := m.CreateTable(&AccountQuota{}); err != nil {
-			return err
-		}
-	}
-	for _, ix := range []struct {
-		model any
-		name  string
-	}{{&Session{}, "embedkit_sessions_expiry"}, {&Token{}, "embedkit_tokens_expiry"}} {
-		if !m.HasIndex(ix.model, ix.name) {
-			if err := m.CreateIndex(ix.model, ix.name); err != nil {
+	for _, model := range Models() {
+		if !m.HasTable(model) {
+			if err := m.CreateTable(model); err != nil {
 				return err
 			}
+			continue
+		}
+		stmt := &gorm.Statement{DB: tx}
+		if err := stmt.Parse(model); err != nil {
+			return err
+		}
+		for _, col := range stmt.Schema.DBNames {
+			switch {
+			case m.HasColumn(model, col):
+			case col == "key_hash":
+				typ, table := "BLOB", stmt.Schema.Table
+				if tx.Dialector.Name() == "postgres" {
+					typ = "BYTEA"
+				}
+				if err := tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + table +
+					"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error; err != nil {
+					return err
+				}
+			default:
+				if err := m.AddColumn(model, col); err != nil {
+					return err
+				}
+			}
+		}
+		if err := createIndexes(tx, model, ""); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -314,11 +298,7 @@ func addLimits(tx *gorm.DB) error {
 // users of each account into one counter row. Hand-written SQL: the
 // aggregation into JSON objects is per dialect and beyond GORM's API.
 func foldUserData(tx *gorm.DB) error {
-	m := tx.Migrator()
-	if err := addColumns(tx, &User{}, "AttributeValues", "GroupIDs"); err != nil {
-		return err
-	}
-	pg := tx.Dialector.Name() == "postgres"
+	m, pg := tx.Migrator(), tx.Dialector.Name() == "postgres"
 	if m.HasTable("embedkit_attribute_values") {
 		q := `UPDATE embedkit_users SET attribute_values = (SELECT json_group_object(CAST(v.attribute_id AS TEXT), json(v.value))
 			FROM embedkit_attribute_values v WHERE v.user_id = embedkit_users.id)

@@ -261,16 +261,8 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 
 func (t *txn) userWhere(ctx context.Context, op string, now time.Time, where func(*gorm.DB) *gorm.DB) (store.User, error) {
 	var row User
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return where(primary(db)).Where(visible, nowOr(now).UnixNano()).Limit(1).Find(&row)
-	})
-	if err != nil {
-		return store.User{}, err
-	}
-	if n == 0 {
-		return store.User{}, newErr(op, store.ErrNotFound)
-	}
-	return row.user(), nil
+	err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return where(primary(db)).Where(visible, nowOr(now).UnixNano()) })
+	return row.user(), err
 }
 
 func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
@@ -288,11 +280,11 @@ func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User
 func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.UserData, error) {
 	const op = "user data"
 	var row User
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return primary(db).Select("attribute_values", "group_ids").Where("id = ?", userID).Limit(1).Find(&row)
+	err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Select("attribute_values", "group_ids").Where("id = ?", userID)
 	})
-	if err != nil || n == 0 {
-		return store.UserData{}, err
+	if err != nil {
+		return store.UserData{}, ignoreNotFound(err) // a missing user has none
 	}
 	var values map[string]json.RawMessage
 	var groupIDs map[string][]int64
@@ -361,13 +353,12 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 	var deleted bool
 	err := t.atomic(ctx, func(t *txn) error {
 		if t.s.pg {
-			// Wait for a transaction that writes the user, or gives it
-			// a thread or session (its foreign key check holds a KEY
-			// SHARE lock of the row, which FOR UPDATE waits for), to
-			// end, so that the next statement's snapshot sees what it
-			// committed.
+			// Wait for a transaction that writes the user, or gives it a
+			// thread or session (its foreign key check holds a KEY SHARE
+			// lock, which FOR UPDATE waits for), so that the next
+			// statement's snapshot sees what it committed.
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
+				return t.lockForUpdate(db.Model(&User{}).Select("id").Where("id = ?", userID)).Find(&[]int64{})
 			}); err != nil {
 				return err
 			}
