@@ -25,10 +25,9 @@ func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name strin
 	return row.tenant(), err
 }
 
-// EnsureEmbedTenant reads the tenant (one statement when it exists). To
-// create one under a limit, the transaction locks the account's row on
-// PostgreSQL (FOR NO KEY UPDATE, which foreign key checks do not wait
-// for), so that creators of one account count one after the other.
+// EnsureEmbedTenant creating under a limit locks the account's row on
+// PostgreSQL (FOR NO KEY UPDATE: foreign key checks do not wait for it),
+// so that creators of one account count one after the other.
 func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
 	const op = "ensure embed tenant"
 	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
@@ -77,19 +76,13 @@ func str(p *string) string {
 	return *p
 }
 
-// differs reports whether a definition's optional field asks for a
-// visible change (an empty string over an unset field is none).
+// differs reports whether want asks for a visible change of have.
 func differs(want, have *string) bool { return want != nil && *want != str(have) }
 
-// UpsertDefinitions reads the named definitions first and writes only the
-// missing or changed ones: most requests resend what is stored, and on
-// PostgreSQL an ON CONFLICT DO UPDATE locks the conflicting row even when
-// it changes nothing, which would queue concurrent requests of one scope.
+// UpsertDefinitions writes only missing or changed definitions: most
+// requests resend what is stored, and on PostgreSQL ON CONFLICT DO UPDATE
+// locks a row even when it changes nothing, queueing concurrent requests.
 func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
-	const op = "upsert definitions"
-	if len(groups) == 0 && len(attrs) == 0 {
-		return nil
-	}
 	l := store.Lookup{Scope: s}
 	for _, g := range groups {
 		l.GroupNames = append(l.GroupNames, g.Name)
@@ -98,28 +91,24 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 		l.AttrNames = append(l.AttrNames, a.Name)
 	}
 	have, err := t.catalogByName(ctx, l, true)
-	if err != nil {
-		return err
-	}
 	now := time.Now().UnixNano()
-	var newGroups []CatalogGroup
+	var gs []CatalogGroup
+	var as []CatalogAttribute
 	for _, g := range groups {
 		if g.Description != nil && *g.Description == "" {
 			g.Description = nil // never clears a description
 		}
-		h, ok := have["g"+g.Name]
-		if !ok || differs(g.Description, h.Description) {
-			newGroups = append(newGroups, CatalogGroup{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID,
-				Name: g.Name, Description: g.Description, CreatedAt: now, UpdatedAt: now})
+		if h, ok := have["g"+g.Name]; !ok || differs(g.Description, h.Description) {
+			gs = append(gs, CatalogGroup{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID, Name: g.Name,
+				Description: g.Description, CreatedAt: now, UpdatedAt: now})
 		}
 	}
-	var newAttrs []CatalogAttribute
 	for _, a := range attrs {
-		h, ok := have["a"+a.Name]
-		if !ok || differs(a.DisplayName, h.DisplayName) || differs(a.DefaultValue, h.DefaultValue) || differs(a.Description, h.Description) {
-			newAttrs = append(newAttrs, CatalogAttribute{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID,
-				Name: a.Name, Type: string(a.Type), DisplayName: a.DisplayName, DefaultValue: a.DefaultValue,
-				Description: a.Description, CreatedAt: now, UpdatedAt: now})
+		if h, ok := have["a"+a.Name]; !ok || differs(a.DisplayName, h.DisplayName) || differs(a.DefaultValue, h.DefaultValue) ||
+			differs(a.Description, h.Description) {
+			as = append(as, CatalogAttribute{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID, Name: a.Name,
+				Type: string(a.Type), DisplayName: a.DisplayName, DefaultValue: a.DefaultValue, Description: a.Description,
+				CreatedAt: now, UpdatedAt: now})
 		}
 	}
 	// A nil field keeps the stored value: COALESCE with the inserted one.
@@ -131,26 +120,21 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 		}
 		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: set}
 	}
-	if len(newGroups) > 0 {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&newGroups)
-		}); err != nil {
-			return err
-		}
+	if len(gs) > 0 && err == nil {
+		_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
+			return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
+		})
 	}
-	if len(newAttrs) > 0 {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&newAttrs)
-		}); err != nil {
-			return err
-		}
+	if len(as) > 0 && err == nil {
+		_, err = t.do(ctx, "upsert attributes", func(db *gorm.DB) *gorm.DB {
+			return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&as)
+		})
 	}
-	return nil
+	return err
 }
 
-// catalogRow is a definition, or a row of the Lookup's UNION ALL: a
-// deployment (kind "d"), an attribute ("a") or a group ("g"). Its columns
-// are pinned as the models' are.
+// catalogRow is a definition or a row of the Lookup: a deployment (kind
+// "d"), an attribute ("a") or a group ("g").
 type catalogRow struct {
 	Kind          string  `gorm:"column:kind"`
 	ID            int64   `gorm:"column:id"`
@@ -171,9 +155,8 @@ const (
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
-// lookupRows reads what l names in one statement, on the primary when
-// fresh is set. Hand-written SQL: GORM has no UNION; one statement instead
-// of three is what keeps a generate-session at its statement count.
+// lookupRows reads what l names in one statement (on the primary if
+// fresh). Hand-written SQL: GORM has no UNION.
 func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
 	var parts []string
 	var args []any
@@ -200,8 +183,7 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]cat
 	return rows, err
 }
 
-// catalogByName returns the definitions l names, keyed by "a" or "g" and
-// the name.
+// catalogByName returns the definitions l names by kind and name.
 func (t *txn) catalogByName(ctx context.Context, l store.Lookup, fresh bool) (map[string]catalogRow, error) {
 	rows, err := t.lookupRows(ctx, l, fresh)
 	m := make(map[string]catalogRow, len(rows))
@@ -271,8 +253,8 @@ func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, 
 	return definitions(t, ctx, &CatalogAttribute{}, s, catalogRow.attribute, after(afterID, limit))
 }
 
-// DeleteGroup deletes the definition only: the users' JSON columns keep
-// its ID, which reads ignore (IDs are never reused).
+// DeleteGroup deletes the definition only: reads ignore its ID in the
+// users' JSON columns.
 func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
 	return t.deleteDef(ctx, "delete group", &CatalogGroup{}, s, id)
 }

@@ -163,8 +163,11 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 		defer cancel()
 	}
 	r := f(t.db.WithContext(ctx))
-	if r.Error != nil {
-		return 0, t.fail(wrapErr(op, r.Error))
+	if err := r.Error; err != nil {
+		if tr, ok := t.db.Dialector.(gorm.ErrorTranslator); ok {
+			err = tr.Translate(err) // a duplicate key, a missing referenced row
+		}
+		return 0, t.fail(wrapErr(op, err))
 	}
 	return r.RowsAffected, nil
 }

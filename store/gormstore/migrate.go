@@ -26,8 +26,7 @@ var migrations = []struct {
 	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
 }
 
-// migrationLock is the key of the PostgreSQL advisory lock held while
-// migrating, so that replicas starting at once migrate one after the other.
+// migrationLock is the PostgreSQL advisory lock held while migrating.
 const migrationLock = 7318002119
 
 // Migrate brings embedkit's tables in db up to date: it creates them on an
@@ -55,8 +54,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 				return err
 			}
 			if legacy {
-				// The schema of releases before versioned migrations
-				// is version 1, created by hand-written DDL.
+				// A release before versioned migrations: version 1.
 				if err := record(tx, 1); err != nil {
 					return err
 				}
@@ -98,44 +96,34 @@ func record(tx *gorm.DB, version int64) error {
 	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
 }
 
-// createTables is version 1: every table of tables.go with its keys,
-// indexes and cascades.
+// createTables is version 1: every table of tables.go.
 func createTables(tx *gorm.DB) error {
 	m := tx.Migrator()
 	if err := m.CreateTable(Models()...); err != nil {
 		return err
 	}
-	// A has-many relation's foreign key lives on the child table, whose
-	// model does not name its parent: the PostgreSQL migrator creates it
-	// with the child table, the SQLite one needs it asked for.
+	// The child table of a has-many relation gets its foreign key with
+	// the table on PostgreSQL, on demand on SQLite.
 	if m.HasConstraint(&Thread{}, "Messages") {
 		return nil
 	}
 	return m.CreateConstraint(&Thread{}, "Messages")
 }
 
-// legacyTables are the names of embedkit's tables before version 4, in
-// creation order. Only a database that embedkit_schema_versions (or the
-// whole set of these tables, for a release before versioned migrations)
-// marks as embedkit's has its tables renamed: a host's own users or
-// sessions table is never touched.
+// legacyTables are embedkit's tables before version 4, renamed only in a
+// database that embedkit_schema_versions (or, before versioned
+// migrations, the whole set) marks as embedkit's: never a host's own.
 var legacyTables = []string{
 	"accounts", "account_user_slots", "api_keys", "deployments", "agents", "users", "embed_tenants",
 	"catalog_groups", "catalog_attributes", "group_members", "attribute_values", "sessions", "tokens",
 	"threads", "thread_messages", "account_quotas",
 }
 
-// prefixNames is version 4, run before versions 2 and 3: it renames embedkit's tables of a previous
-// release to embedkit_<name>, with their indexes (embedkit_<index>) and,
-// on PostgreSQL, their sequences (embedkit_<sequence>) and foreign keys
-// (fk_embedkit_<table>_<field>, GORM's name for them), so that the schema
-// is the one a fresh start creates. Renames keep every row. It is
-// idempotent: a table whose new name exists is left alone.
-//
-// Hand-written DDL: GORM's migrator renames tables and indexes but
-// neither sequences nor constraints, and on SQLite renames an index by
-// dropping and re-creating it only from the model, not from the
-// database's own definition.
+// prefixNames is version 4: it renames embedkit's tables to
+// embedkit_<name> with their indexes and, on PostgreSQL, sequences and
+// foreign keys, as a fresh start names them, keeping every row.
+// Hand-written DDL: GORM's migrator renames neither sequences nor
+// constraints.
 func prefixNames(tx *gorm.DB) error {
 	m := tx.Migrator()
 	var renamed []string
@@ -196,10 +184,8 @@ func prefixPostgres(tx *gorm.DB, table string) error {
 	return nil
 }
 
-// prefixSQLite drops the indexes of table that keep their old names
-// (SQLite cannot rename an index) and creates the model's, as a fresh
-// start does. ALTER TABLE has already rewritten the references of other
-// tables and sqlite_sequence.
+// prefixSQLite replaces the old indexes of table by the model's (SQLite
+// cannot rename an index).
 func prefixSQLite(tx *gorm.DB, table string) error {
 	var names []string
 	if err := tx.Raw(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL
@@ -219,9 +205,8 @@ func prefixSQLite(tx *gorm.DB, table string) error {
 	return nil
 }
 
-// createIndexes creates the missing indexes of model, when its table is
-// table (any with ""), whose columns exist (later versions add the
-// others).
+// createIndexes creates the missing indexes of model (if its table is
+// table, unless "") whose columns exist.
 func createIndexes(tx *gorm.DB, model any, table string) error {
 	stmt, m := &gorm.Statement{DB: tx}, tx.Migrator()
 	if err := stmt.Parse(model); err != nil || table != "" && stmt.Schema.Table != table {
@@ -291,12 +276,10 @@ func upgrade(tx *gorm.DB) error {
 	return nil
 }
 
-// foldUserData is version 6: a user's attribute values and memberships
-// move from the tables embedkit_attribute_values and embedkit_group_members
-// into the JSON columns attribute_values and group_ids of embedkit_users,
-// and the two tables are dropped. It also recounts the persistent external
-// users of each account into one counter row. Hand-written SQL: the
-// aggregation into JSON objects is per dialect and beyond GORM's API.
+// foldUserData is version 6: the rows of embedkit_attribute_values and
+// embedkit_group_members move into the users' JSON columns and the tables
+// are dropped; the persistent users of each account are recounted into one
+// counter row. Hand-written SQL: JSON aggregation is per dialect.
 func foldUserData(tx *gorm.DB) error {
 	m, pg := tx.Migrator(), tx.Dialector.Name() == "postgres"
 	if m.HasTable("embedkit_attribute_values") {

@@ -26,9 +26,8 @@ func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) e
 	return err
 }
 
-// ExchangeSession marks the session used (an UPDATE that a concurrent
-// exchange of the same id waits for and then finds used) and stores the
-// token.
+// ExchangeSession marks the session used (a concurrent exchange waits for
+// the UPDATE, then finds it used) and stores the token.
 func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
 	const op = "exchange session"
 	n0 := nowOr(now).UnixNano()
@@ -83,9 +82,8 @@ func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
 	})
 }
 
-// DeleteExpired deletes, per kind, at most limit expired rows chosen by a
-// subquery (DELETE has no LIMIT on PostgreSQL). Ephemeral users never
-// counted toward the persistent-user count.
+// DeleteExpired deletes at most limit rows of each kind, chosen by a
+// subquery (PostgreSQL's DELETE has no LIMIT).
 func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil

@@ -11,8 +11,7 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// messageBatch bounds the rows of one INSERT so that its parameters stay
-// below every driver's limit.
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
 const messageBatch = 500
 
 func messageRows(accountID int64, chatID string, msgs []store.ThreadMessage) []ThreadMessage {

@@ -39,10 +39,8 @@ func byKey(db *gorm.DB, k store.UserKey) *gorm.DB {
 	return db.Where("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
 }
 
-// upsertUser is one UpsertUser: the request and the JSON objects it
-// merges into the user's attribute_values and group_ids (nil when it
-// changes neither): attribute IDs to values, a null clearing one; the
-// scope's embed tenant ID to its group IDs, null when there are none.
+// upsertUser is an UpsertUser with the JSON objects it merges into
+// attribute_values and group_ids (nil: no change), a null clearing a key.
 type upsertUser struct {
 	store.UserUpsert
 	attrs, groups []byte
@@ -50,14 +48,12 @@ type upsertUser struct {
 	out           store.User
 }
 
-// UpsertUser costs one statement for a returning user: an UPDATE of the
-// user's profile and JSON columns, conditioned on the user being visible
-// and not converted from ephemeral to persistent, that returns the row. A
-// new user costs three: that UPDATE, an INSERT ... ON CONFLICT DO NOTHING
-// RETURNING, and the upsert that takes a place of the account's
-// persistent-user count or of the minute's new ephemeral users. The rare
-// cases (an expired ephemeral user to replace, a conversion to persistent,
-// a concurrent first insert) read the row under a lock and take more.
+// UpsertUser costs one statement for a returning user: an UPDATE ...
+// RETURNING of the profile and JSON columns of a visible user it does not
+// convert to persistent. A new user costs three: that UPDATE, an INSERT ...
+// ON CONFLICT DO NOTHING RETURNING and the upsert of a counter (takePlace).
+// The rare cases (an expired user to replace, a conversion, a concurrent
+// first insert) read the row under a lock and take more.
 func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User, error) {
 	const op = "upsert user"
 	u := &upsertUser{UserUpsert: req, now: nowOr(req.Now)}
@@ -130,10 +126,8 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	return u.out, err
 }
 
-// mergeJSON merges the JSON object patch into the JSON object of column
-// col, a null member of patch removing the member. Hand-written per
-// dialect: GORM has no JSON expressions. PostgreSQL merges as jsonb and
-// stores the text.
+// mergeJSON merges the JSON object patch into column col, a null member
+// removing the key. Hand-written per dialect: GORM has no JSON expressions.
 func (t *txn) mergeJSON(col string, patch []byte) clause.Expr {
 	if t.s.pg {
 		return gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
@@ -172,8 +166,7 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	return n > 0, err
 }
 
-// withoutNulls is a JSON object patch without its null members: the
-// stored object of a new user.
+// withoutNulls is patch without its null members: a new user's object.
 func withoutNulls(patch []byte) string {
 	m := map[string]json.RawMessage{}
 	_ = json.Unmarshal(patch, &m) // nil, or marshalled from a map
@@ -187,8 +180,7 @@ func withoutNulls(patch []byte) string {
 }
 
 // insertUser creates the user unless one exists (false, nothing changed)
-// and, when take is set, takes its place (see takePlace), deleting the row
-// again when there is none.
+// and, when take is set, takes its place or deletes the row again.
 func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, error) {
 	const op = "upsert user"
 	now := u.now.UnixNano()
@@ -226,11 +218,10 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	return true, nil
 }
 
-// takePlace takes, for a new or converted user, a place of the account's
-// persistent external users (counted whatever the limit) or of the
-// minute's new ephemeral users, or returns [store.ErrLimit]. Each is one
-// conditional upsert of a counter row, whose row lock makes it exact under
-// concurrency.
+// takePlace counts a new or converted user in the account's persistent
+// users (whatever the limit) or the minute's new ephemeral users, or
+// returns [store.ErrLimit]: one conditional upsert of a counter row, whose
+// row lock makes the limit exact under concurrency.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	var (
 		row          any
@@ -273,10 +264,8 @@ func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User
 	return t.userWhere(ctx, "user by id", now, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", id) })
 }
 
-// UserData reads the user's JSON columns and resolves their IDs against
-// the definitions of s that exist: the IDs of deleted definitions are
-// ignored (IDs are never reused: AUTOINCREMENT on SQLite, sequences on
-// PostgreSQL).
+// UserData resolves the IDs of the user's JSON columns against the
+// definitions of s, ignoring deleted ones (IDs are never reused).
 func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.UserData, error) {
 	const op = "user data"
 	var row User
@@ -317,8 +306,8 @@ func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids).Order("name") }
 }
 
-// deleteUser deletes the user where selects with everything it owns (ON
-// DELETE CASCADE) and gives back its place in the persistent-user count.
+// deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
+// and gives back its place in the persistent-user count.
 func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *gorm.DB) (bool, error) {
 	var row User
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
