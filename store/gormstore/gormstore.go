@@ -17,9 +17,8 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Store is a [store.Store] backed by SQLite or PostgreSQL through a
-// *gorm.DB. It is safe for concurrent use. Its methods of one statement
-// run alone, those of several in a transaction of their own.
+// Store is a [store.Store] on a *gorm.DB, safe for concurrent use. Its
+// methods of several statements run in a transaction of their own.
 type Store struct {
 	txn
 	cfg       config
@@ -32,11 +31,9 @@ type Store struct {
 }
 
 // OpenDB returns a store that runs every statement through db, the host's
-// GORM handle on SQLite or PostgreSQL, on db's pool as it is, after
-// migrating embedkit's tables ([Migrate]). [Store.Close] closes db only
-// with [WithCloseDB]. On SQLite, db's connections need the settings of the
-// sqlite sub-package's Dialector (foreign keys, busy timeout, BEGIN
-// IMMEDIATE).
+// GORM handle on SQLite or PostgreSQL, after migrating embedkit's tables
+// ([Migrate]). On SQLite, db needs the settings of the sqlite
+// sub-package's Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE).
 func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
@@ -58,8 +55,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, wrapErr("open", err)
 	}
-	// A session of its own: the host's later Where or Scopes on db do not
-	// leak into embedkit's statements, nor ours into the host's.
+	// A session of its own: no Where or Scopes leak between host and store.
 	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
@@ -71,8 +67,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close closes db's connection pool when the store owns it ([WithCloseDB]).
-// Later calls fail with an error wrapping [store.ErrUnavailable].
+// Close closes db's pool with [WithCloseDB]; later calls are unavailable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
@@ -86,13 +81,9 @@ func (s *Store) Close() error {
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
 // InTx runs fn in one database transaction; see [store.Store.InTx]. A
-// transient failure (SQLite busy, PostgreSQL serialization failure or
-// deadlock) runs fn again, up to [WithMaxRetries] times and within the
-// query timeout; each attempt is bounded by [WithQueryTimeout]. On SQLite
-// the transaction takes the write lock when it begins (BEGIN IMMEDIATE),
-// so that one which read first never fails to upgrade its lock. A
-// statement that fails aborts the transaction on both databases, as on
-// PostgreSQL: later calls of the Tx fail, and InTx returns its error.
+// transient failure runs fn again ([WithMaxRetries]) within the query
+// timeout, which bounds each attempt. A failed statement aborts the
+// transaction on both databases, as on PostgreSQL.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
@@ -147,9 +138,8 @@ type txn struct {
 	abort error
 }
 
-// do runs one statement, built by f on a handle bound to ctx, and returns
-// how many rows it affected or returned. Outside a transaction the query
-// timeout bounds it; inside one, the attempt's.
+// do runs one statement built by f under ctx (outside a transaction, with
+// the query timeout) and returns how many rows it affected or returned.
 func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (int64, error) {
 	if t.abort != nil {
 		return 0, t.abort
@@ -180,8 +170,7 @@ func (t *txn) fail(err error) error {
 	return err
 }
 
-// atomic runs fn in the caller's transaction or in one of its own, so that
-// a method of several statements is all or nothing.
+// atomic runs fn in the caller's transaction or in one of its own.
 func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	if t.inTx {
 		return fn(t)
@@ -189,13 +178,12 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	return t.s.InTx(ctx, func(tx store.Tx) error { return fn(tx.(*txn)) })
 }
 
-// primary sends a read that must see the latest committed write (API
-// keys, tokens, users, thread state) to a source of
-// gorm.io/plugin/dbresolver, never to a replica that may lag.
+// primary sends a read that must see the latest write to a source of
+// gorm.io/plugin/dbresolver, not to a replica that may lag.
 func primary(db *gorm.DB) *gorm.DB { return db.Clauses(dbresolver.Write) }
 
-// lockForUpdate locks the rows a read returns on PostgreSQL; SQLite's
-// write transactions are serialized already.
+// lockForUpdate locks the rows read on PostgreSQL (SQLite's writers are
+// serialized already).
 func (t *txn) lockForUpdate(db *gorm.DB) *gorm.DB {
 	if t.s.pg {
 		return db.Clauses(clause.Locking{Strength: "UPDATE"})

@@ -29,14 +29,10 @@ var migrations = []struct {
 // migrationLock is the PostgreSQL advisory lock held while migrating.
 const migrationLock = 7318002119
 
-// Migrate brings embedkit's tables in db up to date: it creates them on an
-// empty database and applies the versions a database lacks. [OpenDB] calls
-// it; a host that migrates as a separate step may call it there too. It is
-// safe when several processes start at once: on PostgreSQL they take turns
-// on an advisory lock, SQLite serializes write transactions. A database
-// created before versioned migrations (hand-written schema, the same
-// tables) is recorded as version 1 and keeps its data. Migrate never
-// touches tables other than embedkit's.
+// Migrate brings embedkit's tables in db up to date, and only them; [OpenDB]
+// calls it, a host may call it as a step of its own. Processes starting at
+// once take turns (an advisory lock on PostgreSQL, the write lock on
+// SQLite). A database created before versioned migrations is version 1.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if tx.Dialector.Name() == "postgres" {
@@ -125,25 +121,18 @@ var legacyTables = []string{
 // Hand-written DDL: GORM's migrator renames neither sequences nor
 // constraints.
 func prefixNames(tx *gorm.DB) error {
-	m := tx.Migrator()
-	var renamed []string
+	m, prefix := tx.Migrator(), prefixSQLite
+	if tx.Dialector.Name() == "postgres" {
+		prefix = prefixPostgres
+	}
 	for _, old := range legacyTables {
 		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
 			continue
 		}
-		if err := tx.Exec("ALTER TABLE " + quoteIdent(old) + " RENAME TO " + quoteIdent("embedkit_"+old)).Error; err != nil {
+		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
-		renamed = append(renamed, old)
-	}
-	for _, old := range renamed {
-		var err error
-		if tx.Dialector.Name() == "postgres" {
-			err = prefixPostgres(tx, "embedkit_"+old)
-		} else {
-			err = prefixSQLite(tx, "embedkit_"+old)
-		}
-		if err != nil {
+		if err := prefix(tx, "embedkit_"+old); err != nil {
 			return fmt.Errorf("table %s: %w", old, err)
 		}
 	}

@@ -22,17 +22,15 @@ type config struct {
 
 func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRetries: 10} }
 
-// WithCloseDB makes [Store.Close] close the connection pool of the
-// *gorm.DB given to [OpenDB] too, as the DSN conveniences do. Default:
-// Close leaves the host's handle open.
+// WithCloseDB makes [Store.Close] close the pool of the *gorm.DB given to
+// [OpenDB], as the DSN conveniences do. Default: it stays open.
 func WithCloseDB() Option {
 	return func(c *config) { c.closeDB = true }
 }
 
-// WithQueryTimeout bounds every statement and every transaction attempt: a
-// call that cannot get a connection, the SQLite write lock or an answer within d
-// fails with an error wrapping [store.ErrUnavailable]. Default: 5 seconds. d
-// must be positive; WithQueryTimeout panics otherwise.
+// WithQueryTimeout bounds every statement and transaction attempt: a call
+// without a connection, the SQLite write lock or an answer within d is
+// [store.ErrUnavailable]. Default: 5 seconds; d must be positive.
 func WithQueryTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("gormstore: WithQueryTimeout: duration must be positive, got %v", d))
@@ -40,13 +38,10 @@ func WithQueryTimeout(d time.Duration) Option {
 	return func(c *config) { c.queryTimeout = d }
 }
 
-// WithMaxRetries sets how many times [Store.InTx] retries a transaction that
-// failed on a transient condition (SQLite busy or locked, PostgreSQL
-// serialization failure or deadlock) before it returns the error, which then
-// wraps [store.ErrUnavailable]. Retries back off from 1 ms to 50 ms and stop
-// when the context ends or the query timeout has passed since the first
-// attempt. Default: 10. Zero disables retries; n must not be negative, and
-// WithMaxRetries panics otherwise.
+// WithMaxRetries sets how many times [Store.InTx] retries a transaction
+// that failed on SQLite busy, PostgreSQL serialization failure or
+// deadlock, backing off from 1 ms to 50 ms within the query timeout.
+// Default: 10; zero disables retries; n must not be negative.
 func WithMaxRetries(n int) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("gormstore: WithMaxRetries: count must not be negative, got %d", n))

@@ -45,11 +45,9 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 		tok := Token{Hash: tokenHash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
 			CreatedAt: n0, ExpiresAt: tokenExpiresAt.UnixNano(), KeyHash: s.KeyHash}
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) }); err != nil {
-			return err
-		}
+		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) })
 		out = tok.session()
-		return nil
+		return err
 	})
 	return out, err
 }
@@ -89,20 +87,16 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		return 0, nil
 	}
 	n0 := nowOr(now).UnixNano()
-	kinds := []struct {
-		model any
-		key   string
-		where string
-	}{
-		{&Session{}, "hash", "expires_at <= ? OR used_at IS NOT NULL"},
-		{&Token{}, "hash", "expires_at <= ?"},
-		{&AccountQuota{}, "account_id, name", "expires_at <= ?"},
-		{&User{}, "id", "ephemeral AND expires_at <= ?"},
-	}
 	total := 0
 	err := t.atomic(ctx, func(t *txn) error {
 		total = 0
-		for _, k := range kinds {
+		for _, k := range []struct {
+			model      any
+			key, where string
+		}{
+			{&Session{}, "hash", "expires_at <= ? OR used_at IS NOT NULL"}, {&Token{}, "hash", "expires_at <= ?"},
+			{&AccountQuota{}, "account_id, name", "expires_at <= ?"}, {&User{}, "id", "ephemeral AND expires_at <= ?"},
+		} {
 			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
 				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
 				return db.Where("("+k.key+") IN (?)", sub).Delete(k.model)

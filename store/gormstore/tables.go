@@ -19,10 +19,8 @@ type Account struct {
 	Limits string `gorm:"column:limits;not null;default:{}"`
 }
 
-// AccountUserSlot is the count of an account's persistent external users
-// (table embedkit_account_user_slots), in the row of shard 0; its row lock
-// makes the limit exact under concurrency. (Before version 6 the count was
-// spread over shards; version 6 recounts it into shard 0.)
+// AccountUserSlot counts an account's persistent external users in its row
+// of shard 0 (earlier versions spread it over shards).
 type AccountUserSlot struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Shard     int32    `gorm:"column:shard;primaryKey;autoIncrement:false"`
@@ -35,8 +33,7 @@ type APIKey struct {
 	Hash      []byte `gorm:"column:hash;primaryKey"`
 	AccountID int64  `gorm:"column:account_id;not null;index:embedkit_api_keys_account"`
 	Admin     bool   `gorm:"column:admin;not null;default:false"`
-	// Origin is "api" or "config" (store.KeyOrigin); keys older than the
-	// column count as "config".
+	// Origin is a store.KeyOrigin; keys older than the column are "config".
 	Origin string `gorm:"column:origin;not null;default:config"`
 	Name   string `gorm:"column:name;not null;default:''"`
 	// CreatedAt is 0 for keys stored before the column existed.
@@ -76,10 +73,8 @@ type User struct {
 	ExpiresAt       *int64  `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
 	CreatedAt       int64   `gorm:"column:created_at;not null;autoCreateTime:false"`
 	UpdatedAt       int64   `gorm:"column:updated_at;not null;autoUpdateTime:false"`
-	// AttributeValues maps attribute IDs to the user's values, GroupIDs
-	// embed tenant IDs ("0": the account's catalog) to the IDs of the
-	// user's groups (JSON objects): provisioning writes one row. IDs of
-	// deleted definitions are ignored on read (IDs are never reused).
+	// AttributeValues maps attribute IDs to values, GroupIDs embed tenant
+	// IDs ("0": the account's catalog) to group IDs (JSON objects).
 	AttributeValues string   `gorm:"column:attribute_values;not null;default:'{}'"`
 	GroupIDs        string   `gorm:"column:group_ids;not null;default:'{}'"`
 	Account         *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
@@ -94,8 +89,8 @@ type EmbedTenant struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// CatalogGroup is a group definition of an account or embed tenant (table
-// embedkit_catalog_groups); EmbedTenantID 0 is the account itself.
+// CatalogGroup is a group definition of an account (EmbedTenantID 0) or
+// embed tenant (table embedkit_catalog_groups).
 type CatalogGroup struct {
 	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_groups_keyset,priority:3"`
 	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_groups_name,priority:1;index:embedkit_catalog_groups_keyset,priority:1"`
@@ -107,8 +102,7 @@ type CatalogGroup struct {
 	Account       *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// CatalogAttribute is a user attribute definition of an account or embed
-// tenant (table embedkit_catalog_attributes).
+// CatalogAttribute is an attribute definition (embedkit_catalog_attributes).
 type CatalogAttribute struct {
 	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_attributes_keyset,priority:3"`
 	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_attributes_name,priority:1;index:embedkit_catalog_attributes_keyset,priority:1"`
@@ -123,8 +117,7 @@ type CatalogAttribute struct {
 	Account       *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// Session is the hash of a single-use session id and the grant it carries
-// (table embedkit_sessions).
+// Session is a single-use session id's hash and grant (embedkit_sessions).
 type Session struct {
 	Hash            []byte `gorm:"column:hash;primaryKey"`
 	AccountID       int64  `gorm:"column:account_id;not null"`
@@ -136,15 +129,13 @@ type Session struct {
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
 	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_sessions_expiry"`
 	UsedAt          *int64 `gorm:"column:used_at"`
-	// KeyHash is the API key that minted the session id, if any:
-	// deleting the key deletes the session.
+	// KeyHash is the API key that minted it, if any (deleted with it).
 	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_sessions_key"`
 	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
 	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
-// Token is the hash of a session token and the grant it carries (table
-// embedkit_tokens).
+// Token is a session token's hash and grant (table embedkit_tokens).
 type Token struct {
 	Hash            []byte `gorm:"column:hash;primaryKey"`
 	AccountID       int64  `gorm:"column:account_id;not null"`
@@ -174,8 +165,7 @@ type Thread struct {
 	Messages  []ThreadMessage `gorm:"foreignKey:AccountID,ChatID;references:AccountID,ChatID;constraint:OnDelete:CASCADE"`
 }
 
-// ThreadMessage is one message of a thread, as JSON (table
-// embedkit_thread_messages).
+// ThreadMessage is a message of a thread (embedkit_thread_messages).
 type ThreadMessage struct {
 	AccountID int64  `gorm:"column:account_id;primaryKey;autoIncrement:false;index:embedkit_thread_messages_sort,priority:1"`
 	ChatID    string `gorm:"column:chat_id;primaryKey;index:embedkit_thread_messages_sort,priority:2"`
@@ -184,9 +174,8 @@ type ThreadMessage struct {
 	Body      string `gorm:"column:body;not null"`
 }
 
-// AccountQuota is a counter of an account's quota (table
-// embedkit_account_quotas), such as the new ephemeral users of one minute;
-// it is deleted once expired.
+// AccountQuota counts toward an account's quota, such as the new ephemeral
+// users of a minute, until it expires (table embedkit_account_quotas).
 type AccountQuota struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Name      string   `gorm:"column:name;primaryKey"`
@@ -195,8 +184,7 @@ type AccountQuota struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// SchemaVersion records one applied migration of embedkit's tables (table
-// embedkit_schema_versions).
+// SchemaVersion is an applied migration (embedkit_schema_versions).
 type SchemaVersion struct {
 	Version   int64 `gorm:"column:version;primaryKey;autoIncrement:false"`
 	AppliedAt int64 `gorm:"column:applied_at;not null"`

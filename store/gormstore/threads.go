@@ -14,20 +14,15 @@ import (
 // messageBatch keeps the parameters of one INSERT below drivers' limits.
 const messageBatch = 500
 
-func messageRows(accountID int64, chatID string, msgs []store.ThreadMessage) []ThreadMessage {
-	rows := make([]ThreadMessage, len(msgs))
-	for i, m := range msgs {
-		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
-	}
-	return rows
-}
-
 // putMessages stores msgs, replacing stored messages of the same IDs.
 func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	rows := messageRows(accountID, chatID, msgs)
+	rows := make([]ThreadMessage, len(msgs))
+	for i, m := range msgs {
+		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	}
 	_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
 	})

@@ -15,7 +15,7 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// visible is the predicate of a user that has not expired at the bound time.
+// visible selects a user not expired at the bound time.
 const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 
 func (r User) user() store.User {
@@ -89,8 +89,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			if ok, err := t.insertUser(ctx, u, true); err != nil || ok {
 				return err
 			}
-			// The user exists but the UPDATE did not apply: it expired,
-			// is converted to persistent, or was inserted concurrently.
+			// Expired, converted or inserted concurrently.
 			var row User
 			n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return t.lockForUpdate(byKey(db, u.UserKey)).Limit(1).Find(&row)

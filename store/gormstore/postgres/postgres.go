@@ -2,11 +2,8 @@
 // through gorm.io/driver/postgres (pgx). It needs no cgo.
 //
 //	st, err := postgres.Open("postgres://user@host:5432/db?sslmode=disable")
-//	if err != nil { ... }
-//	defer st.Close()
 //
-// A host that wants its own GORM configuration (logger, callbacks, plugins
-// such as gorm.io/plugin/dbresolver) or pool size opens the database itself
+// A host with its own GORM configuration or pool opens the database itself
 // and hands the handle to [gormstore.OpenDB].
 package postgres
 

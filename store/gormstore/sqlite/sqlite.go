@@ -3,8 +3,6 @@
 // github.com/mattn/go-sqlite3); a host on PostgreSQL does not import it.
 //
 //	st, err := sqlite.Open("embed.db") // or ":memory:"
-//	if err != nil { ... }
-//	defer st.Close()
 //
 // A host with its own GORM configuration opens the database itself with
 // [Dialector] and hands the handle to [gormstore.OpenDB].
