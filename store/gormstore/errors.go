@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -15,34 +16,14 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// opError wraps a store sentinel (kind, may be nil) and the driver's error.
-type opError struct {
-	op    string
-	kind  error
-	err   error
-	retry bool // a transaction that failed on it may succeed when run again
-}
+// opError is an error of the store: "gormstore: <op>: " and the sentinel
+// of the contract, if any, then the driver's error.
+type opError struct{ error }
 
-func (e *opError) Error() string {
-	msg := "gormstore: " + e.op
-	for _, err := range e.Unwrap() {
-		msg += ": " + err.Error()
-	}
-	return msg
-}
-
-func (e *opError) Unwrap() []error {
-	var errs []error
-	for _, err := range []error{e.kind, e.err} {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
+func (e opError) Unwrap() error { return e.error }
 
 // newErr reports a condition of the contract the adapter found itself.
-func newErr(op string, kind error) error { return &opError{op: op, kind: kind} }
+func newErr(op string, kind error) error { return opError{fmt.Errorf("gormstore: %s: %w", op, kind)} }
 
 // wrapErr translates a driver or GORM error (see txn.do for the dialect's
 // translation of constraint violations): a duplicate key is
@@ -50,15 +31,13 @@ func newErr(op string, kind error) error { return &opError{op: op, kind: kind} }
 // locked, serialization failure or deadlock (retried by [Store.InTx]) and a
 // lost connection, deadline or shutdown are [store.ErrUnavailable].
 func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var oe *opError
-	if errors.As(err, &oe) {
+	if err == nil || errors.As(err, new(opError)) {
 		return err
 	}
-	kind, retry := classify(err)
-	return &opError{op: op, kind: kind, err: err, retry: retry}
+	if kind, _ := classify(err); kind != nil {
+		return opError{fmt.Errorf("gormstore: %s: %w: %w", op, kind, err)}
+	}
+	return opError{fmt.Errorf("gormstore: %s: %w", op, err)}
 }
 
 func classify(err error) (kind error, retry bool) {
@@ -112,6 +91,6 @@ func ignoreNotFound(err error) error {
 
 // isRetryable reports whether a transaction that failed with err may succeed again.
 func isRetryable(err error) bool {
-	var oe *opError
-	return errors.As(err, &oe) && oe.retry
+	_, retry := classify(err)
+	return retry
 }
