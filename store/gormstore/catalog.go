@@ -90,7 +90,11 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	for _, a := range attrs {
 		l.AttrNames = append(l.AttrNames, a.Name)
 	}
-	have, err := t.catalogByName(ctx, l, true)
+	rows, err := t.lookupRows(ctx, l, true)
+	have := make(map[string]catalogRow, len(rows)) // by kind and name
+	for _, r := range rows {
+		have[r.Kind+r.Name] = r
+	}
 	now := time.Now().UnixNano()
 	var gs []CatalogGroup
 	var as []CatalogAttribute
@@ -181,16 +185,6 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]cat
 		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Scan(&rows)
 	})
 	return rows, err
-}
-
-// catalogByName returns the definitions l names by kind and name.
-func (t *txn) catalogByName(ctx context.Context, l store.Lookup, fresh bool) (map[string]catalogRow, error) {
-	rows, err := t.lookupRows(ctx, l, fresh)
-	m := make(map[string]catalogRow, len(rows))
-	for _, r := range rows {
-		m[r.Kind+r.Name] = r
-	}
-	return m, err
 }
 
 func (r catalogRow) attribute() store.Attribute {

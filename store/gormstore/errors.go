@@ -82,13 +82,6 @@ func classify(err error) (kind error, retry bool) {
 	return nil, false
 }
 
-func ignoreNotFound(err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	return err
-}
-
 // isRetryable reports whether a transaction that failed with err may succeed again.
 func isRetryable(err error) bool {
 	_, retry := classify(err)

@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -271,41 +272,31 @@ func upgrade(tx *gorm.DB) error {
 // counter row. Hand-written SQL: JSON aggregation is per dialect.
 func foldUserData(tx *gorm.DB) error {
 	m, pg := tx.Migrator(), tx.Dialector.Name() == "postgres"
-	if m.HasTable("embedkit_attribute_values") {
-		q := `UPDATE embedkit_users SET attribute_values = (SELECT json_group_object(CAST(v.attribute_id AS TEXT), json(v.value))
-			FROM embedkit_attribute_values v WHERE v.user_id = embedkit_users.id)
-			WHERE id IN (SELECT user_id FROM embedkit_attribute_values)`
+	for _, f := range []struct{ table, sqlite, postgres string }{
+		{"embedkit_attribute_values", `UPDATE embedkit_users SET attribute_values = (
+			SELECT json_group_object(CAST(v.attribute_id AS TEXT), json(v.value)) FROM embedkit_attribute_values v
+			WHERE v.user_id = embedkit_users.id) WHERE id IN (SELECT user_id FROM embedkit_attribute_values)`,
+			`UPDATE embedkit_users u SET attribute_values = s.o FROM (
+			SELECT user_id, jsonb_object_agg(attribute_id::text, value::jsonb)::text AS o
+			FROM embedkit_attribute_values GROUP BY user_id) s WHERE u.id = s.user_id`},
+		{"embedkit_group_members", `UPDATE embedkit_users SET group_ids = (SELECT json_group_object(tid, json(ids)) FROM (
+			SELECT CAST(g.embed_tenant_id AS TEXT) AS tid, json_group_array(g.id) AS ids
+			FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
+			WHERE gm.user_id = embedkit_users.id GROUP BY g.embed_tenant_id))
+			WHERE id IN (SELECT user_id FROM embedkit_group_members)`,
+			`UPDATE embedkit_users u SET group_ids = s.o FROM (SELECT user_id, jsonb_object_agg(tid, ids)::text AS o FROM (
+			SELECT gm.user_id, g.embed_tenant_id::text AS tid, jsonb_agg(g.id ORDER BY g.id) AS ids
+			FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
+			GROUP BY gm.user_id, g.embed_tenant_id) x GROUP BY user_id) s WHERE u.id = s.user_id`},
+	} {
+		q := f.sqlite
 		if pg {
-			q = `UPDATE embedkit_users u SET attribute_values = s.o FROM (
-				SELECT user_id, jsonb_object_agg(attribute_id::text, value::jsonb)::text AS o
-				FROM embedkit_attribute_values GROUP BY user_id) s WHERE u.id = s.user_id`
+			q = f.postgres
 		}
-		if err := tx.Exec(q).Error; err != nil {
-			return err
-		}
-		if err := m.DropTable("embedkit_attribute_values"); err != nil {
-			return err
-		}
-	}
-	if m.HasTable("embedkit_group_members") {
-		q := `UPDATE embedkit_users SET group_ids = (SELECT json_group_object(tid, json(ids)) FROM (
-				SELECT CAST(g.embed_tenant_id AS TEXT) AS tid, json_group_array(g.id) AS ids
-				FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
-				WHERE gm.user_id = embedkit_users.id GROUP BY g.embed_tenant_id))
-			WHERE id IN (SELECT user_id FROM embedkit_group_members)`
-		if pg {
-			q = `UPDATE embedkit_users u SET group_ids = s.o FROM (
-				SELECT user_id, jsonb_object_agg(tid, ids)::text AS o FROM (
-					SELECT gm.user_id, g.embed_tenant_id::text AS tid, jsonb_agg(g.id ORDER BY g.id) AS ids
-					FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
-					GROUP BY gm.user_id, g.embed_tenant_id) x GROUP BY user_id) s
-			WHERE u.id = s.user_id`
-		}
-		if err := tx.Exec(q).Error; err != nil {
-			return err
-		}
-		if err := m.DropTable("embedkit_group_members"); err != nil {
-			return err
+		if m.HasTable(f.table) {
+			if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error; err != nil {

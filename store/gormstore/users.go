@@ -271,8 +271,10 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB {
 		return primary(db).Select("attribute_values", "group_ids").Where("id = ?", userID)
 	})
-	if err != nil {
-		return store.UserData{}, ignoreNotFound(err) // a missing user has none
+	if errors.Is(err, store.ErrNotFound) {
+		return store.UserData{}, nil // a missing user has none
+	} else if err != nil {
+		return store.UserData{}, err
 	}
 	var values map[string]json.RawMessage
 	var groupIDs map[string][]int64
