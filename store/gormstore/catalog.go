@@ -26,8 +26,8 @@ func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name strin
 }
 
 // EnsureEmbedTenant creating under a limit locks the account's row on
-// PostgreSQL (FOR NO KEY UPDATE: foreign key checks do not wait for it),
-// so that creators of one account count one after the other.
+// PostgreSQL (FOR NO KEY UPDATE: foreign key checks do not wait), so that
+// the creators of one account count one after the other.
 func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
 	const op = "ensure embed tenant"
 	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {

@@ -47,14 +47,12 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 			for _, name := range legacyTables[:len(legacyTables)-1] { // version 1's
 				legacy = legacy && m.HasTable(name)
 			}
-			if err := m.CreateTable(&SchemaVersion{}); err != nil {
-				return err
+			err := m.CreateTable(&SchemaVersion{})
+			if err == nil && legacy { // a release before versioned migrations
+				err = record(tx, 1)
 			}
-			if legacy {
-				// A release before versioned migrations: version 1.
-				if err := record(tx, 1); err != nil {
-					return err
-				}
+			if err != nil {
+				return err
 			}
 		}
 		var current int64
@@ -96,14 +94,11 @@ func record(tx *gorm.DB, version int64) error {
 // createTables is version 1: every table of tables.go.
 func createTables(tx *gorm.DB) error {
 	m := tx.Migrator()
-	if err := m.CreateTable(Models()...); err != nil {
+	if err := m.CreateTable(Models()...); err != nil || m.HasConstraint(&Thread{}, "Messages") {
 		return err
 	}
 	// The child table of a has-many relation gets its foreign key with
 	// the table on PostgreSQL, on demand on SQLite.
-	if m.HasConstraint(&Thread{}, "Messages") {
-		return nil
-	}
 	return m.CreateConstraint(&Thread{}, "Messages")
 }
 

@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"gorm.io/gorm"
@@ -10,8 +11,7 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// userAlive is the predicate of a session or token whose user has not
-// expired at the bound time.
+// userAlive selects a session or token whose user is visible at the bound time.
 const userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
@@ -109,4 +109,83 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		return nil
 	})
 	return total, err
+}
+
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
+const messageBatch = 500
+
+// putMessages stores msgs, replacing stored messages of the same IDs.
+func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	rows := make([]ThreadMessage, len(msgs))
+	for i, m := range msgs {
+		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	}
+	_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
+	})
+	return err
+}
+
+func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	const op = "create thread"
+	return t.atomic(ctx, func(t *txn) error {
+		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Omit(clause.Associations).Create(&Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID,
+				UserID: th.UserID, LastSort: th.LastSort, CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()})
+		}); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, th.AccountID, th.ChatID, msgs)
+	})
+}
+
+func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
+	var r Thread
+	err := t.find(ctx, "thread", &r, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID)
+	})
+	return store.Thread{AccountID: r.AccountID, ChatID: r.ChatID, AgentID: r.AgentID, UserID: r.UserID, LastSort: r.LastSort,
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, err
+}
+
+func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	const op = "append messages"
+	return t.atomic(ctx, func(t *txn) error {
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ?", accountID, chatID).Updates(map[string]any{
+				"last_sort":  gorm.Expr("CASE WHEN last_sort < ? THEN ? ELSE last_sort END", lastSort, lastSort),
+				"updated_at": time.Now().UnixNano(),
+			})
+		})
+		if err := someRow(op, n, err); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, accountID, chatID, msgs)
+	})
+}
+
+func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
+	var rows []ThreadMessage
+	if _, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]store.ThreadMessage, len(rows))
+	for i, r := range rows {
+		out[i] = store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
+	}
+	return out, nil
+}
+
+// DeleteThread deletes the thread; its messages go with it (ON DELETE
+// CASCADE).
+func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
+	n, err := t.do(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
+	})
+	return someRow("delete thread", n, err)
 }

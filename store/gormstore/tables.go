@@ -13,10 +13,8 @@ type Account struct {
 	Plan             string `gorm:"column:plan;not null;default:free"`
 	UseCreatorMode   bool   `gorm:"column:use_creator_mode;not null;default:false"`
 	MaxExternalUsers int64  `gorm:"column:max_external_users;not null;default:0"`
-	// Branches is a JSON array of strings.
-	Branches string `gorm:"column:branches;not null;default:[]"`
-	// Limits is the JSON object of the account's own limits (store.Limits).
-	Limits string `gorm:"column:limits;not null;default:{}"`
+	Branches         string `gorm:"column:branches;not null;default:[]"` // JSON array
+	Limits           string `gorm:"column:limits;not null;default:{}"`   // JSON store.Limits
 }
 
 // AccountUserSlot counts an account's persistent external users in its row
@@ -210,9 +208,6 @@ func (SchemaVersion) TableName() string    { return "embedkit_schema_versions" }
 
 // Models returns every model of the store, referenced tables first.
 func Models() []any {
-	return []any{
-		&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
-		&CatalogGroup{}, &CatalogAttribute{}, &Session{}, &Token{},
-		&Thread{}, &ThreadMessage{}, &AccountQuota{},
-	}
+	return []any{&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
+		&CatalogGroup{}, &CatalogAttribute{}, &Session{}, &Token{}, &Thread{}, &ThreadMessage{}, &AccountQuota{}}
 }

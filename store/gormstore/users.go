@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -192,12 +193,10 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 		row.ExternalID = &u.ExternalID
 	}
 	if !u.Persistent {
-		exp := u.EphemeralExpiresAt.UnixNano()
-		row.ExpiresAt = &exp
+		row.ExpiresAt = new(u.EphemeralExpiresAt.UnixNano())
 	}
 	if u.SecurityContext != nil {
-		sc := string(u.SecurityContext)
-		row.SecurityContext = &sc
+		row.SecurityContext = new(string(u.SecurityContext))
 	}
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(clause.OnConflict{Columns: columns("account_id", conflict), DoNothing: true}, clause.Returning{}).Create(&row)
@@ -207,10 +206,8 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	}
 	if take {
 		if err := t.takePlace(ctx, u); err != nil {
-			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
-				return false, err
-			}
-			return false, err
+			_, derr := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) })
+			return false, cmp.Or(derr, err)
 		}
 	}
 	u.out = row.user()
@@ -244,7 +241,7 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	}
 	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB { return db.Select("*").Clauses(up).Create(row) })
 	if err == nil && n == 0 {
-		err = newErr("upsert user", store.ErrLimit)
+		return newErr("upsert user", store.ErrLimit)
 	}
 	return err
 }
@@ -309,32 +306,24 @@ func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
 // and gives back its place in the persistent-user count.
-func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *gorm.DB) (bool, error) {
+func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *gorm.DB) (int64, error) {
 	var row User
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return where(db).Clauses(clause.Returning{Columns: columns("account_id", "external_id", "ephemeral")}).Delete(&row)
 	})
-	if err != nil || n == 0 {
-		return false, err
-	}
-	if row.ExternalID != nil && !row.Ephemeral {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+	if err == nil && n > 0 && row.ExternalID != nil && !row.Ephemeral {
+		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Model(&AccountUserSlot{}).Where("account_id = ?", row.AccountID).Update("n", gorm.Expr("n - 1"))
-		}); err != nil {
-			return false, err
-		}
+		})
 	}
-	return true, nil
+	return n, err
 }
 
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
 	return t.atomic(ctx, func(t *txn) error {
-		ok, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", userID) })
-		if err == nil && !ok {
-			err = newErr(op, store.ErrNotFound)
-		}
-		return err
+		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", userID) })
+		return someRow(op, n, err)
 	})
 }
 
@@ -353,14 +342,14 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 				return err
 			}
 		}
-		var err error
-		deleted, err = t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB {
+		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Where(`id = ? AND created_at = ?
 				AND NOT EXISTS (SELECT 1 FROM embedkit_threads WHERE user_id = ?)
 				AND NOT EXISTS (SELECT 1 FROM embedkit_sessions WHERE user_id = ?)
 				AND NOT EXISTS (SELECT 1 FROM embedkit_tokens WHERE user_id = ?)`,
 				userID, createdAt.UnixNano(), userID, userID, userID)
 		})
+		deleted = n > 0
 		return err
 	})
 	return deleted, err
