@@ -124,17 +124,22 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 		}
 		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: set}
 	}
-	if len(gs) > 0 && err == nil {
-		_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
-		})
+	if err != nil || len(gs)+len(as) == 0 {
+		return err
 	}
-	if len(as) > 0 && err == nil {
-		_, err = t.do(ctx, "upsert attributes", func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&as)
-		})
-	}
-	return err
+	return t.atomic(ctx, func(t *txn) (err error) {
+		if len(gs) > 0 {
+			_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
+				return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
+			})
+		}
+		if len(as) > 0 && err == nil {
+			_, err = t.do(ctx, "upsert attributes", func(db *gorm.DB) *gorm.DB {
+				return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&as)
+			})
+		}
+		return err
+	})
 }
 
 // catalogRow is a definition or a row of the Lookup: a deployment (kind

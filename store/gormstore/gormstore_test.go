@@ -203,7 +203,7 @@ func TestStatementCallback(t *testing.T) {
 func TestQueryTimeoutIsUnavailable(t *testing.T) {
 	st := testdb.Open(t, testdb.SQLite, gormstore.WithQueryTimeout(50*time.Millisecond))
 	ctx := t.Context()
-	// Hold the writer slot so that a second transaction cannot begin in time.
+	// Hold the write lock so that a second transaction cannot begin in time.
 	release := make(chan struct{})
 	held := make(chan struct{})
 	go func() {
@@ -217,7 +217,7 @@ func TestQueryTimeoutIsUnavailable(t *testing.T) {
 	err := st.InTx(ctx, func(store.Tx) error { return nil })
 	close(release)
 	if !errors.Is(err, store.ErrUnavailable) {
-		t.Errorf("InTx while the writer is held: err = %v, want ErrUnavailable", err)
+		t.Errorf("InTx while the write lock is held: err = %v, want ErrUnavailable", err)
 	}
 }
 
