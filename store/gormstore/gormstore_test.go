@@ -222,8 +222,7 @@ func TestQueryTimeoutIsUnavailable(t *testing.T) {
 }
 
 // TestPanicInTx checks that a panic in fn reaches the caller of InTx and
-// rolls back its writes without disturbing concurrent transactions (on SQLite
-// they may share a group commit).
+// rolls back its writes without disturbing concurrent transactions.
 func TestPanicInTx(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
