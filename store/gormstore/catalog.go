@@ -1,325 +1,269 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	et, err := t.EmbedTenantByName(ctx, accountID, name)
-	if err == nil || !isNotFound(err) {
-		return et, err
-	}
-	if _, err := t.exec(ctx, "ensure embed tenant",
-		"INSERT INTO embedkit_embed_tenants (account_id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (account_id, name) DO NOTHING",
-		accountID, name, time.Now().UnixNano()); err != nil {
-		return store.EmbedTenant{}, err
-	}
-	return t.EmbedTenantByName(ctx, accountID, name)
+func (r EmbedTenant) tenant() store.EmbedTenant {
+	return store.EmbedTenant{ID: r.ID, AccountID: r.AccountID, Name: r.Name, CreatedAt: fromNanos(r.CreatedAt)}
 }
 
 func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	var row tenantRow
-	n, err := t.find(ctx, "embed tenant", &row,
-		"SELECT "+tenantCols+" FROM embedkit_embed_tenants WHERE account_id = ? AND name = ?", accountID, name)
-	if err != nil {
-		return store.EmbedTenant{}, err
-	}
-	if n == 0 {
-		return store.EmbedTenant{}, newErr("embed tenant", store.ErrNotFound)
-	}
-	return row.tenant(), nil
+	var row EmbedTenant
+	err := t.find(ctx, "embed tenant", &row, func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND name = ?", accountID, name)
+	})
+	return row.tenant(), err
 }
 
-// typedRows returns "(?::t1, ?::t2), (?::t1, ?::t2)" for rows rows of the
-// given PostgreSQL types (parameters in VALUES need their types spelled out).
-func typedRows(rows int, types ...string) string {
-	var row strings.Builder
-	row.WriteByte('(')
-	for i, ty := range types {
-		if i > 0 {
-			row.WriteString(", ")
-		}
-		row.WriteString("?::" + ty)
+// EnsureEmbedTenant creating under a limit locks the account's row on
+// PostgreSQL (FOR NO KEY UPDATE: foreign key checks do not wait), so that
+// the creators of one account count one after the other.
+func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
+	const op = "ensure embed tenant"
+	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
+		return et, err
 	}
-	row.WriteByte(')')
-	r := row.String()
-	var b strings.Builder
-	for i := range rows {
-		if i > 0 {
-			b.WriteString(", ")
+	var out store.EmbedTenant
+	err := t.atomic(ctx, func(t *txn) (err error) {
+		if max > 0 {
+			if t.s.pg {
+				if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+					return db.Model(&Account{}).Select("id").Where("id = ?", accountID).
+						Clauses(clause.Locking{Strength: "NO KEY UPDATE"}).Find(&[]int64{})
+				}); err != nil {
+					return err
+				}
+			}
+			// Created by a transaction that counted before this one?
+			if out, err = t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			var n int64
+			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+				return db.Model(&EmbedTenant{}).Where("account_id = ?", accountID).Count(&n)
+			}); err != nil || n >= int64(max) {
+				return cmp.Or(err, newErr(op, store.ErrLimit))
+			}
 		}
-		b.WriteString(r)
-	}
-	return b.String()
+		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: time.Now().UnixNano()}
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Clauses(clause.OnConflict{DoNothing: true}, clause.Returning{}).Create(&row)
+		})
+		if err != nil || n > 0 {
+			out = row.tenant()
+			return err
+		}
+		out, err = t.EmbedTenantByName(ctx, accountID, name) // created meanwhile
+		return err
+	})
+	return out, err
 }
 
-// nonEmpty maps an empty group description to NULL: group descriptions are
-// never cleared.
-func nonEmpty(p *string) any {
-	if p == nil || *p == "" {
-		return nil
+func str(p *string) string {
+	if p == nil {
+		return ""
 	}
 	return *p
 }
 
-// On PostgreSQL, INSERT ... ON CONFLICT DO UPDATE locks every conflicting
-// row even when its WHERE clause leaves it unchanged, so concurrent requests
-// that resend the same definitions (creator mode is meant to be idempotent)
-// would queue on the catalog rows until each other's commit. There the
-// upserts are one statement of another shape: insert the missing names (ON
-// CONFLICT DO NOTHING locks nothing) and update only the rows that differ.
+// differs reports whether want asks for a visible change of have.
+func differs(want, have *string) bool { return want != nil && *want != str(have) }
 
-func (t *txn) UpsertGroups(ctx context.Context, s store.Scope, defs []store.GroupDef) error {
+// UpsertDefinitions writes only missing or changed definitions: most
+// requests resend what is stored, and on PostgreSQL ON CONFLICT DO UPDATE
+// locks a row even when it changes nothing, queueing concurrent requests.
+func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
+	l := store.Lookup{Scope: s}
+	for _, g := range groups {
+		l.GroupNames = append(l.GroupNames, g.Name)
+	}
+	for _, a := range attrs {
+		l.AttrNames = append(l.AttrNames, a.Name)
+	}
+	rows, err := t.lookupRows(ctx, l, true)
+	have := make(map[string]catalogRow, len(rows)) // by kind and name
+	for _, r := range rows {
+		have[r.Kind+r.Name] = r
+	}
 	now := time.Now().UnixNano()
-	if t.pg() {
-		for chunk := range chunks(defs, batchRows) {
-			args := make([]any, 0, 2*len(chunk)+8)
-			for _, d := range chunk {
-				args = append(args, d.Name, nonEmpty(d.Description))
-			}
-			args = append(args, s.AccountID, s.EmbedTenantID, now, now, now, s.AccountID, s.EmbedTenantID)
-			if _, err := t.exec(ctx, "upsert groups",
-				`WITH v (name, description) AS (VALUES `+typedRows(len(chunk), "text", "text")+`),
-				ins AS (INSERT INTO embedkit_catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
-					SELECT ?, ?, name, description, ?, ? FROM v
-					ON CONFLICT (account_id, embed_tenant_id, name) DO NOTHING)
-				UPDATE embedkit_catalog_groups g SET description = v.description, updated_at = ?
-				FROM v WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = v.name
-					AND v.description IS NOT NULL AND g.description IS DISTINCT FROM v.description`,
-				args...); err != nil {
-				return err
-			}
+	var gs []CatalogGroup
+	var as []CatalogAttribute
+	for _, g := range groups {
+		if g.Description != nil && *g.Description == "" {
+			g.Description = nil // never clears a description
 		}
-		return nil
-	}
-	for chunk := range chunks(defs, batchRows) {
-		args := make([]any, 0, 6*len(chunk))
-		for _, d := range chunk {
-			args = append(args, s.AccountID, s.EmbedTenantID, d.Name, nonEmpty(d.Description), now, now)
-		}
-		// One statement: insert the missing groups; for existing ones set a
-		// supplied, different description (updated_at moves only then).
-		if _, err := t.exec(ctx, "upsert groups",
-			`INSERT INTO embedkit_catalog_groups (account_id, embed_tenant_id, name, description, created_at, updated_at)
-			VALUES `+placeholders(len(chunk), 6)+`
-			ON CONFLICT (account_id, embed_tenant_id, name) DO UPDATE SET
-				description = excluded.description, updated_at = excluded.updated_at
-			WHERE excluded.description IS NOT NULL
-				AND (embedkit_catalog_groups.description IS NULL OR embedkit_catalog_groups.description <> excluded.description)`,
-			args...); err != nil {
-			return err
+		if h, ok := have["g"+g.Name]; !ok || differs(g.Description, h.Description) {
+			gs = append(gs, CatalogGroup{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID, Name: g.Name,
+				Description: g.Description, CreatedAt: now, UpdatedAt: now})
 		}
 	}
-	return nil
+	for _, a := range attrs {
+		if h, ok := have["a"+a.Name]; !ok || differs(a.DisplayName, h.DisplayName) || differs(a.DefaultValue, h.DefaultValue) ||
+			differs(a.Description, h.Description) {
+			as = append(as, CatalogAttribute{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID, Name: a.Name,
+				Type: string(a.Type), DisplayName: a.DisplayName, DefaultValue: a.DefaultValue, Description: a.Description,
+				CreatedAt: now, UpdatedAt: now})
+		}
+	}
+	// A nil field keeps the stored value: COALESCE with the inserted one.
+	keep := func(table string, cols ...string) clause.OnConflict {
+		set := clause.Set{{Column: clause.Column{Name: "updated_at"}, Value: clause.Expr{SQL: "excluded.updated_at"}}}
+		for _, c := range cols {
+			set = append(set, clause.Assignment{Column: clause.Column{Name: c},
+				Value: clause.Expr{SQL: "COALESCE(excluded." + c + ", " + table + "." + c + ")"}})
+		}
+		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: set}
+	}
+	if err != nil || len(gs)+len(as) == 0 {
+		return err
+	}
+	return t.atomic(ctx, func(t *txn) (err error) {
+		if len(gs) > 0 {
+			_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
+				return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
+			})
+		}
+		if len(as) > 0 && err == nil {
+			_, err = t.do(ctx, "upsert attributes", func(db *gorm.DB) *gorm.DB {
+				return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&as)
+			})
+		}
+		return err
+	})
 }
 
-func (t *txn) UpsertAttributes(ctx context.Context, s store.Scope, defs []store.AttributeDef) error {
-	now := time.Now().UnixNano()
-	if t.pg() {
-		for chunk := range chunks(defs, batchRows) {
-			args := make([]any, 0, 5*len(chunk)+8)
-			for _, d := range chunk {
-				args = append(args, d.Name, string(d.Type), optString(d.DisplayName), optString(d.DefaultValue), optString(d.Description))
-			}
-			args = append(args, s.AccountID, s.EmbedTenantID, now, now, now, s.AccountID, s.EmbedTenantID)
-			if _, err := t.exec(ctx, "upsert attributes",
-				`WITH v (name, type, display_name, default_value, description) AS (VALUES `+
-					typedRows(len(chunk), "text", "text", "text", "text", "text")+`),
-				ins AS (INSERT INTO embedkit_catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
-					SELECT ?, ?, name, type, display_name, default_value, description, ?, ? FROM v
-					ON CONFLICT (account_id, embed_tenant_id, name) DO NOTHING)
-				UPDATE embedkit_catalog_attributes a SET
-					display_name = COALESCE(v.display_name, a.display_name),
-					default_value = COALESCE(v.default_value, a.default_value),
-					description = COALESCE(v.description, a.description),
-					updated_at = ?
-				FROM v WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = v.name AND (
-					COALESCE(a.display_name, '') <> COALESCE(v.display_name, a.display_name, '')
-					OR COALESCE(a.default_value, '') <> COALESCE(v.default_value, a.default_value, '')
-					OR COALESCE(a.description, '') <> COALESCE(v.description, a.description, ''))`,
-				args...); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for chunk := range chunks(defs, batchRows) {
-		args := make([]any, 0, 9*len(chunk))
-		for _, d := range chunk {
-			args = append(args, s.AccountID, s.EmbedTenantID, d.Name, string(d.Type),
-				optString(d.DisplayName), optString(d.DefaultValue), optString(d.Description), now, now)
-		}
-		// One statement. The type of an existing attribute is never
-		// changed; nil fields keep the stored value; updated_at moves only
-		// when a value visibly changes (NULL and '' both read as "").
-		if _, err := t.exec(ctx, "upsert attributes",
-			`INSERT INTO embedkit_catalog_attributes (account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at)
-			VALUES `+placeholders(len(chunk), 9)+`
-			ON CONFLICT (account_id, embed_tenant_id, name) DO UPDATE SET
-				display_name = COALESCE(excluded.display_name, embedkit_catalog_attributes.display_name),
-				default_value = COALESCE(excluded.default_value, embedkit_catalog_attributes.default_value),
-				description = COALESCE(excluded.description, embedkit_catalog_attributes.description),
-				updated_at = excluded.updated_at
-			WHERE COALESCE(embedkit_catalog_attributes.display_name, '') <> COALESCE(excluded.display_name, embedkit_catalog_attributes.display_name, '')
-				OR COALESCE(embedkit_catalog_attributes.default_value, '') <> COALESCE(excluded.default_value, embedkit_catalog_attributes.default_value, '')
-				OR COALESCE(embedkit_catalog_attributes.description, '') <> COALESCE(excluded.description, embedkit_catalog_attributes.description, '')`,
-			args...); err != nil {
-			return err
-		}
-	}
-	return nil
+// catalogRow is a definition or a row of the Lookup: a deployment (kind
+// "d"), an attribute ("a") or a group ("g").
+type catalogRow struct {
+	Kind          string  `gorm:"column:kind"`
+	ID            int64   `gorm:"column:id"`
+	AccountID     int64   `gorm:"column:account_id"`
+	EmbedTenantID int64   `gorm:"column:embed_tenant_id"`
+	Name          string  `gorm:"column:name"`
+	Type          string  `gorm:"column:type"`
+	DisplayName   *string `gorm:"column:display_name"`
+	DefaultValue  *string `gorm:"column:default_value"`
+	Description   *string `gorm:"column:description"`
+	CreatedAt     int64   `gorm:"column:created_at"`
+	UpdatedAt     int64   `gorm:"column:updated_at"`
 }
 
-// The catalog entries of a scope by name: account_id, embed_tenant_id, and a
-// list of names. GroupsByName, AttributesByName and Lookup run them.
 const (
-	groupsByNameSQL     = "SELECT " + groupCols + " FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	attributesByNameSQL = "SELECT " + attributeCols + " FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	// catalogByNameSQL is both in one statement (attributes' arguments,
-	// then the groups'), read into catalogRows: a group is a row of kind 1
-	// with empty attribute columns.
-	catalogByNameSQL = "SELECT 0 AS kind, " + attributeCols + " FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?" +
-		" UNION ALL SELECT 1, id, account_id, embed_tenant_id, name, '', '', '', COALESCE(description, ''), created_at, updated_at" +
-		" FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	// catalogByNameLite is catalogByNameSQL for SQLite, with each list (a
-	// JSON array, listArg) joined instead of read by IN: see liteList.
-	// Arguments: the attribute names, account, embed tenant, the group
-	// names, account, embed tenant.
-	catalogByNameLite = "SELECT 0 AS kind, a.id, a.account_id, a.embed_tenant_id, a.name, a.type, COALESCE(a.display_name, ''), " +
-		"COALESCE(a.default_value, ''), COALESCE(a.description, ''), a.created_at, a.updated_at" +
-		" FROM json_each(?) AS j CROSS JOIN embedkit_catalog_attributes a WHERE a.account_id = ? AND a.embed_tenant_id = ? AND a.name = j.value" +
-		" UNION ALL SELECT 1, g.id, g.account_id, g.embed_tenant_id, g.name, '', '', '', COALESCE(g.description, ''), g.created_at, g.updated_at" +
-		" FROM json_each(?) AS j CROSS JOIN embedkit_catalog_groups g WHERE g.account_id = ? AND g.embed_tenant_id = ? AND g.name = j.value"
+	attrSelect  = "SELECT 'a' AS kind, id, account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	groupSelect = "SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, description, created_at, updated_at FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
-func (t *txn) GroupsByName(ctx context.Context, s store.Scope, names []string) ([]store.Group, error) {
-	if len(names) == 0 {
+// lookupRows reads what l names in one statement (on the primary if
+// fresh). Hand-written SQL: GORM has no UNION.
+func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
+	var parts []string
+	var args []any
+	s := l.Scope
+	if len(l.AttrNames) > 0 {
+		parts, args = append(parts, attrSelect), append(args, s.AccountID, s.EmbedTenantID, l.AttrNames)
+	}
+	if len(l.GroupNames) > 0 {
+		parts, args = append(parts, groupSelect), append(args, s.AccountID, s.EmbedTenantID, l.GroupNames)
+	}
+	if l.DeploymentID != 0 {
+		parts, args = append(parts, deplSelect), append(args, s.AccountID, l.DeploymentID)
+	}
+	var rows []catalogRow
+	if len(parts) == 0 {
 		return nil, nil
 	}
-	var rows groupRows
-	if _, err := t.find(ctx, "groups by name", &rows, groupsByNameSQL, s.AccountID, s.EmbedTenantID, names); err != nil {
-		return nil, err
-	}
-	return groups(rows), nil
+	_, err := t.do(ctx, "lookup", func(db *gorm.DB) *gorm.DB {
+		if fresh {
+			db = primary(db)
+		}
+		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Scan(&rows)
+	})
+	return rows, err
 }
 
-func (t *txn) AttributesByName(ctx context.Context, s store.Scope, names []string) ([]store.Attribute, error) {
-	if len(names) == 0 {
-		return nil, nil
+func (r catalogRow) attribute() store.Attribute {
+	return store.Attribute{ID: r.ID, Scope: store.Scope{AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID},
+		Name: r.Name, Type: store.AttributeType(r.Type), DisplayName: str(r.DisplayName), DefaultValue: str(r.DefaultValue),
+		Description: str(r.Description), CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}
+}
+
+func (r catalogRow) group() store.Group {
+	return store.Group{ID: r.ID, Scope: store.Scope{AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID},
+		Name: r.Name, Description: str(r.Description), CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}
+}
+
+// Lookup reads the deployment and the definitions in one statement.
+func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
+	rows, err := t.lookupRows(ctx, l, false)
+	if err != nil {
+		return store.LookupResult{}, err
 	}
-	var rows attributeRows
-	if _, err := t.find(ctx, "attributes by name", &rows, attributesByNameSQL, s.AccountID, s.EmbedTenantID, names); err != nil {
-		return nil, err
+	var res store.LookupResult
+	for _, r := range rows {
+		switch r.Kind {
+		case "a":
+			res.Attributes = append(res.Attributes, r.attribute())
+		case "g":
+			res.Groups = append(res.Groups, r.group())
+		case "d":
+			res.Deployment, res.DeploymentFound = store.Deployment{AccountID: r.AccountID, ID: r.ID, Name: r.Name}, true
+		}
 	}
-	return attributes(rows), nil
+	return res, nil
+}
+
+// inScope selects the definitions of s.
+func inScope(db *gorm.DB, s store.Scope) *gorm.DB {
+	return db.Where("account_id = ? AND embed_tenant_id = ?", s.AccountID, s.EmbedTenantID)
+}
+
+// definitions reads the definitions of model in s that where selects.
+func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, conv func(catalogRow) T,
+	where func(*gorm.DB) *gorm.DB) ([]T, error) {
+	var rows []catalogRow
+	_, err := t.do(ctx, "definitions", func(db *gorm.DB) *gorm.DB { return where(inScope(db.Model(model).Select("*"), s)).Find(&rows) })
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		out[i] = conv(r)
+	}
+	return out, err
+}
+
+func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(limit) }
 }
 
 func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	var rows groupRows
-	if _, err := t.find(ctx, "list groups", &rows,
-		"SELECT "+groupCols+" FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
-		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
-		return nil, err
-	}
-	return groups(rows), nil
+	return definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, after(afterID, limit))
 }
 
 func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	var rows attributeRows
-	if _, err := t.find(ctx, "list attributes", &rows,
-		"SELECT "+attributeCols+" FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND id > ? ORDER BY id LIMIT ?",
-		s.AccountID, s.EmbedTenantID, afterID, limit); err != nil {
-		return nil, err
-	}
-	return attributes(rows), nil
+	return definitions(t, ctx, &CatalogAttribute{}, s, catalogRow.attribute, after(afterID, limit))
 }
 
+// DeleteGroup deletes the definition only: reads ignore its ID in the
+// users' JSON columns.
 func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
-	// Memberships go with the group (ON DELETE CASCADE).
-	n, err := t.exec(ctx, "delete group",
-		"DELETE FROM embedkit_catalog_groups WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return newErr("delete group", store.ErrNotFound)
-	}
-	return nil
+	return t.deleteDef(ctx, "delete group", &CatalogGroup{}, s, id)
 }
 
+// DeleteAttribute deletes the definition only, as DeleteGroup.
 func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) error {
-	// Values go with the definition (ON DELETE CASCADE).
-	n, err := t.exec(ctx, "delete attribute",
-		"DELETE FROM embedkit_catalog_attributes WHERE id = ? AND account_id = ? AND embed_tenant_id = ?", id, s.AccountID, s.EmbedTenantID)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return newErr("delete attribute", store.ErrNotFound)
-	}
-	return nil
+	return t.deleteDef(ctx, "delete attribute", &CatalogAttribute{}, s, id)
 }
 
-// EnsureEmbedTenant implements [store.Catalog]. It reads first and writes
-// only when the tenant is missing.
-func (s *Store) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	if et, err := read(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EmbedTenantByName(ctx, accountID, name) }); err == nil {
-		return et, nil
-	}
-	return write(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EnsureEmbedTenant(ctx, accountID, name) })
-}
-
-// EmbedTenantByName implements [store.Catalog].
-func (s *Store) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	return read(ctx, s, func(t *txn) (store.EmbedTenant, error) { return t.EmbedTenantByName(ctx, accountID, name) })
-}
-
-// UpsertGroups implements [store.Catalog] in its own transaction.
-func (s *Store) UpsertGroups(ctx context.Context, sc store.Scope, defs []store.GroupDef) error {
-	return write0(ctx, s, func(t *txn) error { return t.UpsertGroups(ctx, sc, defs) })
-}
-
-// UpsertAttributes implements [store.Catalog] in its own transaction.
-func (s *Store) UpsertAttributes(ctx context.Context, sc store.Scope, defs []store.AttributeDef) error {
-	return write0(ctx, s, func(t *txn) error { return t.UpsertAttributes(ctx, sc, defs) })
-}
-
-// GroupsByName implements [store.Catalog].
-func (s *Store) GroupsByName(ctx context.Context, sc store.Scope, names []string) ([]store.Group, error) {
-	return read(ctx, s, func(t *txn) ([]store.Group, error) { return t.GroupsByName(ctx, sc, names) })
-}
-
-// AttributesByName implements [store.Catalog].
-func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
-	return read(ctx, s, func(t *txn) ([]store.Attribute, error) { return t.AttributesByName(ctx, sc, names) })
-}
-
-// ListGroups implements [store.Catalog].
-func (s *Store) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {
-	return read(ctx, s, func(t *txn) ([]store.Group, error) { return t.ListGroups(ctx, sc, afterID, limit) })
-}
-
-// ListAttributes implements [store.Catalog].
-func (s *Store) ListAttributes(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
-	return read(ctx, s, func(t *txn) ([]store.Attribute, error) { return t.ListAttributes(ctx, sc, afterID, limit) })
-}
-
-// DeleteGroup implements [store.Catalog] in its own transaction.
-func (s *Store) DeleteGroup(ctx context.Context, sc store.Scope, id int64) error {
-	return write0(ctx, s, func(t *txn) error { return t.DeleteGroup(ctx, sc, id) })
-}
-
-// DeleteAttribute implements [store.Catalog] in its own transaction.
-func (s *Store) DeleteAttribute(ctx context.Context, sc store.Scope, id int64) error {
-	return write0(ctx, s, func(t *txn) error { return t.DeleteAttribute(ctx, sc, id) })
+func (t *txn) deleteDef(ctx context.Context, op string, model any, s store.Scope, id int64) error {
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
+	return someRow(op, n, err)
 }

@@ -2,116 +2,190 @@ package gormstore
 
 import (
 	"context"
+	"encoding/json"
 	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-// userAlive is the predicate of a grant whose user exists and has not
-// expired at the bound time (sessions of an expired ephemeral user are dead).
+// userAlive selects a session or token whose user is visible at the bound time.
 const userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
-	created := nowOr(s.CreatedAt)
-	return t.run(ctx, "create session",
-		"INSERT INTO embedkit_sessions (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		hash, s.AccountID, s.UserID, s.DeploymentID, s.EmbedTenantID, s.EmbedTenantName, s.CreatorMode,
-		created.UnixNano(), s.ExpiresAt.UnixNano(), keyHash(s.KeyHash))
+	if len(s.KeyHash) == 0 {
+		s.KeyHash = nil // no key, not a key with an empty hash
+	}
+	_, err := t.do(ctx, "create session", func(db *gorm.DB) *gorm.DB {
+		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
+			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
+			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
+	})
+	return err
 }
 
+// ExchangeSession marks the session used (a concurrent exchange waits for
+// the UPDATE, then finds it used) and stores the token.
 func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
 	const op = "exchange session"
 	n0 := nowOr(now).UnixNano()
-	// The conditional update is the single-use check: of concurrent
-	// exchanges exactly one sees used_at NULL (PostgreSQL re-checks it on
-	// the locked row, SQLite serializes writers).
-	mark := "UPDATE embedkit_sessions SET used_at = ? WHERE hash = ? AND used_at IS NULL AND expires_at > ? AND " + userAlive +
-		" RETURNING " + grantCols
-	var g grantRow
-	if t.pg() {
-		// One round trip: the token is inserted from the marked row.
-		n, err := t.find(ctx, op, &g,
-			"WITH s AS ("+mark+") INSERT INTO embedkit_tokens (hash, "+grantCols+`)
-			SELECT ?, account_id, user_id, deployment_id, embed_tenant_id, embed_tenant_name, creator_mode, ?, ?, key_hash FROM s
-			RETURNING `+grantCols,
-			n0, sessionHash, n0, n0, tokenHash, n0, tokenExpiresAt.UnixNano())
-		if err != nil {
-			return store.Session{}, err
+	var out store.Session
+	err := t.atomic(ctx, func(t *txn) error {
+		var s Session
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Model(&s).Clauses(clause.Returning{}).
+				Where("hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive, sessionHash, n0, n0).
+				Update("used_at", n0)
+		})
+		if err := someRow(op, n, err); err != nil {
+			return err
 		}
-		if n == 0 {
-			return store.Session{}, newErr(op, store.ErrNotFound)
-		}
-		return g.session(), nil
-	}
-	n, err := t.find(ctx, op, &g, mark, n0, sessionHash, n0, n0)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if n == 0 {
-		return store.Session{}, newErr(op, store.ErrNotFound)
-	}
-	g.CreatedAt = n0
-	g.ExpiresAt = tokenExpiresAt.UnixNano()
-	if _, err := t.exec(ctx, op,
-		"INSERT INTO embedkit_tokens (hash, "+grantCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		tokenHash, g.AccountID, g.UserID, g.DeploymentID, g.EmbedTenantID, g.EmbedTenantName, g.CreatorMode,
-		g.CreatedAt, g.ExpiresAt, keyHash(g.KeyHash)); err != nil {
-		return store.Session{}, err
-	}
-	return g.session(), nil
+		tok := Token{Hash: tokenHash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
+			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
+			CreatedAt: n0, ExpiresAt: tokenExpiresAt.UnixNano(), KeyHash: s.KeyHash}
+		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) })
+		out = tok.session()
+		return err
+	})
+	return out, err
+}
+
+func (r Token) session() store.Session {
+	return store.Session{AccountID: r.AccountID, UserID: r.UserID, DeploymentID: r.DeploymentID,
+		EmbedTenantID: r.EmbedTenantID, EmbedTenantName: r.EmbedTenantName, CreatorMode: r.CreatorMode,
+		CreatedAt: fromNanos(r.CreatedAt), ExpiresAt: fromNanos(r.ExpiresAt), KeyHash: r.KeyHash}
 }
 
 func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
 	n0 := nowOr(now).UnixNano()
-	var g grantRow
-	n, err := t.find(ctx, "session by token", &g,
-		"SELECT "+grantCols+" FROM embedkit_tokens WHERE hash = ? AND expires_at > ? AND "+userAlive,
-		tokenHash, n0, n0)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if n == 0 {
-		return store.Session{}, newErr("session by token", store.ErrNotFound)
-	}
-	return g.session(), nil
+	var row Token
+	err := t.find(ctx, "session by token", &row, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0)
+	})
+	return row.session(), err
 }
 
 func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
-	if _, err := t.exec(ctx, "revoke sessions", "DELETE FROM embedkit_sessions WHERE user_id = ?", userID); err != nil {
-		return err
-	}
-	_, err := t.exec(ctx, "revoke sessions", "DELETE FROM embedkit_tokens WHERE user_id = ?", userID)
-	return err
-}
-
-// CreateSession implements [store.Sessions] in its own transaction.
-func (s *Store) CreateSession(ctx context.Context, hash []byte, sess store.Session) error {
-	return write0(ctx, s, func(t *txn) error { return t.CreateSession(ctx, hash, sess) })
-}
-
-// ExchangeSession implements [store.Sessions]: the single-use mark and the
-// token insert commit together in one transaction.
-func (s *Store) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
-	return write(ctx, s, func(t *txn) (store.Session, error) {
-		return t.ExchangeSession(ctx, sessionHash, tokenHash, tokenExpiresAt, now)
+	return t.atomic(ctx, func(t *txn) error {
+		for _, model := range []any{&Session{}, &Token{}} {
+			if _, err := t.do(ctx, "revoke sessions", func(db *gorm.DB) *gorm.DB {
+				return db.Where("user_id = ?", userID).Delete(model)
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
-// SessionByToken implements [store.Sessions].
-func (s *Store) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
-	return readPrimary(ctx, s, func(t *txn) (store.Session, error) { return t.SessionByToken(ctx, tokenHash, now) })
+// DeleteExpired deletes at most limit rows of each kind, chosen by a
+// subquery (PostgreSQL's DELETE has no LIMIT).
+func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	n0 := nowOr(now).UnixNano()
+	total := 0
+	err := t.atomic(ctx, func(t *txn) error {
+		total = 0
+		for _, k := range []struct {
+			model      any
+			key, where string
+		}{
+			{&Session{}, "hash", "expires_at <= ? OR used_at IS NOT NULL"}, {&Token{}, "hash", "expires_at <= ?"},
+			{&AccountQuota{}, "account_id, name", "expires_at <= ?"}, {&User{}, "id", "ephemeral AND expires_at <= ?"},
+		} {
+			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
+				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
+				return db.Where("("+k.key+") IN (?)", sub).Delete(k.model)
+			})
+			if err != nil {
+				return err
+			}
+			total += int(n)
+		}
+		return nil
+	})
+	return total, err
 }
 
-// RevokeUserSessions implements [store.Sessions] in its own transaction.
-func (s *Store) RevokeUserSessions(ctx context.Context, userID int64) error {
-	return write0(ctx, s, func(t *txn) error { return t.RevokeUserSessions(ctx, userID) })
-}
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
+const messageBatch = 500
 
-// keyHash is the key_hash parameter: NULL for a grant no key minted (a
-// foreign key to embedkit_api_keys, which an empty hash would violate).
-func keyHash(h []byte) any {
-	if len(h) == 0 {
+// putMessages stores msgs, replacing stored messages of the same IDs.
+func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
+	if len(msgs) == 0 {
 		return nil
 	}
-	return h
+	rows := make([]ThreadMessage, len(msgs))
+	for i, m := range msgs {
+		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	}
+	_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
+	})
+	return err
+}
+
+func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	const op = "create thread"
+	return t.atomic(ctx, func(t *txn) error {
+		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Omit(clause.Associations).Create(&Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID,
+				UserID: th.UserID, LastSort: th.LastSort, CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()})
+		}); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, th.AccountID, th.ChatID, msgs)
+	})
+}
+
+func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
+	var r Thread
+	err := t.find(ctx, "thread", &r, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID)
+	})
+	return store.Thread{AccountID: r.AccountID, ChatID: r.ChatID, AgentID: r.AgentID, UserID: r.UserID, LastSort: r.LastSort,
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, err
+}
+
+func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	const op = "append messages"
+	return t.atomic(ctx, func(t *txn) error {
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ?", accountID, chatID).Updates(map[string]any{
+				"last_sort":  gorm.Expr("CASE WHEN last_sort < ? THEN ? ELSE last_sort END", lastSort, lastSort),
+				"updated_at": time.Now().UnixNano(),
+			})
+		})
+		if err := someRow(op, n, err); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, accountID, chatID, msgs)
+	})
+}
+
+func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
+	var rows []ThreadMessage
+	if _, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]store.ThreadMessage, len(rows))
+	for i, r := range rows {
+		out[i] = store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
+	}
+	return out, nil
+}
+
+// DeleteThread deletes the thread; its messages go with it (ON DELETE
+// CASCADE).
+func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
+	n, err := t.do(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
+	})
+	return someRow("delete thread", n, err)
 }
