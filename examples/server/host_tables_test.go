@@ -43,6 +43,9 @@ func TestServerBesideHostTables(t *testing.T) {
 				}
 			}
 			names, rows := hostObjects(t, host), hostRows(t, host)
+			if !slices.Contains(names, "table users") || !slices.Contains(names, "table sessions") || len(rows) != 3 {
+				t.Fatalf("the host's tables are not where the server looks: %v %v", names, rows)
+			}
 
 			for run := range 2 { // the second start finds its tables made
 				s := startServer(t, "-db", db)
@@ -66,6 +69,9 @@ func TestServerBesideHostTables(t *testing.T) {
 				t.Errorf("the host's rows changed:\n%v\nwant\n%v", got, rows)
 			}
 			after := hostObjects(t, host)
+			if !slices.Contains(after, "table embedkit_users") {
+				t.Fatalf("the server's tables are not beside the host's: %v", after)
+			}
 			for _, n := range names {
 				if !slices.Contains(after, n) {
 					t.Errorf("the host's %s is gone", n)
