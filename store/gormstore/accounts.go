@@ -121,7 +121,7 @@ func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, stor
 	const op = "api key"
 	var row APIKey
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash).Limit(1).Find(&row)
+		return primary(db).InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash).Limit(1).Find(&row)
 	})
 	if err != nil {
 		return store.APIKey{}, store.Account{}, err

@@ -42,11 +42,12 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 				}); err != nil {
 					return err
 				}
-				et, ok, err := t.tenantByName(ctx, accountID, name)
-				if err != nil || ok {
-					out = et
-					return err
-				}
+			}
+			// Created by a transaction that counted before this one?
+			et, ok, err := t.tenantByName(ctx, accountID, name)
+			if err != nil || ok {
+				out = et
+				return err
 			}
 			var n int64
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
@@ -91,8 +92,9 @@ func str(p *string) string {
 	return *p
 }
 
-// differs reports whether a definition's optional field asks for a change.
-func differs(want, have *string) bool { return want != nil && (have == nil || *want != *have) }
+// differs reports whether a definition's optional field asks for a
+// visible change (an empty string over an unset field is none).
+func differs(want, have *string) bool { return want != nil && *want != str(have) }
 
 // UpsertDefinitions reads the named definitions first and writes only the
 // missing or changed ones: most requests resend what is stored, and on
@@ -110,13 +112,16 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	for _, a := range attrs {
 		l.AttrNames = append(l.AttrNames, a.Name)
 	}
-	have, err := t.catalogByName(ctx, l)
+	have, err := t.catalogByName(ctx, l, true)
 	if err != nil {
 		return err
 	}
 	now := nanos(time.Now())
 	var newGroups []CatalogGroup
 	for _, g := range groups {
+		if g.Description != nil && *g.Description == "" {
+			g.Description = nil // never clears a description
+		}
 		h, ok := have["g"+g.Name]
 		if !ok || differs(g.Description, h.Description) {
 			newGroups = append(newGroups, CatalogGroup{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID,
@@ -180,10 +185,10 @@ const (
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
-// lookupRows reads what l names in one statement. Hand-written SQL: GORM
-// has no UNION; one statement instead of three is what keeps a
-// generate-session at its statement count.
-func (t *txn) lookupRows(ctx context.Context, l store.Lookup) ([]catalogRow, error) {
+// lookupRows reads what l names in one statement, on the primary when
+// fresh is set. Hand-written SQL: GORM has no UNION; one statement instead
+// of three is what keeps a generate-session at its statement count.
+func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
 	var parts []string
 	var args []any
 	s := l.Scope
@@ -201,6 +206,9 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup) ([]catalogRow, err
 		return nil, nil
 	}
 	_, err := t.do(ctx, "lookup", func(db *gorm.DB) *gorm.DB {
+		if fresh {
+			db = primary(db)
+		}
 		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Scan(&rows)
 	})
 	return rows, err
@@ -208,8 +216,8 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup) ([]catalogRow, err
 
 // catalogByName returns the definitions l names, keyed by "a" or "g" and
 // the name.
-func (t *txn) catalogByName(ctx context.Context, l store.Lookup) (map[string]catalogRow, error) {
-	rows, err := t.lookupRows(ctx, l)
+func (t *txn) catalogByName(ctx context.Context, l store.Lookup, fresh bool) (map[string]catalogRow, error) {
+	rows, err := t.lookupRows(ctx, l, fresh)
 	m := make(map[string]catalogRow, len(rows))
 	for _, r := range rows {
 		m[r.Kind+r.Name] = r
@@ -230,7 +238,7 @@ func (r catalogRow) group() store.Group {
 
 // Lookup reads the deployment and the definitions in one statement.
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
-	rows, err := t.lookupRows(ctx, l)
+	rows, err := t.lookupRows(ctx, l, false)
 	if err != nil {
 		return store.LookupResult{}, err
 	}

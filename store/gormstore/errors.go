@@ -4,10 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
-	"reflect"
 	"strings"
 	"syscall"
 
@@ -16,33 +17,29 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// opError is a driver error translated for callers: it wraps the store
-// sentinel (kind, may be nil) and the driver's error, so errors.Is works for
-// both.
+// opError is an error of the store: it wraps a store sentinel (kind, may
+// be nil) and the driver's error, so errors.Is works for both.
 type opError struct {
 	op    string
-	kind  error // a store sentinel or nil
+	kind  error
 	err   error
 	retry bool // a transaction that failed on it may succeed when run again
 }
 
 func (e *opError) Error() string {
-	if e.kind == nil {
-		return "gormstore: " + e.op + ": " + e.err.Error()
+	msg := "gormstore: " + e.op
+	for _, err := range e.Unwrap() {
+		msg += ": " + err.Error()
 	}
-	if e.err == nil {
-		return "gormstore: " + e.op + ": " + e.kind.Error()
-	}
-	return "gormstore: " + e.op + ": " + e.kind.Error() + ": " + e.err.Error()
+	return msg
 }
 
 func (e *opError) Unwrap() []error {
 	var errs []error
-	if e.kind != nil {
-		errs = append(errs, e.kind)
-	}
-	if e.err != nil {
-		errs = append(errs, e.err)
+	for _, err := range []error{e.kind, e.err} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }
@@ -51,19 +48,13 @@ func (e *opError) Unwrap() []error {
 // the adapter itself.
 func newErr(op string, kind error) error { return &opError{op: op, kind: kind} }
 
-// wrapErr translates a driver or GORM error:
-//
-//   - unique or primary-key violation: [store.ErrConflict];
-//   - foreign-key violation (a referenced row is missing): [store.ErrNotFound];
-//   - record not found: [store.ErrNotFound];
-//   - SQLite busy or locked, PostgreSQL serialization failure or deadlock:
-//     [store.ErrUnavailable], retried by [Store.InTx];
-//   - connection refused, lost or closed, pool or statement deadline, too many
-//     connections, server shutdown: [store.ErrUnavailable];
-//   - a canceled context: returned wrapped as is (errors.Is(err,
-//     context.Canceled) holds).
-//
-// Anything else is wrapped without a sentinel.
+// wrapErr translates a driver or GORM error: a unique or primary-key
+// violation is [store.ErrConflict], a foreign-key violation (a referenced
+// row is missing) [store.ErrNotFound]; SQLite busy or locked and
+// PostgreSQL serialization failure or deadlock are [store.ErrUnavailable]
+// and retried by [Store.InTx]; a lost, refused or closed connection, a
+// deadline, a server shutting down are [store.ErrUnavailable]; a canceled
+// context is wrapped as is. Anything else is wrapped without a sentinel.
 func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -80,12 +71,10 @@ func classify(err error) (kind error, retry bool) {
 	switch {
 	case errors.Is(err, gorm.ErrDuplicatedKey):
 		return store.ErrConflict, false
-	case errors.Is(err, gorm.ErrForeignKeyViolated):
-		return store.ErrNotFound, false
-	case errors.Is(err, gorm.ErrRecordNotFound), errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, gorm.ErrForeignKeyViolated), errors.Is(err, gorm.ErrRecordNotFound):
 		return store.ErrNotFound, false
 	}
-	// PostgreSQL (pgx's *pgconn.PgError, and lib/pq) reports its SQLSTATE.
+	// PostgreSQL (pgx's *pgconn.PgError, lib/pq) reports its SQLSTATE.
 	var pe interface{ SQLState() string }
 	if errors.As(err, &pe) {
 		switch code := pe.SQLState(); {
@@ -95,99 +84,65 @@ func classify(err error) (kind error, retry bool) {
 			return store.ErrNotFound, false
 		case code == "40001", code == "40P01":
 			return store.ErrUnavailable, true
-		case len(code) == 5 && (code[:2] == "08" || code[:2] == "53" || code[:2] == "57"):
+		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57":
 			// connection exception, insufficient resources, operator
-			// intervention (including statement timeout, 57014)
+			// intervention (statement timeout, shutdown)
 			return store.ErrUnavailable, false
 		}
 		return nil, false
 	}
 	if code, ok := sqliteCode(err); ok {
-		switch code & 0xff {
-		case sqliteBusy, sqliteLocked:
+		switch {
+		case code == 1555 || code == 2067: // SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
+			return store.ErrConflict, false
+		case code == 787: // SQLITE_CONSTRAINT_FOREIGNKEY
+			return store.ErrNotFound, false
+		case code&0xff == 5 || code&0xff == 6: // SQLITE_BUSY, SQLITE_LOCKED
 			return store.ErrUnavailable, true
-		case sqliteConstraint:
-			switch code {
-			case sqliteConstraintUnique, sqliteConstraintPrimaryKey:
-				return store.ErrConflict, false
-			case sqliteConstraintForeignKey:
-				return store.ErrNotFound, false
-			}
-			return nil, false
-		case sqliteCantOpen, sqliteIOErr, sqliteFull, sqliteNotADB, sqliteCorrupt:
+		case code&0xff == 10 || code&0xff == 13 || code&0xff == 14: // IOERR, FULL, CANTOPEN
 			return store.ErrUnavailable, false
 		}
 		return nil, false
 	}
+	var ne net.Error
 	switch {
 	case errors.Is(err, context.Canceled):
 		return nil, false
-	case errors.Is(err, context.DeadlineExceeded):
-		return store.ErrUnavailable, false
-	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone), errors.Is(err, gorm.ErrInvalidTransaction),
-		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, net.ErrClosed):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, gorm.ErrInvalidTransaction), errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
 		return store.ErrUnavailable, false
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return store.ErrUnavailable, false
-	}
-	// Driver errors that carry no code: a closed database/sql pool, pgx's
-	// closed or timed-out connection, a failed connect.
-	msg := err.Error()
+	// Errors that carry no code: a closed database/sql pool, pgx's closed
+	// or timed-out connection, a failed connect.
 	for _, s := range []string{"sql: database is closed", "conn closed", "timeout", "failed to connect", "connection refused"} {
-		if strings.Contains(msg, s) {
+		if strings.Contains(err.Error(), s) {
 			return store.ErrUnavailable, false
 		}
 	}
 	return nil, false
 }
 
-// SQLite result codes (https://www.sqlite.org/rescode.html).
-const (
-	sqliteBusy                 = 5
-	sqliteLocked               = 6
-	sqliteIOErr                = 10
-	sqliteCorrupt              = 11
-	sqliteFull                 = 13
-	sqliteCantOpen             = 14
-	sqliteConstraint           = 19
-	sqliteNotADB               = 26
-	sqliteConstraintForeignKey = 787
-	sqliteConstraintPrimaryKey = 1555
-	sqliteConstraintUnique     = 2067
-)
-
-// sqliteCode returns the extended result code of a SQLite driver error
-// without importing the driver (which needs cgo): mattn/go-sqlite3's Error,
-// as gorm.io/driver/sqlite's own error translation, is read through its
-// exported fields Code and ExtendedCode. The pure-Go drivers built on
-// modernc.org/sqlite report Code() int.
+// sqliteCode returns the extended result code of a SQLite error
+// (https://www.sqlite.org/rescode.html) without importing the driver,
+// which needs cgo: mattn/go-sqlite3's Error is read through its exported
+// fields, as gorm.io/driver/sqlite's error translation does; pure-Go
+// drivers report Code() int.
 func sqliteCode(err error) (int, bool) {
 	var coder interface{ Code() int }
 	if errors.As(err, &coder) {
 		return coder.Code(), true
 	}
-	v := reflect.ValueOf(err)
-	if v.Kind() == reflect.Pointer && !v.IsNil() {
-		v = v.Elem()
-	}
-	if v.Kind() == reflect.Struct && strings.Contains(v.Type().PkgPath(), "sqlite") {
-		code, ext := v.FieldByName("Code"), v.FieldByName("ExtendedCode")
-		if code.IsValid() && code.CanInt() {
-			if ext.IsValid() && ext.CanInt() && ext.Int() != 0 {
-				return int(ext.Int()), true
-			}
-			return int(code.Int()), true
+	if strings.Contains(fmt.Sprintf("%T", err), "sqlite") {
+		var m struct{ Code, ExtendedCode int }
+		if b, jerr := json.Marshal(err); jerr == nil && json.Unmarshal(b, &m) == nil && m.Code != 0 {
+			return max(m.ExtendedCode, m.Code), true
 		}
 	}
 	switch u := err.(type) {
 	case interface{ Unwrap() error }:
-		if e := u.Unwrap(); e != nil {
-			return sqliteCode(e)
-		}
+		return sqliteCode(u.Unwrap())
 	case interface{ Unwrap() []error }:
 		for _, e := range u.Unwrap() {
 			if c, ok := sqliteCode(e); ok {
@@ -204,5 +159,3 @@ func isRetryable(err error) bool {
 	var oe *opError
 	return errors.As(err, &oe) && oe.retry
 }
-
-func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/plugin/dbresolver"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -222,6 +223,12 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	}
 	return t.s.InTx(ctx, func(tx store.Tx) error { return fn(tx.(*txn)) })
 }
+
+// primary makes a read outside a transaction that must see the latest
+// committed write (API keys, tokens, users, thread state) run on a source
+// of gorm.io/plugin/dbresolver, never on a replica that may lag; without
+// dbresolver it changes nothing.
+func primary(db *gorm.DB) *gorm.DB { return db.Clauses(dbresolver.Write) }
 
 // lockForUpdate is the row lock a read takes on PostgreSQL before a write
 // that depends on it; SQLite's write transactions are serialized already.

@@ -73,7 +73,7 @@ func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Tim
 	n0 := nanos(nowOr(now))
 	var row Token
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0).Limit(1).Find(&row)
+		return primary(db).Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0).Limit(1).Find(&row)
 	})
 	if err != nil {
 		return store.Session{}, err

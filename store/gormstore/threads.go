@@ -52,7 +52,7 @@ func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store
 	const op = "thread"
 	var r Thread
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Limit(1).Find(&r)
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Limit(1).Find(&r)
 	})
 	if err != nil {
 		return store.Thread{}, err
@@ -86,7 +86,7 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
 	var rows []ThreadMessage
 	if _, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
 	}); err != nil {
 		return nil, err
 	}

@@ -136,7 +136,7 @@ func (t *txn) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, e
 			return err
 		}
 		for range 3 {
-			ok, err := t.insertUser(ctx, u, attrs, groups, now, &out)
+			ok, err := t.insertUser(ctx, u, attrs, groups, now, &out, true)
 			if err != nil || ok {
 				return err
 			}
@@ -163,7 +163,7 @@ func (t *txn) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, e
 				if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return byID(db).Delete(&User{}) }); err != nil {
 					return err
 				}
-				ok, err := t.insertUser(ctx, u, attrs, groups, now, &out)
+				ok, err := t.insertUser(ctx, u, attrs, groups, now, &out, false)
 				if err == nil && !ok {
 					err = newErr(op, store.ErrConflict)
 				}
@@ -225,9 +225,9 @@ func (t *txn) updateUser(ctx context.Context, u store.UserUpsert, attrs, groups 
 }
 
 // insertUser creates the user unless one exists (ok false, nothing
-// changed), and takes its place (see takePlace), deleting the row again
-// when there is none.
-func (t *txn) insertUser(ctx context.Context, u store.UserUpsert, attrs, groups []byte, now time.Time, out *store.User) (bool, error) {
+// changed) and, when take is set, takes its place (see takePlace),
+// deleting the row again when there is none.
+func (t *txn) insertUser(ctx context.Context, u store.UserUpsert, attrs, groups []byte, now time.Time, out *store.User, take bool) (bool, error) {
 	const op = "upsert user"
 	row := User{AccountID: u.AccountID, Ephemeral: !u.Persistent, CreatedAt: now.UnixNano(), UpdatedAt: now.UnixNano(),
 		Email: str(u.Email), DisplayName: str(u.DisplayName), Picture: str(u.Picture)}
@@ -257,6 +257,10 @@ func (t *txn) insertUser(ctx context.Context, u store.UserUpsert, attrs, groups 
 	})
 	if err != nil || n == 0 {
 		return false, err
+	}
+	if !take {
+		*out = row.user()
+		return true, nil
 	}
 	if err := t.takePlace(ctx, u, now); err != nil {
 		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
@@ -310,7 +314,7 @@ func (t *txn) takePlace(ctx context.Context, u store.UserUpsert, now time.Time) 
 func (t *txn) userWhere(ctx context.Context, op string, now time.Time, where func(*gorm.DB) *gorm.DB) (store.User, error) {
 	var row User
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return where(db).Where(visible, nowOr(now).UnixNano()).Limit(1).Find(&row)
+		return where(primary(db)).Where(visible, nowOr(now).UnixNano()).Limit(1).Find(&row)
 	})
 	if err != nil {
 		return store.User{}, err
@@ -337,7 +341,7 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	const op = "user data"
 	var row User
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.Select("attribute_values", "group_ids").Where("id = ?", userID).Limit(1).Find(&row)
+		return primary(db).Select("attribute_values", "group_ids").Where("id = ?", userID).Limit(1).Find(&row)
 	})
 	if err != nil || n == 0 {
 		return store.UserData{}, err
