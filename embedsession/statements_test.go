@@ -25,8 +25,9 @@ const (
 
 // TestStatementCount checks the statement budget of a generate-session with
 // a profile, 3 attributes and 2 groups, for a new external user and for the
-// same user returning, and that the count does not grow with the names a
-// request gives: 10 attributes and 10 groups cost what 3 and 2 cost.
+// same user returning, that the API key and its account are one read, and
+// that the count does not grow with the names a request gives: 10
+// attributes and 10 groups cost what 3 and 2 cost.
 func TestStatementCount(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		var (
@@ -73,6 +74,16 @@ func TestStatementCount(t *testing.T) {
 			t.Logf("%s: %d statements:\n%s", what, len(got), strings.Join(got, "\n"))
 			if len(got) > max {
 				t.Errorf("%s: %d statements, want at most %d:\n%s", what, len(got), max, strings.Join(got, "\n"))
+			}
+			// The API key and its account are one read.
+			auth := 0
+			for _, q := range got {
+				if strings.Contains(q, "embedkit_api_keys") || strings.Contains(q, "embedkit_accounts") {
+					auth++
+				}
+			}
+			if auth != 1 {
+				t.Errorf("%s: %d statements read the API key or the account, want 1", what, auth)
 			}
 		}
 		same := func(what string, small, large []string) {
