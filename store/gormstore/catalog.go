@@ -59,7 +59,7 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 				return newErr(op, store.ErrLimit)
 			}
 		}
-		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: nanos(time.Now())}
+		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: time.Now().UnixNano()}
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Clauses(clause.OnConflict{DoNothing: true}, clause.Returning{}).Create(&row)
 		})
@@ -116,7 +116,7 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	if err != nil {
 		return err
 	}
-	now := nanos(time.Now())
+	now := time.Now().UnixNano()
 	var newGroups []CatalogGroup
 	for _, g := range groups {
 		if g.Description != nil && *g.Description == "" {

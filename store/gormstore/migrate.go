@@ -3,26 +3,19 @@ package gormstore
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
 )
 
-// Migrations are versioned: embedkit_schema_versions holds one row per
-// applied version, and Migrate applies the missing ones in order, each in
-// the one transaction that records it. They create and change embedkit's
-// own tables (the models of tables.go) and nothing else.
-
-// migration is one version of the schema.
-type migration struct {
+// migrations are the versions of the schema, applied in order in one
+// transaction that records each in embedkit_schema_versions.
+var migrations = []struct {
 	version int64
 	name    string
 	up      func(tx *gorm.DB) error
-}
-
-var migrations = []migration{
+}{
 	{1, "create embedkit's tables", createTables},
 	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
 	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
@@ -37,23 +30,16 @@ var migrations = []migration{
 // migrating, so that replicas starting at once migrate one after the other.
 const migrationLock = 7318002119
 
-// Migrate brings embedkit's tables in db up to date: it creates them with
-// GORM's migrator on an empty database and applies the versions a database
-// lacks. [OpenDB] calls it; a host that runs its migrations as a separate
-// step may call it there too. It is safe when several processes start at
-// once: on PostgreSQL they take turns on an advisory lock, and SQLite
-// serializes write transactions. A database created before versioned
-// migrations (hand-written schema, the same tables) is recorded as version 1
-// and keeps its data. Migrate never touches tables other than embedkit's.
+// Migrate brings embedkit's tables in db up to date: it creates them on an
+// empty database and applies the versions a database lacks. [OpenDB] calls
+// it; a host that migrates as a separate step may call it there too. It is
+// safe when several processes start at once: on PostgreSQL they take turns
+// on an advisory lock, SQLite serializes write transactions. A database
+// created before versioned migrations (hand-written schema, the same
+// tables) is recorded as version 1 and keeps its data. Migrate never
+// touches tables other than embedkit's.
 func Migrate(ctx context.Context, db *gorm.DB) error {
-	if err := migrate(ctx, db); err != nil {
-		return wrapErr("migrate", err)
-	}
-	return nil
-}
-
-func migrate(ctx context.Context, db *gorm.DB) error {
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if tx.Dialector.Name() == "postgres" {
 			if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error; err != nil {
 				return err
@@ -99,11 +85,11 @@ func migrate(ctx context.Context, db *gorm.DB) error {
 			}
 		}
 		return nil
-	})
+	}))
 }
 
 func record(tx *gorm.DB, version int64) error {
-	return tx.Exec("INSERT INTO embedkit_schema_versions (version, applied_at) VALUES (?, ?)", version, time.Now().UnixNano()).Error
+	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
 }
 
 // createTables is version 1: every table of tables.go with its keys,
@@ -204,36 +190,39 @@ func prefixPostgres(tx *gorm.DB, table string) error {
 	return nil
 }
 
-// createIndex matches the head of an index's definition in sqlite_master.
-var createIndex = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+(IF\s+NOT\s+EXISTS\s+)?("(?:[^"]|"")+"|` + "`[^`]+`" + `|\[[^\]]+\]|\S+)`)
-
-// prefixSQLite re-creates the indexes of table under prefixed names from
-// their own definitions (SQLite cannot rename an index). ALTER TABLE has
-// already rewritten the references of other tables and sqlite_sequence.
+// prefixSQLite drops the indexes of table that keep their old names
+// (SQLite cannot rename an index) and creates the model's, as a fresh
+// start does. ALTER TABLE has already rewritten the references of other
+// tables and sqlite_sequence.
 func prefixSQLite(tx *gorm.DB, table string) error {
-	var idx []struct{ Name, SQL string }
-	if err := tx.Raw(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, table).
-		Scan(&idx).Error; err != nil {
+	var names []string
+	if err := tx.Raw(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL
+		AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`, table).Scan(&names).Error; err != nil {
 		return err
 	}
-	for _, ix := range idx {
-		if strings.HasPrefix(ix.Name, "embedkit_") {
+	for _, n := range names {
+		if err := tx.Exec("DROP INDEX " + quoteIdent(n)).Error; err != nil {
+			return err
+		}
+	}
+	for _, model := range Models() {
+		stmt := &gorm.Statement{DB: tx}
+		if err := stmt.Parse(model); err != nil || stmt.Schema.Table != table {
 			continue
 		}
-		loc := createIndex.FindStringSubmatchIndex(ix.SQL)
-		if loc == nil {
-			return fmt.Errorf("index %s: unexpected definition", ix.Name)
-		}
-		unique := ""
-		if loc[2] >= 0 {
-			unique = "UNIQUE "
-		}
-		def := "CREATE " + unique + "INDEX " + quoteIdent("embedkit_"+ix.Name) + ix.SQL[loc[1]:]
-		if err := tx.Exec("DROP INDEX " + quoteIdent(ix.Name)).Error; err != nil {
-			return err
-		}
-		if err := tx.Exec(def).Error; err != nil {
-			return err
+		m := tx.Migrator()
+	indexes:
+		for _, idx := range stmt.Schema.ParseIndexes() {
+			for _, f := range idx.Fields { // later versions add theirs
+				if !m.HasColumn(model, f.DBName) {
+					continue indexes
+				}
+			}
+			if !m.HasIndex(model, idx.Name) {
+				if err := m.CreateIndex(model, idx.Name); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil

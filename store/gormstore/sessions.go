@@ -14,18 +14,14 @@ import (
 // expired at the bound time.
 const userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
 
-func keyHash(h []byte) []byte {
-	if len(h) == 0 {
-		return nil
-	}
-	return h
-}
-
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
+	if len(s.KeyHash) == 0 {
+		s.KeyHash = nil // no key, not a key with an empty hash
+	}
 	_, err := t.do(ctx, "create session", func(db *gorm.DB) *gorm.DB {
 		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
-			CreatedAt: nanos(nowOr(s.CreatedAt)), ExpiresAt: nanos(s.ExpiresAt), KeyHash: keyHash(s.KeyHash)})
+			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
 	})
 	return err
 }
@@ -35,7 +31,7 @@ func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) e
 // token.
 func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
 	const op = "exchange session"
-	n0 := nanos(nowOr(now))
+	n0 := nowOr(now).UnixNano()
 	var out store.Session
 	err := t.atomic(ctx, func(t *txn) error {
 		var s Session
@@ -44,15 +40,12 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 				Where("hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive, sessionHash, n0, n0).
 				Update("used_at", n0)
 		})
-		if err != nil {
+		if err := someRow(op, n, err); err != nil {
 			return err
-		}
-		if n == 0 {
-			return newErr(op, store.ErrNotFound)
 		}
 		tok := Token{Hash: tokenHash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
-			CreatedAt: n0, ExpiresAt: nanos(tokenExpiresAt), KeyHash: s.KeyHash}
+			CreatedAt: n0, ExpiresAt: tokenExpiresAt.UnixNano(), KeyHash: s.KeyHash}
 		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) }); err != nil {
 			return err
 		}
@@ -69,19 +62,12 @@ func (r Token) session() store.Session {
 }
 
 func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
-	const op = "session by token"
-	n0 := nanos(nowOr(now))
+	n0 := nowOr(now).UnixNano()
 	var row Token
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return primary(db).Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0).Limit(1).Find(&row)
+	err := t.find(ctx, "session by token", &row, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0)
 	})
-	if err != nil {
-		return store.Session{}, err
-	}
-	if n == 0 {
-		return store.Session{}, newErr(op, store.ErrNotFound)
-	}
-	return row.session(), nil
+	return row.session(), err
 }
 
 func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
@@ -104,7 +90,7 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 	if limit <= 0 {
 		return 0, nil
 	}
-	n0 := nanos(nowOr(now))
+	n0 := nowOr(now).UnixNano()
 	kinds := []struct {
 		model any
 		key   string

@@ -40,7 +40,7 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 	return t.atomic(ctx, func(t *txn) error {
 		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Omit(clause.Associations).Create(&Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID,
-				UserID: th.UserID, LastSort: th.LastSort, CreatedAt: nanos(nowOr(th.CreatedAt)), UpdatedAt: nanos(nowOr(th.UpdatedAt))})
+				UserID: th.UserID, LastSort: th.LastSort, CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()})
 		}); err != nil {
 			return err
 		}
@@ -49,19 +49,12 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 }
 
 func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
-	const op = "thread"
 	var r Thread
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Limit(1).Find(&r)
+	err := t.find(ctx, "thread", &r, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID)
 	})
-	if err != nil {
-		return store.Thread{}, err
-	}
-	if n == 0 {
-		return store.Thread{}, newErr(op, store.ErrNotFound)
-	}
 	return store.Thread{AccountID: r.AccountID, ChatID: r.ChatID, AgentID: r.AgentID, UserID: r.UserID, LastSort: r.LastSort,
-		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, nil
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, err
 }
 
 func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
@@ -70,14 +63,11 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ?", accountID, chatID).Updates(map[string]any{
 				"last_sort":  gorm.Expr("CASE WHEN last_sort < ? THEN ? ELSE last_sort END", lastSort, lastSort),
-				"updated_at": nanos(time.Now()),
+				"updated_at": time.Now().UnixNano(),
 			})
 		})
-		if err != nil {
+		if err := someRow(op, n, err); err != nil {
 			return err
-		}
-		if n == 0 {
-			return newErr(op, store.ErrNotFound)
 		}
 		return t.putMessages(ctx, op, accountID, chatID, msgs)
 	})
@@ -100,12 +90,8 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 // DeleteThread deletes the thread; its messages go with it (ON DELETE
 // CASCADE).
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	const op = "delete thread"
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+	n, err := t.do(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
 		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
 	})
-	if err == nil && n == 0 {
-		err = newErr(op, store.ErrNotFound)
-	}
-	return err
+	return someRow("delete thread", n, err)
 }

@@ -14,20 +14,13 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-var forUpdate = clause.Locking{Strength: "UPDATE"}
-
 // visible is the predicate of a user that has not expired at the bound time.
 const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 
 func (r User) user() store.User {
 	u := store.User{ID: r.ID, AccountID: r.AccountID, Email: r.Email, DisplayName: r.DisplayName, Picture: r.Picture,
-		Ephemeral: r.Ephemeral, CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}
-	if r.ExternalID != nil {
-		u.ExternalID = *r.ExternalID
-	}
-	if r.InternalID != nil {
-		u.InternalID = *r.InternalID
-	}
+		ExternalID: str(r.ExternalID), InternalID: str(r.InternalID), Ephemeral: r.Ephemeral,
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}
 	if r.SecurityContext != nil {
 		u.SecurityContext = json.RawMessage(*r.SecurityContext)
 	}
@@ -45,61 +38,15 @@ func byKey(db *gorm.DB, k store.UserKey) *gorm.DB {
 	return db.Where("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
 }
 
-// mergeJSON is the expression that merges the JSON object patch into the
-// JSON object of column col, a null member of patch removing the member.
-// Hand-written per dialect: GORM has no JSON expressions. PostgreSQL
-// merges as jsonb and stores the text.
-func (t *txn) mergeJSON(col string, patch []byte) clause.Expr {
-	if t.s.pg {
-		return gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
-	}
-	return gorm.Expr("json_patch("+col+", ?)", string(patch))
-}
-
-// patches returns the JSON objects that u merges into the user's
-// attribute_values and group_ids (nil when u changes neither): attribute
-// IDs to values, a null value clearing one; the scope's embed tenant ID
-// to its group IDs, null when there are none.
-func patches(u store.UserUpsert) (attrs, groups []byte, err error) {
-	if len(u.Attributes) > 0 {
-		m := make(map[string]json.RawMessage, len(u.Attributes))
-		for _, a := range u.Attributes {
-			m[strconv.FormatInt(a.AttributeID, 10)] = a.Value
-		}
-		if attrs, err = json.Marshal(m); err != nil {
-			return nil, nil, err
-		}
-	}
-	if u.SetGroups {
-		ids := slices.Compact(slices.Sorted(slices.Values(u.Groups)))
-		var v any = ids
-		if len(ids) == 0 {
-			v = nil
-		}
-		if groups, err = json.Marshal(map[string]any{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): v}); err != nil {
-			return nil, nil, err
-		}
-	}
-	return attrs, groups, nil
-}
-
-// withoutNulls is a JSON object patch with its null members removed: the
-// stored object of a new user.
-func withoutNulls(patch []byte) (string, error) {
-	if patch == nil {
-		return "{}", nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(patch, &m); err != nil {
-		return "", err
-	}
-	for k, v := range m {
-		if bytes.Equal(v, []byte("null")) {
-			delete(m, k)
-		}
-	}
-	b, err := json.Marshal(m)
-	return string(b), err
+// upsertUser is one UpsertUser: the request and the JSON objects it
+// merges into the user's attribute_values and group_ids (nil when it
+// changes neither): attribute IDs to values, a null clearing one; the
+// scope's embed tenant ID to its group IDs, null when there are none.
+type upsertUser struct {
+	store.UserUpsert
+	attrs, groups []byte
+	now           time.Time
+	out           store.User
 }
 
 // UpsertUser costs one statement for a returning user: an UPDATE of the
@@ -110,34 +57,39 @@ func withoutNulls(patch []byte) (string, error) {
 // persistent-user count or of the minute's new ephemeral users. The rare
 // cases (an expired ephemeral user to replace, a conversion to persistent,
 // a concurrent first insert) read the row under a lock and take more.
-func (t *txn) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, error) {
+func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User, error) {
 	const op = "upsert user"
-	attrs, groups, err := patches(u)
-	if err != nil {
-		return store.User{}, wrapErr(op, err)
-	}
-	now := nowOr(u.Now)
-	if u.InternalID != "" {
-		u.Persistent = true
-	}
-	var out store.User
-	err = t.atomic(ctx, func(t *txn) error {
-		cond, arg := visible, any(now.UnixNano())
-		if u.Persistent {
-			cond, arg = "NOT ephemeral", nil
+	u := &upsertUser{UserUpsert: req, now: nowOr(req.Now)}
+	u.Persistent = u.Persistent || u.InternalID != ""
+	var err error
+	if len(u.Attributes) > 0 {
+		m := make(map[string]json.RawMessage, len(u.Attributes))
+		for _, a := range u.Attributes {
+			m[strconv.FormatInt(a.AttributeID, 10)] = a.Value
 		}
-		ok, err := t.updateUser(ctx, u, attrs, groups, now, &out, func(db *gorm.DB) *gorm.DB {
-			if arg == nil {
-				return byKey(db, u.UserKey).Where(cond)
+		if u.attrs, err = json.Marshal(m); err != nil {
+			return store.User{}, wrapErr(op, err)
+		}
+	}
+	if u.SetGroups {
+		var ids []int64
+		if len(u.Groups) > 0 {
+			ids = slices.Compact(slices.Sorted(slices.Values(u.Groups)))
+		}
+		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
+	}
+	err = t.atomic(ctx, func(t *txn) error {
+		ok, err := t.updateUser(ctx, u, func(db *gorm.DB) *gorm.DB {
+			if u.Persistent {
+				return byKey(db, u.UserKey).Where("NOT ephemeral")
 			}
-			return byKey(db, u.UserKey).Where(cond, arg)
+			return byKey(db, u.UserKey).Where(visible, u.now.UnixNano())
 		}, false)
 		if err != nil || ok {
 			return err
 		}
 		for range 3 {
-			ok, err := t.insertUser(ctx, u, attrs, groups, now, &out, true)
-			if err != nil || ok {
+			if ok, err := t.insertUser(ctx, u, true); err != nil || ok {
 				return err
 			}
 			// The user exists but the UPDATE did not apply: it expired,
@@ -148,55 +100,50 @@ func (t *txn) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, e
 			})
 			if err != nil {
 				return err
-			}
-			if n == 0 {
+			} else if n == 0 {
 				continue // deleted meanwhile
 			}
 			byID := func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", row.ID) }
-			switch {
-			case row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= now.UnixNano():
-				// Absent: replace it, taking the new user's place first
-				// so that ErrLimit changes nothing.
-				if err := t.takePlace(ctx, u, now); err != nil {
+			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
+			if expired || row.Ephemeral && u.Persistent {
+				// The place first, so that ErrLimit changes nothing.
+				if err := t.takePlace(ctx, u); err != nil {
 					return err
 				}
-				if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return byID(db).Delete(&User{}) }); err != nil {
-					return err
-				}
-				ok, err := t.insertUser(ctx, u, attrs, groups, now, &out, false)
-				if err == nil && !ok {
-					err = newErr(op, store.ErrConflict)
-				}
-				return err
-			case row.Ephemeral && u.Persistent:
-				if err := t.takePlace(ctx, u, now); err != nil {
-					return err
-				}
-				_, err := t.updateUser(ctx, u, attrs, groups, now, &out, byID, true)
-				return err
-			default:
-				_, err := t.updateUser(ctx, u, attrs, groups, now, &out, byID, false)
+			}
+			if !expired {
+				_, err := t.updateUser(ctx, u, byID, row.Ephemeral && u.Persistent)
 				return err
 			}
+			// Absent: replace it with everything it owns.
+			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return byID(db).Delete(&User{}) }); err != nil {
+				return err
+			}
+			if ok, err := t.insertUser(ctx, u, false); err != nil || ok {
+				return err
+			}
+			break
 		}
 		return t.fail(newErr(op, store.ErrConflict))
 	})
-	return out, err
+	return u.out, err
 }
 
-// fail makes err abort the transaction.
-func (t *txn) fail(err error) error {
-	if t.inTx {
-		t.abort = err
+// mergeJSON merges the JSON object patch into the JSON object of column
+// col, a null member of patch removing the member. Hand-written per
+// dialect: GORM has no JSON expressions. PostgreSQL merges as jsonb and
+// stores the text.
+func (t *txn) mergeJSON(col string, patch []byte) clause.Expr {
+	if t.s.pg {
+		return gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
 	}
-	return err
+	return gorm.Expr("json_patch("+col+", ?)", string(patch))
 }
 
 // updateUser applies u to the user where selects, converting it to
 // persistent when persist is set, and reports whether a row matched.
-func (t *txn) updateUser(ctx context.Context, u store.UserUpsert, attrs, groups []byte, now time.Time, out *store.User,
-	where func(*gorm.DB) *gorm.DB, persist bool) (bool, error) {
-	set := map[string]any{"updated_at": now.UnixNano()}
+func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB) *gorm.DB, persist bool) (bool, error) {
+	set := map[string]any{"updated_at": u.now.UnixNano()}
 	for col, v := range map[string]*string{"email": u.Email, "display_name": u.DisplayName, "picture": u.Picture} {
 		if v != nil {
 			set[col] = *v
@@ -205,11 +152,11 @@ func (t *txn) updateUser(ctx context.Context, u store.UserUpsert, attrs, groups 
 	if u.SecurityContext != nil {
 		set["security_context"] = string(u.SecurityContext)
 	}
-	if attrs != nil {
-		set["attribute_values"] = t.mergeJSON("attribute_values", attrs)
+	if u.attrs != nil {
+		set["attribute_values"] = t.mergeJSON("attribute_values", u.attrs)
 	}
-	if groups != nil {
-		set["group_ids"] = t.mergeJSON("group_ids", groups)
+	if u.groups != nil {
+		set["group_ids"] = t.mergeJSON("group_ids", u.groups)
 	}
 	if persist {
 		set["ephemeral"], set["expires_at"] = false, nil
@@ -219,21 +166,36 @@ func (t *txn) updateUser(ctx context.Context, u store.UserUpsert, attrs, groups 
 		return where(db.Model(&row)).Clauses(clause.Returning{}).Updates(set)
 	})
 	if n > 0 {
-		*out = row.user()
+		u.out = row.user()
 	}
 	return n > 0, err
 }
 
-// insertUser creates the user unless one exists (ok false, nothing
-// changed) and, when take is set, takes its place (see takePlace),
-// deleting the row again when there is none.
-func (t *txn) insertUser(ctx context.Context, u store.UserUpsert, attrs, groups []byte, now time.Time, out *store.User, take bool) (bool, error) {
+// withoutNulls is a JSON object patch without its null members: the
+// stored object of a new user.
+func withoutNulls(patch []byte) string {
+	m := map[string]json.RawMessage{}
+	_ = json.Unmarshal(patch, &m) // nil, or marshalled from a map
+	for k, v := range m {
+		if bytes.Equal(v, []byte("null")) {
+			delete(m, k)
+		}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// insertUser creates the user unless one exists (false, nothing changed)
+// and, when take is set, takes its place (see takePlace), deleting the row
+// again when there is none.
+func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, error) {
 	const op = "upsert user"
-	row := User{AccountID: u.AccountID, Ephemeral: !u.Persistent, CreatedAt: now.UnixNano(), UpdatedAt: now.UnixNano(),
-		Email: str(u.Email), DisplayName: str(u.DisplayName), Picture: str(u.Picture)}
-	conflict := []string{"account_id", "external_id"}
+	now := u.now.UnixNano()
+	row := User{AccountID: u.AccountID, Ephemeral: !u.Persistent, CreatedAt: now, UpdatedAt: now, Email: str(u.Email),
+		DisplayName: str(u.DisplayName), Picture: str(u.Picture), AttributeValues: withoutNulls(u.attrs), GroupIDs: withoutNulls(u.groups)}
+	conflict := "external_id"
 	if u.InternalID != "" {
-		row.InternalID, conflict[1] = &u.InternalID, "internal_id"
+		row.InternalID, conflict = &u.InternalID, "internal_id"
 	} else {
 		row.ExternalID = &u.ExternalID
 	}
@@ -245,30 +207,21 @@ func (t *txn) insertUser(ctx context.Context, u store.UserUpsert, attrs, groups 
 		sc := string(u.SecurityContext)
 		row.SecurityContext = &sc
 	}
-	var err error
-	if row.AttributeValues, err = withoutNulls(attrs); err != nil {
-		return false, wrapErr(op, err)
-	}
-	if row.GroupIDs, err = withoutNulls(groups); err != nil {
-		return false, wrapErr(op, err)
-	}
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.Clauses(clause.OnConflict{Columns: columns(conflict...), DoNothing: true}, clause.Returning{}).Create(&row)
+		return db.Clauses(clause.OnConflict{Columns: columns("account_id", conflict), DoNothing: true}, clause.Returning{}).Create(&row)
 	})
 	if err != nil || n == 0 {
 		return false, err
 	}
-	if !take {
-		*out = row.user()
-		return true, nil
-	}
-	if err := t.takePlace(ctx, u, now); err != nil {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
+	if take {
+		if err := t.takePlace(ctx, u); err != nil {
+			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
+				return false, err
+			}
 			return false, err
 		}
-		return false, err
 	}
-	*out = row.user()
+	u.out = row.user()
 	return true, nil
 }
 
@@ -276,37 +229,31 @@ func (t *txn) insertUser(ctx context.Context, u store.UserUpsert, attrs, groups 
 // persistent external users (counted whatever the limit) or of the
 // minute's new ephemeral users, or returns [store.ErrLimit]. Each is one
 // conditional upsert of a counter row, whose row lock makes it exact under
-// concurrency on PostgreSQL.
-func (t *txn) takePlace(ctx context.Context, u store.UserUpsert, now time.Time) error {
-	const op = "upsert user"
-	var n int64
-	var err error
-	switch {
+// concurrency.
+func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
+	var (
+		row          any
+		table, claim string
+		max          int
+	)
+	switch minute := u.now.Truncate(time.Minute); {
 	case u.InternalID != "":
 		return nil
 	case u.Persistent:
-		up := upsert([]string{"account_id", "shard"})
-		up.DoUpdates = clause.Set{{Column: clause.Column{Name: "n"}, Value: gorm.Expr("embedkit_account_user_slots.n + 1")}}
-		if u.MaxUsers > 0 {
-			up.Where = clause.Where{Exprs: []clause.Expression{gorm.Expr("embedkit_account_user_slots.n < ?", u.MaxUsers)}}
-		}
-		n, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Select("*").Clauses(up).Create(&AccountUserSlot{AccountID: u.AccountID, N: 1})
-		})
+		row, table, claim, max = &AccountUserSlot{AccountID: u.AccountID, N: 1}, "embedkit_account_user_slots", "shard", u.MaxUsers
 	case u.NewEphemeralPerMinute > 0:
-		minute := now.Truncate(time.Minute)
-		up := upsert([]string{"account_id", "name"})
-		up.DoUpdates = clause.Set{{Column: clause.Column{Name: "n"}, Value: gorm.Expr("embedkit_account_quotas.n + 1")}}
-		up.Where = clause.Where{Exprs: []clause.Expression{gorm.Expr("embedkit_account_quotas.n < ?", u.NewEphemeralPerMinute)}}
-		n, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(up).Create(&AccountQuota{AccountID: u.AccountID, N: 1,
-				Name: "new_ephemeral_users:" + strconv.FormatInt(minute.Unix(), 10), ExpiresAt: minute.Add(time.Minute).UnixNano()})
-		})
+		row, table, claim, max = &AccountQuota{AccountID: u.AccountID, N: 1, Name: "new_ephemeral_users:" + strconv.FormatInt(minute.Unix(), 10),
+			ExpiresAt: minute.Add(time.Minute).UnixNano()}, "embedkit_account_quotas", "name", u.NewEphemeralPerMinute
 	default:
 		return nil
 	}
+	up := clause.OnConflict{Columns: columns("account_id", claim), DoUpdates: clause.Set{{Column: clause.Column{Name: "n"}, Value: gorm.Expr(table + ".n + 1")}}}
+	if max > 0 {
+		up.Where = clause.Where{Exprs: []clause.Expression{gorm.Expr(table+".n < ?", max)}}
+	}
+	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB { return db.Select("*").Clauses(up).Create(row) })
 	if err == nil && n == 0 {
-		err = newErr(op, store.ErrLimit)
+		err = newErr("upsert user", store.ErrLimit)
 	}
 	return err
 }
@@ -433,7 +380,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 			// end, so that the next statement's snapshot sees what it
 			// committed.
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(forUpdate).Find(&[]int64{})
+				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
 			}); err != nil {
 				return err
 			}
