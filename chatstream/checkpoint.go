@@ -32,62 +32,84 @@ const (
 	sortLow   = sortBlock / 4
 )
 
-// prepareCheckpoints sets the turn's reservation (stored with its echo) and
-// what the checkpointer needs; before begin.
+// prepareCheckpoints sets the turn's reservation (stored with its echo);
+// before begin.
 func (t *turn) prepareCheckpoints(reserved int64) {
 	t.reserved = reserved
 	t.cond = sync.NewCond(&t.mu)
-	t.ckptReq = make(chan struct{}, 1)
 }
 
-// requestCheckpoint asks the checkpointer for a checkpoint now.
+// A turn has no goroutine of its own for its checkpoints: one runs only
+// while a checkpoint is stored, so that a turn that streams nothing (an
+// agent waiting on a slow tool) costs no stack.
+
+// dirtyLocked records that the turn streamed something: it is checkpointed
+// at the registry clock's next tick.
+func (t *turn) dirtyLocked() {
+	if !t.ckptDue && !t.finishing {
+		t.ckptDue = true
+		t.reg.clock.schedule(t)
+	}
+}
+
+// requestCheckpoint asks for a checkpoint now, ahead of the clock (few
+// reserved sorts are left); one at a time. t.mu is held.
 func (t *turn) requestCheckpoint() {
-	select {
-	case t.ckptReq <- struct{}{}:
-	default:
+	if !t.ckptEarly && !t.finishing {
+		t.ckptEarly = true
+		t.goCheckpointLocked()
 	}
 }
 
-// checkpointLoop stores checkpoints until the turn is done, at the ticks of
-// the registry's clock.
-func (t *turn) checkpointLoop() {
-	for {
-		select {
-		case <-t.done:
-			return
-		case <-t.reg.clock.next():
-		case <-t.ckptReq:
-		}
+// goCheckpointLocked stores a checkpoint on a goroutine counted by the
+// registry, so that a shutdown waits for it. t.mu is held and the turn is
+// not finishing: the registry still holds it, so the count cannot reach
+// zero before the goroutine is counted.
+func (t *turn) goCheckpointLocked() {
+	r := t.reg
+	r.mu.Lock()
+	r.active++
+	r.mu.Unlock()
+	go func() {
+		defer r.ended()
 		t.checkpoint()
-	}
+	}()
 }
 
 // checkpointClock ticks every checkpointInterval while turns wait for it.
 // The running turns of a registry share it, so that their checkpoints reach
 // the persister together and are stored in a few large transactions (one
 // commit for many turns) rather than in many small ones spread over the
-// interval. It has no goroutine: a timer closes the channel of the pending
-// tick, and a tick is pending only while some turn waits for it.
+// interval. It has no goroutine: a timer starts one checkpoint goroutine per
+// due turn at the tick, and a tick is pending only while some turn is due.
 type checkpointClock struct {
-	mu   sync.Mutex
-	tick chan struct{} // closed at the pending tick; nil when none is pending
+	mu  sync.Mutex
+	due []*turn // the turns to checkpoint at the pending tick
 }
 
-// next returns a channel closed at the next tick.
-func (c *checkpointClock) next() <-chan struct{} {
+// schedule adds t to the turns checkpointed at the next tick.
+func (c *checkpointClock) schedule(t *turn) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tick == nil {
-		ch := make(chan struct{})
-		c.tick = ch
-		time.AfterFunc(checkpointInterval, func() {
-			c.mu.Lock()
-			c.tick = nil
-			c.mu.Unlock()
-			close(ch)
-		})
+	if len(c.due) == 0 {
+		time.AfterFunc(checkpointInterval, c.tick)
 	}
-	return c.tick
+	c.due = append(c.due, t)
+	c.mu.Unlock()
+}
+
+// tick starts the checkpoints of the due turns.
+func (c *checkpointClock) tick() {
+	c.mu.Lock()
+	due := c.due
+	c.due = nil
+	c.mu.Unlock()
+	for _, t := range due {
+		t.mu.Lock()
+		if !t.finishing {
+			t.goCheckpointLocked()
+		}
+		t.mu.Unlock()
+	}
 }
 
 // checkpoint stores the turn's progress, and a new reservation when few
@@ -98,9 +120,12 @@ func (t *turn) checkpoint() {
 	t.ckptMu.Lock()
 	defer t.ckptMu.Unlock()
 	t.mu.Lock()
+	// Lines streamed from here on are due at a later tick.
+	t.ckptDue = false
 	next := t.seq.next
 	low := next >= t.reserved-sortLow
 	if t.finishing || (next == t.ckptNext && !low) {
+		t.ckptEarly = false
 		t.mu.Unlock()
 		return
 	}
@@ -119,11 +144,16 @@ func (t *turn) checkpoint() {
 			t.reg.log.LogAttrs(ctx, slog.LevelWarn, "chat turn checkpoint not stored; streaming waits for the next one",
 				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
 		}
+		t.mu.Lock()
+		t.ckptEarly = false
+		t.dirtyLocked() // try again at the next tick
+		t.mu.Unlock()
 		return
 	}
 	t.mu.Lock()
 	t.reserved = max(t.reserved, reserve)
 	t.ckptNext = next
+	t.ckptEarly = false
 	t.seq.markStored(done)
 	t.cond.Broadcast()
 	t.mu.Unlock()

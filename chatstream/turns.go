@@ -400,19 +400,21 @@ type turn struct {
 	// streamed has a lower sort, so that after a crash the next turn
 	// starts above whatever a client saw. Emitters wait (on cond) for a
 	// checkpoint to raise it before they reach it.
-	reserved  int64
-	ckptNext  int64         // seq.next at the last checkpoint
-	cond      *sync.Cond    // on mu: reserved rose, or the turn is finishing
-	ckptReq   chan struct{} // asks the checkpointer for an early checkpoint
-	ckptMu    sync.Mutex    // held while a checkpoint or the final messages are stored
-	lines     []Line
-	size      int             // bytes in lines
-	maxSize   int             // cap on size for agent events
-	tooLong   bool            // the agent hit maxSize
-	closed    bool            // the log is complete
-	waiters   []chan struct{} // one per follower (capacity 1): signaled on append
-	finishing bool            // no more agent events
-	done      chan struct{}   // closed once finished: stored and log closed
+	reserved int64
+	ckptNext int64      // seq.next at the last checkpoint
+	cond     *sync.Cond // on mu: reserved rose, or the turn is finishing
+	// ckptDue: the turn waits for the clock's next tick; ckptEarly: a
+	// checkpoint asked for ahead of the clock has not ended yet.
+	ckptDue, ckptEarly bool
+	ckptMu             sync.Mutex // held while a checkpoint or the final messages are stored
+	lines              []Line
+	size               int             // bytes in lines
+	maxSize            int             // cap on size for agent events
+	tooLong            bool            // the agent hit maxSize
+	closed             bool            // the log is complete
+	waiters            []chan struct{} // one per follower (capacity 1): signaled on append
+	finishing          bool            // no more agent events
+	done               chan struct{}   // closed once finished: stored and log closed
 }
 
 // appendLocked encodes m into the log, publishes it to the cluster (which
@@ -423,6 +425,12 @@ func (t *turn) appendLocked(m Message) {
 		t.claim.Publish([]Line{l})
 	}
 	t.addLocked(l)
+}
+
+// emitLocked appends an agent's line: it is due at the next checkpoint.
+func (t *turn) emitLocked(m Message) {
+	t.appendLocked(m)
+	t.dirtyLocked()
 }
 
 // encodeMessage encodes m as a line of a turn's log.
@@ -463,7 +471,7 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	r.mu.Lock()
 	t.started = true
 	t.agentRunning = true
-	r.active += 2 // the agent's goroutine and the checkpointer below
+	r.active++ // the agent's goroutine below
 	if t.claim != nil {
 		r.active++ // the abort watcher below
 	}
@@ -483,11 +491,6 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 			}
 		}()
 	}
-
-	go func() {
-		defer r.ended()
-		t.checkpointLoop()
-	}()
 
 	go func() {
 		defer r.ended()
@@ -711,7 +714,7 @@ func (e *emitter) Thinking(text string) error {
 	if err != nil || !ok {
 		return err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return nil
 }
 
@@ -733,7 +736,7 @@ func (e *emitter) Content(piece string) error {
 	if err != nil {
 		return err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return nil
 }
 
@@ -760,7 +763,7 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return &toolCall{e: e, id: id}, nil
 }
 
@@ -800,6 +803,6 @@ func (c *toolCall) end(result string) error {
 	if err != nil {
 		return err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return nil
 }
