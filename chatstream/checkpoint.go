@@ -13,38 +13,31 @@ import (
 // stored once: later checkpoints and the turn's final write leave it out.
 // The turn reserves a block of sort numbers in the thread
 // (store.Thread.LastSort) with its echo, and a checkpoint reserves a new one
-// when fewer than sortLow are left: the turn streams no line at or above the
-// reserved mark, so that the next turn after a crash starts above every sort
-// a client may have seen.
+// when fewer than sortLow are left: no line at or above the reserved mark
+// reaches a client (such lines wait in the turn's log until a checkpoint
+// raises the mark), so that the next turn after a crash starts above every
+// sort a client may have seen. Emitters never wait for a write.
 const (
 	// checkpointInterval is how often a running turn that streamed
 	// something since its last checkpoint stores one; with the write,
 	// the stored answer stays less than a second behind.
 	checkpointInterval = 500 * time.Millisecond
-	// checkpointTimeout bounds the write of one checkpoint.
-	checkpointTimeout = 5 * time.Second
 	// sortBlock is how many sort numbers a turn reserves at its start and
 	// at each checkpoint that finds fewer than sortLow of them left (it is
 	// then due early), so that most turns need no write for sorts beyond
-	// the echo's. A turn's __state__ carries its reserved
-	// mark, so sorts jump by up to sortBlock from one turn to the next.
+	// the echo's. A turn's __state__ carries its reserved mark, so sorts
+	// jump by up to sortBlock from one turn to the next.
 	sortBlock = 2048
 	sortLow   = sortBlock / 4
 )
 
-// prepareCheckpoints sets the turn's reservation (stored with its echo);
-// before begin.
-func (t *turn) prepareCheckpoints(reserved int64) {
-	t.reserved = reserved
-	t.cond = sync.NewCond(&t.mu)
-}
-
-// A turn has no goroutine of its own for its checkpoints: one runs only
-// while a checkpoint is stored, so that a turn that streams nothing (an
-// agent waiting on a slow tool) costs no stack.
+// A turn has no goroutine of its own for its checkpoints: the registry's
+// clock stores those of every due turn at its tick, on one goroutine, in a
+// few transactions (persister); one asked for ahead of the clock runs on a
+// goroutine of its own while it is stored.
 
 // dirtyLocked records that the turn streamed something: it is checkpointed
-// at the registry clock's next tick.
+// at the registry clock's next tick. t.mu is held.
 func (t *turn) dirtyLocked() {
 	if !t.ckptDue && !t.finishing {
 		t.ckptDue = true
@@ -53,108 +46,127 @@ func (t *turn) dirtyLocked() {
 }
 
 // requestCheckpoint asks for a checkpoint now, ahead of the clock (few
-// reserved sorts are left); one at a time. t.mu is held.
+// reserved sorts are left); one at a time. t.mu is held and the turn is not
+// finishing: the registry still holds it, so its count of goroutines
+// cannot reach zero before this one is counted.
 func (t *turn) requestCheckpoint() {
-	if !t.ckptEarly && !t.finishing {
-		t.ckptEarly = true
-		t.goCheckpointLocked()
+	if t.ckptEarly || t.finishing {
+		return
 	}
-}
-
-// goCheckpointLocked stores a checkpoint on a goroutine counted by the
-// registry, so that a shutdown waits for it. t.mu is held and the turn is
-// not finishing: the registry still holds it, so the count cannot reach
-// zero before the goroutine is counted.
-func (t *turn) goCheckpointLocked() {
+	t.ckptEarly = true
 	r := t.reg
 	r.mu.Lock()
 	r.active++
 	r.mu.Unlock()
 	go func() {
 		defer r.ended()
-		t.checkpoint()
+		r.checkpoint([]*turn{t}, true)
 	}()
 }
 
 // checkpointClock ticks every checkpointInterval while turns wait for it.
-// The running turns of a registry share it, so that their checkpoints reach
-// the persister together and are stored in a few large transactions (one
-// commit for many turns) rather than in many small ones spread over the
-// interval. It has no goroutine: a timer starts one checkpoint goroutine per
-// due turn at the tick, and a tick is pending only while some turn is due.
+// The running turns of a registry share it, so that their checkpoints are
+// stored together in a few large transactions rather than in many small
+// ones spread over the interval. It has no goroutine: a timer runs the
+// tick, and a tick is pending only while some turn is due.
 type checkpointClock struct {
+	reg *registry
 	mu  sync.Mutex
 	due []*turn // the turns to checkpoint at the pending tick
 }
 
-// schedule adds t to the turns checkpointed at the next tick.
+// schedule adds t to the turns checkpointed at the next tick. The pending
+// tick counts as a goroutine of the registry, so that a shutdown waits for
+// its writes.
 func (c *checkpointClock) schedule(t *turn) {
 	c.mu.Lock()
 	if len(c.due) == 0 {
+		c.reg.mu.Lock()
+		c.reg.active++
+		c.reg.mu.Unlock()
 		time.AfterFunc(checkpointInterval, c.tick)
 	}
 	c.due = append(c.due, t)
 	c.mu.Unlock()
 }
 
-// tick starts the checkpoints of the due turns.
+// tick stores the checkpoints of the due turns.
 func (c *checkpointClock) tick() {
+	defer c.reg.ended()
 	c.mu.Lock()
 	due := c.due
 	c.due = nil
 	c.mu.Unlock()
-	for _, t := range due {
-		t.mu.Lock()
-		if !t.finishing {
-			t.goCheckpointLocked()
+	c.reg.checkpoint(due, false)
+}
+
+// checkpoint stores the progress of turns (those that are not finishing
+// and have something new, or few sorts left) and reports to each what was
+// stored.
+func (r *registry) checkpoint(turns []*turn, early bool) {
+	jobs := r.persist.submit(func() []threadWrite {
+		ws := make([]threadWrite, 0, len(turns))
+		for _, t := range turns {
+			if w, ok := t.checkpointWrite(early); ok {
+				ws = append(ws, w)
+			}
 		}
-		t.mu.Unlock()
+		return ws
+	})
+	for _, j := range jobs {
+		r.persist.wait(j)
+		for i := range j.writes {
+			j.writes[i].t.checkpointed(&j.writes[i])
+		}
 	}
 }
 
-// checkpoint stores the turn's progress, and a new reservation when few
-// sorts are left, unless the turn is finishing or has nothing new and
-// enough sorts left. The answer so far keeps the reserved mark as its sort,
-// so that it sorts after every line streamed.
-func (t *turn) checkpoint() {
-	t.ckptMu.Lock()
-	defer t.ckptMu.Unlock()
+// checkpointWrite returns the turn's checkpoint: its completed messages
+// not stored yet and the answer so far, at the reserved mark (raised when
+// few sorts are left), so that it sorts after every line streamed. ok is
+// false when there is nothing to store.
+func (t *turn) checkpointWrite(early bool) (w threadWrite, ok bool) {
 	t.mu.Lock()
-	// Lines streamed from here on are due at a later tick.
-	t.ckptDue = false
+	defer t.mu.Unlock()
+	if !early {
+		t.ckptDue = false // lines streamed from here on are due at a later tick
+	}
 	next := t.seq.next
 	low := next >= t.reserved-sortLow
 	if t.finishing || (next == t.ckptNext && !low) {
-		t.ckptEarly = false
-		t.mu.Unlock()
-		return
+		if early {
+			t.ckptEarly = false
+		}
+		return threadWrite{}, false
 	}
 	reserve := t.reserved
 	if low {
 		reserve = next + sortBlock
 	}
 	msgs, done := t.seq.checkpoint(reserve)
-	t.mu.Unlock()
+	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: reserve, msgs: msgs,
+		t: t, next: next, done: done, early: early}, true
+}
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), checkpointTimeout)
-	err := t.persist(ctx, reserve, msgs)
-	cancel()
-	if err != nil {
-		if t.reg.log != nil {
-			t.reg.log.LogAttrs(ctx, slog.LevelWarn, "chat turn checkpoint not stored; streaming waits for the next one",
-				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
-		}
-		t.mu.Lock()
+// checkpointed records the outcome of the turn's checkpoint w: stored, its
+// reservation lets the lines below it reach the clients; failed, the turn
+// is due again at the next tick.
+func (t *turn) checkpointed(w *threadWrite) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w.early {
 		t.ckptEarly = false
-		t.dirtyLocked() // try again at the next tick
-		t.mu.Unlock()
+	}
+	if w.err != nil {
+		if t.reg.log != nil {
+			t.reg.log.LogAttrs(context.Background(), slog.LevelWarn, "chat turn checkpoint not stored; the next tick tries again",
+				slog.String("chatId", t.key.chatID), slog.String("error", w.err.Error()))
+		}
+		t.dirtyLocked()
 		return
 	}
-	t.mu.Lock()
-	t.reserved = max(t.reserved, reserve)
-	t.ckptNext = next
-	t.ckptEarly = false
-	t.seq.markStored(done)
-	t.cond.Broadcast()
-	t.mu.Unlock()
+	t.reserved = max(t.reserved, w.lastSort)
+	t.ckptNext = max(t.ckptNext, w.next)
+	t.seq.markStored(w.done)
+	t.publishLocked()
 }

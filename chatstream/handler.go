@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/embedkit/embedkit/internal/lru"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
@@ -35,22 +34,14 @@ type Route struct {
 // registry of running turns; call [Handler.Shutdown] (or [Handler.Close])
 // when the server stops. A Handler is safe for concurrent use.
 type Handler struct {
-	st      store.Store
-	agent   Agent
-	cfg     config
-	turns   *registry
-	persist *persister
-	tel     *telemetry.Telemetry
-	// owners holds the user id of recent turns by external or internal id
-	// (see turnOwner).
-	owners *lru.Cache[ownerKey, int64]
+	st    store.Store
+	agent Agent
+	cfg   config
+	turns *registry
+	tel   *telemetry.Telemetry
 	// data is the agent when it is a DataAgent, for the data query API.
 	data DataAgent
 }
-
-// ownerHints is how many users' ids Handler.owners keeps (least recently
-// used evicted): about 100 bytes each.
-const ownerHints = 10000
 
 // NewHandler returns a handler that answers chat requests with agent and
 // keeps users, threads and histories in st. When agent is a [DataAgent],
@@ -64,8 +55,7 @@ func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	tel := telemetry.New(scope, cfg.tp, cfg.mp)
 	data, _ := agent.(DataAgent)
-	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster), persist: &persister{st: st}, tel: tel,
-		owners: lru.New[ownerKey, int64](ownerHints), data: data}
+	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster, st), tel: tel, data: data}
 }
 
 // Routes returns the chat endpoints (stream-chat-state, abort) and the
@@ -245,15 +235,7 @@ func (h *Handler) lookupUser(ctx context.Context, c caller, s *SessionSettings) 
 	if c.es != nil {
 		return c.es.User, true, nil
 	}
-	var (
-		u   store.User
-		err error
-	)
-	if s.ExternalID != "" {
-		u, err = h.st.UserByExternalID(ctx, c.acct.ID, s.ExternalID, h.cfg.now())
-	} else {
-		u, err = h.st.InternalUser(ctx, c.acct.ID, s.InternalID)
-	}
+	u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: s.ExternalID, InternalID: s.InternalID}, h.cfg.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return store.User{}, false, nil
 	}

@@ -13,15 +13,14 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Opening a turn: provision the user, reserve the thread, store the user
-// echo, then start the agent and stream the turn (serveTurn, top to bottom).
+// Opening a turn, top to bottom (serveTurn): provision the user in a
+// transaction of its own, reserve the turn for the user's id (in this
+// process and in the cluster), open the stream (thread and user echo in one
+// transaction), then start the agent and stream the turn. A refused
+// reservation or opening undoes what the request created, so that a request
+// is all or nothing.
 
-// serveTurn answers a request with input: it reserves the thread for the
-// caller's user (in this process and in the cluster) and opens the turn in
-// one transaction (provisioning, thread, user echo), then starts the turn
-// and streams it. The reservation has effects outside the transaction,
-// whose function may run more than once, so it is never made inside it:
-// see reserveAndOpen for the order.
+// serveTurn answers a request with input.
 func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
 	now := h.cfg.now()
@@ -63,261 +62,91 @@ func onOwnStack(f func()) {
 	}
 }
 
-// open reserves and opens the turn, then reads what the agent needs to
-// know about the user.
+// open provisions the user, reserves the turn for it and opens the stream.
+// The reservation has effects outside the store (the registry, the
+// cluster), so it is made between the two transactions, never inside one
+// (whose function may run more than once).
 func (h *Handler) open(ctx context.Context, c caller, req chatRequest, chatID string, now time.Time) (*turn, openedTurn, error) {
+	if h.turns.isClosing() {
+		return nil, openedTurn{}, errShuttingDown // spare the store a user to undo
+	}
 	lim := h.cfg.limitsOf(c.acct)
-	var (
-		t   *turn
-		op  openedTurn
-		err error
-	)
-	for attempt := 0; ; attempt++ {
-		t, op, err = h.reserveAndOpen(ctx, c, req, chatID, lim, now)
-		if !errors.Is(err, errOwnerChanged) || attempt == 2 {
-			break
-		}
-	}
-	if err != nil {
-		return nil, op, err
-	}
-	if c.es == nil {
-		h.owners.Add(ownerKeyOf(op.user), op.user.ID, time.Time{}) // see turnOwner
-	}
-	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
-
-	// Past the commit nothing can fail with an HTTP status. The user's
-	// attributes and groups are read after the commit, off the write
-	// path. The turn cannot run without them (they drive row-level
-	// security): if they cannot be read, it ends as an agent error.
-	op.agent = h.agent
-	rctx := context.WithoutCancel(ctx) // the turn is the server's now
-	attrs, err := h.st.AttributeValues(rctx, op.user.ID, op.scope)
-	var groups []store.Group
-	if err == nil {
-		groups, err = h.st.Memberships(rctx, op.user.ID, op.scope)
-	}
-	if err != nil {
-		readErr := err
-		op.agent = instrumented{AgentFunc(func(context.Context, Turn, Emitter) error {
-			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", readErr)
-		}), h.tel} // traced and measured like any turn
-	}
-	op.info.User = turnUser(op.user, attrs, groups)
-	return t, op, nil
-}
-
-// errOwnerChanged reports that the user a request provisions is not the one
-// its reservation was made for (it was replaced meanwhile): serveTurn
-// reserves again.
-var errOwnerChanged = fmt.Errorf("chatstream: the chat's user changed while the turn was reserved: %w", store.ErrUnavailable)
-
-// reserveAndOpen reserves the turn and opens it. The reservation needs the
-// user's id, so the order depends on whether the user exists:
-//
-//   - An existing user (or the session's): reserve, then open; a failed
-//     opening releases the reservation.
-//   - A new user in a new chat (no chatId sent): open first, in one
-//     transaction that creates the user, then reserve for the new id (see
-//     openFirstTurn). This is the common first turn, and it commits once.
-//   - A new user naming a chat: the chat may exist, so the user is created
-//     in a transaction of its own, then reserved for, then the turn opened.
-func (h *Handler) reserveAndOpen(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (*turn, openedTurn, error) {
-	owner, err := h.turnOwner(ctx, c, req, now)
+	user, scope, err := h.provisionUser(ctx, c, req, lim, now)
 	if err != nil {
 		return nil, openedTurn{}, err
 	}
-	if owner == 0 && req.ChatID == "" {
-		return h.openFirstTurn(ctx, c, req, chatID, lim, now)
-	}
-	var created store.User
-	if owner == 0 {
-		if created, err = h.createOwner(ctx, c, req, chatID, lim, now); err != nil {
-			return nil, openedTurn{}, err
-		}
-		owner = created.ID
-	}
-	t, err := h.reserve(ctx, c, chatID, owner, lim)
+	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, user.ID, h.cfg.maxTurnBytes,
+		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
 	var op openedTurn
 	if err == nil {
-		if op, err = h.openTurn(ctx, c, req, chatID, owner, lim, now); err != nil {
+		if op, err = h.openStream(ctx, c, req, chatID, user, lim, now); err != nil {
 			h.turns.release(ctx, t)
 		}
 	}
-	if errors.Is(err, errOwnerChanged) && c.es == nil {
-		h.owners.Remove(requestOwner(c, req)) // read it again
-	}
-	if err != nil && created.ID != 0 {
-		// A refused request changes nothing: the user it created for the
-		// reservation goes again, unless a concurrent request of the same
-		// user uses it by now (that one's opening then finds it and goes
-		// on, or provisions it anew and reserves again: errOwnerChanged).
-		h.undo(ctx, c.acct.ID, "", created, now)
-	}
-	return t, op, err
-}
-
-// reserve reserves the thread chatID for a turn of user owner, within the
-// account's turn limits.
-func (h *Handler) reserve(ctx context.Context, c caller, chatID string, owner int64, lim store.Limits) (*turn, error) {
-	return h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, owner, h.cfg.maxTurnBytes,
-		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
-}
-
-// openFirstTurn opens the first turn of a user the request creates, in a
-// chat id just made: one transaction stores the user, the thread and the
-// echo, and the turn is reserved after the commit, for the user's new id.
-// Nobody else can reserve the thread meanwhile: its id is new and not sent
-// yet. A refused reservation (a turn limit, a shutdown, the cluster) undoes
-// the opening: the thread goes, and so does the user if this request
-// created it and nothing else uses it by then (a concurrent first request
-// of the same user may have given it a turn).
-func (h *Handler) openFirstTurn(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (*turn, openedTurn, error) {
-	if h.turns.isClosing() {
-		return nil, openedTurn{}, errShuttingDown // spare the store an opening to undo
-	}
-	op, err := h.openTurn(ctx, c, req, chatID, 0, lim, now)
 	if err != nil {
+		h.undoUser(ctx, c, user, now)
 		return nil, openedTurn{}, err
 	}
-	t, err := h.reserve(ctx, c, chatID, op.user.ID, lim)
-	if err != nil {
-		h.undo(ctx, c.acct.ID, chatID, op.user, now)
-		return nil, openedTurn{}, err
-	}
+	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
+	op.agent = h.withUserData(user, scope)
 	return t, op, nil
 }
 
-// undo deletes what a refused request stored: the thread chatID, if not
-// empty, and the user u if the request created it (at now) and nothing else
-// uses it by then. It runs past the request's cancellation; a failure is
-// logged, as the request has its own error to answer.
-func (h *Handler) undo(ctx context.Context, accountID int64, chatID string, u store.User, now time.Time) {
-	ctx = context.WithoutCancel(ctx)
-	deleted := false
-	err := h.st.InTx(ctx, func(tx store.Tx) error {
-		deleted = false
-		if chatID != "" {
-			if err := tx.DeleteThread(ctx, accountID, chatID); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-		}
-		if !u.CreatedAt.Equal(now) {
-			return nil // it existed before: a concurrent request created it
-		}
-		var err error
-		deleted, err = tx.DeleteUnusedUser(ctx, u.ID, u.CreatedAt)
-		return err
-	})
-	if err == nil && deleted {
-		h.owners.Remove(ownerKeyOf(u)) // a hint to it would only cost a retry
-	}
-	if err != nil {
-		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "what a refused chat turn stored was not deleted", slog.String("error", err.Error()))
-	}
-}
-
-// turnOwner returns the id of the user a turn request runs for, without
-// changing anything: the session's user, or the existing user the request
-// names; 0 when the request would create it. A returning user's id comes
-// from h.owners, without a read: it is a hint, as the user may have been
-// deleted or replaced since. The opening transaction, which provisions the
-// user, refuses a user that is not the hinted one (errOwnerChanged, rolled
-// back); reserveAndOpen then forgets the hint and serveTurn tries again with
-// a read.
-func (h *Handler) turnOwner(ctx context.Context, c caller, req chatRequest, now time.Time) (int64, error) {
+// provisionUser returns the user a turn runs for: the session's, or the
+// one the request's sessionSettings provision (profile, attributes and
+// groups), in a transaction of its own.
+func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (store.User, store.Scope, error) {
 	if c.es != nil {
-		return c.es.User.ID, nil
+		return c.es.User, c.es.Session.Scope(), nil
 	}
-	ss := req.SessionSettings
-	key := requestOwner(c, req)
-	if id, ok := h.owners.Get(key, time.Time{}); ok {
-		return id, nil
-	}
-	var (
-		u   store.User
-		err error
-	)
-	if ss.ExternalID != "" {
-		u, err = h.st.UserByExternalID(ctx, c.acct.ID, ss.ExternalID, now)
-	} else {
-		u, err = h.st.InternalUser(ctx, c.acct.ID, ss.InternalID)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, nil
-	}
-	if err == nil {
-		h.owners.Add(key, u.ID, time.Time{})
-	}
-	return u.ID, err
-}
-
-// ownerKey names a user as a turn request does: by account and external
-// or internal id (one of the two is empty).
-type ownerKey struct {
-	accountID              int64
-	externalID, internalID string
-}
-
-func ownerKeyOf(u store.User) ownerKey { return ownerKey{u.AccountID, u.ExternalID, u.InternalID} }
-
-// requestOwner is the ownerKey of the user an API-key request names.
-func requestOwner(c caller, req chatRequest) ownerKey {
-	return ownerKey{c.acct.ID, req.SessionSettings.ExternalID, req.SessionSettings.InternalID}
-}
-
-// createOwner creates the user of a turn request in a chat it names, in a
-// transaction of its own, so that the thread can be reserved for it. Before
-// that, a chat that exists and cannot be this user's is refused, so that a
-// refused request leaves nothing behind.
-func (h *Handler) createOwner(ctx context.Context, c caller, req chatRequest, chatID string, lim store.Limits, now time.Time) (store.User, error) {
-	if err := h.checkNewOwner(ctx, c, chatID, now); err != nil {
-		return store.User{}, err
-	}
-	var u store.User
+	var res provision.Result
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
 		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
-		p.LikelyNew = true // turnOwner found none
-		res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
-		u = res.User
+		var err error
+		res, err = provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 		return err
 	})
-	return u, err
+	return res.User, res.Scope, err
 }
 
-// checkNewOwner refuses a turn of a user who does not exist yet in chat
-// chatID when the chat exists and its owner is visible: the chat cannot be
-// this user's.
-func (h *Handler) checkNewOwner(ctx context.Context, c caller, chatID string, now time.Time) error {
-	th, err := h.st.Thread(ctx, c.acct.ID, chatID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
+// undoUser deletes the user u of a refused request if the request created
+// it (at now) and nothing uses it by then (a concurrent request of the same
+// user may have given it a turn). It runs past the request's cancellation;
+// a failure is logged, as the request has its own error to answer.
+func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time.Time) {
+	if c.es != nil || !u.CreatedAt.Equal(now) {
+		return // the session's user, or one that existed before
 	}
-	if err != nil {
-		return err
-	}
-	gone, err := ownerGone(ctx, h.st, th, now)
-	switch {
-	case err != nil:
-		return err
-	case gone:
-		return nil
-	case th.AgentID != c.agent.ID:
-		return errChatGone
-	default:
-		return errNotOwner
+	ctx = context.WithoutCancel(ctx)
+	if _, err := h.st.DeleteUnusedUser(ctx, u.ID, u.CreatedAt); err != nil {
+		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "the user a refused chat turn created was not deleted", slog.String("error", err.Error()))
 	}
 }
 
-// openedTurn is what openTurn committed and the turn needs.
+// withUserData returns the turn's agent, which first reads the user's
+// attributes and groups of scope: on the turn's goroutine, after the
+// first line, off the opening's path. The turn cannot run without them
+// (they drive row-level security): if they cannot be read, it ends as an
+// agent error, traced and measured like any turn.
+func (h *Handler) withUserData(u store.User, scope store.Scope) Agent {
+	inner := h.agent.(instrumented)
+	return instrumented{AgentFunc(func(ctx context.Context, info Turn, e Emitter) error {
+		data, err := h.st.UserData(ctx, u.ID, scope)
+		if err != nil {
+			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", err)
+		}
+		info.User = turnUser(u, data)
+		return inner.agent.Answer(ctx, info, e)
+	}), inner.tel}
+}
+
+// openedTurn is what openStream committed and the turn needs.
 type openedTurn struct {
 	chatID string
 	seq    *sequence
 	echo   Message
 	info   Turn
-	user   store.User
-	scope  store.Scope
 	// maxSize caps the turn's stream: what is left of the thread's byte
 	// budget (see threadRoom).
 	maxSize int
@@ -325,35 +154,12 @@ type openedTurn struct {
 	agent Agent
 }
 
-// openTurn provisions the user (the request's profile, attributes and
-// groups), finds or creates the thread and stores the user echo, in one
-// transaction with no effect outside it. The user must be owner, for whom
-// the thread is reserved; owner 0 takes the user the request provisions,
-// for a thread reserved after the commit (turnOwner found none: provisioning
-// tries creating it first).
-func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatID string, owner int64, lim store.Limits, now time.Time) (openedTurn, error) {
+// openStream finds or creates the thread chatID of user, reserved for
+// it, and stores the user echo, in one transaction with no effect outside
+// it.
+func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, user store.User, lim store.Limits, now time.Time) (openedTurn, error) {
 	var op openedTurn
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
-		var (
-			user  store.User
-			scope store.Scope
-		)
-		if c.es != nil {
-			user = c.es.User
-			scope = c.es.Session.Scope()
-		} else {
-			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
-			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
-			p.LikelyNew = owner == 0 // turnOwner found none
-			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
-			if err != nil {
-				return err
-			}
-			user, scope = res.User, res.Scope
-		}
-		if owner != 0 && user.ID != owner {
-			return errOwnerChanged
-		}
 		// A chat id the request did not send is new (a random UUID): no
 		// need to look for its thread.
 		th, err := store.Thread{}, error(store.ErrNotFound)
@@ -420,7 +226,7 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 		} else if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
 			return err
 		}
-		op = openedTurn{chatID: chatID, seq: seq, echo: echo, user: user, scope: scope, maxSize: maxSize, info: Turn{
+		op = openedTurn{chatID: chatID, seq: seq, echo: echo, maxSize: maxSize, info: Turn{
 			AccountName:      c.acct.Name,
 			AgentID:          c.agent.ID,
 			ChatID:           chatID,
@@ -436,7 +242,7 @@ func (h *Handler) openTurn(ctx context.Context, c caller, req chatRequest, chatI
 	return op, err
 }
 
-// runTurn starts the turn opened by openTurn on its reservation t and
+// runTurn starts the turn opened by openStream on its reservation t and
 // streams it.
 func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *turn, op openedTurn) {
 	ctx := r.Context()
@@ -447,15 +253,7 @@ func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *t
 	lw.send(cutoffMessage(chatID, false))
 
 	t.seq = seq
-	t.prepareCheckpoints(echo.Sort + sortBlock)
-	acctID := c.acct.ID
-	t.persist = func(ctx context.Context, lastSort int64, msgs []Message) error {
-		stored, err := toStored(msgs)
-		if err != nil {
-			return err
-		}
-		return h.persist.persist(ctx, acctID, chatID, lastSort, stored)
-	}
+	t.reserved = echo.Sort + sortBlock // stored with the echo
 	start := seq.start(newID())
 	t.begin(ctx, h.cfg.turnTimeout, op.agent, op.info, echo, start)
 
@@ -494,17 +292,17 @@ func toStored(msgs []Message) ([]store.ThreadMessage, error) {
 }
 
 // turnUser builds the agent's view of the user.
-func turnUser(u store.User, attrs []store.UserAttribute, groups []store.Group) User {
+func turnUser(u store.User, data store.UserData) User {
 	tu := User{ExternalID: u.ExternalID, InternalID: u.InternalID, Email: u.Email, SecurityContext: u.SecurityContext}
-	if len(attrs) > 0 {
-		tu.Attributes = make(map[string]any, len(attrs))
-		for _, a := range attrs {
+	if len(data.Attributes) > 0 {
+		tu.Attributes = make(map[string]any, len(data.Attributes))
+		for _, a := range data.Attributes {
 			if v, ok := attrValue(a); ok {
 				tu.Attributes[a.Name] = v
 			}
 		}
 	}
-	for _, g := range groups {
+	for _, g := range data.Groups {
 		tu.Groups = append(tu.Groups, g.Name)
 	}
 	return tu

@@ -8,58 +8,112 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// maxPersistBatch caps the turns stored in one transaction.
-const maxPersistBatch = 64
+// minPersistBatch is the fewest thread writes a transaction of the
+// persister takes when that many are queued, and maxPersistTxPerTick the
+// most transactions the checkpoints of one clock tick are split into: the
+// running turns' checkpoints cost a near-constant number of transactions
+// per second whatever their count, yet no transaction holds the database
+// (SQLite's one writer) much longer than the openings around it.
+const (
+	minPersistBatch     = 256
+	maxPersistTxPerTick = 8
+)
 
-// persister stores the final messages of ending turns with group commit:
-// turns that end while a write is in flight are stored together in the next
-// transaction, so that the store sees one commit for many turns under load.
-// It starts no goroutine: the caller whose turn is first in line writes the
-// batch (it "leads"), then hands the lead to the first turn still waiting.
+// persister is the one batching layer of chatstream: it stores the
+// checkpoints of running turns and the final messages of ending ones, with
+// group commit. Thread writes queued while a transaction is in flight are
+// stored together in the next one, under a context of its own (never a
+// request's), with one AppendMessages per thread. Writes are stored in the
+// order they were queued, so that a turn's final messages replace its
+// checkpoints. It starts no goroutine: the caller whose job is first in line
+// writes the batch (it "leads"), then hands the lead to the next waiting job.
 type persister struct {
 	st store.Store
 
+	// mu guards the queue; callers also hold it while they take the
+	// snapshot they queue (submit), so that queue order is snapshot order.
 	mu    sync.Mutex
 	queue []*persistJob
 	busy  bool // a leader is writing
 }
 
-type persistJob struct {
-	ctx       context.Context // the turn's request
+// threadWrite is one AppendMessages of a batch.
+type threadWrite struct {
 	accountID int64
 	chatID    string
 	lastSort  int64
-	msgs      []store.ThreadMessage
+	msgs      []Message
+	err       error // set once the write's job is done
 
-	err  error
-	done chan struct{} // closed once stored (or failed)
-	lead chan struct{} // closed when this job's caller must lead
+	// A checkpoint's: the turn, its sequence position and completed
+	// messages covered, and whether it was asked for ahead of the clock.
+	t     *turn
+	next  int64
+	done  int
+	early bool
 }
 
-// persist stores one turn's messages and returns once they are stored.
-func (p *persister) persist(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
-	j := &persistJob{ctx: ctx, accountID: accountID, chatID: chatID, lastSort: lastSort, msgs: msgs,
-		done: make(chan struct{}), lead: make(chan struct{})}
+type persistJob struct {
+	writes []threadWrite
+	done   chan struct{} // closed once stored (or failed)
+	lead   chan struct{} // closed when this job's caller must lead
+}
+
+// submit queues the writes that collect returns, as one job or, for many
+// writes, several (see minPersistBatch). collect runs with p.mu held: a
+// turn's snapshot and its place in the queue are taken together. The caller
+// then waits for each job, in order.
+func (p *persister) submit(collect func() []threadWrite) []*persistJob {
 	p.mu.Lock()
-	p.queue = append(p.queue, j)
-	if p.busy {
-		p.mu.Unlock()
-		select {
-		case <-j.done:
-			return j.err
-		case <-j.lead:
-		}
-	} else {
+	defer p.mu.Unlock()
+	ws := collect()
+	if len(ws) == 0 {
+		return nil
+	}
+	chunk := max(minPersistBatch, (len(ws)+maxPersistTxPerTick-1)/maxPersistTxPerTick)
+	jobs := make([]*persistJob, 0, (len(ws)+chunk-1)/chunk)
+	for len(ws) > 0 {
+		n := min(chunk, len(ws))
+		j := &persistJob{writes: ws[:n:n], done: make(chan struct{}), lead: make(chan struct{})}
+		ws = ws[n:]
+		jobs = append(jobs, j)
+		p.queue = append(p.queue, j)
+	}
+	return jobs
+}
+
+// wait returns once j is stored (or failed), leading batches when its turn
+// comes. Each write of j then has its err.
+func (p *persister) wait(j *persistJob) {
+	for {
+		p.mu.Lock()
+		lead := !p.busy
 		p.busy = true
 		p.mu.Unlock()
+		if !lead {
+			select {
+			case <-j.done:
+				return
+			case <-j.lead:
+			}
+		}
+		p.leadBatch()
+		select {
+		case <-j.done:
+			return
+		default: // j was queued behind the batch: wait again
+		}
 	}
-	return p.leadBatch(ctx, j)
 }
 
-// leadBatch writes the queued jobs (j among them) and hands the lead on.
-func (p *persister) leadBatch(ctx context.Context, j *persistJob) error {
+// leadBatch writes the jobs at the front of the queue and hands the lead on.
+func (p *persister) leadBatch() {
 	p.mu.Lock()
-	n := min(len(p.queue), maxPersistBatch)
+	n, writes := 0, 0
+	for n < len(p.queue) && (n == 0 || writes+len(p.queue[n].writes) <= minPersistBatch) {
+		writes += len(p.queue[n].writes)
+		n++
+	}
 	batch := p.queue[:n:n]
 	p.queue = p.queue[n:]
 	p.mu.Unlock()
@@ -74,39 +128,51 @@ func (p *persister) leadBatch(ctx context.Context, j *persistJob) error {
 		p.queue = nil
 	}
 	p.mu.Unlock()
-	<-j.done // j was in the batch: the leader is always first in the queue
-	return j.err
 }
 
-// write stores a batch. A batch of one turn runs under that turn's request
-// context; a batch serving several turns runs under a context of its own
-// (no request's values, no request's cancellation), so that a host's
-// tracing does not attribute the other turns' writes to one request and
-// one client going away does not fail the others' writes. The store bounds
-// it by its query timeout.
+// write stores a batch in one transaction, under a context of its own (no
+// request's values or cancellation: the writes serve several turns),
+// bounded by persistTimeout.
 func (p *persister) write(batch []*persistJob) {
-	ctx := batch[0].ctx
-	if len(batch) > 1 {
-		ctx = context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+	defer cancel()
+	type stored struct {
+		w    *threadWrite
+		msgs []store.ThreadMessage
 	}
-	appends := make([]store.ThreadAppend, len(batch))
-	for i, j := range batch {
-		appends[i] = store.ThreadAppend{AccountID: j.accountID, ChatID: j.chatID, LastSort: j.lastSort, Messages: j.msgs}
-	}
-	err := p.st.AppendToThreads(ctx, appends)
-	// A batch that failed for a turn of its own is retried turn by turn; an
-	// unreachable database fails them all alike, so a retry would only wait
-	// the query timeout once more per turn.
-	if err != nil && len(batch) > 1 && !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
-		// One bad turn must not fail the others: store them one by one.
-		for _, j := range batch {
-			j.err = p.st.AppendMessages(j.ctx, j.accountID, j.chatID, j.lastSort, j.msgs)
-			close(j.done)
+	var ws []stored
+	for _, j := range batch {
+		for i := range j.writes {
+			w := &j.writes[i]
+			msgs, err := toStored(w.msgs)
+			if w.err = err; err == nil {
+				ws = append(ws, stored{w, msgs})
+			}
 		}
-		return
+	}
+	err := p.st.InTx(ctx, func(tx store.Tx) error {
+		for _, s := range ws {
+			if err := tx.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// A batch that failed for a thread of its own (deleted meanwhile) is
+	// stored thread by thread, so that one bad thread does not fail the
+	// others; an unreachable database fails them all alike.
+	if err != nil && len(ws) > 1 && !errors.Is(err, store.ErrUnavailable) {
+		for _, s := range ws {
+			ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+			s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
+			cancel()
+		}
+	} else {
+		for _, s := range ws {
+			s.w.err = err
+		}
 	}
 	for _, j := range batch {
-		j.err = err
 		close(j.done)
 	}
 }
