@@ -4,158 +4,189 @@ import (
 	"context"
 	"encoding/json"
 
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
 	"github.com/embedkit/embedkit/store"
 )
 
+func columns(names ...string) []clause.Column {
+	cs := make([]clause.Column, len(names))
+	for i, n := range names {
+		cs[i] = clause.Column{Name: n}
+	}
+	return cs
+}
+
+// upsert is ON CONFLICT (conflict...) DO UPDATE SET each of set to the
+// inserted value.
+func upsert(conflict []string, set ...string) clause.OnConflict {
+	return clause.OnConflict{Columns: columns(conflict...), DoUpdates: clause.AssignmentColumns(set)}
+}
+
 func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
-	branches := "[]"
-	if len(a.Branches) > 0 {
-		b, err := json.Marshal(a.Branches)
-		if err != nil {
-			return store.Account{}, wrapErr("save account", err)
-		}
-		branches = string(b)
+	branches, err := json.Marshal(a.Branches)
+	if err != nil {
+		return store.Account{}, wrapErr("save account", err)
+	}
+	if a.Branches == nil {
+		branches = []byte("[]")
 	}
 	limits, err := json.Marshal(a.Limits)
 	if err != nil {
 		return store.Account{}, wrapErr("save account", err)
 	}
-	plan := a.Plan
-	if plan == "" {
-		plan = store.PlanFree
+	if a.Plan == "" {
+		a.Plan = store.PlanFree
 	}
-	var row accountRow
-	_, err = t.find(ctx, "save account", &row,
-		`INSERT INTO embedkit_accounts (name, plan, use_creator_mode, max_external_users, branches, limits) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET plan = excluded.plan, use_creator_mode = excluded.use_creator_mode,
-		max_external_users = excluded.max_external_users, branches = excluded.branches, limits = excluded.limits
-		RETURNING `+accountCols,
-		a.Name, string(plan), a.UseCreatorMode, a.MaxExternalUsers, branches, string(limits))
+	row := Account{Name: a.Name, Plan: string(a.Plan), UseCreatorMode: a.UseCreatorMode,
+		MaxExternalUsers: int64(a.MaxExternalUsers), Branches: string(branches), Limits: string(limits)}
+	if _, err := t.do(ctx, "save account", func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"name"}, "plan", "use_creator_mode", "max_external_users", "branches", "limits"),
+			clause.Returning{}).Create(&row)
+	}); err != nil {
+		return store.Account{}, err
+	}
+	return row.account()
+}
+
+func (r Account) account() (store.Account, error) {
+	a := store.Account{ID: r.ID, Name: r.Name, Plan: store.Plan(r.Plan), UseCreatorMode: r.UseCreatorMode,
+		MaxExternalUsers: int(r.MaxExternalUsers)}
+	if err := json.Unmarshal([]byte(r.Branches), &a.Branches); err != nil {
+		return store.Account{}, wrapErr("account", err)
+	}
+	if err := json.Unmarshal([]byte(r.Limits), &a.Limits); err != nil {
+		return store.Account{}, wrapErr("account", err)
+	}
+	return a, nil
+}
+
+func (t *txn) account(ctx context.Context, op, where string, arg any) (store.Account, error) {
+	var row Account
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where(where, arg).Limit(1).Find(&row) })
 	if err != nil {
 		return store.Account{}, err
 	}
-	// The rows that count persistent external users (see countPersistent).
-	// Shard 0 starts from the users already there, so that a database
-	// written before the count existed is counted right.
-	shards := 1
-	if t.pg() {
-		shards = slotShards
+	if n == 0 {
+		return store.Account{}, newErr(op, store.ErrNotFound)
 	}
-	if _, err := t.exec(ctx, "save account",
-		`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
-		SELECT ?, 0, COUNT(*) FROM embedkit_users WHERE account_id = ? AND external_id IS NOT NULL AND NOT ephemeral
-		ON CONFLICT (account_id, shard) DO NOTHING`, row.ID, row.ID); err != nil {
-		return store.Account{}, err
-	}
-	if shards > 1 {
-		args := make([]any, 0, 2*(shards-1))
-		for i := 1; i < shards; i++ {
-			args = append(args, row.ID, i)
-		}
-		if _, err := t.exec(ctx, "save account",
-			"INSERT INTO embedkit_account_user_slots (account_id, shard) VALUES "+placeholders(shards-1, 2)+
-				" ON CONFLICT (account_id, shard) DO NOTHING", args...); err != nil {
-			return store.Account{}, err
-		}
-	}
-	return row.account(), nil
+	return row.account()
 }
 
 func (t *txn) AccountByID(ctx context.Context, id int64) (store.Account, error) {
-	var row accountRow
-	n, err := t.find(ctx, "account by id", &row, "SELECT "+accountCols+" FROM embedkit_accounts WHERE id = ?", id)
-	if err != nil {
-		return store.Account{}, err
-	}
-	if n == 0 {
-		return store.Account{}, newErr("account by id", store.ErrNotFound)
-	}
-	return row.account(), nil
+	return t.account(ctx, "account by id", "id = ?", id)
 }
 
 func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, error) {
-	var row accountRow
-	n, err := t.find(ctx, "account by name", &row, "SELECT "+accountCols+" FROM embedkit_accounts WHERE name = ?", name)
-	if err != nil {
-		return store.Account{}, err
-	}
-	if n == 0 {
-		return store.Account{}, newErr("account by name", store.ErrNotFound)
-	}
-	return row.account(), nil
+	return t.account(ctx, "account by name", "name = ?", name)
 }
 
-func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
-	_, err := t.exec(ctx, "save deployment",
-		`INSERT INTO embedkit_deployments (account_id, id, name) VALUES (?, ?, ?)
-		ON CONFLICT (account_id, id) DO UPDATE SET name = excluded.name`,
-		d.AccountID, d.ID, d.Name)
+func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
+	const op = "save api key"
+	if k.Origin == "" {
+		k.Origin = store.OriginAPI
+	}
+	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(k.Origin), Name: k.Name}
+	if !k.CreatedAt.IsZero() {
+		row.CreatedAt = nanos(k.CreatedAt)
+	}
+	// The update applies only to the key's own account: a hash of another
+	// account changes nothing and affects no row.
+	up := upsert([]string{"hash"}, "admin", "origin", "name")
+	up.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "embedkit_api_keys.account_id = excluded.account_id"}}}
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		// Select: GORM would leave zero fields with a default out.
+		return db.Select("*").Clauses(up).Create(&row)
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return newErr(op, store.ErrConflict)
+	}
+	return nil
+}
+
+func (r APIKey) key() store.APIKey {
+	k := store.APIKey{Hash: r.Hash, AccountID: r.AccountID, Admin: r.Admin, Origin: store.KeyOrigin(r.Origin), Name: r.Name}
+	if r.CreatedAt != 0 {
+		k.CreatedAt = fromNanos(r.CreatedAt)
+	}
+	return k
+}
+
+// APIKeyByHash reads the key and its account in one statement (a join).
+func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error) {
+	const op = "api key"
+	var row APIKey
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash).Limit(1).Find(&row)
+	})
+	if err != nil {
+		return store.APIKey{}, store.Account{}, err
+	}
+	if n == 0 || row.Account == nil {
+		return store.APIKey{}, store.Account{}, newErr(op, store.ErrNotFound)
+	}
+	a, err := row.Account.account()
+	return row.key(), a, err
+}
+
+func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
+	var rows []APIKey
+	if _, err := t.do(ctx, "api keys", func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ?", accountID).Order("created_at, hash").Find(&rows)
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]store.APIKey, len(rows))
+	for i, r := range rows {
+		out[i] = r.key()
+	}
+	return out, nil
+}
+
+// DeleteAPIKey deletes the key; its session ids and tokens go with it (ON
+// DELETE CASCADE).
+func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
+	const op = "delete api key"
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Where("hash = ? AND account_id = ?", hash, accountID).Delete(&APIKey{})
+	})
+	if err == nil && n == 0 {
+		err = newErr(op, store.ErrNotFound)
+	}
 	return err
 }
 
-func (t *txn) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
-	var row deploymentRow
-	n, err := t.find(ctx, "deployment", &row, "SELECT account_id, id, name FROM embedkit_deployments WHERE account_id = ? AND id = ?", accountID, id)
-	if err != nil {
-		return store.Deployment{}, err
-	}
-	if n == 0 {
-		return store.Deployment{}, newErr("deployment", store.ErrNotFound)
-	}
-	return store.Deployment{AccountID: row.AccountID, ID: row.ID, Name: row.Name}, nil
+func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
+	_, err := t.do(ctx, "save deployment", func(db *gorm.DB) *gorm.DB {
+		return db.Select("*").Clauses(upsert([]string{"account_id", "id"}, "name")).
+			Create(&Deployment{AccountID: d.AccountID, ID: d.ID, Name: d.Name})
+	})
+	return err
 }
 
 func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
-	_, err := t.exec(ctx, "save agent",
-		`INSERT INTO embedkit_agents (account_id, id, deployment_id) VALUES (?, ?, ?)
-		ON CONFLICT (account_id, id) DO UPDATE SET deployment_id = excluded.deployment_id`,
-		a.AccountID, a.ID, a.DeploymentID)
+	_, err := t.do(ctx, "save agent", func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"account_id", "id"}, "deployment_id")).
+			Create(&Agent{AccountID: a.AccountID, ID: a.ID, DeploymentID: a.DeploymentID})
+	})
 	return err
 }
 
 func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
-	var row agentRow
-	n, err := t.find(ctx, "agent", &row, "SELECT account_id, id, deployment_id FROM embedkit_agents WHERE account_id = ? AND id = ?", accountID, id)
+	const op = "agent"
+	var row Agent
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND id = ?", accountID, id).Limit(1).Find(&row)
+	})
 	if err != nil {
 		return store.Agent{}, err
 	}
 	if n == 0 {
-		return store.Agent{}, newErr("agent", store.ErrNotFound)
+		return store.Agent{}, newErr(op, store.ErrNotFound)
 	}
 	return store.Agent{AccountID: row.AccountID, ID: row.ID, DeploymentID: row.DeploymentID}, nil
-}
-
-// SaveAccount implements [store.Accounts].
-func (s *Store) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
-	return write(ctx, s, func(t *txn) (store.Account, error) { return t.SaveAccount(ctx, a) })
-}
-
-// AccountByID implements [store.Accounts].
-func (s *Store) AccountByID(ctx context.Context, id int64) (store.Account, error) {
-	return read(ctx, s, func(t *txn) (store.Account, error) { return t.AccountByID(ctx, id) })
-}
-
-// AccountByName implements [store.Accounts].
-func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
-	return read(ctx, s, func(t *txn) (store.Account, error) { return t.AccountByName(ctx, name) })
-}
-
-// SaveDeployment implements [store.Accounts].
-func (s *Store) SaveDeployment(ctx context.Context, d store.Deployment) error {
-	return write0(ctx, s, func(t *txn) error { return t.SaveDeployment(ctx, d) })
-}
-
-// Deployment implements [store.Accounts].
-func (s *Store) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
-	return read(ctx, s, func(t *txn) (store.Deployment, error) { return t.Deployment(ctx, accountID, id) })
-}
-
-// SaveAgent implements [store.Accounts].
-func (s *Store) SaveAgent(ctx context.Context, a store.Agent) error {
-	return write0(ctx, s, func(t *txn) error { return t.SaveAgent(ctx, a) })
-}
-
-// Agent implements [store.Accounts].
-func (s *Store) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
-	return read(ctx, s, func(t *txn) (store.Agent, error) { return t.Agent(ctx, accountID, id) })
 }

@@ -30,6 +30,7 @@ var migrations = []migration{
 	// database has prefixed tables from version 1 on.
 	{4, "the embedkit_ prefix on every table, index and sequence", func(*gorm.DB) error { return nil }},
 	{5, "the API key that minted each session id and token", addKeyHash},
+	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
 }
 
 // migrationLock is the key of the PostgreSQL advisory lock held while
@@ -119,31 +120,6 @@ func createTables(tx *gorm.DB) error {
 		return nil
 	}
 	return m.CreateConstraint(&Thread{}, "Messages")
-}
-
-// migrate runs Migrate on the store's handle; on SQLite on the writer
-// connection (the only one of an in-memory database).
-func (s *Store) migrate() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
-	defer cancel()
-	if s.dialect == postgresDialect {
-		return Migrate(ctx, s.db)
-	}
-	if err := s.acquireWriter(ctx); err != nil {
-		return err
-	}
-	defer s.releaseWriter()
-	// Begin explicitly: GORM takes the pinned writer connection for a
-	// transaction already (see pinnedConn).
-	tx := s.on(ctx, s.writer).Begin()
-	if tx.Error != nil {
-		return wrapErr("migrate", tx.Error)
-	}
-	if err := Migrate(ctx, tx); err != nil {
-		_ = tx.Rollback().Error
-		return err
-	}
-	return wrapErr("migrate", tx.Commit().Error)
 }
 
 // legacyTables are the names of embedkit's tables before version 4, in
@@ -295,4 +271,105 @@ func addKeyHash(tx *gorm.DB) error {
 		}
 	}
 	return nil
+}
+
+// addAPIKeyColumns is version 2: the origin, name and creation time of API
+// keys.
+func addAPIKeyColumns(tx *gorm.DB) error {
+	return addColumns(tx, &APIKey{}, "Origin", "Name", "CreatedAt")
+}
+
+func addColumns(tx *gorm.DB, model any, fields ...string) error {
+	m := tx.Migrator()
+	for _, f := range fields {
+		if m.HasColumn(model, f) {
+			continue
+		}
+		if err := m.AddColumn(model, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addLimits is version 3: the accounts' limits column, the quota counters
+// and the indexes that the deletion of expired session ids and tokens
+// uses.
+func addLimits(tx *gorm.DB) error {
+	m := tx.Migrator()
+	if err := addColumns(tx, &Account{}, "Limits"); err != nil {
+		return err
+	}
+	if !m.HasTable(&AccountQuota{}) {
+		if err := m.CreateTable(&AccountQuota{}); err != nil {
+			return err
+		}
+	}
+	for _, ix := range []struct {
+		model any
+		name  string
+	}{{&Session{}, "embedkit_sessions_expiry"}, {&Token{}, "embedkit_tokens_expiry"}} {
+		if !m.HasIndex(ix.model, ix.name) {
+			if err := m.CreateIndex(ix.model, ix.name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// foldUserData is version 6: a user's attribute values and memberships
+// move from the tables embedkit_attribute_values and embedkit_group_members
+// into the JSON columns attribute_values and group_ids of embedkit_users,
+// and the two tables are dropped. It also recounts the persistent external
+// users of each account into one counter row. Hand-written SQL: the
+// aggregation into JSON objects is per dialect and beyond GORM's API.
+func foldUserData(tx *gorm.DB) error {
+	m := tx.Migrator()
+	if err := addColumns(tx, &User{}, "AttributeValues", "GroupIDs"); err != nil {
+		return err
+	}
+	pg := tx.Dialector.Name() == "postgres"
+	if m.HasTable("embedkit_attribute_values") {
+		q := `UPDATE embedkit_users SET attribute_values = (SELECT json_group_object(CAST(v.attribute_id AS TEXT), json(v.value))
+			FROM embedkit_attribute_values v WHERE v.user_id = embedkit_users.id)
+			WHERE id IN (SELECT user_id FROM embedkit_attribute_values)`
+		if pg {
+			q = `UPDATE embedkit_users u SET attribute_values = s.o FROM (
+				SELECT user_id, jsonb_object_agg(attribute_id::text, value::jsonb)::text AS o
+				FROM embedkit_attribute_values GROUP BY user_id) s WHERE u.id = s.user_id`
+		}
+		if err := tx.Exec(q).Error; err != nil {
+			return err
+		}
+		if err := m.DropTable("embedkit_attribute_values"); err != nil {
+			return err
+		}
+	}
+	if m.HasTable("embedkit_group_members") {
+		q := `UPDATE embedkit_users SET group_ids = (SELECT json_group_object(tid, json(ids)) FROM (
+				SELECT CAST(g.embed_tenant_id AS TEXT) AS tid, json_group_array(g.id) AS ids
+				FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
+				WHERE gm.user_id = embedkit_users.id GROUP BY g.embed_tenant_id))
+			WHERE id IN (SELECT user_id FROM embedkit_group_members)`
+		if pg {
+			q = `UPDATE embedkit_users u SET group_ids = s.o FROM (
+				SELECT user_id, jsonb_object_agg(tid, ids)::text AS o FROM (
+					SELECT gm.user_id, g.embed_tenant_id::text AS tid, jsonb_agg(g.id ORDER BY g.id) AS ids
+					FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
+					GROUP BY gm.user_id, g.embed_tenant_id) x GROUP BY user_id) s
+			WHERE u.id = s.user_id`
+		}
+		if err := tx.Exec(q).Error; err != nil {
+			return err
+		}
+		if err := m.DropTable("embedkit_group_members"); err != nil {
+			return err
+		}
+	}
+	if err := tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error; err != nil {
+		return err
+	}
+	return tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
+		SELECT account_id, 0, COUNT(*) FROM embedkit_users WHERE external_id IS NOT NULL AND NOT ephemeral GROUP BY account_id`).Error
 }

@@ -23,7 +23,6 @@ type config struct {
 	queryTimeout time.Duration
 	maxRetries   int
 	closeDB      bool
-	noPipelining bool
 }
 
 func defaultConfig() config {
@@ -42,20 +41,9 @@ func WithCloseDB() Option {
 	return func(c *config) { c.closeDB = true }
 }
 
-// WithoutPipelining makes PostgreSQL transactions run every statement
-// through GORM's callback chain, as everything else does, instead of
-// pipelining them on the pgx connection (see the package documentation):
-// for a host whose tracing or metrics plugins hook GORM's callbacks and
-// must see every statement. It costs generate-session about 18% of its
-// throughput. Default: pipelining on, when the driver is pgx.
-func WithoutPipelining() Option {
-	return func(c *config) { c.noPipelining = true }
-}
-
 // WithQueryTimeout bounds every statement and every transaction attempt: a
 // call that cannot get a connection, the SQLite writer or an answer within d
-// fails with an error wrapping [store.ErrUnavailable]. SQLite waits up to d/2
-// (at most 2.5 s) for another process's write lock. Default: 5 seconds. d
+// fails with an error wrapping [store.ErrUnavailable]. Default: 5 seconds. d
 // must be positive; WithQueryTimeout panics otherwise.
 func WithQueryTimeout(d time.Duration) Option {
 	if d <= 0 {

@@ -25,8 +25,10 @@ type Account struct {
 // TableName implements gorm's Tabler.
 func (Account) TableName() string { return "embedkit_accounts" }
 
-// AccountUserSlot is one shard of an account's count of persistent external
-// users (table embedkit_account_user_slots); the count is the sum of the shards.
+// AccountUserSlot is the count of an account's persistent external users
+// (table embedkit_account_user_slots), in the row of shard 0; its row lock
+// makes the limit exact under concurrency. (Before version 6 the count was
+// spread over shards; version 6 recounts it into shard 0.)
 type AccountUserSlot struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Shard     int32    `gorm:"column:shard;primaryKey;autoIncrement:false"`
@@ -227,6 +229,20 @@ type ThreadMessage struct {
 
 // TableName implements gorm's Tabler.
 func (ThreadMessage) TableName() string { return "embedkit_thread_messages" }
+
+// AccountQuota is a counter of an account's quota (table
+// embedkit_account_quotas), such as the new ephemeral users of one minute;
+// it is deleted once expired.
+type AccountQuota struct {
+	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
+	Name      string   `gorm:"column:name;primaryKey"`
+	N         int64    `gorm:"column:n;not null"`
+	ExpiresAt int64    `gorm:"column:expires_at;not null;index:embedkit_account_quotas_expiry"`
+	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
+}
+
+// TableName implements gorm's Tabler.
+func (AccountQuota) TableName() string { return "embedkit_account_quotas" }
 
 // SchemaVersion records one applied migration of embedkit's tables (table
 // embedkit_schema_versions).

@@ -18,14 +18,14 @@ var accountRules = []rule{
 			f := newFixture(t, st, "acme")
 			h := bytes.Repeat([]byte{0x11}, 32)
 			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID, Name: "ci", CreatedAt: t0}))
-			k, err := st.APIKeyByHash(ctx(t), h)
+			k, _, err := st.APIKeyByHash(ctx(t), h)
 			mustNil(t, "APIKeyByHash", err)
 			if k.Origin != store.OriginAPI || k.Name != "ci" || !k.CreatedAt.Equal(t0) {
 				t.Errorf("key = %+v, want origin api, name ci, created %v", k, t0)
 			}
 			mustNil(t, "SaveAPIKey again", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID, Admin: true,
 				Origin: store.OriginConfig, Name: "", CreatedAt: t0.Add(time.Hour)}))
-			k, err = st.APIKeyByHash(ctx(t), h)
+			k, _, err = st.APIKeyByHash(ctx(t), h)
 			mustNil(t, "APIKeyByHash", err)
 			if k.Origin != store.OriginConfig || k.Name != "" || !k.Admin || !k.CreatedAt.Equal(t0) {
 				t.Errorf("key = %+v, want admin config key created %v", k, t0)
@@ -72,10 +72,10 @@ var accountRules = []rule{
 				return boom
 			})
 			wantErr(t, "InTx", err, boom)
-			_, err = st.APIKeyByHash(ctx(t), h)
+			_, _, err = st.APIKeyByHash(ctx(t), h)
 			mustNil(t, "APIKeyByHash after a rolled-back delete", err)
 			mustNil(t, "DeleteAPIKey", st.DeleteAPIKey(ctx(t), f.account.ID, h))
-			_, err = st.APIKeyByHash(ctx(t), h)
+			_, _, err = st.APIKeyByHash(ctx(t), h)
 			wantErr(t, "APIKeyByHash after DeleteAPIKey", err, store.ErrNotFound)
 			wantErr(t, "DeleteAPIKey twice", st.DeleteAPIKey(ctx(t), f.account.ID, h), store.ErrNotFound)
 			list, err := st.APIKeys(ctx(t), f.account.ID)
@@ -124,29 +124,32 @@ var accountRules = []rule{
 	},
 	{
 		name: "API keys are found by hash and updated in place",
-		doc:  "SaveAPIKey stores a key by its hash and updates the admin flag of an existing hash; an unknown hash is ErrNotFound; a hash of another account is ErrConflict and changes nothing.",
+		doc:  "SaveAPIKey stores a key by its hash and updates the admin flag of an existing hash; APIKeyByHash returns the key with its account; an unknown hash is ErrNotFound; a hash of another account is ErrConflict and changes nothing.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			h := bytes.Repeat([]byte{0xab}, 32)
 			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID}))
-			k, err := st.APIKeyByHash(ctx(t), h)
+			k, a, err := st.APIKeyByHash(ctx(t), h)
 			mustNil(t, "APIKeyByHash", err)
 			if !bytes.Equal(k.Hash, h) || k.AccountID != f.account.ID || k.Admin {
 				t.Errorf("key = %+v, want non-admin key of account %d", k, f.account.ID)
 			}
+			if a.ID != f.account.ID || a.Name != "acme" || a.Plan != store.PlanEnterprise || !a.UseCreatorMode || a.MaxExternalUsers != 100 {
+				t.Errorf("account of the key = %+v, want %+v", a, f.account)
+			}
 			mustNil(t, "SaveAPIKey admin", st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: f.account.ID, Admin: true}))
-			k, err = st.APIKeyByHash(ctx(t), h)
+			k, _, err = st.APIKeyByHash(ctx(t), h)
 			mustNil(t, "APIKeyByHash", err)
 			if !k.Admin {
 				t.Error("admin flag not updated")
 			}
-			_, err = st.APIKeyByHash(ctx(t), bytes.Repeat([]byte{0xcd}, 32))
+			_, _, err = st.APIKeyByHash(ctx(t), bytes.Repeat([]byte{0xcd}, 32))
 			wantErr(t, "APIKeyByHash unknown", err, store.ErrNotFound)
 
 			other := newFixture(t, st, "other")
 			err = st.SaveAPIKey(ctx(t), store.APIKey{Hash: h, AccountID: other.account.ID})
 			wantErr(t, "SaveAPIKey of another account's key", err, store.ErrConflict)
-			k, err = st.APIKeyByHash(ctx(t), h)
+			k, _, err = st.APIKeyByHash(ctx(t), h)
 			mustNil(t, "APIKeyByHash after the conflict", err)
 			if k.AccountID != f.account.ID || !k.Admin {
 				t.Errorf("key changed by a refused SaveAPIKey: %+v", k)
@@ -155,18 +158,22 @@ var accountRules = []rule{
 	},
 	{
 		name: "deployments and agents are idempotent per account",
-		doc:  "SaveDeployment and SaveAgent create or update by (account, id); a missing one, or one of another account, is ErrNotFound.",
+		doc:  "SaveDeployment and SaveAgent create or update by (account, id); a missing agent, or one of another account, is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			other := newFixture(t, st, "other")
 			mustNil(t, "SaveDeployment rename", st.SaveDeployment(ctx(t), store.Deployment{AccountID: f.account.ID, ID: 1, Name: "prod"}))
-			d, err := st.Deployment(ctx(t), f.account.ID, 1)
-			mustNil(t, "Deployment", err)
-			if d.Name != "prod" {
-				t.Errorf("deployment name = %q, want prod", d.Name)
+			mustNil(t, "SaveDeployment again", st.SaveDeployment(ctx(t), store.Deployment{AccountID: f.account.ID, ID: 1, Name: "prod"}))
+			res, err := st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: 1})
+			mustNil(t, "Lookup", err)
+			if !res.DeploymentFound || res.Deployment.Name != "prod" {
+				t.Errorf("deployment = %+v, want prod", res)
 			}
-			_, err = st.Deployment(ctx(t), f.account.ID, 2)
-			wantErr(t, "Deployment missing", err, store.ErrNotFound)
+			res, err = st.Lookup(ctx(t), store.Lookup{Scope: other.scope(), DeploymentID: 1})
+			mustNil(t, "Lookup", err)
+			if !res.DeploymentFound || res.Deployment.Name != "production" {
+				t.Errorf("other account's deployment = %+v, want its own, unrenamed", res)
+			}
 
 			mustNil(t, "SaveAgent", st.SaveAgent(ctx(t), store.Agent{AccountID: f.account.ID, ID: "7", DeploymentID: 1}))
 			mustNil(t, "SaveAgent again", st.SaveAgent(ctx(t), store.Agent{AccountID: f.account.ID, ID: "7", DeploymentID: 2}))

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -18,9 +19,10 @@ import (
 // sets 16 goroutines per GOMAXPROCS, which is 32 on two cores. The
 // provisioning cases also report the p50 and p99 latency of a transaction.
 //
-//   - Provision: one generate-session transaction (upsert a known user with a
-//     profile, resolve 3 attributes and 2 groups, set the values, replace the
-//     memberships, create a session), over a pool of 1,000 existing users.
+//   - Provision: one generate-session transaction (Lookup of the deployment,
+//     3 attributes and 2 groups; UpsertUser of a known user with a profile,
+//     the values and the memberships; CreateSession), over a pool of 1,000
+//     existing users.
 //   - ProvisionNewUser: the same, creating a new user every time.
 //   - ExchangeSession: exchange a fresh session id for a token.
 //   - SessionByToken: the read of every embed request.
@@ -45,10 +47,7 @@ func benchSetup(b *testing.B, st store.Store) (store.Account, store.Scope) {
 		b.Fatal(err)
 	}
 	s := store.TenantWide(a.ID)
-	if err := st.UpsertGroups(ctx, s, []store.GroupDef{{Name: "sales"}, {Name: "marketing"}, {Name: "ops"}}); err != nil {
-		b.Fatal(err)
-	}
-	if err := st.UpsertAttributes(ctx, s, []store.AttributeDef{
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "sales"}, {Name: "marketing"}, {Name: "ops"}}, []store.AttributeDef{
 		{Name: "country", Type: store.TypeString}, {Name: "region_ids", Type: store.TypeNumberArray}, {Name: "team", Type: store.TypeString},
 	}); err != nil {
 		b.Fatal(err)
@@ -66,7 +65,7 @@ func benchProvision(b *testing.B, st store.Store, fresh bool) {
 	ctx := b.Context()
 	attrNames := []string{"country", "region_ids", "team"}
 	groupNames := []string{"sales", "marketing"}
-	values := []json.RawMessage{json.RawMessage(`"DE"`), json.RawMessage(`[1,2,3]`), json.RawMessage(`"red"`)}
+	values := map[string]json.RawMessage{"country": json.RawMessage(`"DE"`), "region_ids": json.RawMessage(`[1,2,3]`), "team": json.RawMessage(`"red"`)}
 	if !fresh {
 		// The known users exist before the clock starts: the case measures
 		// the steady state of a pool of returning users.
@@ -74,7 +73,7 @@ func benchProvision(b *testing.B, st store.Store, fresh bool) {
 			err := st.InTx(ctx, func(tx store.Tx) error {
 				for j := i; j < i+100; j++ {
 					ext := fmt.Sprint("user-", j)
-					if _, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: ext, Persistent: true, Now: time.Now()}); err != nil {
+					if _, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: ext}, Persistent: true, Now: time.Now()}); err != nil {
 						return err
 					}
 				}
@@ -101,36 +100,30 @@ func benchProvision(b *testing.B, st store.Store, fresh bool) {
 			}
 			now := time.Now()
 			err := st.InTx(ctx, func(tx store.Tx) error {
-				// As a generate-session: the names and a returning user's
-				// update in one Lookup, then the upsert of a user it did not
-				// update.
-				up := store.ExternalUserUpsert{
-					AccountID: a.ID, ExternalID: ext, Email: ptr(ext + "@x.test"), DisplayName: ptr("User " + ext),
-					Picture: ptr("https://x.test/p.png"), Persistent: true, MaxUsers: 1 << 30, Now: now,
-				}
-				found, err := tx.Lookup(ctx, store.Lookup{Scope: s, AttrNames: attrNames, GroupNames: groupNames, ReturningUser: &up})
+				// As a generate-session: resolve what the request names,
+				// then write the user with its values and groups.
+				found, err := tx.Lookup(ctx, store.Lookup{Scope: s, DeploymentID: 1, AttrNames: attrNames, GroupNames: groupNames})
 				if err != nil {
 					return err
 				}
-				u := found.User
-				if !found.UserUpdated {
-					if u, err = tx.UpsertExternalUser(ctx, up); err != nil {
-						return err
-					}
+				if !found.DeploymentFound {
+					return errors.New("storetest: the bench deployment is missing")
 				}
-				as, gs := found.Attributes, found.Groups
-				vals := make([]store.AttributeValue, len(as))
-				for i, at := range as {
-					vals[i] = store.AttributeValue{AttributeID: at.ID, Value: values[i]}
+				vals := make([]store.AttributeValue, len(found.Attributes))
+				for i, at := range found.Attributes {
+					vals[i] = store.AttributeValue{AttributeID: at.ID, Value: values[at.Name]}
 				}
-				if err := tx.SetAttributeValues(ctx, u.ID, vals); err != nil {
-					return err
-				}
-				ids := make([]int64, len(gs))
-				for i, g := range gs {
+				ids := make([]int64, len(found.Groups))
+				for i, g := range found.Groups {
 					ids[i] = g.ID
 				}
-				if err := tx.ReplaceMemberships(ctx, u.ID, s, ids); err != nil {
+				u, err := tx.UpsertUser(ctx, store.UserUpsert{
+					UserKey: store.UserKey{AccountID: a.ID, ExternalID: ext},
+					Email:   ptr(ext + "@x.test"), DisplayName: ptr("User " + ext), Picture: ptr("https://x.test/p.png"),
+					Attributes: vals, SetGroups: true, GroupScope: s, Groups: ids,
+					Persistent: true, MaxUsers: 1 << 30, Now: now,
+				})
+				if err != nil {
 					return err
 				}
 				return tx.CreateSession(ctx, fmt.Appendf(nil, "bench-session-%d", n), store.Session{
@@ -174,7 +167,7 @@ func benchExchange(b *testing.B, st store.Store) {
 	a, _ := benchSetup(b, st)
 	ctx := b.Context()
 	now := time.Now()
-	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, Now: now})
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true, Now: now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -201,7 +194,7 @@ func benchSessionByToken(b *testing.B, st store.Store) {
 	a, _ := benchSetup(b, st)
 	ctx := b.Context()
 	now := time.Now()
-	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, Now: now})
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true, Now: now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -236,7 +229,7 @@ func benchListPages(b *testing.B, st store.Store) {
 				for k := range defs {
 					defs[k] = store.GroupDef{Name: fmt.Sprintf("g-%06d", j+k)}
 				}
-				if err := tx.UpsertGroups(ctx, s, defs); err != nil {
+				if err := tx.UpsertDefinitions(ctx, s, defs, nil); err != nil {
 					return err
 				}
 			}

@@ -17,32 +17,26 @@ var catalogRules = []rule{
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			s := f.scope()
-			mustNil(t, "UpsertGroups", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "g", Description: ptr("kept")}}))
-			mustNil(t, "UpsertAttributes", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+			mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(ctx(t), s, []store.GroupDef{{Name: "g", Description: ptr("kept")}}, []store.AttributeDef{
 				{Name: "a", Type: store.TypeString, DisplayName: ptr("A"), DefaultValue: ptr("x"), Description: ptr("d")}}))
-			mustNil(t, "UpsertGroups empty", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "g", Description: ptr("")}}))
-			mustNil(t, "UpsertAttributes empty", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+			mustNil(t, "UpsertDefinitions empty", st.UpsertDefinitions(ctx(t), s, []store.GroupDef{{Name: "g", Description: ptr("")}}, []store.AttributeDef{
 				{Name: "a", Type: store.TypeString, DisplayName: ptr(""), DefaultValue: ptr(""), Description: ptr("")}}))
-			gs, err := st.GroupsByName(ctx(t), s, []string{"g"})
-			mustNil(t, "GroupsByName", err)
+			gs := lookupGroups(t, st, s, "g")
 			if len(gs) != 1 || gs[0].Description != "kept" {
 				t.Errorf("group = %+v, want description kept", gs)
 			}
-			as, err := st.AttributesByName(ctx(t), s, []string{"a"})
-			mustNil(t, "AttributesByName", err)
+			as := lookupAttrs(t, st, s, "a")
 			if len(as) != 1 || as[0].DisplayName != "" || as[0].DefaultValue != "" || as[0].Description != "" {
 				t.Errorf("attribute = %+v, want its optional fields cleared", as)
 			}
 			// An empty string over a field that was never set changes
 			// nothing visible, so UpdatedAt stays.
-			mustNil(t, "UpsertAttributes bare", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{{Name: "b", Type: store.TypeString}}))
-			before, err := st.AttributesByName(ctx(t), s, []string{"b"})
-			mustNil(t, "AttributesByName b", err)
+			mustNil(t, "UpsertDefinitions bare", st.UpsertDefinitions(ctx(t), s, nil, []store.AttributeDef{{Name: "b", Type: store.TypeString}}))
+			before := lookupAttrs(t, st, s, "b")
 			time.Sleep(2 * time.Millisecond) // UpdatedAt has a finer resolution on every adapter
-			mustNil(t, "UpsertAttributes empty over unset", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+			mustNil(t, "UpsertDefinitions empty over unset", st.UpsertDefinitions(ctx(t), s, nil, []store.AttributeDef{
 				{Name: "b", Type: store.TypeString, DisplayName: ptr(""), DefaultValue: ptr(""), Description: ptr("")}}))
-			after, err := st.AttributesByName(ctx(t), s, []string{"b"})
-			mustNil(t, "AttributesByName b again", err)
+			after := lookupAttrs(t, st, s, "b")
 			if !after[0].UpdatedAt.Equal(before[0].UpdatedAt) {
 				t.Errorf("UpdatedAt moved from %v to %v though nothing visible changed", before[0].UpdatedAt, after[0].UpdatedAt)
 			}
@@ -56,11 +50,11 @@ var catalogRules = []rule{
 			other := newFixture(t, st, "other")
 			_, err := st.EmbedTenantByName(ctx(t), f.account.ID, "tenant-one")
 			wantErr(t, "before creation", err, store.ErrNotFound)
-			a, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
+			a, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one", 0)
 			mustNil(t, "EnsureEmbedTenant", err)
-			b, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
+			b, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one", 0)
 			mustNil(t, "EnsureEmbedTenant again", err)
-			if a.ID == 0 || a.ID != b.ID || a.Name != "tenant-one" || a.AccountID != f.account.ID {
+			if a.ID == 0 || a.ID != b.ID || a.Name != "tenant-one" || a.AccountID != f.account.ID || !a.CreatedAt.Equal(b.CreatedAt) {
 				t.Errorf("tenants %+v %+v", a, b)
 			}
 			got, err := st.EmbedTenantByName(ctx(t), f.account.ID, "tenant-one")
@@ -70,7 +64,7 @@ var catalogRules = []rule{
 			}
 			_, err = st.EmbedTenantByName(ctx(t), other.account.ID, "tenant-one")
 			wantErr(t, "other account", err, store.ErrNotFound)
-			c, err := st.EnsureEmbedTenant(ctx(t), other.account.ID, "tenant-one")
+			c, err := st.EnsureEmbedTenant(ctx(t), other.account.ID, "tenant-one", 0)
 			mustNil(t, "EnsureEmbedTenant other", err)
 			if c.ID == a.ID {
 				t.Error("two accounts share an embed tenant")
@@ -78,24 +72,59 @@ var catalogRules = []rule{
 		},
 	},
 	{
-		name: "UpsertGroups reuses by name and never clears descriptions",
+		name: "EnsureEmbedTenant's max is exact and per account",
+		doc:  "With max N an account gets N embed tenants and creating one more is ErrLimit and creates nothing; an existing tenant is returned whatever the count (even over a lower max); max 0 or less means no limit; other accounts count apart.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			other := newFixture(t, st, "other")
+			for _, n := range []string{"t1", "t2"} {
+				_, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, n, 2)
+				mustNil(t, "EnsureEmbedTenant "+n, err)
+			}
+			_, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "t3", 2)
+			wantErr(t, "third tenant with max 2", err, store.ErrLimit)
+			_, err = st.EmbedTenantByName(ctx(t), f.account.ID, "t3")
+			wantErr(t, "refused tenant", err, store.ErrNotFound)
+			for _, max := range []int{2, 1} {
+				et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "t1", max)
+				mustNil(t, fmt.Sprint("existing tenant with max ", max), err)
+				if et.Name != "t1" {
+					t.Errorf("existing tenant = %+v", et)
+				}
+			}
+			_, err = st.EnsureEmbedTenant(ctx(t), other.account.ID, "t3", 1)
+			mustNil(t, "another account's first tenant", err)
+			for _, max := range []int{0, -1} {
+				_, err = st.EnsureEmbedTenant(ctx(t), f.account.ID, fmt.Sprint("free-", max), max)
+				mustNil(t, fmt.Sprint("tenant with max ", max), err)
+			}
+			_, err = st.EnsureEmbedTenant(ctx(t), f.account.ID, "t5", 5)
+			mustNil(t, "fifth tenant with max 5", err)
+			_, err = st.EnsureEmbedTenant(ctx(t), f.account.ID, "t6", 5)
+			wantErr(t, "sixth tenant with max 5", err, store.ErrLimit)
+		},
+	},
+	{
+		name: "UpsertDefinitions reuses groups by name and never clears descriptions",
 		doc:  "groupDefinitions: existing names are reused (same ID); a supplied, different description replaces the stored one; a nil or empty one keeps it; running twice gives the same state.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			s := f.scope()
-			mustNil(t, "UpsertGroups", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "sales", Description: ptr("Sales team")}, {Name: "ops"}}))
-			first, err := st.GroupsByName(ctx(t), s, []string{"sales", "ops"})
-			mustNil(t, "GroupsByName", err)
+			groups := func(defs ...store.GroupDef) {
+				t.Helper()
+				mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(ctx(t), s, defs, nil))
+			}
+			groups(store.GroupDef{Name: "sales", Description: ptr("Sales team")}, store.GroupDef{Name: "ops"})
 			byName := map[string]store.Group{}
-			for _, g := range first {
+			for _, g := range lookupGroups(t, st, s, "sales", "ops") {
 				byName[g.Name] = g
 			}
 			if byName["sales"].Description != "Sales team" || byName["ops"].Description != "" || len(byName) != 2 {
-				t.Fatalf("groups = %+v", first)
+				t.Fatalf("groups = %+v", byName)
 			}
-			mustNil(t, "UpsertGroups keep", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "sales"}, {Name: "ops", Description: ptr("")}}))
-			mustNil(t, "UpsertGroups twice", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "sales"}, {Name: "ops", Description: ptr("")}}))
-			mustNil(t, "UpsertGroups update", st.UpsertGroups(ctx(t), s, []store.GroupDef{{Name: "ops", Description: ptr("Operations")}, {Name: "new"}}))
+			groups(store.GroupDef{Name: "sales"}, store.GroupDef{Name: "ops", Description: ptr("")})
+			groups(store.GroupDef{Name: "sales"}, store.GroupDef{Name: "ops", Description: ptr("")})
+			groups(store.GroupDef{Name: "ops", Description: ptr("Operations")}, store.GroupDef{Name: "new"})
 			all, err := st.ListGroups(ctx(t), s, 0, 100)
 			mustNil(t, "ListGroups", err)
 			if len(all) != 3 {
@@ -112,33 +141,31 @@ var catalogRules = []rule{
 						t.Errorf("ops = %+v", g)
 					}
 				}
-				if g.Scope != s {
-					t.Errorf("group %s scope = %+v, want %+v", g.Name, g.Scope, s)
+				if g.Scope != s || g.CreatedAt.IsZero() || g.UpdatedAt.IsZero() {
+					t.Errorf("group %s scope/times = %+v, want scope %+v", g.Name, g, s)
 				}
 			}
-			mustNil(t, "UpsertGroups none", st.UpsertGroups(ctx(t), s, nil))
+			mustNil(t, "UpsertDefinitions none", st.UpsertDefinitions(ctx(t), s, nil, nil))
 		},
 	},
 	{
-		name: "UpsertAttributes keeps the type and nil fields",
+		name: "UpsertDefinitions keeps an attribute's type and nil fields",
 		doc:  "userAttributeDefinitions: existing names are reused; the type is never changed by an upsert; nil optional fields keep the stored values; supplied ones overwrite.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			s := f.scope()
-			mustNil(t, "UpsertAttributes", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+			mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(ctx(t), s, nil, []store.AttributeDef{
 				{Name: "country", Type: store.TypeString, DisplayName: ptr("Country"), DefaultValue: ptr("DE"), Description: ptr("ISO code")},
 				{Name: "region_ids", Type: store.TypeNumberArray},
 			}))
-			before, err := st.AttributesByName(ctx(t), s, []string{"country"})
-			mustNil(t, "AttributesByName", err)
-			mustNil(t, "UpsertAttributes again", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{
+			before := lookupAttrs(t, st, s, "country")
+			mustNil(t, "UpsertDefinitions again", st.UpsertDefinitions(ctx(t), s, nil, []store.AttributeDef{
 				{Name: "country", Type: store.TypeNumber, DefaultValue: ptr("FR")},
 				{Name: "region_ids", Type: store.TypeNumberArray, DisplayName: ptr("Regions")},
 			}))
-			got, err := st.AttributesByName(ctx(t), s, []string{"country", "region_ids", "missing"})
-			mustNil(t, "AttributesByName", err)
+			got := lookupAttrs(t, st, s, "country", "region_ids", "missing")
 			if len(got) != 2 {
-				t.Fatalf("AttributesByName = %v, want 2", attrNames(got))
+				t.Fatalf("Lookup = %v, want 2", attrNames(got))
 			}
 			for _, a := range got {
 				switch a.Name {
@@ -162,12 +189,8 @@ var catalogRules = []rule{
 		doc:  "Creator-mode rule 4: groups and attributes of an embed tenant are separate from the tenant-wide ones and from other embed tenants, even with equal names.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
-			e1, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
-			mustNil(t, "EnsureEmbedTenant", err)
-			e2, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-two")
-			mustNil(t, "EnsureEmbedTenant", err)
 			other := newFixture(t, st, "other")
-			scopes := []store.Scope{f.scope(), {AccountID: f.account.ID, EmbedTenantID: e1.ID}, {AccountID: f.account.ID, EmbedTenantID: e2.ID}, other.scope()}
+			scopes := []store.Scope{f.scope(), f.tenantScope(t, st, "tenant-one"), f.tenantScope(t, st, "tenant-two"), other.scope()}
 			ids := map[int64]bool{}
 			for i, s := range scopes {
 				g := f.groups(t, st, s, "sales")
@@ -177,10 +200,9 @@ var catalogRules = []rule{
 				}
 				ids[g[0].ID], ids[-a[0].ID] = true, true
 			}
-			mustNil(t, "UpsertGroups", st.UpsertGroups(ctx(t), scopes[1], []store.GroupDef{{Name: "only-one"}}))
+			mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(ctx(t), scopes[1], []store.GroupDef{{Name: "only-one"}}, nil))
 			for i, s := range scopes {
-				gs, err := st.GroupsByName(ctx(t), s, []string{"sales", "only-one"})
-				mustNil(t, "GroupsByName", err)
+				gs := lookupGroups(t, st, s, "sales", "only-one")
 				want := 1
 				if i == 1 {
 					want = 2
@@ -202,32 +224,6 @@ var catalogRules = []rule{
 		},
 	},
 	{
-		name: "ByName lookups return only existing names",
-		doc:  "GroupsByName and AttributesByName return the rows whose names exist, in one call whatever the number of names; no names gives none.",
-		fn: func(t *testing.T, st store.Store) {
-			f := newFixture(t, st, "acme")
-			f.groups(t, st, f.scope(), "a", "b")
-			f.attrs(t, st, f.scope(), "x")
-			gs, err := st.GroupsByName(ctx(t), f.scope(), []string{"b", "zz", "a"})
-			mustNil(t, "GroupsByName", err)
-			got := groupNames(gs)
-			slices.Sort(got)
-			if !slices.Equal(got, []string{"a", "b"}) {
-				t.Errorf("GroupsByName = %v", got)
-			}
-			gs, err = st.GroupsByName(ctx(t), f.scope(), nil)
-			mustNil(t, "GroupsByName none", err)
-			if len(gs) != 0 {
-				t.Errorf("GroupsByName(nil) = %v", groupNames(gs))
-			}
-			as, err := st.AttributesByName(ctx(t), f.scope(), []string{"y"})
-			mustNil(t, "AttributesByName", err)
-			if len(as) != 0 {
-				t.Errorf("AttributesByName(y) = %v", attrNames(as))
-			}
-		},
-	},
-	{
 		name: "keyset listing pages in ID order",
 		doc:  "ListGroups and ListAttributes return at most limit rows with ID > afterID in increasing ID order; walking the pages yields every row exactly once.",
 		fn: func(t *testing.T, st store.Store) {
@@ -241,8 +237,7 @@ var catalogRules = []rule{
 				gdefs = append(gdefs, store.GroupDef{Name: n})
 				adefs = append(adefs, store.AttributeDef{Name: n, Type: store.TypeString})
 			}
-			mustNil(t, "UpsertGroups", st.UpsertGroups(ctx(t), s, gdefs))
-			mustNil(t, "UpsertAttributes", st.UpsertAttributes(ctx(t), s, adefs))
+			mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(ctx(t), s, gdefs, adefs))
 			var gids, aids []int64
 			for after := int64(0); ; {
 				page, err := st.ListGroups(ctx(t), s, after, 5)
@@ -261,6 +256,9 @@ var catalogRules = []rule{
 			for after := int64(0); ; {
 				page, err := st.ListAttributes(ctx(t), s, after, 4)
 				mustNil(t, "ListAttributes", err)
+				if len(page) > 4 {
+					t.Fatalf("page of %d, limit 4", len(page))
+				}
 				if len(page) == 0 {
 					break
 				}
@@ -281,39 +279,83 @@ var catalogRules = []rule{
 		doc:  "Deleting a group removes its memberships, deleting an attribute removes its values; an id of another scope, or a missing one, is ErrNotFound and deletes nothing.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
-			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
-			mustNil(t, "EnsureEmbedTenant", err)
-			s := store.Scope{AccountID: f.account.ID, EmbedTenantID: et.ID}
+			s := f.tenantScope(t, st, "tenant-one")
 			u := f.user(t, st, "u")
 			gs := f.groups(t, st, s, "sales", "ops")
 			as := f.attrs(t, st, s, "country", "city")
-			mustNil(t, "ReplaceMemberships", st.ReplaceMemberships(ctx(t), u.ID, s, []int64{gs[0].ID, gs[1].ID}))
-			mustNil(t, "SetAttributeValues", st.SetAttributeValues(ctx(t), u.ID, []store.AttributeValue{
-				{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)}, {AttributeID: as[1].ID, Value: json.RawMessage(`"Berlin"`)},
-			}))
+			f.member(t, st, u, s, gs[0].ID, gs[1].ID)
+			f.values(t, st, u, val(as[0].ID, `"DE"`), val(as[1].ID, `"Berlin"`))
 			wantErr(t, "DeleteGroup wrong scope", st.DeleteGroup(ctx(t), f.scope(), gs[0].ID), store.ErrNotFound)
 			wantErr(t, "DeleteAttribute wrong scope", st.DeleteAttribute(ctx(t), f.scope(), as[0].ID), store.ErrNotFound)
 			wantErr(t, "DeleteGroup missing", st.DeleteGroup(ctx(t), s, gs[1].ID+1000), store.ErrNotFound)
+			wantErr(t, "DeleteAttribute missing", st.DeleteAttribute(ctx(t), s, as[1].ID+1000), store.ErrNotFound)
+			if d := f.data(t, st, u.ID, s); len(d.Groups) != 2 || len(d.Attributes) != 2 {
+				t.Fatalf("refused deletes changed the user's data: %+v", d)
+			}
 
 			mustNil(t, "DeleteGroup", st.DeleteGroup(ctx(t), s, gs[0].ID))
 			mustNil(t, "DeleteAttribute", st.DeleteAttribute(ctx(t), s, as[0].ID))
-			ms, err := st.Memberships(ctx(t), u.ID, s)
-			mustNil(t, "Memberships", err)
-			if got := groupNames(ms); !slices.Equal(got, []string{"ops"}) {
+			d := f.data(t, st, u.ID, s)
+			if got := groupNames(d.Groups); !slices.Equal(got, []string{"ops"}) {
 				t.Errorf("memberships after delete = %v", got)
 			}
-			vals, err := st.AttributeValues(ctx(t), u.ID, s)
-			mustNil(t, "AttributeValues", err)
-			if len(vals) != 1 || vals[0].Name != "city" {
-				t.Errorf("values after delete = %+v", vals)
+			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"city"}) {
+				t.Errorf("values after delete = %v", got)
 			}
 			wantErr(t, "DeleteGroup twice", st.DeleteGroup(ctx(t), s, gs[0].ID), store.ErrNotFound)
+			wantErr(t, "DeleteAttribute twice", st.DeleteAttribute(ctx(t), s, as[0].ID), store.ErrNotFound)
+			if len(lookupGroups(t, st, s, "sales"))+len(lookupAttrs(t, st, s, "country")) != 0 {
+				t.Error("Lookup finds deleted definitions")
+			}
 			// The name can be defined again, with another type.
-			mustNil(t, "recreate", st.UpsertAttributes(ctx(t), s, []store.AttributeDef{{Name: "country", Type: store.TypeNumber}}))
-			got, err := st.AttributesByName(ctx(t), s, []string{"country"})
-			mustNil(t, "AttributesByName", err)
-			if len(got) != 1 || got[0].Type != store.TypeNumber {
+			mustNil(t, "recreate", st.UpsertDefinitions(ctx(t), s, nil, []store.AttributeDef{{Name: "country", Type: store.TypeNumber}}))
+			got := lookupAttrs(t, st, s, "country")
+			if len(got) != 1 || got[0].Type != store.TypeNumber || got[0].ID == as[0].ID {
 				t.Errorf("recreated = %+v", got)
+			}
+		},
+	},
+	{
+		name: "a definition created again is not inherited",
+		doc:  "Users lose a deleted group's membership and a deleted attribute's value for good: a new definition of the same name has a new ID, no user is a member of it or has a value of it, and later upserts of the user's other values and groups do not bring the old ones back.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			s := f.scope()
+			u := f.user(t, st, "u")
+			gs := f.groups(t, st, s, "sales", "ops")
+			as := f.attrs(t, st, s, "country", "city")
+			f.member(t, st, u, s, gs[0].ID, gs[1].ID)
+			f.values(t, st, u, val(as[0].ID, `"DE"`), val(as[1].ID, `"Berlin"`))
+			mustNil(t, "DeleteGroup", st.DeleteGroup(ctx(t), s, gs[0].ID))
+			mustNil(t, "DeleteAttribute", st.DeleteAttribute(ctx(t), s, as[0].ID))
+			ng := f.groups(t, st, s, "sales")
+			na := f.attrs(t, st, s, "country")
+			if ng[0].ID == gs[0].ID || na[0].ID == as[0].ID {
+				t.Fatalf("a new definition reuses the deleted one's ID: %+v %+v", ng, na)
+			}
+			d := f.data(t, st, u.ID, s)
+			if got := groupNames(d.Groups); !slices.Equal(got, []string{"ops"}) {
+				t.Errorf("groups with a new sales = %v, want [ops]", got)
+			}
+			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"city"}) {
+				t.Errorf("values with a new country = %v, want [city]", got)
+			}
+			// Writing the user's other data keeps the old definitions gone.
+			f.values(t, st, u, val(as[1].ID, `"Paris"`))
+			f.update(t, st, u, func(up *store.UserUpsert) { up.DisplayName = ptr("U") })
+			d = f.data(t, st, u.ID, s)
+			if len(d.Groups) != 1 || len(d.Attributes) != 1 || !jsonEqual(d.Attributes[0].Value, json.RawMessage(`"Paris"`)) {
+				t.Errorf("after later upserts = %+v", d)
+			}
+			// The new definitions are usable.
+			f.member(t, st, u, s, ng[0].ID, gs[1].ID)
+			f.values(t, st, u, val(na[0].ID, `"FR"`))
+			d = f.data(t, st, u.ID, s)
+			if got := groupNames(d.Groups); !slices.Equal(got, []string{"ops", "sales"}) || d.Groups[1].ID != ng[0].ID {
+				t.Errorf("groups = %+v", d.Groups)
+			}
+			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"city", "country"}) || !jsonEqual(d.Attributes[1].Value, json.RawMessage(`"FR"`)) {
+				t.Errorf("values = %+v", d.Attributes)
 			}
 		},
 	},

@@ -44,7 +44,7 @@ var concurrentRules = []rule{
 				gotOK   atomic.Bool
 			)
 			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
-				if _, err := tx.UpsertExternalUser(ctx(t), f.upsert("u")); err != nil {
+				if _, err := tx.UpsertUser(ctx(t), f.upsert("u")); err != nil {
 					return err
 				}
 				if err := tx.CreateThread(ctx(t), store.Thread{AccountID: f.account.ID, ChatID: "c", AgentID: "7", UserID: u.ID, CreatedAt: t0}); err != nil {
@@ -81,7 +81,7 @@ var concurrentRules = []rule{
 				up := f.upsert("same")
 				up.MaxUsers = 10
 				up.DisplayName = ptr(fmt.Sprint("name-", i))
-				u, err := st.UpsertExternalUser(ctx(t), up)
+				u, err := st.UpsertUser(ctx(t), up)
 				ids[i] = u.ID
 				return err
 			})
@@ -95,12 +95,12 @@ var concurrentRules = []rule{
 			for i := range 9 {
 				up := f.upsert(fmt.Sprint("other-", i))
 				up.MaxUsers = 10
-				_, err := st.UpsertExternalUser(ctx(t), up)
+				_, err := st.UpsertUser(ctx(t), up)
 				mustNil(t, "fill the limit", err)
 			}
 			up := f.upsert("one-too-many")
 			up.MaxUsers = 10
-			_, err := st.UpsertExternalUser(ctx(t), up)
+			_, err := st.UpsertUser(ctx(t), up)
 			wantErr(t, "over the limit", err, store.ErrLimit)
 		},
 	},
@@ -113,7 +113,7 @@ var concurrentRules = []rule{
 				return st.InTx(ctx(t), func(tx store.Tx) error {
 					up := f.upsert("only")
 					up.MaxUsers = 1
-					_, err := tx.UpsertExternalUser(ctx(t), up)
+					_, err := tx.UpsertUser(ctx(t), up)
 					return err
 				})
 			})
@@ -122,7 +122,7 @@ var concurrentRules = []rule{
 			}
 			up := f.upsert("second")
 			up.MaxUsers = 1
-			_, err := st.UpsertExternalUser(ctx(t), up)
+			_, err := st.UpsertUser(ctx(t), up)
 			wantErr(t, "a second user", err, store.ErrLimit)
 		},
 	},
@@ -135,14 +135,13 @@ var concurrentRules = []rule{
 			ids := make([]int64, workers)
 			errs := parallel(workers, func(i int) error {
 				return st.InTx(ctx(t), func(tx store.Tx) error {
-					u, err := tx.UpsertExternalUser(ctx(t), f.upsert("same"))
+					up := f.upsert("same")
+					up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{gs[0].ID}
+					u, err := tx.UpsertUser(ctx(t), up)
 					if err != nil {
 						return err
 					}
 					ids[i] = u.ID
-					if err := tx.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[0].ID}); err != nil {
-						return err
-					}
 					return tx.CreateSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 				})
 			})
@@ -163,7 +162,7 @@ var concurrentRules = []rule{
 			errs := parallel(workers, func(i int) error {
 				up := f.upsert(fmt.Sprint("user-", i))
 				up.MaxUsers = limit
-				_, err := st.UpsertExternalUser(ctx(t), up)
+				_, err := st.UpsertUser(ctx(t), up)
 				return err
 			})
 			ok, limited := 0, 0
@@ -193,7 +192,7 @@ var concurrentRules = []rule{
 				for j := range 2 {
 					up := f.upsert(fmt.Sprintf("user-%d-%d", i, j))
 					up.MaxUsers = limit
-					_, err := st.UpsertExternalUser(ctx(t), up)
+					_, err := st.UpsertUser(ctx(t), up)
 					switch {
 					case err == nil:
 						ok.Add(1)
@@ -223,11 +222,9 @@ var concurrentRules = []rule{
 				return st.InTx(ctx(t), func(tx store.Tx) error {
 					up := f.upsert(fmt.Sprint("user-", i))
 					up.MaxUsers = workers
-					u, err := tx.UpsertExternalUser(ctx(t), up)
+					up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{gs[0].ID}
+					u, err := tx.UpsertUser(ctx(t), up)
 					if err != nil {
-						return err
-					}
-					if err := tx.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[0].ID}); err != nil {
 						return err
 					}
 					if err := tx.CreateSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
@@ -244,18 +241,16 @@ var concurrentRules = []rule{
 					if err != errBoom {
 						t.Errorf("transaction %d: err = %v, want fn's error", i, err)
 					}
-					_, err := st.UserByExternalID(ctx(t), f.account.ID, fmt.Sprint("user-", i), t0)
+					_, err := st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: fmt.Sprint("user-", i)}, t0)
 					wantErr(t, "user of a failed transaction", err, store.ErrNotFound)
 					_, err = st.ExchangeSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), fmt.Appendf(nil, "tok-%d", i), t0.Add(time.Hour), t0)
 					wantErr(t, "session of a failed transaction", err, store.ErrNotFound)
 					continue
 				}
 				mustNil(t, fmt.Sprint("transaction ", i), err)
-				u, err := st.UserByExternalID(ctx(t), f.account.ID, fmt.Sprint("user-", i), t0)
+				u, err := st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: fmt.Sprint("user-", i)}, t0)
 				mustNil(t, "user of a committed transaction", err)
-				ms, err := st.Memberships(ctx(t), u.ID, f.scope())
-				mustNil(t, "Memberships", err)
-				if len(ms) != 1 {
+				if ms := f.data(t, st, u.ID, f.scope()).Groups; len(ms) != 1 {
 					t.Errorf("user %d has memberships %v", i, groupNames(ms))
 				}
 				_, err = st.ExchangeSession(ctx(t), fmt.Appendf(nil, "sess-%d", i), fmt.Appendf(nil, "tok-%d", i), t0.Add(time.Hour), t0)
@@ -265,12 +260,12 @@ var concurrentRules = []rule{
 			for i := range workers / 2 {
 				up := f.upsert(fmt.Sprint("more-", i))
 				up.MaxUsers = workers
-				_, err := st.UpsertExternalUser(ctx(t), up)
+				_, err := st.UpsertUser(ctx(t), up)
 				mustNil(t, "fill the limit", err)
 			}
 			up := f.upsert("one-too-many")
 			up.MaxUsers = workers
-			_, err := st.UpsertExternalUser(ctx(t), up)
+			_, err := st.UpsertUser(ctx(t), up)
 			wantErr(t, "over the limit", err, store.ErrLimit)
 		},
 	},
@@ -283,7 +278,7 @@ var concurrentRules = []rule{
 			errs := parallel(workers, func(int) error {
 				up := f.upsert("e")
 				up.MaxUsers = 2
-				_, err := st.UpsertExternalUser(ctx(t), up)
+				_, err := st.UpsertUser(ctx(t), up)
 				return err
 			})
 			for _, err := range errs {
@@ -291,11 +286,11 @@ var concurrentRules = []rule{
 			}
 			up := f.upsert("second")
 			up.MaxUsers = 2
-			_, err := st.UpsertExternalUser(ctx(t), up)
+			_, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "second persistent user", err)
 			up = f.upsert("third")
 			up.MaxUsers = 2
-			_, err = st.UpsertExternalUser(ctx(t), up)
+			_, err = st.UpsertUser(ctx(t), up)
 			wantErr(t, "third persistent user", err, store.ErrLimit)
 		},
 	},
@@ -357,12 +352,12 @@ var concurrentRules = []rule{
 	},
 	{
 		name: "concurrent EnsureEmbedTenant yields one tenant",
-		doc:  "Catalog contract: simultaneous EnsureEmbedTenant calls for one name all succeed with the same tenant.",
+		doc:  "Catalog contract: simultaneous EnsureEmbedTenant calls for one name all succeed with the same tenant, even with max 1 (none is refused for the place its own tenant holds).",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			ids := make([]int64, workers)
 			errs := parallel(workers, func(i int) error {
-				et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
+				et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one", 1)
 				ids[i] = et.ID
 				return err
 			})
@@ -376,15 +371,13 @@ var concurrentRules = []rule{
 	},
 	{
 		name: "concurrent catalog upserts converge",
-		doc:  "Simultaneous UpsertGroups and UpsertAttributes of the same names (in transactions, as creator-mode bootstraps do) all succeed and leave one row per name.",
+		doc:  "Simultaneous UpsertDefinitions of the same names (in transactions, as creator-mode bootstraps do) all succeed and leave one row per name.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			errs := parallel(workers, func(i int) error {
 				return st.InTx(ctx(t), func(tx store.Tx) error {
-					if err := tx.UpsertGroups(ctx(t), f.scope(), []store.GroupDef{{Name: "a"}, {Name: "b", Description: ptr(fmt.Sprint(i))}}); err != nil {
-						return err
-					}
-					return tx.UpsertAttributes(ctx(t), f.scope(), []store.AttributeDef{{Name: "x", Type: store.TypeString}, {Name: "y", Type: store.TypeNumber}})
+					return tx.UpsertDefinitions(ctx(t), f.scope(), []store.GroupDef{{Name: "a"}, {Name: "b", Description: ptr(fmt.Sprint(i))}},
+						[]store.AttributeDef{{Name: "x", Type: store.TypeString}, {Name: "y", Type: store.TypeNumber}})
 				})
 			})
 			for _, err := range errs {
@@ -400,22 +393,31 @@ var concurrentRules = []rule{
 		},
 	},
 	{
-		name: "concurrent DeleteExpiredUsers delete each user once",
-		doc:  "Users contract: DeleteExpiredUsers is safe from several callers at once; the counts add up to the number of expired users.",
+		name: "concurrent DeleteExpired delete each user once",
+		doc:  "Expiry contract: DeleteExpired is safe from several callers at once; the counts add up to the number of expired users, each deleted with what it owns, and a live user stays.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			const expired = 40
 			for i := range expired {
-				u := f.ephemeral(t, st, fmt.Sprint("e-", i), t0.Add(time.Minute))
+				u := f.ephemeral(t, st, fmt.Sprint("e-", i), t0.Add(10*time.Minute))
 				if i%10 == 0 {
 					f.thread(t, st, u.ID, fmt.Sprint("chat-", i))
 				}
 			}
 			keep := f.ephemeral(t, st, "keep", t0.Add(time.Hour))
+			// Whatever else has expired by then (counters of past minutes)
+			// goes first, so that the concurrent calls count only users.
+			for {
+				n, err := st.DeleteExpired(ctx(t), t0.Add(9*time.Minute), 100)
+				mustNil(t, "DeleteExpired", err)
+				if n == 0 {
+					break
+				}
+			}
 			var total atomic.Int64
 			errs := parallel(8, func(int) error {
 				for {
-					n, err := st.DeleteExpiredUsers(ctx(t), t0.Add(2*time.Minute), 3)
+					n, err := st.DeleteExpired(ctx(t), t0.Add(20*time.Minute), 3)
 					if err != nil {
 						return err
 					}
@@ -426,13 +428,89 @@ var concurrentRules = []rule{
 				}
 			})
 			for _, err := range errs {
-				mustNil(t, "DeleteExpiredUsers", err)
+				mustNil(t, "DeleteExpired", err)
 			}
 			if total.Load() != expired {
-				t.Errorf("deleted %d users in total, want %d", total.Load(), expired)
+				t.Errorf("deleted %d rows in total, want %d", total.Load(), expired)
 			}
-			_, err := st.UserByID(ctx(t), keep.ID, t0.Add(2*time.Minute))
+			for i := 0; i < expired; i += 10 {
+				_, err := st.Thread(ctx(t), f.account.ID, fmt.Sprint("chat-", i))
+				wantErr(t, "an expired user's thread", err, store.ErrNotFound)
+			}
+			_, err := st.UserByID(ctx(t), keep.ID, t0.Add(20*time.Minute))
 			mustNil(t, "unexpired user", err)
+		},
+	},
+	{
+		name: "the limit of ephemeral users per minute is exact under concurrency",
+		doc:  "32 goroutines each create a distinct ephemeral user in one minute with NewEphemeralPerMinute 10 (half of them inside InTx): exactly 10 succeed and the others fail with ErrLimit, storing nothing.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			const limit = 10
+			errs := parallel(workers, func(i int) error {
+				up := f.upsert(fmt.Sprint("e-", i))
+				up.Persistent, up.EphemeralExpiresAt, up.NewEphemeralPerMinute = false, t0.Add(time.Hour), limit
+				up.Now = t0.Add(time.Duration(i) * time.Second)
+				if i%2 == 0 {
+					_, err := st.UpsertUser(ctx(t), up)
+					return err
+				}
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					_, err := tx.UpsertUser(ctx(t), up)
+					return err
+				})
+			})
+			ok := 0
+			for i, err := range errs {
+				_, uerr := st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: fmt.Sprint("e-", i)}, t0)
+				switch {
+				case err == nil:
+					ok++
+					mustNil(t, "created user", uerr)
+				case errors.Is(err, store.ErrLimit):
+					wantErr(t, "refused user", uerr, store.ErrNotFound)
+				default:
+					t.Errorf("unexpected error: %v", err)
+				}
+			}
+			if ok != limit {
+				t.Errorf("%d succeeded, want %d", ok, limit)
+			}
+		},
+	},
+	{
+		name: "the limit of embed tenants is exact under concurrency",
+		doc:  "32 goroutines each ensure a distinct embed tenant with max 5 (half of them inside InTx): exactly 5 are created and the others fail with ErrLimit.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			const limit = 5
+			errs := parallel(workers, func(i int) error {
+				name := fmt.Sprint("tenant-", i)
+				if i%2 == 0 {
+					_, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, name, limit)
+					return err
+				}
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					_, err := tx.EnsureEmbedTenant(ctx(t), f.account.ID, name, limit)
+					return err
+				})
+			})
+			ok := 0
+			for i, err := range errs {
+				_, terr := st.EmbedTenantByName(ctx(t), f.account.ID, fmt.Sprint("tenant-", i))
+				switch {
+				case err == nil:
+					ok++
+					mustNil(t, "created tenant", terr)
+				case errors.Is(err, store.ErrLimit):
+					wantErr(t, "refused tenant", terr, store.ErrNotFound)
+				default:
+					t.Errorf("unexpected error: %v", err)
+				}
+			}
+			if ok != limit {
+				t.Errorf("%d tenants created, want %d", ok, limit)
+			}
 		},
 	},
 }

@@ -14,7 +14,7 @@ var sessionRules = []rule{
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")
-			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
+			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one", 0)
 			mustNil(t, "EnsureEmbedTenant", err)
 			want := store.Session{
 				AccountID: f.account.ID, UserID: u.ID, DeploymentID: f.deploy.ID,

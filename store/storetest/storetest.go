@@ -18,6 +18,7 @@ package storetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,7 @@ type rule struct {
 // parallel.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Helper()
-	all := slices.Concat(accountRules, userRules, catalogRules, lookupRules, sessionRules, threadRules, txRules, concurrentRules, quotaRules)
+	all := slices.Concat(accountRules, userRules, catalogRules, lookupRules, sessionRules, threadRules, txRules, concurrentRules, limitRules)
 	for _, r := range all {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
@@ -87,10 +88,9 @@ func newFixture(t *testing.T, st store.Store, name string) fixture {
 	return fixture{account: a, deploy: d}
 }
 
-func (f fixture) upsert(externalID string) store.ExternalUserUpsert {
-	return store.ExternalUserUpsert{
-		AccountID:  f.account.ID,
-		ExternalID: externalID,
+func (f fixture) upsert(externalID string) store.UserUpsert {
+	return store.UserUpsert{
+		UserKey:    store.UserKey{AccountID: f.account.ID, ExternalID: externalID},
 		Persistent: true,
 		MaxUsers:   100,
 		Now:        t0,
@@ -99,8 +99,8 @@ func (f fixture) upsert(externalID string) store.ExternalUserUpsert {
 
 func (f fixture) user(t *testing.T, st store.Store, externalID string) store.User {
 	t.Helper()
-	u, err := st.UpsertExternalUser(t.Context(), f.upsert(externalID))
-	mustNil(t, "UpsertExternalUser", err)
+	u, err := st.UpsertUser(t.Context(), f.upsert(externalID))
+	mustNil(t, "UpsertUser", err)
 	return u
 }
 
@@ -109,12 +109,52 @@ func (f fixture) ephemeral(t *testing.T, st store.Store, externalID string, expi
 	up := f.upsert(externalID)
 	up.Persistent = false
 	up.EphemeralExpiresAt = expires
-	u, err := st.UpsertExternalUser(t.Context(), up)
-	mustNil(t, "UpsertExternalUser (ephemeral)", err)
+	u, err := st.UpsertUser(t.Context(), up)
+	mustNil(t, "UpsertUser (ephemeral)", err)
 	return u
 }
 
+// update upserts the existing user u at t0, changing only what edit sets:
+// the upsert leaves u persistent or ephemeral as it is.
+func (f fixture) update(t *testing.T, st store.Store, u store.User, edit func(up *store.UserUpsert)) store.User {
+	t.Helper()
+	up := store.UserUpsert{UserKey: u.Key(), Now: t0}
+	edit(&up)
+	got, err := st.UpsertUser(t.Context(), up)
+	mustNil(t, "UpsertUser (update)", err)
+	if got.ID != u.ID {
+		t.Fatalf("update of user %d returned user %d", u.ID, got.ID)
+	}
+	return got
+}
+
+// values sets attribute values of u, keeping its others.
+func (f fixture) values(t *testing.T, st store.Store, u store.User, vals ...store.AttributeValue) {
+	t.Helper()
+	f.update(t, st, u, func(up *store.UserUpsert) { up.Attributes = vals })
+}
+
+// member makes groups exactly u's groups within s.
+func (f fixture) member(t *testing.T, st store.Store, u store.User, s store.Scope, groups ...int64) {
+	t.Helper()
+	f.update(t, st, u, func(up *store.UserUpsert) { up.SetGroups, up.GroupScope, up.Groups = true, s, groups })
+}
+
+func (f fixture) data(t *testing.T, st store.Store, userID int64, s store.Scope) store.UserData {
+	t.Helper()
+	d, err := st.UserData(t.Context(), userID, s)
+	mustNil(t, "UserData", err)
+	return d
+}
+
 func (f fixture) scope() store.Scope { return store.TenantWide(f.account.ID) }
+
+func (f fixture) tenantScope(t *testing.T, st store.Store, name string) store.Scope {
+	t.Helper()
+	et, err := st.EnsureEmbedTenant(t.Context(), f.account.ID, name, 0)
+	mustNil(t, "EnsureEmbedTenant", err)
+	return store.Scope{AccountID: f.account.ID, EmbedTenantID: et.ID}
+}
 
 func (f fixture) groups(t *testing.T, st store.Store, s store.Scope, names ...string) []store.Group {
 	t.Helper()
@@ -122,13 +162,14 @@ func (f fixture) groups(t *testing.T, st store.Store, s store.Scope, names ...st
 	for i, n := range names {
 		defs[i] = store.GroupDef{Name: n}
 	}
-	mustNil(t, "UpsertGroups", st.UpsertGroups(t.Context(), s, defs))
-	gs, err := st.GroupsByName(t.Context(), s, names)
-	mustNil(t, "GroupsByName", err)
+	mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(t.Context(), s, defs, nil))
+	res, err := st.Lookup(t.Context(), store.Lookup{Scope: s, GroupNames: names})
+	mustNil(t, "Lookup", err)
+	gs := res.Groups
 	if len(gs) != len(names) {
-		t.Fatalf("GroupsByName returned %d groups, want %d", len(gs), len(names))
+		t.Fatalf("Lookup returned %d groups, want %d", len(gs), len(names))
 	}
-	slices.SortFunc(gs, func(a, b store.Group) int { return int(a.ID - b.ID) })
+	slices.SortFunc(gs, func(a, b store.Group) int { return cmp.Compare(a.ID, b.ID) })
 	return gs
 }
 
@@ -138,14 +179,39 @@ func (f fixture) attrs(t *testing.T, st store.Store, s store.Scope, names ...str
 	for i, n := range names {
 		defs[i] = store.AttributeDef{Name: n, Type: store.TypeString}
 	}
-	mustNil(t, "UpsertAttributes", st.UpsertAttributes(t.Context(), s, defs))
-	as, err := st.AttributesByName(t.Context(), s, names)
-	mustNil(t, "AttributesByName", err)
+	mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(t.Context(), s, nil, defs))
+	res, err := st.Lookup(t.Context(), store.Lookup{Scope: s, AttrNames: names})
+	mustNil(t, "Lookup", err)
+	as := res.Attributes
 	if len(as) != len(names) {
-		t.Fatalf("AttributesByName returned %d attributes, want %d", len(as), len(names))
+		t.Fatalf("Lookup returned %d attributes, want %d", len(as), len(names))
 	}
-	slices.SortFunc(as, func(a, b store.Attribute) int { return int(a.ID - b.ID) })
+	slices.SortFunc(as, func(a, b store.Attribute) int { return cmp.Compare(a.ID, b.ID) })
 	return as
+}
+
+// lookupGroups and lookupAttrs return the definitions of s with these
+// names, as Lookup finds them.
+func lookupGroups(t *testing.T, st store.Store, s store.Scope, names ...string) []store.Group {
+	t.Helper()
+	res, err := st.Lookup(t.Context(), store.Lookup{Scope: s, GroupNames: names})
+	mustNil(t, "Lookup", err)
+	return res.Groups
+}
+
+func lookupAttrs(t *testing.T, st store.Store, s store.Scope, names ...string) []store.Attribute {
+	t.Helper()
+	res, err := st.Lookup(t.Context(), store.Lookup{Scope: s, AttrNames: names})
+	mustNil(t, "Lookup", err)
+	return res.Attributes
+}
+
+func val(attributeID int64, v string) store.AttributeValue {
+	var raw json.RawMessage
+	if v != "" {
+		raw = json.RawMessage(v)
+	}
+	return store.AttributeValue{AttributeID: attributeID, Value: raw}
 }
 
 func (f fixture) session(t *testing.T, st store.Store, userID int64, hash string, expires time.Time) {
@@ -179,6 +245,10 @@ func groupNames(gs []store.Group) []string {
 
 func attrNames(as []store.Attribute) []string {
 	return names(as, func(a store.Attribute) string { return a.Name })
+}
+
+func valueNames(vs []store.UserAttribute) []string {
+	return names(vs, func(v store.UserAttribute) string { return v.Name })
 }
 
 func jsonEqual(a, b json.RawMessage) bool {

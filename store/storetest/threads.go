@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -90,52 +89,6 @@ var threadRules = []rule{
 		},
 	},
 	{
-		name: "AppendToThreads appends to many threads at once",
-		doc:  "AppendToThreads is AppendMessages for each entry in order: a thread named twice gets the higher LastSort and the later message of an ID; an unknown thread among them is ErrNotFound and nothing is stored.",
-		fn: func(t *testing.T, st store.Store) {
-			f := newFixture(t, st, "acme")
-			u := f.user(t, st, "u")
-			for _, c := range []string{"c1", "c2"} {
-				mustNil(t, "CreateThread", st.CreateThread(ctx(t), store.Thread{AccountID: f.account.ID, ChatID: c, AgentID: "7", UserID: u.ID, LastSort: 8, CreatedAt: t0}))
-			}
-			msg := func(id string, sort int64, body string) store.ThreadMessage {
-				return store.ThreadMessage{ID: id, Sort: sort, Body: json.RawMessage(body)}
-			}
-			mustNil(t, "AppendToThreads", st.AppendToThreads(ctx(t), []store.ThreadAppend{
-				{AccountID: f.account.ID, ChatID: "c1", LastSort: 20, Messages: []store.ThreadMessage{msg("a", 1, `{"v":1}`), msg("b", 2, `{"v":2}`)}},
-				{AccountID: f.account.ID, ChatID: "c2", LastSort: 4, Messages: []store.ThreadMessage{msg("a", 1, `{"v":3}`)}},
-				{AccountID: f.account.ID, ChatID: "c1", LastSort: 10, Messages: []store.ThreadMessage{msg("a", 3, `{"v":4}`)}},
-			}))
-			for _, want := range []struct {
-				chat string
-				last int64
-				msgs string
-			}{{"c1", 20, `[{"ID":"b","Sort":2,"Body":{"v":2}},{"ID":"a","Sort":3,"Body":{"v":4}}]`}, {"c2", 8, `[{"ID":"a","Sort":1,"Body":{"v":3}}]`}} {
-				th, err := st.Thread(ctx(t), f.account.ID, want.chat)
-				mustNil(t, "Thread", err)
-				if th.LastSort != want.last {
-					t.Errorf("%s: LastSort = %d, want %d", want.chat, th.LastSort, want.last)
-				}
-				msgs, err := st.Messages(ctx(t), f.account.ID, want.chat)
-				mustNil(t, "Messages", err)
-				got, _ := json.Marshal(msgs)
-				if !jsonEqual(got, json.RawMessage(want.msgs)) {
-					t.Errorf("%s: messages = %s, want %s", want.chat, got, want.msgs)
-				}
-			}
-			err := st.AppendToThreads(ctx(t), []store.ThreadAppend{
-				{AccountID: f.account.ID, ChatID: "c2", LastSort: 30, Messages: []store.ThreadMessage{msg("z", 9, `{}`)}},
-				{AccountID: f.account.ID, ChatID: "nope", LastSort: 1, Messages: []store.ThreadMessage{msg("x", 1, `{}`)}},
-			})
-			wantErr(t, "AppendToThreads with an unknown thread", err, store.ErrNotFound)
-			th, _ := st.Thread(ctx(t), f.account.ID, "c2")
-			msgs, _ := st.Messages(ctx(t), f.account.ID, "c2")
-			if th.LastSort != 8 || len(msgs) != 1 {
-				t.Errorf("a failed AppendToThreads stored something: LastSort %d, %d messages", th.LastSort, len(msgs))
-			}
-		},
-	},
-	{
 		name: "AppendMessages upserts by id and only raises LastSort",
 		doc:  "Messages are keyed by id within a thread (a later append replaces one); Messages returns them ordered by sort; LastSort becomes max(LastSort, lastSort); an unknown thread is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
@@ -176,7 +129,6 @@ var threadRules = []rule{
 			if len(msgs) != 0 {
 				t.Errorf("unknown thread has messages %v", msgs)
 			}
-			_ = time.Second
 		},
 	},
 }

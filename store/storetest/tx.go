@@ -41,37 +41,81 @@ var txRules = []rule{
 		},
 	},
 	{
+		name: "ErrLimit and ErrNotFound leave the transaction usable",
+		doc:  "A Tx method refused with ErrLimit (a full account, a full minute, a full set of embed tenants) or ErrNotFound changes nothing and the transaction goes on: fn may handle the refusal, write more and commit, and exactly its successful writes are kept.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			f.user(t, st, "p")
+			_, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "t1", 1)
+			mustNil(t, "EnsureEmbedTenant", err)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				up := f.upsert("q")
+				up.MaxUsers = 1
+				if _, err := tx.UpsertUser(ctx(t), up); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("persistent user over the limit: %v, want ErrLimit", err)
+				}
+				e := f.upsert("e1")
+				e.Persistent, e.EphemeralExpiresAt, e.NewEphemeralPerMinute = false, t0.Add(time.Hour), 1
+				if _, err := tx.UpsertUser(ctx(t), e); err != nil {
+					return err
+				}
+				e.UserKey.ExternalID = "e2"
+				if _, err := tx.UpsertUser(ctx(t), e); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("second ephemeral user of the minute: %v, want ErrLimit", err)
+				}
+				if _, err := tx.EnsureEmbedTenant(ctx(t), f.account.ID, "t2", 1); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("second embed tenant: %v, want ErrLimit", err)
+				}
+				if _, err := tx.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: "nobody"}, t0); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("missing user: %v, want ErrNotFound", err)
+				}
+				up.MaxUsers = 2
+				_, err := tx.UpsertUser(ctx(t), up)
+				return err
+			}))
+			for ext, want := range map[string]bool{"q": true, "e1": true, "e2": false} {
+				_, err := st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: ext}, t0)
+				if want {
+					mustNil(t, "user "+ext, err)
+				} else {
+					wantErr(t, "refused user "+ext, err, store.ErrNotFound)
+				}
+			}
+			_, err = st.EmbedTenantByName(ctx(t), f.account.ID, "t2")
+			wantErr(t, "refused tenant", err, store.ErrNotFound)
+		},
+	},
+	{
 		name: "InTx commits every write of fn",
-		doc:  "When fn returns nil, every write made through its Tx is committed and visible afterwards.",
+		doc:  "When fn returns nil, every write made through its Tx is committed and visible afterwards; reads inside the transaction see its own writes.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			var uid int64
 			err := st.InTx(ctx(t), func(tx store.Tx) error {
-				u, err := tx.UpsertExternalUser(ctx(t), f.upsert("u"))
+				if err := tx.UpsertDefinitions(ctx(t), f.scope(), []store.GroupDef{{Name: "sales"}}, nil); err != nil {
+					return err
+				}
+				res, err := tx.Lookup(ctx(t), store.Lookup{Scope: f.scope(), GroupNames: []string{"sales"}})
+				if err != nil || len(res.Groups) != 1 {
+					return errors.Join(err, errors.New("group not visible inside the transaction"))
+				}
+				up := f.upsert("u")
+				up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{res.Groups[0].ID}
+				u, err := tx.UpsertUser(ctx(t), up)
 				if err != nil {
 					return err
 				}
 				uid = u.ID
-				// Reads inside the transaction see its own writes.
 				if _, err := tx.UserByID(ctx(t), u.ID, t0); err != nil {
 					return err
 				}
-				if err := tx.UpsertGroups(ctx(t), f.scope(), []store.GroupDef{{Name: "sales"}}); err != nil {
-					return err
-				}
-				gs, err := tx.GroupsByName(ctx(t), f.scope(), []string{"sales"})
-				if err != nil || len(gs) != 1 {
-					return errors.Join(err, errors.New("group not visible inside the transaction"))
-				}
-				if err := tx.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[0].ID}); err != nil {
-					return err
+				if d, err := tx.UserData(ctx(t), u.ID, f.scope()); err != nil || len(d.Groups) != 1 {
+					return errors.Join(err, errors.New("membership not visible inside the transaction"))
 				}
 				return tx.CreateSession(ctx(t), []byte("s"), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 			})
 			mustNil(t, "InTx", err)
-			ms, err := st.Memberships(ctx(t), uid, f.scope())
-			mustNil(t, "Memberships", err)
-			if len(ms) != 1 {
+			if ms := f.data(t, st, uid, f.scope()).Groups; len(ms) != 1 {
 				t.Errorf("memberships = %v", groupNames(ms))
 			}
 			_, err = st.ExchangeSession(ctx(t), []byte("s"), []byte("t"), t0.Add(time.Hour), t0)
@@ -80,27 +124,37 @@ var txRules = []rule{
 	},
 	{
 		name: "an error from fn leaves nothing behind",
-		doc:  "A request is all or nothing: when fn fails, InTx returns fn's error unchanged and none of its writes, including the persistent-user count, are kept.",
+		doc:  "A request is all or nothing: when fn fails, InTx returns fn's error unchanged and none of its writes are kept, including the places it took (persistent users, ephemeral users of the minute, embed tenants).",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
+			p := f.user(t, st, "p")
 			err := st.InTx(ctx(t), func(tx store.Tx) error {
+				if _, err := tx.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one", 1); err != nil {
+					return err
+				}
+				if err := tx.UpsertDefinitions(ctx(t), f.scope(), []store.GroupDef{{Name: "sales"}}, []store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
+					return err
+				}
+				res, err := tx.Lookup(ctx(t), store.Lookup{Scope: f.scope(), AttrNames: []string{"country"}, GroupNames: []string{"sales"}})
+				if err != nil {
+					return err
+				}
 				up := f.upsert("u")
-				up.MaxUsers = 1
-				u, err := tx.UpsertExternalUser(ctx(t), up)
+				up.MaxUsers = 2
+				up.Attributes = []store.AttributeValue{{AttributeID: res.Attributes[0].ID, Value: json.RawMessage(`"DE"`)}}
+				up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{res.Groups[0].ID}
+				u, err := tx.UpsertUser(ctx(t), up)
 				if err != nil {
 					return err
 				}
-				if _, err := tx.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one"); err != nil {
+				e := f.upsert("e")
+				e.Persistent, e.EphemeralExpiresAt, e.NewEphemeralPerMinute = false, t0.Add(time.Hour), 1
+				if _, err := tx.UpsertUser(ctx(t), e); err != nil {
 					return err
 				}
-				if err := tx.UpsertAttributes(ctx(t), f.scope(), []store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
-					return err
-				}
-				as, err := tx.AttributesByName(ctx(t), f.scope(), []string{"country"})
-				if err != nil {
-					return err
-				}
-				if err := tx.SetAttributeValues(ctx(t), u.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)}}); err != nil {
+				pu := f.upsert("p")
+				pu.DisplayName = ptr("rolled back")
+				if _, err := tx.UpsertUser(ctx(t), pu); err != nil {
 					return err
 				}
 				if err := tx.CreateSession(ctx(t), []byte("s"), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
@@ -111,22 +165,31 @@ var txRules = []rule{
 			if err != errBoom {
 				t.Fatalf("InTx err = %v, want fn's error unchanged", err)
 			}
-			_, err = st.UserByExternalID(ctx(t), f.account.ID, "u", t0)
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: "u"}, t0)
 			wantErr(t, "rolled-back user", err, store.ErrNotFound)
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: "e"}, t0)
+			wantErr(t, "rolled-back ephemeral user", err, store.ErrNotFound)
+			if got, err := st.UserByID(ctx(t), p.ID, t0); err != nil || got.DisplayName != "" {
+				t.Errorf("rolled-back update of p: %+v, %v", got, err)
+			}
 			_, err = st.EmbedTenantByName(ctx(t), f.account.ID, "tenant-one")
 			wantErr(t, "rolled-back tenant", err, store.ErrNotFound)
-			as, err := st.AttributesByName(ctx(t), f.scope(), []string{"country"})
-			mustNil(t, "AttributesByName", err)
-			if len(as) != 0 {
-				t.Errorf("rolled-back attribute exists: %v", attrNames(as))
+			if as, gs := lookupAttrs(t, st, f.scope(), "country"), lookupGroups(t, st, f.scope(), "sales"); len(as)+len(gs) != 0 {
+				t.Errorf("rolled-back definitions exist: %v %v", attrNames(as), groupNames(gs))
 			}
 			_, err = st.ExchangeSession(ctx(t), []byte("s"), []byte("t"), t0.Add(time.Hour), t0)
 			wantErr(t, "rolled-back session", err, store.ErrNotFound)
-			// The place taken by the rolled-back user is free again.
+			// The places taken by the rolled-back transaction are free again.
 			up := f.upsert("v")
-			up.MaxUsers = 1
-			_, err = st.UpsertExternalUser(ctx(t), up)
-			mustNil(t, "limit after rollback", err)
+			up.MaxUsers = 2
+			_, err = st.UpsertUser(ctx(t), up)
+			mustNil(t, "persistent limit after rollback", err)
+			e := f.upsert("e2")
+			e.Persistent, e.EphemeralExpiresAt, e.NewEphemeralPerMinute = false, t0.Add(time.Hour), 1
+			_, err = st.UpsertUser(ctx(t), e)
+			mustNil(t, "ephemeral limit after rollback", err)
+			_, err = st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-two", 1)
+			mustNil(t, "tenant limit after rollback", err)
 		},
 	},
 	{
@@ -135,17 +198,17 @@ var txRules = []rule{
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			err := st.InTx(ctx(t), func(tx store.Tx) error {
-				if err := tx.UpsertGroups(ctx(t), f.scope(), []store.GroupDef{{Name: "g"}}); err != nil {
+				if err := tx.UpsertDefinitions(ctx(t), f.scope(), []store.GroupDef{{Name: "g"}}, nil); err != nil {
 					return err
 				}
 				up := f.upsert("u")
 				up.MaxUsers = 1
-				if _, err := tx.UpsertExternalUser(ctx(t), up); err != nil {
+				if _, err := tx.UpsertUser(ctx(t), up); err != nil {
 					return err
 				}
 				up = f.upsert("u2")
 				up.MaxUsers = 1
-				_, err := tx.UpsertExternalUser(ctx(t), up)
+				_, err := tx.UpsertUser(ctx(t), up)
 				return err
 			})
 			wantErr(t, "InTx", err, store.ErrLimit)
@@ -154,6 +217,8 @@ var txRules = []rule{
 			if len(gs) != 0 {
 				t.Errorf("groups of a failed transaction: %v", groupNames(gs))
 			}
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: "u"}, t0)
+			wantErr(t, "user of a failed transaction", err, store.ErrNotFound)
 		},
 	},
 }

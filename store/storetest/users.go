@@ -11,36 +11,36 @@ import (
 
 var userRules = []rule{
 	{
-		name: "UpsertExternalUser creates a persistent user",
-		doc:  "The first upsert of (account, externalId) creates the user with the supplied profile; Persistent true means not ephemeral and no expiry.",
+		name: "UpsertUser creates a persistent user",
+		doc:  "The first upsert of (account, externalId) creates the user with the supplied profile; Persistent true means not ephemeral and no expiry; UserByKey and UserByID find it.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			up := f.upsert("ext-1")
 			up.Email, up.DisplayName, up.Picture = ptr("a@x.test"), ptr("Ann"), ptr("https://x.test/a.png")
 			up.SecurityContext = json.RawMessage(`{"team":"red"}`)
-			u, err := st.UpsertExternalUser(ctx(t), up)
-			mustNil(t, "UpsertExternalUser", err)
+			u, err := st.UpsertUser(ctx(t), up)
+			mustNil(t, "UpsertUser", err)
 			if u.ID == 0 || u.AccountID != f.account.ID || u.ExternalID != "ext-1" || u.InternalID != "" {
 				t.Errorf("user = %+v", u)
 			}
 			if u.Email != "a@x.test" || u.DisplayName != "Ann" || u.Picture != "https://x.test/a.png" || !jsonEqual(u.SecurityContext, up.SecurityContext) {
 				t.Errorf("profile = %+v", u)
 			}
-			if u.Ephemeral || !u.ExpiresAt.IsZero() {
-				t.Errorf("persistent user has Ephemeral=%v ExpiresAt=%v", u.Ephemeral, u.ExpiresAt)
+			if u.Ephemeral || !u.ExpiresAt.IsZero() || !u.CreatedAt.Equal(t0) {
+				t.Errorf("persistent user has Ephemeral=%v ExpiresAt=%v CreatedAt=%v", u.Ephemeral, u.ExpiresAt, u.CreatedAt)
 			}
-			got, err := st.UserByExternalID(ctx(t), f.account.ID, "ext-1", t0)
-			mustNil(t, "UserByExternalID", err)
+			got, err := st.UserByKey(ctx(t), u.Key(), t0)
+			mustNil(t, "UserByKey", err)
 			if got.ID != u.ID || got.Email != u.Email {
-				t.Errorf("UserByExternalID = %+v, want %+v", got, u)
+				t.Errorf("UserByKey = %+v, want %+v", got, u)
 			}
 			got, err = st.UserByID(ctx(t), u.ID, t0)
 			mustNil(t, "UserByID", err)
 			if got.ExternalID != "ext-1" {
 				t.Errorf("UserByID = %+v", got)
 			}
-			_, err = st.UserByExternalID(ctx(t), f.account.ID, "nobody", t0)
-			wantErr(t, "UserByExternalID missing", err, store.ErrNotFound)
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: "nobody"}, t0)
+			wantErr(t, "UserByKey missing", err, store.ErrNotFound)
 			_, err = st.UserByID(ctx(t), u.ID+1000, t0)
 			wantErr(t, "UserByID missing", err, store.ErrNotFound)
 		},
@@ -53,13 +53,13 @@ var userRules = []rule{
 			up := f.upsert("ext-1")
 			up.Email, up.DisplayName, up.Picture = ptr("a@x.test"), ptr("Ann"), ptr("https://x.test/a.png")
 			up.SecurityContext = json.RawMessage(`{"a":1}`)
-			u1, err := st.UpsertExternalUser(ctx(t), up)
+			u1, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "first upsert", err)
 
 			up2 := f.upsert("ext-1")
 			up2.DisplayName = ptr("Annie")
 			up2.Now = t0.Add(time.Minute)
-			u2, err := st.UpsertExternalUser(ctx(t), up2)
+			u2, err := st.UpsertUser(ctx(t), up2)
 			mustNil(t, "second upsert", err)
 			if u2.ID != u1.ID {
 				t.Fatalf("second upsert ID = %d, want %d", u2.ID, u1.ID)
@@ -67,15 +67,18 @@ var userRules = []rule{
 			if u2.DisplayName != "Annie" || u2.Email != "a@x.test" || u2.Picture != "https://x.test/a.png" || !jsonEqual(u2.SecurityContext, up.SecurityContext) {
 				t.Errorf("after partial update: %+v", u2)
 			}
+			if !u2.CreatedAt.Equal(t0) {
+				t.Errorf("CreatedAt = %v, want %v kept", u2.CreatedAt, t0)
+			}
 			up3 := f.upsert("ext-1")
 			up3.Email, up3.Picture, up3.SecurityContext = ptr(""), ptr("https://x.test/b.png"), json.RawMessage(`{"b":2}`)
-			u3, err := st.UpsertExternalUser(ctx(t), up3)
+			u3, err := st.UpsertUser(ctx(t), up3)
 			mustNil(t, "third upsert", err)
 			if u3.Email != "" || u3.Picture != "https://x.test/b.png" || u3.DisplayName != "Annie" || !jsonEqual(u3.SecurityContext, up3.SecurityContext) {
 				t.Errorf("after overwrite: %+v", u3)
 			}
-			got, err := st.UserByExternalID(ctx(t), f.account.ID, "ext-1", t0)
-			mustNil(t, "UserByExternalID", err)
+			got, err := st.UserByKey(ctx(t), u1.Key(), t0)
+			mustNil(t, "UserByKey", err)
 			if got.Picture != u3.Picture || got.DisplayName != "Annie" {
 				t.Errorf("stored = %+v", got)
 			}
@@ -90,10 +93,10 @@ var userRules = []rule{
 			if ua.ID == ub.ID {
 				t.Fatal("one user for two accounts")
 			}
-			got, err := st.UserByExternalID(ctx(t), b.account.ID, "same", t0)
-			mustNil(t, "UserByExternalID", err)
+			got, err := st.UserByKey(ctx(t), store.UserKey{AccountID: b.account.ID, ExternalID: "same"}, t0)
+			mustNil(t, "UserByKey", err)
 			if got.ID != ub.ID {
-				t.Errorf("UserByExternalID(b) = %d, want %d", got.ID, ub.ID)
+				t.Errorf("UserByKey(b) = %d, want %d", got.ID, ub.ID)
 			}
 		},
 	},
@@ -105,15 +108,20 @@ var userRules = []rule{
 			exp := t0.Add(time.Hour)
 			up := f.upsert("eph")
 			up.Persistent, up.EphemeralExpiresAt, up.MaxUsers = false, exp, 1
-			u, err := st.UpsertExternalUser(ctx(t), up)
-			mustNil(t, "UpsertExternalUser", err)
+			u, err := st.UpsertUser(ctx(t), up)
+			mustNil(t, "UpsertUser", err)
 			if !u.Ephemeral || !u.ExpiresAt.Equal(exp) {
 				t.Errorf("Ephemeral=%v ExpiresAt=%v, want true %v", u.Ephemeral, u.ExpiresAt, exp)
 			}
 			p := f.upsert("persistent")
 			p.MaxUsers = 1
-			_, err = st.UpsertExternalUser(ctx(t), p)
+			_, err = st.UpsertUser(ctx(t), p)
 			mustNil(t, "persistent user with limit 1 beside an ephemeral one", err)
+			// At the limit, ephemeral users are still created.
+			up = f.upsert("eph2")
+			up.Persistent, up.EphemeralExpiresAt, up.MaxUsers = false, exp, 1
+			_, err = st.UpsertUser(ctx(t), up)
+			mustNil(t, "ephemeral user at the limit", err)
 		},
 	},
 	{
@@ -124,7 +132,7 @@ var userRules = []rule{
 			p := f.user(t, st, "p")
 			up := f.upsert("p")
 			up.Persistent, up.EphemeralExpiresAt, up.DisplayName = false, t0.Add(time.Hour), ptr("P")
-			got, err := st.UpsertExternalUser(ctx(t), up)
+			got, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "upsert persistent as ephemeral", err)
 			if got.ID != p.ID || got.Ephemeral || !got.ExpiresAt.IsZero() || got.DisplayName != "P" {
 				t.Errorf("persistent user became %+v", got)
@@ -132,290 +140,331 @@ var userRules = []rule{
 			exp := t0.Add(time.Hour)
 			e := f.ephemeral(t, st, "e", exp)
 			up = f.upsert("e")
-			up.Persistent, up.EphemeralExpiresAt = false, t0.Add(48*time.Hour)
-			got, err = st.UpsertExternalUser(ctx(t), up)
+			up.Persistent, up.EphemeralExpiresAt, up.DisplayName = false, t0.Add(48*time.Hour), ptr("E")
+			got, err = st.UpsertUser(ctx(t), up)
 			mustNil(t, "upsert ephemeral again", err)
-			if got.ID != e.ID || !got.Ephemeral || !got.ExpiresAt.Equal(exp) {
+			if got.ID != e.ID || !got.Ephemeral || !got.ExpiresAt.Equal(exp) || got.DisplayName != "E" {
 				t.Errorf("ephemeral user became %+v, want expiry kept at %v", got, exp)
 			}
 		},
 	},
 	{
 		name: "Persistent true converts an ephemeral user and counts it",
-		doc:  "A chat-created ephemeral user becomes persistent when generate-session names it; the conversion counts toward MaxUsers and fails with ErrLimit when the account is full.",
+		doc:  "A chat-created ephemeral user becomes persistent when generate-session names it; the conversion counts toward MaxUsers and fails with ErrLimit when the account is full, changing nothing of the user (profile, values, groups).",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
+			as := f.attrs(t, st, f.scope(), "country")
+			gs := f.groups(t, st, f.scope(), "sales", "ops")
 			e := f.ephemeral(t, st, "e", t0.Add(time.Hour))
 			up := f.upsert("e")
 			up.MaxUsers = 1
-			got, err := st.UpsertExternalUser(ctx(t), up)
+			got, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "convert", err)
 			if got.ID != e.ID || got.Ephemeral || !got.ExpiresAt.IsZero() {
 				t.Errorf("converted user = %+v", got)
 			}
-			f.ephemeral(t, st, "e2", t0.Add(time.Hour))
+			// The converted user holds the only place: another conversion fails.
+			e2 := f.ephemeral(t, st, "e2", t0.Add(time.Hour))
+			f.values(t, st, e2, val(as[0].ID, `"DE"`))
+			f.member(t, st, e2, f.scope(), gs[0].ID)
 			up = f.upsert("e2")
-			up.MaxUsers = 1
-			_, err = st.UpsertExternalUser(ctx(t), up)
+			up.MaxUsers, up.DisplayName = 1, ptr("changed")
+			up.Attributes = []store.AttributeValue{val(as[0].ID, `"FR"`)}
+			up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{gs[1].ID}
+			_, err = st.UpsertUser(ctx(t), up)
 			wantErr(t, "conversion over the limit", err, store.ErrLimit)
-			still, err := st.UserByExternalID(ctx(t), f.account.ID, "e2", t0)
-			mustNil(t, "UserByExternalID", err)
-			if !still.Ephemeral {
-				t.Error("failed conversion changed the user")
+			still, err := st.UserByKey(ctx(t), e2.Key(), t0)
+			mustNil(t, "UserByKey", err)
+			if !still.Ephemeral || still.DisplayName != "" || !still.ExpiresAt.Equal(e2.ExpiresAt) {
+				t.Errorf("failed conversion changed the user: %+v", still)
+			}
+			d := f.data(t, st, e2.ID, f.scope())
+			if len(d.Attributes) != 1 || !jsonEqual(d.Attributes[0].Value, json.RawMessage(`"DE"`)) || !slices.Equal(groupNames(d.Groups), []string{"sales"}) {
+				t.Errorf("failed conversion changed the user's data: %+v", d)
 			}
 		},
 	},
 	{
 		name: "persistent user limit is exact and DeleteUser frees a place",
-		doc:  "With MaxUsers N, N persistent users can be created and the next is ErrLimit; existing users still upsert at the limit; deleting a persistent user frees its place.",
+		doc:  "With MaxUsers N, N persistent users can be created and the next is ErrLimit (nothing stored); existing users still upsert at the limit; deleting a persistent user frees its place; limits are per account.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
+			as := f.attrs(t, st, f.scope(), "country")
+			gs := f.groups(t, st, f.scope(), "sales")
 			var users []store.User
 			for i := range 3 {
 				up := f.upsert("u" + string(rune('a'+i)))
 				up.MaxUsers = 3
-				u, err := st.UpsertExternalUser(ctx(t), up)
+				u, err := st.UpsertUser(ctx(t), up)
 				mustNil(t, "create under the limit", err)
 				users = append(users, u)
 			}
 			up := f.upsert("ud")
 			up.MaxUsers = 3
-			_, err := st.UpsertExternalUser(ctx(t), up)
+			up.Attributes = []store.AttributeValue{val(as[0].ID, `"DE"`)}
+			up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{gs[0].ID}
+			_, err := st.UpsertUser(ctx(t), up)
 			wantErr(t, "create over the limit", err, store.ErrLimit)
-			_, err = st.UserByExternalID(ctx(t), f.account.ID, "ud", t0)
+			_, err = st.UserByKey(ctx(t), up.UserKey, t0)
 			wantErr(t, "refused user", err, store.ErrNotFound)
 
 			again := f.upsert("ua")
 			again.MaxUsers, again.DisplayName = 3, ptr("still here")
-			_, err = st.UpsertExternalUser(ctx(t), again)
+			_, err = st.UpsertUser(ctx(t), again)
 			mustNil(t, "update at the limit", err)
 
 			mustNil(t, "DeleteUser", st.DeleteUser(ctx(t), users[0].ID))
-			_, err = st.UpsertExternalUser(ctx(t), up)
+			u, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "create after a delete", err)
+			d := f.data(t, st, u.ID, f.scope())
+			if len(d.Attributes) != 1 || len(d.Groups) != 1 {
+				t.Errorf("user created with its data has %+v", d)
+			}
+			full := f.upsert("ue")
+			full.MaxUsers = 3
+			_, err = st.UpsertUser(ctx(t), full)
+			wantErr(t, "full again", err, store.ErrLimit)
 
 			other := newFixture(t, st, "other")
 			oup := other.upsert("ua")
 			oup.MaxUsers = 1
-			_, err = st.UpsertExternalUser(ctx(t), oup)
+			_, err = st.UpsertUser(ctx(t), oup)
 			mustNil(t, "limits are per account", err)
 		},
 	},
 	{
 		name: "MaxUsers of zero means no limit",
-		doc:  "ExternalUserUpsert.MaxUsers <= 0 disables the limit: persistent users are created (and still counted, so a later positive limit applies to all of them).",
+		doc:  "UserUpsert.MaxUsers <= 0 disables the limit: persistent users are created (and still counted, so a later positive limit applies to all of them).",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			for i := range 3 {
 				up := f.upsert(string(rune('a' + i)))
 				up.MaxUsers = 0
-				_, err := st.UpsertExternalUser(ctx(t), up)
+				if i == 2 {
+					up.MaxUsers = -1
+				}
+				_, err := st.UpsertUser(ctx(t), up)
 				mustNil(t, "create without limit", err)
 			}
 			up := f.upsert("d")
 			up.MaxUsers = 3
-			_, err := st.UpsertExternalUser(ctx(t), up)
+			_, err := st.UpsertUser(ctx(t), up)
 			wantErr(t, "create with limit 3 after 3 users", err, store.ErrLimit)
 		},
 	},
 	{
 		name: "expired ephemeral users are invisible and recreated on upsert",
-		doc:  "An ephemeral user is absent from the moment expires_at <= now; an upsert then deletes it with everything it owns and creates a new user.",
+		doc:  "An ephemeral user is absent from the moment expires_at <= now; an upsert then deletes it with everything it owns (values, groups, sessions, threads) and creates a new user with a new ID.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			exp := t0.Add(time.Hour)
 			old := f.ephemeral(t, st, "e", exp)
 			as := f.attrs(t, st, f.scope(), "country")
 			gs := f.groups(t, st, f.scope(), "sales")
-			mustNil(t, "SetAttributeValues", st.SetAttributeValues(ctx(t), old.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)}}))
-			mustNil(t, "ReplaceMemberships", st.ReplaceMemberships(ctx(t), old.ID, f.scope(), []int64{gs[0].ID}))
+			f.values(t, st, old, val(as[0].ID, `"DE"`))
+			f.member(t, st, old, f.scope(), gs[0].ID)
 			f.session(t, st, old.ID, "sess-old", exp.Add(time.Hour))
 			f.thread(t, st, old.ID, "chat-old")
 
-			_, err := st.UserByExternalID(ctx(t), f.account.ID, "e", exp.Add(-time.Nanosecond))
+			_, err := st.UserByKey(ctx(t), old.Key(), exp.Add(-time.Nanosecond))
 			mustNil(t, "before expiry", err)
-			_, err = st.UserByExternalID(ctx(t), f.account.ID, "e", exp)
-			wantErr(t, "UserByExternalID at expiry", err, store.ErrNotFound)
+			_, err = st.UserByKey(ctx(t), old.Key(), exp)
+			wantErr(t, "UserByKey at expiry", err, store.ErrNotFound)
 			_, err = st.UserByID(ctx(t), old.ID, exp)
 			wantErr(t, "UserByID at expiry", err, store.ErrNotFound)
 
 			up := f.upsert("e")
 			up.Persistent, up.EphemeralExpiresAt, up.Now = false, exp.Add(time.Hour), exp
-			nu, err := st.UpsertExternalUser(ctx(t), up)
+			nu, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "upsert after expiry", err)
 			if nu.ID == old.ID {
 				t.Fatal("expired user was reused, want a new user")
 			}
-			if !nu.ExpiresAt.Equal(exp.Add(time.Hour)) {
-				t.Errorf("new user expires at %v", nu.ExpiresAt)
-			}
-			vals, err := st.AttributeValues(ctx(t), nu.ID, f.scope())
-			mustNil(t, "AttributeValues", err)
-			ms, err := st.Memberships(ctx(t), nu.ID, f.scope())
-			mustNil(t, "Memberships", err)
-			if len(vals) != 0 || len(ms) != 0 {
-				t.Errorf("new user inherited values %v memberships %v", vals, ms)
-			}
-			_, err = st.Thread(ctx(t), f.account.ID, "chat-old")
-			wantErr(t, "old user's thread", err, store.ErrNotFound)
-			_, err = st.ExchangeSession(ctx(t), []byte("sess-old"), []byte("tok"), exp.Add(24*time.Hour), exp)
-			wantErr(t, "old user's session", err, store.ErrNotFound)
-		},
-	},
-	{
-		name: "InsertFirst is a hint that changes no result",
-		doc:  "ExternalUserUpsert.InsertFirst creates a new user as without it (counted toward MaxUsers, or ephemeral), and still updates an existing user, converts an ephemeral one and replaces an expired one.",
-		fn: func(t *testing.T, st store.Store) {
-			f := newFixture(t, st, "acme")
-			upsert := func(up store.ExternalUserUpsert) (store.User, error) {
-				up.InsertFirst = true
-				return st.UpsertExternalUser(ctx(t), up)
-			}
-			up := f.upsert("new")
-			up.MaxUsers, up.DisplayName = 2, ptr("Ann")
-			nu, err := upsert(up)
-			mustNil(t, "new user", err)
-			if nu.ID == 0 || nu.DisplayName != "Ann" || nu.Ephemeral || !nu.CreatedAt.Equal(t0) {
+			if !nu.Ephemeral || !nu.ExpiresAt.Equal(exp.Add(time.Hour)) || !nu.CreatedAt.Equal(exp) || nu.DisplayName != "" {
 				t.Errorf("new user = %+v", nu)
 			}
-			up.DisplayName, up.Email = nil, ptr("ann@x.test")
-			again, err := upsert(up)
-			mustNil(t, "existing user", err)
-			if again.ID != nu.ID || again.DisplayName != "Ann" || again.Email != "ann@x.test" {
-				t.Errorf("existing user = %+v, want %d updated with its name kept", again, nu.ID)
+			d := f.data(t, st, nu.ID, f.scope())
+			if len(d.Attributes) != 0 || len(d.Groups) != 0 {
+				t.Errorf("new user inherited %+v", d)
 			}
+			d = f.data(t, st, old.ID, f.scope())
+			if len(d.Attributes) != 0 || len(d.Groups) != 0 {
+				t.Errorf("the replaced user's data survives: %+v", d)
+			}
+			_, err = st.UserByID(ctx(t), old.ID, t0)
+			wantErr(t, "replaced user at an earlier now", err, store.ErrNotFound)
+			_, err = st.Thread(ctx(t), f.account.ID, "chat-old")
+			wantErr(t, "old user's thread", err, store.ErrNotFound)
+			_, err = st.ExchangeSession(ctx(t), []byte("sess-old"), []byte("tok"), exp.Add(24*time.Hour), t0)
+			wantErr(t, "old user's session", err, store.ErrNotFound)
 
-			e := f.ephemeral(t, st, "eph", t0.Add(time.Hour))
-			conv := f.upsert("eph")
-			conv.MaxUsers = 2
-			got, err := upsert(conv)
-			mustNil(t, "conversion", err)
-			if got.ID != e.ID || got.Ephemeral {
-				t.Errorf("converted user = %+v, want %d persistent", got, e.ID)
+			// An expired user replaced by a persistent one takes a place.
+			old2 := f.ephemeral(t, st, "e2", exp)
+			up = f.upsert("e2")
+			up.Now, up.MaxUsers = exp, 1
+			p, err := st.UpsertUser(ctx(t), up)
+			mustNil(t, "persistent user replacing an expired one", err)
+			if p.ID == old2.ID || p.Ephemeral {
+				t.Errorf("user replacing an expired one = %+v (old id %d)", p, old2.ID)
 			}
-			full := f.upsert("third")
-			full.MaxUsers = 2
-			_, err = upsert(full)
-			wantErr(t, "new user over the limit", err, store.ErrLimit)
-			_, err = st.UserByExternalID(ctx(t), f.account.ID, "third", t0)
-			wantErr(t, "refused user", err, store.ErrNotFound)
-
-			exp := t0.Add(time.Minute)
-			old := f.ephemeral(t, st, "gone", exp)
-			re := f.upsert("gone")
-			re.Persistent, re.EphemeralExpiresAt, re.Now = false, exp.Add(time.Hour), exp
-			fresh, err := upsert(re)
-			mustNil(t, "expired user", err)
-			if fresh.ID == old.ID || !fresh.Ephemeral || !fresh.ExpiresAt.Equal(exp.Add(time.Hour)) || !fresh.CreatedAt.Equal(exp) {
-				t.Errorf("user replacing an expired one = %+v (old id %d)", fresh, old.ID)
-			}
+			up = f.upsert("third")
+			up.Now, up.MaxUsers = exp, 1
+			_, err = st.UpsertUser(ctx(t), up)
+			wantErr(t, "the place is taken", err, store.ErrLimit)
 		},
 	},
 	{
-		name: "internal users are saved idempotently",
-		doc:  "SaveInternalUser creates an internal user once; InternalUser and UserByID find it; a missing username is ErrNotFound.",
+		name: "internal users are keyed by internal id and never limited",
+		doc:  "UpsertUser with an InternalID creates an internal user once (later upserts update it), persistent whatever Persistent says; it counts toward no limit; UserByKey and UserByID find it, and an external key of the same string does not.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
-			u, err := st.SaveInternalUser(ctx(t), f.account.ID, "alice@acme.test")
-			mustNil(t, "SaveInternalUser", err)
-			u2, err := st.SaveInternalUser(ctx(t), f.account.ID, "alice@acme.test")
-			mustNil(t, "SaveInternalUser again", err)
-			if u.ID == 0 || u2.ID != u.ID || u.InternalID != "alice@acme.test" || u.ExternalID != "" {
-				t.Errorf("internal users %+v %+v", u, u2)
+			key := store.UserKey{AccountID: f.account.ID, InternalID: "alice@acme.test"}
+			// Full of persistent external users and ephemeral creations.
+			p := f.upsert("p")
+			p.MaxUsers = 1
+			_, err := st.UpsertUser(ctx(t), p)
+			mustNil(t, "persistent external user", err)
+			up := store.UserUpsert{UserKey: key, Persistent: false, MaxUsers: 1, NewEphemeralPerMinute: 1, Now: t0, DisplayName: ptr("Alice")}
+			u, err := st.UpsertUser(ctx(t), up)
+			mustNil(t, "UpsertUser internal", err)
+			if u.ID == 0 || u.InternalID != "alice@acme.test" || u.ExternalID != "" || u.Ephemeral || !u.ExpiresAt.IsZero() || u.DisplayName != "Alice" {
+				t.Errorf("internal user = %+v", u)
 			}
-			got, err := st.InternalUser(ctx(t), f.account.ID, "alice@acme.test")
-			mustNil(t, "InternalUser", err)
+			up.DisplayName, up.Email = nil, ptr("alice@acme.test")
+			u2, err := st.UpsertUser(ctx(t), up)
+			mustNil(t, "UpsertUser internal again", err)
+			if u2.ID != u.ID || u2.DisplayName != "Alice" || u2.Email != "alice@acme.test" {
+				t.Errorf("internal user again = %+v, want %d updated", u2, u.ID)
+			}
+			other := store.UserUpsert{UserKey: store.UserKey{AccountID: f.account.ID, InternalID: "bob@acme.test"}, Persistent: true, MaxUsers: 1, Now: t0}
+			_, err = st.UpsertUser(ctx(t), other)
+			mustNil(t, "a second internal user at the limit", err)
+			e := f.upsert("e")
+			e.Persistent, e.EphemeralExpiresAt, e.NewEphemeralPerMinute = false, t0.Add(time.Hour), 1
+			_, err = st.UpsertUser(ctx(t), e)
+			mustNil(t, "ephemeral user after internal ones (they took no place of the minute)", err)
+
+			got, err := st.UserByKey(ctx(t), key, t0)
+			mustNil(t, "UserByKey", err)
 			if got.ID != u.ID {
-				t.Errorf("InternalUser ID = %d, want %d", got.ID, u.ID)
+				t.Errorf("UserByKey ID = %d, want %d", got.ID, u.ID)
 			}
-			got, err = st.UserByID(ctx(t), u.ID, t0)
+			got, err = st.UserByID(ctx(t), u.ID, t0.Add(1000*time.Hour))
 			mustNil(t, "UserByID", err)
 			if got.InternalID != "alice@acme.test" {
 				t.Errorf("UserByID = %+v", got)
 			}
-			_, err = st.InternalUser(ctx(t), f.account.ID, "bob@acme.test")
-			wantErr(t, "InternalUser missing", err, store.ErrNotFound)
-			_, err = st.UserByExternalID(ctx(t), f.account.ID, "alice@acme.test", t0)
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, InternalID: "carol@acme.test"}, t0)
+			wantErr(t, "missing internal user", err, store.ErrNotFound)
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: "alice@acme.test"}, t0)
 			wantErr(t, "internal user by external id", err, store.ErrNotFound)
+			_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, InternalID: "p"}, t0)
+			wantErr(t, "external user by internal id", err, store.ErrNotFound)
 		},
 	},
 	{
-		name: "SetAttributeValues sets, overwrites and clears per scope",
-		doc:  "Values of the named attributes are overwritten, nil (or JSON null) deletes, others are kept; AttributeValues returns the scope's values ordered by name.",
+		name: "attribute values merge: others are kept, nil clears",
+		doc:  "UpsertUser sets the values of the attributes it names (overwriting), clears those with a nil Value, and keeps the user's values of every other attribute; UserData returns the values of one scope's attributes, with name and type, ordered by name.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")
-			as := f.attrs(t, st, f.scope(), "zeta", "alpha", "mid")
-			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
-			mustNil(t, "EnsureEmbedTenant", err)
-			scoped := store.Scope{AccountID: f.account.ID, EmbedTenantID: et.ID}
+			mustNil(t, "UpsertDefinitions", st.UpsertDefinitions(ctx(t), f.scope(), nil, []store.AttributeDef{
+				{Name: "zeta", Type: store.TypeString}, {Name: "alpha", Type: store.TypeStringArray}, {Name: "mid", Type: store.TypeNumber}}))
+			as := lookupAttrs(t, st, f.scope(), "zeta", "alpha", "mid")
+			id := map[string]int64{}
+			for _, a := range as {
+				id[a.Name] = a.ID
+			}
+			scoped := f.tenantScope(t, st, "tenant-one")
 			sa := f.attrs(t, st, scoped, "alpha")
-			mustNil(t, "set", st.SetAttributeValues(ctx(t), u.ID, []store.AttributeValue{
-				{AttributeID: as[0].ID, Value: json.RawMessage(`"z"`)},
-				{AttributeID: as[1].ID, Value: json.RawMessage(`["a","b"]`)},
-				{AttributeID: as[2].ID, Value: json.RawMessage(`1.5`)},
-				{AttributeID: sa[0].ID, Value: json.RawMessage(`"scoped"`)},
-			}))
-			vals, err := st.AttributeValues(ctx(t), u.ID, f.scope())
-			mustNil(t, "AttributeValues", err)
-			if got := names(vals, func(v store.UserAttribute) string { return v.Name }); !slices.Equal(got, []string{"alpha", "mid", "zeta"}) {
+			f.values(t, st, u, val(id["zeta"], `"z"`), val(id["alpha"], `["a","b"]`), val(id["mid"], `1.5`), val(sa[0].ID, `"scoped"`))
+			vals := f.data(t, st, u.ID, f.scope()).Attributes
+			if got := valueNames(vals); !slices.Equal(got, []string{"alpha", "mid", "zeta"}) {
 				t.Fatalf("names = %v, want ordered alpha mid zeta", got)
 			}
-			if !jsonEqual(vals[0].Value, json.RawMessage(`["a","b"]`)) || vals[0].Type != store.TypeString {
-				t.Errorf("alpha = %+v", vals[0])
+			if !jsonEqual(vals[0].Value, json.RawMessage(`["a","b"]`)) || vals[0].Type != store.TypeStringArray || vals[1].Type != store.TypeNumber {
+				t.Errorf("values = %+v", vals)
 			}
-			mustNil(t, "overwrite and clear", st.SetAttributeValues(ctx(t), u.ID, []store.AttributeValue{
-				{AttributeID: as[0].ID, Value: nil},
-				{AttributeID: as[2].ID, Value: json.RawMessage(`null`)},
-				{AttributeID: as[1].ID, Value: json.RawMessage(`"new"`)},
-			}))
-			vals, err = st.AttributeValues(ctx(t), u.ID, f.scope())
-			mustNil(t, "AttributeValues", err)
-			if len(vals) != 1 || vals[0].Name != "alpha" || !jsonEqual(vals[0].Value, json.RawMessage(`"new"`)) {
-				t.Errorf("after clear = %+v", vals)
+			// Naming only mid keeps alpha and zeta.
+			f.values(t, st, u, val(id["mid"], `2`))
+			vals = f.data(t, st, u.ID, f.scope()).Attributes
+			if len(vals) != 3 || !jsonEqual(vals[1].Value, json.RawMessage(`2`)) || !jsonEqual(vals[2].Value, json.RawMessage(`"z"`)) {
+				t.Errorf("after setting mid = %+v", vals)
 			}
-			sv, err := st.AttributeValues(ctx(t), u.ID, scoped)
-			mustNil(t, "AttributeValues scoped", err)
-			if len(sv) != 1 || !jsonEqual(sv[0].Value, json.RawMessage(`"scoped"`)) {
+			f.values(t, st, u, val(id["zeta"], ""), val(id["alpha"], `["new"]`))
+			vals = f.data(t, st, u.ID, f.scope()).Attributes
+			if got := valueNames(vals); !slices.Equal(got, []string{"alpha", "mid"}) || !jsonEqual(vals[0].Value, json.RawMessage(`["new"]`)) {
+				t.Errorf("after clearing zeta = %+v", vals)
+			}
+			// Clearing a value the user does not have is fine.
+			f.values(t, st, u, val(id["zeta"], ""))
+			sv := f.data(t, st, u.ID, scoped).Attributes
+			if len(sv) != 1 || sv[0].Name != "alpha" || !jsonEqual(sv[0].Value, json.RawMessage(`"scoped"`)) {
 				t.Errorf("scoped values = %+v", sv)
 			}
-			mustNil(t, "empty set", st.SetAttributeValues(ctx(t), u.ID, nil))
+			// An upsert without attributes keeps them all.
+			f.update(t, st, u, func(up *store.UserUpsert) { up.DisplayName = ptr("U") })
+			if vals := f.data(t, st, u.ID, f.scope()).Attributes; len(vals) != 2 {
+				t.Errorf("after a profile update = %+v", vals)
+			}
 		},
 	},
 	{
-		name: "ReplaceMemberships replaces within one scope only",
-		doc:  "groups rules: a populated list replaces the scope's memberships exactly, an empty list clears them, other scopes are untouched; Memberships is ordered by name.",
+		name: "SetGroups replaces memberships within one scope only",
+		doc:  "groups rules: SetGroups with a populated list replaces the memberships of GroupScope exactly, an empty list clears them, other scopes are untouched; SetGroups false keeps every membership; UserData's groups are ordered by name.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")
 			gs := f.groups(t, st, f.scope(), "sales", "marketing", "admins")
-			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one")
-			mustNil(t, "EnsureEmbedTenant", err)
-			scoped := store.Scope{AccountID: f.account.ID, EmbedTenantID: et.ID}
+			scoped := f.tenantScope(t, st, "tenant-one")
 			sg := f.groups(t, st, scoped, "sales")
-			mustNil(t, "scoped", st.ReplaceMemberships(ctx(t), u.ID, scoped, []int64{sg[0].ID}))
-			mustNil(t, "replace", st.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[0].ID, gs[1].ID}))
-			ms, err := st.Memberships(ctx(t), u.ID, f.scope())
-			mustNil(t, "Memberships", err)
-			if got := groupNames(ms); !slices.Equal(got, []string{"marketing", "sales"}) {
+			f.member(t, st, u, scoped, sg[0].ID)
+			f.member(t, st, u, f.scope(), gs[0].ID, gs[1].ID)
+			if got := groupNames(f.data(t, st, u.ID, f.scope()).Groups); !slices.Equal(got, []string{"marketing", "sales"}) {
 				t.Errorf("memberships = %v, want [marketing sales]", got)
 			}
-			mustNil(t, "replace again", st.ReplaceMemberships(ctx(t), u.ID, f.scope(), []int64{gs[2].ID, gs[1].ID}))
-			ms, err = st.Memberships(ctx(t), u.ID, f.scope())
-			mustNil(t, "Memberships", err)
-			if got := groupNames(ms); !slices.Equal(got, []string{"admins", "marketing"}) {
+			f.member(t, st, u, f.scope(), gs[2].ID, gs[1].ID)
+			if got := groupNames(f.data(t, st, u.ID, f.scope()).Groups); !slices.Equal(got, []string{"admins", "marketing"}) {
 				t.Errorf("memberships = %v, want [admins marketing]", got)
 			}
-			mustNil(t, "clear", st.ReplaceMemberships(ctx(t), u.ID, f.scope(), nil))
-			ms, err = st.Memberships(ctx(t), u.ID, f.scope())
-			mustNil(t, "Memberships", err)
-			if len(ms) != 0 {
+			f.update(t, st, u, func(up *store.UserUpsert) { up.GroupScope, up.Groups = f.scope(), []int64{gs[0].ID} })
+			if got := groupNames(f.data(t, st, u.ID, f.scope()).Groups); !slices.Equal(got, []string{"admins", "marketing"}) {
+				t.Errorf("SetGroups false changed memberships: %v", got)
+			}
+			f.member(t, st, u, f.scope())
+			if ms := f.data(t, st, u.ID, f.scope()).Groups; len(ms) != 0 {
 				t.Errorf("after clear: %v", groupNames(ms))
 			}
-			ms, err = st.Memberships(ctx(t), u.ID, scoped)
-			mustNil(t, "Memberships scoped", err)
-			if got := groupNames(ms); !slices.Equal(got, []string{"sales"}) || ms[0].ID != sg[0].ID {
-				t.Errorf("scoped memberships = %v, want the embed tenant's sales", got)
+			ms := f.data(t, st, u.ID, scoped).Groups
+			if got := groupNames(ms); !slices.Equal(got, []string{"sales"}) || ms[0].ID != sg[0].ID || ms[0].Scope != scoped {
+				t.Errorf("scoped memberships = %+v, want the embed tenant's sales", ms)
+			}
+		},
+	},
+	{
+		name: "a new user is created with its values and groups",
+		doc:  "The first UpsertUser of a key stores the profile, the attribute values and the memberships together, as generate-session provisions a user; UserData of a missing user is empty, not an error.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			as := f.attrs(t, st, f.scope(), "country", "city")
+			gs := f.groups(t, st, f.scope(), "sales", "ops")
+			for _, persistent := range []bool{true, false} {
+				up := f.upsert(map[bool]string{true: "p", false: "e"}[persistent])
+				up.Persistent, up.EphemeralExpiresAt = persistent, t0.Add(time.Hour)
+				up.Attributes = []store.AttributeValue{val(as[0].ID, `"DE"`), val(as[1].ID, "")}
+				up.SetGroups, up.GroupScope, up.Groups = true, f.scope(), []int64{gs[1].ID}
+				u, err := st.UpsertUser(ctx(t), up)
+				mustNil(t, "UpsertUser", err)
+				d := f.data(t, st, u.ID, f.scope())
+				if len(d.Attributes) != 1 || d.Attributes[0].Name != "country" || !jsonEqual(d.Attributes[0].Value, json.RawMessage(`"DE"`)) ||
+					!slices.Equal(groupNames(d.Groups), []string{"ops"}) {
+					t.Errorf("persistent=%v: data = %+v", persistent, d)
+				}
+			}
+			d, err := st.UserData(ctx(t), 987654, f.scope())
+			mustNil(t, "UserData of a missing user", err)
+			if len(d.Attributes) != 0 || len(d.Groups) != 0 {
+				t.Errorf("missing user's data = %+v", d)
 			}
 		},
 	},
@@ -428,9 +477,9 @@ var userRules = []rule{
 			keep := f.user(t, st, "keep")
 			as := f.attrs(t, st, f.scope(), "country")
 			gs := f.groups(t, st, f.scope(), "sales")
-			for _, id := range []int64{u.ID, keep.ID} {
-				mustNil(t, "SetAttributeValues", st.SetAttributeValues(ctx(t), id, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)}}))
-				mustNil(t, "ReplaceMemberships", st.ReplaceMemberships(ctx(t), id, f.scope(), []int64{gs[0].ID}))
+			for _, x := range []store.User{u, keep} {
+				f.values(t, st, x, val(as[0].ID, `"DE"`))
+				f.member(t, st, x, f.scope(), gs[0].ID)
 			}
 			f.session(t, st, u.ID, "s1", t0.Add(time.Hour))
 			f.session(t, st, u.ID, "s2", t0.Add(time.Hour))
@@ -442,6 +491,8 @@ var userRules = []rule{
 			mustNil(t, "DeleteUser", st.DeleteUser(ctx(t), u.ID))
 			_, err = st.UserByID(ctx(t), u.ID, t0)
 			wantErr(t, "deleted user", err, store.ErrNotFound)
+			_, err = st.UserByKey(ctx(t), u.Key(), t0)
+			wantErr(t, "deleted user by key", err, store.ErrNotFound)
 			_, err = st.SessionByToken(ctx(t), []byte("t1"), t0)
 			wantErr(t, "deleted user's token", err, store.ErrNotFound)
 			_, err = st.ExchangeSession(ctx(t), []byte("s2"), []byte("t2"), t0.Add(24*time.Hour), t0)
@@ -453,21 +504,24 @@ var userRules = []rule{
 			if len(msgs) != 0 {
 				t.Errorf("deleted user's messages survive: %v", msgs)
 			}
-			vals, err := st.AttributeValues(ctx(t), u.ID, f.scope())
-			mustNil(t, "AttributeValues", err)
-			ms, err := st.Memberships(ctx(t), u.ID, f.scope())
-			mustNil(t, "Memberships", err)
-			if len(vals) != 0 || len(ms) != 0 {
-				t.Errorf("deleted user's values %v memberships %v survive", vals, ms)
+			if d := f.data(t, st, u.ID, f.scope()); len(d.Attributes) != 0 || len(d.Groups) != 0 {
+				t.Errorf("deleted user's data survives: %+v", d)
 			}
 			// The other user is untouched.
-			vals, _ = st.AttributeValues(ctx(t), keep.ID, f.scope())
-			ms, _ = st.Memberships(ctx(t), keep.ID, f.scope())
+			d := f.data(t, st, keep.ID, f.scope())
 			_, err = st.Thread(ctx(t), f.account.ID, "chat-keep")
-			if len(vals) != 1 || len(ms) != 1 || err != nil {
-				t.Errorf("other user lost data: values %v memberships %v thread err %v", vals, ms, err)
+			if len(d.Attributes) != 1 || len(d.Groups) != 1 || err != nil {
+				t.Errorf("other user lost data: %+v, thread err %v", d, err)
 			}
 			wantErr(t, "DeleteUser again", st.DeleteUser(ctx(t), u.ID), store.ErrNotFound)
+			// The key is free: a new user of it starts empty.
+			nu := f.user(t, st, "u")
+			if nu.ID == u.ID {
+				t.Error("a deleted user's ID was reused")
+			}
+			if d := f.data(t, st, nu.ID, f.scope()); len(d.Attributes) != 0 || len(d.Groups) != 0 {
+				t.Errorf("new user of a deleted key inherited %+v", d)
+			}
 		},
 	},
 	{
@@ -478,8 +532,8 @@ var userRules = []rule{
 			as := f.attrs(t, st, f.scope(), "country")
 			gs := f.groups(t, st, f.scope(), "sales")
 			fresh := f.user(t, st, "fresh")
-			mustNil(t, "SetAttributeValues", st.SetAttributeValues(ctx(t), fresh.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)}}))
-			mustNil(t, "ReplaceMemberships", st.ReplaceMemberships(ctx(t), fresh.ID, f.scope(), []int64{gs[0].ID}))
+			f.values(t, st, fresh, val(as[0].ID, `"DE"`))
+			f.member(t, st, fresh, f.scope(), gs[0].ID)
 			withThread := f.user(t, st, "with-thread")
 			f.thread(t, st, withThread.ID, "chat")
 			withSession := f.user(t, st, "with-session")
@@ -509,12 +563,8 @@ var userRules = []rule{
 					mustNil(t, "kept user", err)
 				}
 			}
-			vals, err := st.AttributeValues(ctx(t), fresh.ID, f.scope())
-			mustNil(t, "AttributeValues", err)
-			ms, err := st.Memberships(ctx(t), fresh.ID, f.scope())
-			mustNil(t, "Memberships", err)
-			if len(vals) != 0 || len(ms) != 0 {
-				t.Errorf("deleted user's values %v memberships %v survive", vals, ms)
+			if d := f.data(t, st, fresh.ID, f.scope()); len(d.Attributes) != 0 || len(d.Groups) != 0 {
+				t.Errorf("deleted user's data survives: %+v", d)
 			}
 			if _, err := st.Thread(ctx(t), f.account.ID, "chat"); err != nil {
 				t.Errorf("the thread of the kept user: %v", err)
@@ -522,8 +572,8 @@ var userRules = []rule{
 			// The deleted user's place is free: the limit counts the 2 left.
 			up := f.upsert("third")
 			up.MaxUsers = 3
-			_, err = st.UpsertExternalUser(ctx(t), up)
-			mustNil(t, "UpsertExternalUser in the freed place", err)
+			_, err := st.UpsertUser(ctx(t), up)
+			mustNil(t, "UpsertUser in the freed place", err)
 			// Deleting the user's only thread makes it unused, in one
 			// transaction.
 			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
@@ -538,50 +588,6 @@ var userRules = []rule{
 			}))
 			_, err = st.UserByID(ctx(t), withThread.ID, t0)
 			wantErr(t, "user deleted with its thread", err, store.ErrNotFound)
-		},
-	},
-	{
-		name: "DeleteExpiredUsers removes expired ephemeral users and their threads",
-		doc:  "DeleteExpiredUsers deletes at most limit ephemeral users expired at now, with everything they own, and returns the count; persistent and unexpired users stay.",
-		fn: func(t *testing.T, st store.Store) {
-			f := newFixture(t, st, "acme")
-			var expired []store.User
-			for i := range 5 {
-				u := f.ephemeral(t, st, "old"+string(rune('a'+i)), t0.Add(time.Duration(i+1)*time.Minute))
-				expired = append(expired, u)
-			}
-			f.thread(t, st, expired[0].ID, "chat-old")
-			live := f.ephemeral(t, st, "live", t0.Add(time.Hour))
-			p := f.user(t, st, "persistent")
-			now := t0.Add(10 * time.Minute)
-
-			n, err := st.DeleteExpiredUsers(ctx(t), now, 3)
-			mustNil(t, "DeleteExpiredUsers", err)
-			if n != 3 {
-				t.Errorf("first batch deleted %d, want 3 (the limit)", n)
-			}
-			n, err = st.DeleteExpiredUsers(ctx(t), now, 100)
-			mustNil(t, "DeleteExpiredUsers", err)
-			if n != 2 {
-				t.Errorf("second batch deleted %d, want 2", n)
-			}
-			n, err = st.DeleteExpiredUsers(ctx(t), now, 100)
-			mustNil(t, "DeleteExpiredUsers", err)
-			if n != 0 {
-				t.Errorf("third batch deleted %d, want 0", n)
-			}
-			for _, u := range expired {
-				if _, err := st.UserByID(ctx(t), u.ID, t0); err == nil {
-					t.Errorf("expired user %s survives (visible at an earlier now)", u.ExternalID)
-				}
-			}
-			_, err = st.Thread(ctx(t), f.account.ID, "chat-old")
-			wantErr(t, "expired user's thread", err, store.ErrNotFound)
-			for _, u := range []store.User{live, p} {
-				if _, err := st.UserByID(ctx(t), u.ID, now); err != nil {
-					t.Errorf("user %s deleted: %v", u.ExternalID, err)
-				}
-			}
 		},
 	},
 }
