@@ -89,7 +89,7 @@ func BenchmarkAdminList(b *testing.B) {
 			s := apitest.New(b, apitest.Target{Backend: backend, Router: apitest.ServeMux})
 			ctx := context.Background()
 			acct := s.Accounts[apitest.Account]
-			et, err := s.Store.EnsureEmbedTenant(ctx, acct.ID, "big-tenant")
+			et, err := s.Store.EnsureEmbedTenant(ctx, acct.ID, "big-tenant", 0)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func BenchmarkAdminList(b *testing.B) {
 				for j := range defs {
 					defs[j] = store.GroupDef{Name: fmt.Sprintf("group-%06d", i+j)}
 				}
-				if err := s.Store.UpsertGroups(ctx, scope, defs); err != nil {
+				if err := s.Store.UpsertDefinitions(ctx, scope, defs, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -14,14 +14,12 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-var (
-	errDeploymentNotFound = wire.Errorf(http.StatusNotFound, "deployment not found")
-	errEmptyTenantName    = wire.BadRequest("embedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit")
-)
+var errEmptyTenantName = wire.BadRequest("embedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit")
 
 // generateSession serves POST /api/v1/embed/generate-session: decode and
-// validate, check the deployment, then provision the user and store a new
-// sessionId in one transaction.
+// validate, then, in one transaction, check the deployment, provision the
+// user and store a new sessionId. The deployment is read with the
+// definitions the request names ([provision.Apply]), not on its own.
 func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	acct, _, ok := middleware.AccountFromContext(ctx)
@@ -48,23 +46,22 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, r, h.o.log, err)
 		return
 	}
-	if err := h.deploymentExists(ctx, acct.ID, req.DeploymentID); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errDeploymentNotFound
-		}
-		wire.WriteError(w, r, h.o.log, err)
-		return
-	}
 	preq := req.provision()
 	preq.MaxEmbedTenants = cmp.Or(acct.Limits.EmbedTenants, h.o.maxTenants)
+	dk := [2]int64{acct.ID, req.DeploymentID}
 	tk := tenantKey{acct.ID, req.EmbedTenantName}
 	if tk.name == "" {
 		tk.name = store.DefaultEmbedTenant
 	}
 	if h.o.cacheTTL > 0 {
+		if _, ok := h.deployments.Get(dk, time.Now()); !ok {
+			preq.DeploymentID = req.DeploymentID
+		}
 		if et, ok := h.tenants.Get(tk, time.Time{}); ok { // entries never expire
 			preq.KnownEmbedTenant = et
 		}
+	} else {
+		preq.DeploymentID = req.DeploymentID
 	}
 	now := h.o.now()
 	var tenant store.EmbedTenant
@@ -105,9 +102,15 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, r, h.o.log, err)
 		return
 	}
-	if h.o.cacheTTL > 0 && tenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
-		// Committed, and embed tenants are never deleted: keep it.
-		h.tenants.Add(tk, tenant, time.Time{})
+	if h.o.cacheTTL > 0 {
+		// Committed: the deployment existed. Embed tenants are never
+		// deleted: keep them for good.
+		if preq.DeploymentID != 0 {
+			h.deployments.Add(dk, struct{}{}, time.Now().Add(h.o.cacheTTL))
+		}
+		if tenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
+			h.tenants.Add(tk, tenant, time.Time{})
+		}
 	}
 	wire.WriteJSON(w, http.StatusOK, SessionResponse{SessionID: sid.Reveal()})
 }

@@ -107,6 +107,11 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "deploymentId is required", body: obj{"externalId": "keeper"}, status: 400, msg: "deploymentId"},
 			{name: "unknown deployment is 404", body: obj{"deploymentId": 99, "externalId": "keeper"}, status: 404, msg: "deployment not found", exact: true},
 			{name: "deployment of another account is 404", body: obj{"deploymentId": 2, "externalId": "keeper"}, status: 404, msg: "deployment not found", exact: true},
+			// a missing deployment is 404 ahead of what the database would refuse next
+			{name: "unknown deployment before unknown names", body: obj{"deploymentId": 99, "externalId": "keeper", "userAttributes": attrs("nope", "x"), "groups": []string{"nope"}}, status: 404, msg: "deployment not found", exact: true},
+			{name: "unknown deployment before a wrong value type", body: obj{"deploymentId": 99, "externalId": "keeper", "userAttributes": attrs("country", 5)}, status: 404, msg: "deployment not found", exact: true},
+			{name: "unknown deployment before an unknown internal user", body: obj{"deploymentId": 99, "internalId": "nobody@acme.test"}, status: 404, msg: "deployment not found", exact: true},
+			{name: "unknown deployment before creatorMode without the flag", key: apitest.OtherAdminKey, body: obj{"deploymentId": 99, "externalId": "keeper", "creatorMode": true, "embedTenantName": "tenant-x"}, status: 404, msg: "deployment not found", exact: true},
 			// identity
 			{name: "neither externalId nor internalId", body: obj{"deploymentId": 1}, status: 400, msg: "exactly one of externalId or internalId"},
 			{name: "both externalId and internalId", body: obj{"deploymentId": 1, "externalId": "keeper", "internalId": apitest.InternalUser}, status: 400, msg: "not both"},

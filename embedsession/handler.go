@@ -1,9 +1,7 @@
 package embedsession
 
 import (
-	"context"
 	"net/http"
-	"time"
 
 	"github.com/embedkit/embedkit/internal/lru"
 	"github.com/embedkit/embedkit/internal/telemetry"
@@ -110,22 +108,4 @@ func (h *Handler) instrument(rs []Route) []Route {
 		rs[i].Handler = h.tel.Route(rs[i].Method, rs[i].Pattern, rs[i].Handler)
 	}
 	return rs
-}
-
-// deploymentExists checks that the account has the deployment, through the
-// cache when [WithCacheTTL] is set.
-func (h *Handler) deploymentExists(ctx context.Context, accountID, id int64) error {
-	k := [2]int64{accountID, id}
-	if h.o.cacheTTL > 0 {
-		if _, ok := h.deployments.Get(k, time.Now()); ok {
-			return nil
-		}
-	}
-	if _, err := h.st.Deployment(ctx, accountID, id); err != nil {
-		return err
-	}
-	if h.o.cacheTTL > 0 {
-		h.deployments.Add(k, struct{}{}, time.Now().Add(h.o.cacheTTL))
-	}
-	return nil
 }

@@ -114,9 +114,11 @@ func WithClock(now func() time.Time) Option {
 
 // WithCacheTTL makes the handler remember resolved API keys (with their
 // account) and existing deployments for d, and embed tenants once created
-// (they are never deleted), saving up to four store reads per
-// generate-session; on SQLite the embed-tenant read leaves the serialized
-// write transaction. Changes to accounts or deployments in the store are
+// (they are never deleted). A generate-session then skips the API key
+// read, the embed tenant read, and the deployment check (a statement of its
+// own when the request names no attributes or groups, else part of the
+// read of their definitions); on SQLite the embed-tenant read leaves the
+// serialized write transaction. Changes to accounts or deployments in the store are
 // then noticed at most d later. API keys are cached for d or
 // middleware.MaxKeyCacheTTL (5 s), whichever is shorter: a key revoked
 // through this process is refused at once, one revoked by another process

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
 
@@ -77,7 +78,7 @@ func TestRevokedKeyEndsItsSessions(t *testing.T) {
 		}
 		// The users and their data stay: a new session of the kept key
 		// serves the user the revoked key had provisioned.
-		if u, err := s.Store.UserByExternalID(ctx, s.Accounts[apitest.Account].ID, "minted-by-api", s.Now()); err != nil || u.ExternalID != "minted-by-api" {
+		if u, err := s.Store.UserByKey(ctx, store.UserKey{AccountID: s.Accounts[apitest.Account].ID, ExternalID: "minted-by-api"}, s.Now()); err != nil || u.ExternalID != "minted-by-api" {
 			t.Errorf("user of the revoked key: %+v %v", u, err)
 		}
 	})

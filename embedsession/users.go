@@ -24,7 +24,7 @@ func (h *Handler) userOp(w http.ResponseWriter, r *http.Request, op func(ctx con
 	}
 	now := h.o.now()
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
-		u, err := tx.UserByExternalID(ctx, acct.ID, ext, now)
+		u, err := tx.UserByKey(ctx, store.UserKey{AccountID: acct.ID, ExternalID: ext}, now)
 		if err != nil {
 			return err
 		}

@@ -12,18 +12,16 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// APIKeyStore is what [APIKey] reads: the key by its hash, then its account.
-// Every [store.Store] implements it.
+// APIKeyStore is what [APIKey] reads: the key by its hash with its account,
+// in one call. Every [store.Store] implements it.
 type APIKeyStore interface {
 	// APIKeyByHash returns [store.ErrNotFound] for an unknown hash.
-	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error)
-	// AccountByID returns [store.ErrNotFound] when missing.
-	AccountByID(ctx context.Context, id int64) (store.Account, error)
+	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error)
 }
 
 // APIKey authenticates requests carrying Authorization: Api-Key <key>: it
-// hashes the key, looks it up, compares the hashes in constant time, loads
-// the account and puts it in the context ([AccountFromContext]). A missing or
+// hashes the key, looks it up with its account, compares the hashes in
+// constant time and puts the account in the context ([AccountFromContext]). A missing or
 // invalid key is 401, a store that cannot be reached 503; the key is never
 // echoed or logged. With [Optional], a request without an Authorization
 // header passes through unauthenticated.

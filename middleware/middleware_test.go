@@ -47,18 +47,22 @@ func (f *fakeStore) addSession(id string, expires time.Time) {
 	f.sessions[string(secret.Hash(id))] = store.Session{AccountID: 1, UserID: 7, DeploymentID: 1, ExpiresAt: expires}
 }
 
-func (f *fakeStore) APIKeyByHash(_ context.Context, h []byte) (store.APIKey, error) {
+func (f *fakeStore) APIKeyByHash(_ context.Context, h []byte) (store.APIKey, store.Account, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return store.APIKey{}, store.ErrUnavailable
+		return store.APIKey{}, store.Account{}, store.ErrUnavailable
 	}
 	f.lookups++
 	k, ok := f.keys[string(h)]
 	if !ok {
-		return k, store.ErrNotFound
+		return k, store.Account{}, store.ErrNotFound
 	}
-	return k, nil
+	a, ok := f.accounts[k.AccountID]
+	if !ok {
+		return store.APIKey{}, store.Account{}, store.ErrNotFound
+	}
+	return k, a, nil
 }
 
 func (f *fakeStore) AccountByID(_ context.Context, id int64) (store.Account, error) {

@@ -20,28 +20,28 @@ func TestAttributesAndGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenant, err := st.EnsureEmbedTenant(ctx, acct.ID, "t1")
+	tenant, err := st.EnsureEmbedTenant(ctx, acct.ID, "t1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: acct.ID, ExternalID: "jane", Persistent: true, Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var u store.User
 	wide, scoped := store.TenantWide(acct.ID), store.Scope{AccountID: acct.ID, EmbedTenantID: tenant.ID}
 	for sc, country := range map[store.Scope]string{wide: `"DE"`, scoped: `"FR"`} {
-		if err := st.UpsertAttributes(ctx, sc, []store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
+		grp := "g" + country[1:3]
+		if err := st.UpsertDefinitions(ctx, sc, []store.GroupDef{{Name: grp}}, []store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.UpsertGroups(ctx, sc, []store.GroupDef{{Name: "g" + country[1:3]}}); err != nil {
-			t.Fatal(err)
+		found, err := st.Lookup(ctx, store.Lookup{Scope: sc, AttrNames: []string{"country"}, GroupNames: []string{grp}})
+		if err != nil || len(found.Attributes) != 1 || len(found.Groups) != 1 {
+			t.Fatalf("lookup in %+v: %+v, %v", sc, found, err)
 		}
-		as, _ := st.AttributesByName(ctx, sc, []string{"country"})
-		gs, _ := st.GroupsByName(ctx, sc, []string{"g" + country[1:3]})
-		if err := st.SetAttributeValues(ctx, u.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(country)}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.ReplaceMemberships(ctx, u.ID, sc, []int64{gs[0].ID}); err != nil {
+		u, err = st.UpsertUser(ctx, store.UserUpsert{
+			UserKey:    store.UserKey{AccountID: acct.ID, ExternalID: "jane"},
+			Attributes: []store.AttributeValue{{AttributeID: found.Attributes[0].ID, Value: json.RawMessage(country)}},
+			SetGroups:  true, GroupScope: sc, Groups: []int64{found.Groups[0].ID},
+			Persistent: true, Now: time.Now(),
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

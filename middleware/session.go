@@ -30,6 +30,9 @@ type SessionStore interface {
 type AuthStore interface {
 	APIKeyStore
 	SessionStore
+	// AccountByID returns the account of a token's session;
+	// [store.ErrNotFound] when missing.
+	AccountByID(ctx context.Context, id int64) (store.Account, error)
 }
 
 // SessionIDParam is the query parameter carrying a single-use sessionId in

@@ -114,7 +114,7 @@ type UserState struct {
 func (s *Server) User(t testing.TB, account, externalID, embedTenant string) UserState {
 	t.Helper()
 	ctx := context.Background()
-	u, err := s.Store.UserByExternalID(ctx, s.Accounts[account].ID, externalID, s.Now())
+	u, err := s.Store.UserByKey(ctx, store.UserKey{AccountID: s.Accounts[account].ID, ExternalID: externalID}, s.Now())
 	if errors.Is(err, store.ErrNotFound) {
 		return UserState{}
 	}
@@ -127,18 +127,14 @@ func (s *Server) User(t testing.TB, account, externalID, embedTenant string) Use
 	if !ok {
 		return st
 	}
-	attrs, err := s.Store.AttributeValues(ctx, u.ID, scope)
+	d, err := s.Store.UserData(ctx, u.ID, scope)
 	if err != nil {
-		t.Fatalf("apitest: attribute values: %v", err)
+		t.Fatalf("apitest: user data: %v", err)
 	}
-	for _, a := range attrs {
+	for _, a := range d.Attributes {
 		st.Attributes[a.Name] = string(a.Value)
 	}
-	gs, err := s.Store.Memberships(ctx, u.ID, scope)
-	if err != nil {
-		t.Fatalf("apitest: memberships: %v", err)
-	}
-	for _, g := range gs {
+	for _, g := range d.Groups {
 		st.Groups = append(st.Groups, g.Name)
 	}
 	slices.Sort(st.Groups)

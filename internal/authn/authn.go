@@ -23,10 +23,10 @@ const (
 	SchemeBearer = "Bearer"
 )
 
-// KeyStore is what API key resolution reads.
+// KeyStore is what API key resolution reads: the key and its account
+// together, so that authenticating a request is one store call.
 type KeyStore interface {
-	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error)
-	AccountByID(ctx context.Context, id int64) (store.Account, error)
+	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error)
 }
 
 // SessionStore is what sessionId exchange and token resolution use.
@@ -56,14 +56,14 @@ var (
 )
 
 // APIKey resolves a raw API key to its account and admin flag. An unknown
-// key, or one whose account is gone, is [ErrInvalidAPIKey]; store failures
-// are returned as they are (ErrUnavailable maps to 503).
+// key is [ErrInvalidAPIKey]; store failures are returned as they are
+// (ErrUnavailable maps to 503).
 func APIKey(ctx context.Context, st KeyStore, key string) (store.Account, bool, error) {
 	if key == "" {
 		return store.Account{}, false, ErrInvalidAPIKey
 	}
 	h := secret.Hash(key)
-	k, err := st.APIKeyByHash(ctx, h)
+	k, acct, err := st.APIKeyByHash(ctx, h)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Account{}, false, ErrInvalidAPIKey
 	}
@@ -72,13 +72,6 @@ func APIKey(ctx context.Context, st KeyStore, key string) (store.Account, bool, 
 	}
 	if !secret.Equal(k.Hash, h) {
 		return store.Account{}, false, ErrInvalidAPIKey
-	}
-	acct, err := st.AccountByID(ctx, k.AccountID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Account{}, false, ErrInvalidAPIKey
-	}
-	if err != nil {
-		return store.Account{}, false, err
 	}
 	return acct, k.Admin, nil
 }

@@ -78,13 +78,19 @@ func (d *db) saveAPIKey(k store.APIKey) error {
 	return nil
 }
 
-func (d *db) apiKeyByHash(hash []byte) (store.APIKey, error) {
+// keyAndAccount is what APIKeyByHash returns.
+type keyAndAccount struct {
+	key     store.APIKey
+	account store.Account
+}
+
+func (d *db) apiKeyByHash(hash []byte) (keyAndAccount, error) {
 	k, ok := d.apiKeys[string(hash)]
 	if !ok {
-		return store.APIKey{}, notFound("api key")
+		return keyAndAccount{}, notFound("api key")
 	}
 	k.Hash = slices.Clone(k.Hash)
-	return k, nil
+	return keyAndAccount{k, copyAccount(d.accounts[k.AccountID])}, nil
 }
 
 func (d *db) listAPIKeys(accountID int64) ([]store.APIKey, error) {
@@ -134,14 +140,6 @@ func (d *db) saveDeployment(dep store.Deployment) error {
 	return nil
 }
 
-func (d *db) deployment(accountID, id int64) (store.Deployment, error) {
-	dep, ok := d.deployments[depKey{accountID, id}]
-	if !ok {
-		return store.Deployment{}, notFound("deployment")
-	}
-	return dep, nil
-}
-
 func (d *db) saveAgent(a store.Agent) error {
 	if err := d.needAccount("save agent", a.AccountID); err != nil {
 		return err
@@ -181,8 +179,9 @@ func (s *Store) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 }
 
 // APIKeyByHash implements [store.Accounts].
-func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	return read(s, ctx, func(d *db) (store.APIKey, error) { return d.apiKeyByHash(hash) })
+func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error) {
+	r, err := read(s, ctx, func(d *db) (keyAndAccount, error) { return d.apiKeyByHash(hash) })
+	return r.key, r.account, err
 }
 
 // APIKeys implements [store.Accounts].
@@ -199,11 +198,6 @@ func (s *Store) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) 
 // [store.ErrNotFound].
 func (s *Store) SaveDeployment(ctx context.Context, dep store.Deployment) error {
 	return write0(s, ctx, func(d *db) error { return d.saveDeployment(dep) })
-}
-
-// Deployment implements [store.Accounts].
-func (s *Store) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
-	return read(s, ctx, func(d *db) (store.Deployment, error) { return d.deployment(accountID, id) })
 }
 
 // SaveAgent implements [store.Accounts]. An unknown account is
@@ -233,8 +227,9 @@ func (t *txView) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	return call0(t, ctx, func(d *db) error { return d.saveAPIKey(k) })
 }
 
-func (t *txView) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	return call(t, ctx, func(d *db) (store.APIKey, error) { return d.apiKeyByHash(hash) })
+func (t *txView) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error) {
+	r, err := call(t, ctx, func(d *db) (keyAndAccount, error) { return d.apiKeyByHash(hash) })
+	return r.key, r.account, err
 }
 
 func (t *txView) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
@@ -247,10 +242,6 @@ func (t *txView) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte)
 
 func (t *txView) SaveDeployment(ctx context.Context, dep store.Deployment) error {
 	return call0(t, ctx, func(d *db) error { return d.saveDeployment(dep) })
-}
-
-func (t *txView) Deployment(ctx context.Context, accountID, id int64) (store.Deployment, error) {
-	return call(t, ctx, func(d *db) (store.Deployment, error) { return d.deployment(accountID, id) })
 }
 
 func (t *txView) SaveAgent(ctx context.Context, a store.Agent) error {

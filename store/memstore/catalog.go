@@ -2,16 +2,29 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-func (d *db) ensureEmbedTenant(accountID int64, name string) (store.EmbedTenant, error) {
+func (d *db) ensureEmbedTenant(accountID int64, name string, max int) (store.EmbedTenant, error) {
+	const op = "ensure embed tenant"
 	if id, ok := d.tenantByName[nameKey{accountID, name}]; ok {
 		return d.tenants[id], nil
 	}
-	if err := d.needAccount("ensure embed tenant", accountID); err != nil {
+	if err := d.needAccount(op, accountID); err != nil {
 		return store.EmbedTenant{}, err
+	}
+	if max > 0 {
+		n := 0
+		for k := range d.tenantByName {
+			if k.accountID == accountID {
+				n++
+			}
+		}
+		if n >= max {
+			return store.EmbedTenant{}, fmt.Errorf("memstore: %s: %d embed tenants: %w", op, n, store.ErrLimit)
+		}
 	}
 	d.lastTenantID++
 	et := store.EmbedTenant{ID: d.lastTenantID, AccountID: accountID, Name: name, CreatedAt: d.now(zeroTime)}
@@ -28,8 +41,15 @@ func (d *db) embedTenantByName(accountID int64, name string) (store.EmbedTenant,
 	return d.tenants[id], nil
 }
 
+func (d *db) upsertDefinitions(s store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
+	if err := d.upsertGroups(s, groups); err != nil {
+		return err
+	}
+	return d.upsertAttributes(s, attrs)
+}
+
 func (d *db) upsertGroups(s store.Scope, defs []store.GroupDef) error {
-	const op = "upsert groups"
+	const op = "upsert definitions"
 	now := d.now(zeroTime)
 	for _, def := range defs {
 		desc := deref(def.Description)
@@ -54,7 +74,7 @@ func (d *db) upsertGroups(s store.Scope, defs []store.GroupDef) error {
 }
 
 func (d *db) upsertAttributes(s store.Scope, defs []store.AttributeDef) error {
-	const op = "upsert attributes"
+	const op = "upsert definitions"
 	now := d.now(zeroTime)
 	for _, def := range defs {
 		if id, ok := d.attributeByKey[scopeKey{s, def.Name}]; ok {
@@ -98,9 +118,10 @@ func (d *db) upsertAttributes(s store.Scope, defs []store.AttributeDef) error {
 	return nil
 }
 
-func (d *db) groupsByName(s store.Scope, names []string) ([]store.Group, error) {
+// groupsByName returns the groups of s named in names, each once.
+func (d *db) groupsByName(s store.Scope, names []string) []store.Group {
 	if len(names) == 0 {
-		return nil, nil
+		return nil
 	}
 	out := make([]store.Group, 0, len(names))
 	seen := make(map[int64]bool, len(names))
@@ -110,12 +131,13 @@ func (d *db) groupsByName(s store.Scope, names []string) ([]store.Group, error) 
 			out = append(out, d.groups[id])
 		}
 	}
-	return out, nil
+	return out
 }
 
-func (d *db) attributesByName(s store.Scope, names []string) ([]store.Attribute, error) {
+// attributesByName returns the attributes of s named in names, each once.
+func (d *db) attributesByName(s store.Scope, names []string) []store.Attribute {
 	if len(names) == 0 {
-		return nil, nil
+		return nil
 	}
 	out := make([]store.Attribute, 0, len(names))
 	seen := make(map[int64]bool, len(names))
@@ -125,7 +147,7 @@ func (d *db) attributesByName(s store.Scope, names []string) ([]store.Attribute,
 			out = append(out, d.attributes[id])
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (d *db) listGroups(s store.Scope, afterID int64, limit int) ([]store.Group, error) {
@@ -184,39 +206,17 @@ func (d *db) deleteAttribute(s store.Scope, id int64) error {
 
 // EnsureEmbedTenant implements [store.Catalog]. An unknown account is
 // [store.ErrNotFound].
-func (s *Store) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
+func (s *Store) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
 	// Most calls find the tenant: look under the read lock first.
 	if et, err := s.EmbedTenantByName(ctx, accountID, name); err == nil {
 		return et, nil
 	}
-	return write(s, ctx, func(d *db) (store.EmbedTenant, error) { return d.ensureEmbedTenant(accountID, name) })
+	return write(s, ctx, func(d *db) (store.EmbedTenant, error) { return d.ensureEmbedTenant(accountID, name, max) })
 }
 
 // EmbedTenantByName implements [store.Catalog].
 func (s *Store) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	return read(s, ctx, func(d *db) (store.EmbedTenant, error) { return d.embedTenantByName(accountID, name) })
-}
-
-// UpsertGroups implements [store.Catalog]. Creating a group of an unknown
-// account is [store.ErrNotFound] and creates none.
-func (s *Store) UpsertGroups(ctx context.Context, sc store.Scope, defs []store.GroupDef) error {
-	return write0(s, ctx, func(d *db) error { return d.upsertGroups(sc, defs) })
-}
-
-// UpsertAttributes implements [store.Catalog]. Creating an attribute of an
-// unknown account is [store.ErrNotFound] and creates none.
-func (s *Store) UpsertAttributes(ctx context.Context, sc store.Scope, defs []store.AttributeDef) error {
-	return write0(s, ctx, func(d *db) error { return d.upsertAttributes(sc, defs) })
-}
-
-// GroupsByName implements [store.Catalog].
-func (s *Store) GroupsByName(ctx context.Context, sc store.Scope, names []string) ([]store.Group, error) {
-	return read(s, ctx, func(d *db) ([]store.Group, error) { return d.groupsByName(sc, names) })
-}
-
-// AttributesByName implements [store.Catalog].
-func (s *Store) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
-	return read(s, ctx, func(d *db) ([]store.Attribute, error) { return d.attributesByName(sc, names) })
 }
 
 // ListGroups implements [store.Catalog]. A page costs O(log n + limit).
@@ -229,6 +229,12 @@ func (s *Store) ListAttributes(ctx context.Context, sc store.Scope, afterID int6
 	return read(s, ctx, func(d *db) ([]store.Attribute, error) { return d.listAttributes(sc, afterID, limit) })
 }
 
+// UpsertDefinitions implements [store.Catalog]. Creating a definition of
+// an unknown account is [store.ErrNotFound] and creates none.
+func (s *Store) UpsertDefinitions(ctx context.Context, sc store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
+	return write0(s, ctx, func(d *db) error { return d.upsertDefinitions(sc, groups, attrs) })
+}
+
 // DeleteGroup implements [store.Catalog].
 func (s *Store) DeleteGroup(ctx context.Context, sc store.Scope, id int64) error {
 	return write0(s, ctx, func(d *db) error { return d.deleteGroup(sc, id) })
@@ -239,28 +245,16 @@ func (s *Store) DeleteAttribute(ctx context.Context, sc store.Scope, id int64) e
 	return write0(s, ctx, func(d *db) error { return d.deleteAttribute(sc, id) })
 }
 
-func (t *txView) EnsureEmbedTenant(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	return call(t, ctx, func(d *db) (store.EmbedTenant, error) { return d.ensureEmbedTenant(accountID, name) })
+func (t *txView) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
+	return call(t, ctx, func(d *db) (store.EmbedTenant, error) { return d.ensureEmbedTenant(accountID, name, max) })
 }
 
 func (t *txView) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	return call(t, ctx, func(d *db) (store.EmbedTenant, error) { return d.embedTenantByName(accountID, name) })
 }
 
-func (t *txView) UpsertGroups(ctx context.Context, sc store.Scope, defs []store.GroupDef) error {
-	return call0(t, ctx, func(d *db) error { return d.upsertGroups(sc, defs) })
-}
-
-func (t *txView) UpsertAttributes(ctx context.Context, sc store.Scope, defs []store.AttributeDef) error {
-	return call0(t, ctx, func(d *db) error { return d.upsertAttributes(sc, defs) })
-}
-
-func (t *txView) GroupsByName(ctx context.Context, sc store.Scope, names []string) ([]store.Group, error) {
-	return call(t, ctx, func(d *db) ([]store.Group, error) { return d.groupsByName(sc, names) })
-}
-
-func (t *txView) AttributesByName(ctx context.Context, sc store.Scope, names []string) ([]store.Attribute, error) {
-	return call(t, ctx, func(d *db) ([]store.Attribute, error) { return d.attributesByName(sc, names) })
+func (t *txView) UpsertDefinitions(ctx context.Context, sc store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
+	return call0(t, ctx, func(d *db) error { return d.upsertDefinitions(sc, groups, attrs) })
 }
 
 func (t *txView) ListGroups(ctx context.Context, sc store.Scope, afterID int64, limit int) ([]store.Group, error) {

@@ -62,7 +62,7 @@ type db struct {
 	users      map[int64]store.User
 	userByExt  map[nameKey]int64
 	userByInt  map[nameKey]int64
-	ephemerals map[int64]struct{} // IDs of ephemeral users, for DeleteExpiredUsers
+	ephemerals map[int64]struct{} // IDs of ephemeral users, for DeleteExpired
 
 	tenants      map[int64]store.EmbedTenant
 	tenantByName map[nameKey]int64
@@ -85,42 +85,44 @@ type db struct {
 	threads     map[threadKey]store.Thread
 	userThreads map[int64]map[threadKey]struct{}
 	messages    map[threadKey]map[string]store.ThreadMessage
-	quotas      map[nameKey]quota // by account and counter key
+	// ephemeralCounts counts the ephemeral users created per account and
+	// clock minute.
+	ephemeralCounts map[minuteKey]int
 }
 
 func newDB(clock store.Clock) *db {
 	return &db{
-		clock:          clock,
-		accounts:       map[int64]store.Account{},
-		accountByName:  map[string]int64{},
-		persistent:     map[int64]int{},
-		apiKeys:        map[string]store.APIKey{},
-		deployments:    map[depKey]store.Deployment{},
-		agents:         map[agentKey]store.Agent{},
-		users:          map[int64]store.User{},
-		userByExt:      map[nameKey]int64{},
-		userByInt:      map[nameKey]int64{},
-		ephemerals:     map[int64]struct{}{},
-		tenants:        map[int64]store.EmbedTenant{},
-		tenantByName:   map[nameKey]int64{},
-		groups:         map[int64]store.Group{},
-		groupByName:    map[scopeKey]int64{},
-		groupIDs:       map[store.Scope][]int64{},
-		attributes:     map[int64]store.Attribute{},
-		attributeByKey: map[scopeKey]int64{},
-		attributeIDs:   map[store.Scope][]int64{},
-		values:         map[int64]map[int64]json.RawMessage{},
-		valueUsers:     map[int64]map[int64]struct{}{},
-		members:        map[int64]map[int64]struct{}{},
-		groupUsers:     map[int64]map[int64]struct{}{},
-		sessions:       map[string]session{},
-		tokens:         map[string]store.Session{},
-		userSess:       map[int64]map[string]struct{}{},
-		userTokens:     map[int64]map[string]struct{}{},
-		threads:        map[threadKey]store.Thread{},
-		userThreads:    map[int64]map[threadKey]struct{}{},
-		messages:       map[threadKey]map[string]store.ThreadMessage{},
-		quotas:         map[nameKey]quota{},
+		clock:           clock,
+		accounts:        map[int64]store.Account{},
+		accountByName:   map[string]int64{},
+		persistent:      map[int64]int{},
+		apiKeys:         map[string]store.APIKey{},
+		deployments:     map[depKey]store.Deployment{},
+		agents:          map[agentKey]store.Agent{},
+		users:           map[int64]store.User{},
+		userByExt:       map[nameKey]int64{},
+		userByInt:       map[nameKey]int64{},
+		ephemerals:      map[int64]struct{}{},
+		tenants:         map[int64]store.EmbedTenant{},
+		tenantByName:    map[nameKey]int64{},
+		groups:          map[int64]store.Group{},
+		groupByName:     map[scopeKey]int64{},
+		groupIDs:        map[store.Scope][]int64{},
+		attributes:      map[int64]store.Attribute{},
+		attributeByKey:  map[scopeKey]int64{},
+		attributeIDs:    map[store.Scope][]int64{},
+		values:          map[int64]map[int64]json.RawMessage{},
+		valueUsers:      map[int64]map[int64]struct{}{},
+		members:         map[int64]map[int64]struct{}{},
+		groupUsers:      map[int64]map[int64]struct{}{},
+		sessions:        map[string]session{},
+		tokens:          map[string]store.Session{},
+		userSess:        map[int64]map[string]struct{}{},
+		userTokens:      map[int64]map[string]struct{}{},
+		threads:         map[threadKey]store.Thread{},
+		userThreads:     map[int64]map[threadKey]struct{}{},
+		messages:        map[threadKey]map[string]store.ThreadMessage{},
+		ephemeralCounts: map[minuteKey]int{},
 	}
 }
 
@@ -289,9 +291,6 @@ func sortedKeys[K int64 | string, V any](m map[K]V) []K {
 	slices.Sort(ks)
 	return ks
 }
-
-// errLimit reports a full account.
-var errLimit = fmt.Errorf("memstore: upsert external user: %w", store.ErrLimit)
 
 // zeroTime asks [db.now] for the clock's time.
 var zeroTime time.Time

@@ -20,28 +20,28 @@ func ExampleNew() {
 	acme, _ := st.SaveAccount(ctx, store.Account{Name: "acme", Plan: store.PlanEnterprise})
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	err := st.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.UpsertDefinitions(ctx, store.TenantWide(acme.ID), []store.GroupDef{{Name: "sales"}}, nil); err != nil {
+			return err
+		}
+		found, err := tx.Lookup(ctx, store.Lookup{Scope: store.TenantWide(acme.ID), GroupNames: []string{"sales"}})
+		if err != nil {
+			return err
+		}
 		name := "Ann"
-		u, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{
-			AccountID: acme.ID, ExternalID: "ann", DisplayName: &name, Persistent: true, MaxUsers: 10, Now: now,
+		_, err = tx.UpsertUser(ctx, store.UserUpsert{
+			UserKey:     store.UserKey{AccountID: acme.ID, ExternalID: "ann"},
+			DisplayName: &name, Persistent: true, MaxUsers: 10, Now: now,
+			SetGroups: true, GroupScope: store.TenantWide(acme.ID), Groups: []int64{found.Groups[0].ID},
 		})
-		if err != nil {
-			return err
-		}
-		if err := tx.UpsertGroups(ctx, store.TenantWide(acme.ID), []store.GroupDef{{Name: "sales"}}); err != nil {
-			return err
-		}
-		gs, err := tx.GroupsByName(ctx, store.TenantWide(acme.ID), []string{"sales"})
-		if err != nil {
-			return err
-		}
-		return tx.ReplaceMemberships(ctx, u.ID, store.TenantWide(acme.ID), []int64{gs[0].ID})
+		return err
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	u, _ := st.UserByExternalID(ctx, acme.ID, "ann", now)
-	groups, _ := st.Memberships(ctx, u.ID, store.TenantWide(acme.ID))
+	u, _ := st.UserByKey(ctx, store.UserKey{AccountID: acme.ID, ExternalID: "ann"}, now)
+	data, _ := st.UserData(ctx, u.ID, store.TenantWide(acme.ID))
+	groups := data.Groups
 	fmt.Println(u.ID, u.DisplayName, groups[0].Name)
 
 	err = st.InTx(ctx, func(tx store.Tx) error {

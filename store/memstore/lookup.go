@@ -6,12 +6,9 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Lookup implements [store.Provisioning].
+// Lookup implements [store.Catalog]. It runs under the read lock.
 func (s *Store) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
-	if l.ReturningUser == nil {
-		return read(s, ctx, func(d *db) (store.LookupResult, error) { return d.lookup(l) })
-	}
-	return write(s, ctx, func(d *db) (store.LookupResult, error) { return d.lookup(l) })
+	return read(s, ctx, func(d *db) (store.LookupResult, error) { return d.lookup(l) })
 }
 
 func (t *txView) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
@@ -19,31 +16,11 @@ func (t *txView) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult
 }
 
 func (d *db) lookup(l store.Lookup) (store.LookupResult, error) {
-	var (
-		r   store.LookupResult
-		err error
-	)
-	if r.Attributes, err = d.attributesByName(l.Scope, l.AttrNames); err != nil {
-		return store.LookupResult{}, err
+	var r store.LookupResult
+	if l.DeploymentID != 0 {
+		r.Deployment, r.DeploymentFound = d.deployments[depKey{l.Scope.AccountID, l.DeploymentID}]
 	}
-	if r.Groups, err = d.groupsByName(l.Scope, l.GroupNames); err != nil {
-		return store.LookupResult{}, err
-	}
-	u := l.ReturningUser
-	if u == nil {
-		return r, nil
-	}
-	id, ok := d.userByExt[nameKey{u.AccountID, u.ExternalID}]
-	if !ok {
-		return r, nil
-	}
-	old := d.users[id]
-	if expired(old, d.now(u.Now)) || (u.Persistent && old.Ephemeral) {
-		return r, nil
-	}
-	if r.User, err = d.updateExternalUser(old, *u, d.now(u.Now)); err != nil {
-		return store.LookupResult{}, err
-	}
-	r.UserUpdated = true
+	r.Attributes = d.attributesByName(l.Scope, l.AttrNames)
+	r.Groups = d.groupsByName(l.Scope, l.GroupNames)
 	return r, nil
 }

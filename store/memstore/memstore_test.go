@@ -87,17 +87,22 @@ func TestReturnedValuesAreCopies(t *testing.T) {
 	hash := []byte("key")
 	st.SaveAPIKey(ctx, store.APIKey{Hash: hash, AccountID: a.ID})
 	hash[0] = 'X'
-	k, err := st.APIKeyByHash(ctx, []byte("key"))
+	k, ka, err := st.APIKeyByHash(ctx, []byte("key"))
 	if err != nil {
 		t.Fatal("API key stored under the caller's mutated slice:", err)
 	}
 	k.Hash[0] = 'Y'
-	if _, err := st.APIKeyByHash(ctx, []byte("key")); err != nil {
-		t.Error("returned hash aliases the stored one")
+	ka.Branches[0] = "changed by the caller"
+	if _, ka, err := st.APIKeyByHash(ctx, []byte("key")); err != nil || ka.Branches[0] != "main" {
+		t.Errorf("returned hash or account aliases the stored one: %v, %v", err, ka.Branches)
 	}
 
 	sc := json.RawMessage(`{"a":1}`)
-	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true, SecurityContext: sc})
+	st.UpsertDefinitions(ctx, store.TenantWide(a.ID), nil, []store.AttributeDef{{Name: "x", Type: store.TypeString}})
+	found, _ := st.Lookup(ctx, store.Lookup{Scope: store.TenantWide(a.ID), AttrNames: []string{"x"}})
+	val := json.RawMessage(`"v"`)
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true, SecurityContext: sc,
+		Attributes: []store.AttributeValue{{AttributeID: found.Attributes[0].ID, Value: val}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,16 +110,11 @@ func TestReturnedValuesAreCopies(t *testing.T) {
 	if got, _ := st.UserByID(ctx, u.ID, time.Time{}); string(got.SecurityContext) != `{"a":1}` {
 		t.Errorf("security context = %s", got.SecurityContext)
 	}
-
-	st.UpsertAttributes(ctx, store.TenantWide(a.ID), []store.AttributeDef{{Name: "x", Type: store.TypeString}})
-	as, _ := st.AttributesByName(ctx, store.TenantWide(a.ID), []string{"x"})
-	val := json.RawMessage(`"v"`)
-	st.SetAttributeValues(ctx, u.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: val}})
 	val[1] = 'X'
-	vals, _ := st.AttributeValues(ctx, u.ID, store.TenantWide(a.ID))
-	vals[0].Value[1] = 'Y'
-	if vals, _ := st.AttributeValues(ctx, u.ID, store.TenantWide(a.ID)); string(vals[0].Value) != `"v"` {
-		t.Errorf("value = %s", vals[0].Value)
+	d, _ := st.UserData(ctx, u.ID, store.TenantWide(a.ID))
+	d.Attributes[0].Value[1] = 'Y'
+	if d, _ := st.UserData(ctx, u.ID, store.TenantWide(a.ID)); string(d.Attributes[0].Value) != `"v"` {
+		t.Errorf("value = %s", d.Attributes[0].Value)
 	}
 
 	st.CreateThread(ctx, store.Thread{AccountID: a.ID, ChatID: "c", AgentID: "7", UserID: u.ID})

@@ -37,27 +37,26 @@ func seed(t *testing.T, st *Store) {
 		must(st.SaveAPIKey(ctx, store.APIKey{Hash: []byte(fmt.Sprint("key-", a)), AccountID: acc.ID}))
 		must(st.SaveDeployment(ctx, store.Deployment{AccountID: acc.ID, ID: 1, Name: "prod"}))
 		must(st.SaveAgent(ctx, store.Agent{AccountID: acc.ID, ID: "7", DeploymentID: 1}))
-		et, err := st.EnsureEmbedTenant(ctx, acc.ID, "tenant")
+		et, err := st.EnsureEmbedTenant(ctx, acc.ID, "tenant", 0)
 		must(err)
 		for _, s := range []store.Scope{store.TenantWide(acc.ID), {AccountID: acc.ID, EmbedTenantID: et.ID}} {
-			must(st.UpsertGroups(ctx, s, []store.GroupDef{{Name: "g1"}, {Name: "g2"}, {Name: "g3"}}))
-			must(st.UpsertAttributes(ctx, s, []store.AttributeDef{{Name: "a1", Type: store.TypeString}, {Name: "a2", Type: store.TypeNumber}}))
+			must(st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "g1"}, {Name: "g2"}, {Name: "g3"}},
+				[]store.AttributeDef{{Name: "a1", Type: store.TypeString}, {Name: "a2", Type: store.TypeNumber}}))
 		}
-		_, err = st.SaveInternalUser(ctx, acc.ID, "alice@x.test")
+		_, err = st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acc.ID, InternalID: "alice@x.test"}, Now: t0.Add(-time.Hour)})
+		must(err)
+		s := store.TenantWide(acc.ID)
+		found, err := st.Lookup(ctx, store.Lookup{Scope: s, AttrNames: []string{"a1", "a2"}, GroupNames: []string{"g1", "g2"}})
 		must(err)
 		for u := range 6 {
-			up := store.ExternalUserUpsert{AccountID: acc.ID, ExternalID: fmt.Sprint("u", u), Persistent: u%2 == 0,
+			up := store.UserUpsert{UserKey: store.UserKey{AccountID: acc.ID, ExternalID: fmt.Sprint("u", u)}, Persistent: u%2 == 0,
 				EphemeralExpiresAt: t0.Add(time.Duration(u-2) * time.Minute), Now: t0.Add(-time.Hour),
-				SecurityContext: json.RawMessage(`{"u":1}`)}
-			user, err := st.UpsertExternalUser(ctx, up)
+				SecurityContext: json.RawMessage(`{"u":1}`),
+				Attributes: []store.AttributeValue{
+					{AttributeID: found.Attributes[0].ID, Value: json.RawMessage(`"x"`)}, {AttributeID: found.Attributes[1].ID, Value: json.RawMessage(`1`)}},
+				SetGroups: true, GroupScope: s, Groups: []int64{found.Groups[0].ID, found.Groups[1].ID}}
+			user, err := st.UpsertUser(ctx, up)
 			must(err)
-			s := store.TenantWide(acc.ID)
-			gs, err := st.GroupsByName(ctx, s, []string{"g1", "g2"})
-			must(err)
-			as, err := st.AttributesByName(ctx, s, []string{"a1", "a2"})
-			must(err)
-			must(st.ReplaceMemberships(ctx, user.ID, s, []int64{gs[0].ID, gs[1].ID}))
-			must(st.SetAttributeValues(ctx, user.ID, []store.AttributeValue{{AttributeID: as[0].ID, Value: json.RawMessage(`"x"`)}, {AttributeID: as[1].ID, Value: json.RawMessage(`1`)}}))
 			sh := fmt.Sprintf("s-%d-%d", a, u)
 			must(st.CreateSession(ctx, []byte(sh), store.Session{AccountID: acc.ID, UserID: user.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
 			must(st.CreateSession(ctx, []byte(sh+"-b"), store.Session{AccountID: acc.ID, UserID: user.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
@@ -100,25 +99,28 @@ func randomOp(ctx context.Context, r *rand.Rand, tx store.Tx) {
 	case 3:
 		tx.SaveAgent(ctx, store.Agent{AccountID: acc, ID: name, DeploymentID: id})
 	case 4:
-		tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: acc, ExternalID: fmt.Sprint("u", r.IntN(8)),
-			Persistent: r.IntN(2) == 0, EphemeralExpiresAt: now.Add(time.Hour), MaxUsers: r.IntN(5), Now: now, DisplayName: &name})
+		tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acc, ExternalID: fmt.Sprint("u", r.IntN(8))},
+			Persistent: r.IntN(2) == 0, EphemeralExpiresAt: now.Add(time.Hour), MaxUsers: r.IntN(5), NewEphemeralPerMinute: r.IntN(3),
+			Now: now, DisplayName: &name})
 	case 5:
-		tx.SaveInternalUser(ctx, acc, name)
+		tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acc, InternalID: name}, Now: now, Email: &name})
 	case 6:
-		tx.SetAttributeValues(ctx, id, []store.AttributeValue{{AttributeID: int64(r.IntN(16) + 1), Value: json.RawMessage(`"v"`)}, {AttributeID: int64(r.IntN(20) + 1)}})
+		tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acc, ExternalID: fmt.Sprint("u", r.IntN(8))}, Now: now,
+			Attributes: []store.AttributeValue{{AttributeID: int64(r.IntN(16) + 1), Value: json.RawMessage(`"v"`)}, {AttributeID: int64(r.IntN(20) + 1)}}})
 	case 7:
-		tx.ReplaceMemberships(ctx, id, s, []int64{int64(r.IntN(20) + 1), int64(r.IntN(20) + 1)})
+		tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acc, ExternalID: fmt.Sprint("u", r.IntN(8))}, Now: now,
+			SetGroups: true, GroupScope: s, Groups: []int64{int64(r.IntN(20) + 1), int64(r.IntN(20) + 1)}})
 	case 8:
 		tx.DeleteUser(ctx, id)
 	case 9:
-		tx.DeleteExpiredUsers(ctx, now, r.IntN(4))
+		tx.DeleteExpired(ctx, now, r.IntN(4))
 	case 10:
-		tx.EnsureEmbedTenant(ctx, acc, name)
+		tx.EnsureEmbedTenant(ctx, acc, name, r.IntN(4))
 	case 11:
 		desc := fmt.Sprint("d", r.IntN(3))
-		tx.UpsertGroups(ctx, s, []store.GroupDef{{Name: name, Description: &desc}, {Name: "g1"}})
+		tx.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: name, Description: &desc}, {Name: "g1"}}, nil)
 	case 12:
-		tx.UpsertAttributes(ctx, s, []store.AttributeDef{{Name: name, Type: store.TypeString, DisplayName: &name}})
+		tx.UpsertDefinitions(ctx, s, nil, []store.AttributeDef{{Name: name, Type: store.TypeString, DisplayName: &name}})
 	case 13:
 		tx.DeleteGroup(ctx, s, int64(r.IntN(20)+1))
 	case 14:
@@ -134,7 +136,7 @@ func randomOp(ctx context.Context, r *rand.Rand, tx store.Tx) {
 	case 19:
 		tx.AppendMessages(ctx, acc, fmt.Sprint("c-", r.IntN(8)), int64(r.IntN(10)), []store.ThreadMessage{{ID: fmt.Sprint("m", r.IntN(4)), Sort: int64(r.IntN(9)), Body: json.RawMessage(`{"x":1}`)}})
 	case 20:
-		tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: 9, ExternalID: "nobody", Persistent: true})
+		tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: 9, ExternalID: "nobody"}, Persistent: true})
 	case 21:
 		tx.DeleteUser(ctx, id+100)
 	}
@@ -172,37 +174,41 @@ func TestFailedCallUndoesItself(t *testing.T) {
 	ctx := t.Context()
 	a, _ := st.SaveAccount(ctx, store.Account{Name: "acme"})
 	s := store.TenantWide(a.ID)
+	if err := st.UpsertDefinitions(ctx, s, nil, []store.AttributeDef{{Name: "x", Type: store.TypeString}}); err != nil {
+		t.Fatal(err)
+	}
+	found, _ := st.Lookup(ctx, store.Lookup{Scope: s, AttrNames: []string{"x"}})
+	key := store.UserKey{AccountID: a.ID, ExternalID: "u"}
 	err := st.InTx(ctx, func(tx store.Tx) error {
-		u, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "u", Persistent: true})
-		if err != nil {
+		if _, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: key, Persistent: true, DisplayName: ptr("kept")}); err != nil {
 			return err
 		}
-		if err := tx.UpsertAttributes(ctx, s, []store.AttributeDef{{Name: "x", Type: store.TypeString}}); err != nil {
-			return err
-		}
-		as, _ := tx.AttributesByName(ctx, s, []string{"x"})
 		// The first value is valid, the second names no attribute.
-		err = tx.SetAttributeValues(ctx, u.ID, []store.AttributeValue{
-			{AttributeID: as[0].ID, Value: json.RawMessage(`"DE"`)},
+		_, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: key, DisplayName: ptr("undone"), Attributes: []store.AttributeValue{
+			{AttributeID: found.Attributes[0].ID, Value: json.RawMessage(`"DE"`)},
 			{AttributeID: 4242, Value: json.RawMessage(`"FR"`)},
-		})
+		}})
 		if !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("SetAttributeValues = %v, want ErrNotFound", err)
+			t.Errorf("UpsertUser = %v, want ErrNotFound", err)
 		}
 		return nil // commit the rest
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := st.UserByExternalID(ctx, a.ID, "u", t0)
+	u, err := st.UserByKey(ctx, key, t0)
 	if err != nil {
 		t.Fatalf("user of the committed transaction: %v", err)
 	}
-	vals, _ := st.AttributeValues(ctx, u.ID, s)
-	if len(vals) != 0 {
-		t.Errorf("values of a failed call were kept: %+v", vals)
+	if u.DisplayName != "kept" {
+		t.Errorf("profile of a failed call was kept: %q", u.DisplayName)
+	}
+	if d, _ := st.UserData(ctx, u.ID, s); len(d.Attributes) != 0 {
+		t.Errorf("values of a failed call were kept: %+v", d.Attributes)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestTxFailsAfterInTx(t *testing.T) {
 	st := New()
@@ -253,7 +259,7 @@ func TestTxIsSafeForConcurrentUse(t *testing.T) {
 		errs := make(chan error, 8)
 		for i := range 8 {
 			go func() {
-				_, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: fmt.Sprint("u", i), Persistent: true})
+				_, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: fmt.Sprint("u", i)}, Persistent: true})
 				errs <- err
 			}()
 		}

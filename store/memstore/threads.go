@@ -67,20 +67,6 @@ func (d *db) appendMessages(accountID int64, chatID string, lastSort int64, msgs
 	return nil
 }
 
-func (d *db) appendToThreads(appends []store.ThreadAppend) error {
-	for _, a := range appends {
-		if _, ok := d.threads[threadKey{a.AccountID, a.ChatID}]; !ok {
-			return notFound("append to threads")
-		}
-	}
-	for _, a := range appends {
-		if err := d.appendMessages(a.AccountID, a.ChatID, a.LastSort, a.Messages); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // putMessages stores copies of msgs in thread key, replacing those with the
 // same ID.
 func (d *db) putMessages(key threadKey, msgs []store.ThreadMessage) {
@@ -126,12 +112,6 @@ func (s *Store) AppendMessages(ctx context.Context, accountID int64, chatID stri
 	return write0(s, ctx, func(d *db) error { return d.appendMessages(accountID, chatID, lastSort, msgs) })
 }
 
-// AppendToThreads implements [store.Threads]; it sets the threads'
-// UpdatedAt from the clock.
-func (s *Store) AppendToThreads(ctx context.Context, appends []store.ThreadAppend) error {
-	return write0(s, ctx, func(d *db) error { return d.appendToThreads(appends) })
-}
-
 // Messages implements [store.Threads]: ordered by Sort, then ID. An unknown
 // thread has no messages.
 func (s *Store) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
@@ -148,10 +128,6 @@ func (t *txView) Thread(ctx context.Context, accountID int64, chatID string) (st
 
 func (t *txView) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	return call0(t, ctx, func(d *db) error { return d.appendMessages(accountID, chatID, lastSort, msgs) })
-}
-
-func (t *txView) AppendToThreads(ctx context.Context, appends []store.ThreadAppend) error {
-	return call0(t, ctx, func(d *db) error { return d.appendToThreads(appends) })
 }
 
 func (t *txView) DeleteThread(ctx context.Context, accountID int64, chatID string) error {

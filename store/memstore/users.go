@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/embedkit/embedkit/store"
@@ -23,50 +23,75 @@ func expired(u store.User, now time.Time) bool {
 	return u.Ephemeral && !u.ExpiresAt.IsZero() && !u.ExpiresAt.After(now)
 }
 
-func (d *db) upsertExternalUser(u store.ExternalUserUpsert) (store.User, error) {
-	const op = "upsert external user"
+func (d *db) upsertUser(u store.UserUpsert) (store.User, error) {
+	const op = "upsert user"
 	now := d.now(u.Now)
-	key := nameKey{u.AccountID, u.ExternalID}
-	if id, ok := d.userByExt[key]; ok {
-		old := d.users[id]
-		if !expired(old, now) {
-			return d.updateExternalUser(old, u, now)
-		}
-		// An expired ephemeral user is absent: it goes with everything it
-		// owns, and a new user takes its external id. It never counted.
-		d.deleteUser(id)
+	if (u.ExternalID == "") == (u.InternalID == "") {
+		return store.User{}, fmt.Errorf("memstore: %s: the key must name exactly one of an external and an internal id", op)
 	}
-	if err := d.needAccount(op, u.AccountID); err != nil {
-		return store.User{}, err
+	byKey, key := d.userByExt, nameKey{u.AccountID, u.ExternalID}
+	if u.InternalID != "" {
+		byKey, key = d.userByInt, nameKey{u.AccountID, u.InternalID}
 	}
-	if u.Persistent {
-		if err := d.takePlace(u.AccountID, u.MaxUsers); err != nil {
+	var nu store.User
+	if id, ok := byKey[key]; ok && !expired(d.users[id], now) {
+		var err error
+		if nu, err = d.updateUser(d.users[id], u, now); err != nil {
 			return store.User{}, err
 		}
+	} else {
+		if ok {
+			// An expired ephemeral user is absent: it goes with everything
+			// it owns, and a new user takes its key. It never counted.
+			d.deleteUser(id)
+		}
+		if err := d.needAccount(op, u.AccountID); err != nil {
+			return store.User{}, err
+		}
+		external := u.ExternalID != ""
+		ephemeral := external && !u.Persistent
+		switch {
+		case ephemeral:
+			if err := d.countEphemeral(u.AccountID, now, u.NewEphemeralPerMinute); err != nil {
+				return store.User{}, err
+			}
+		case external:
+			if err := d.takePlace(u.AccountID, u.MaxUsers); err != nil {
+				return store.User{}, err
+			}
+		}
+		d.lastUserID++
+		nu = store.User{
+			ID:              d.lastUserID,
+			AccountID:       u.AccountID,
+			ExternalID:      u.ExternalID,
+			InternalID:      u.InternalID,
+			Email:           deref(u.Email),
+			DisplayName:     deref(u.DisplayName),
+			Picture:         deref(u.Picture),
+			SecurityContext: clone(u.SecurityContext),
+			Ephemeral:       ephemeral,
+			CreatedAt:       now,
+			UpdatedAt:       now,
+		}
+		if ephemeral {
+			nu.ExpiresAt = norm(u.EphemeralExpiresAt)
+			set(d, d.ephemerals, nu.ID, struct{}{})
+		}
+		set(d, d.users, nu.ID, nu)
+		set(d, byKey, key, nu.ID)
 	}
-	d.lastUserID++
-	nu := store.User{
-		ID:              d.lastUserID,
-		AccountID:       u.AccountID,
-		ExternalID:      u.ExternalID,
-		Email:           deref(u.Email),
-		DisplayName:     deref(u.DisplayName),
-		Picture:         deref(u.Picture),
-		SecurityContext: clone(u.SecurityContext),
-		Ephemeral:       !u.Persistent,
-		CreatedAt:       now,
-		UpdatedAt:       now,
+	if err := d.setAttributeValues(nu.ID, u.Attributes); err != nil {
+		return store.User{}, err
 	}
-	if !u.Persistent {
-		nu.ExpiresAt = norm(u.EphemeralExpiresAt)
-		set(d, d.ephemerals, nu.ID, struct{}{})
+	if u.SetGroups {
+		d.replaceMemberships(nu.ID, u.GroupScope, u.Groups)
 	}
-	set(d, d.users, nu.ID, nu)
-	set(d, d.userByExt, key, nu.ID)
 	return copyUser(nu), nil
 }
 
-func (d *db) updateExternalUser(old store.User, u store.ExternalUserUpsert, now time.Time) (store.User, error) {
+// updateUser applies u to the visible user old and stores the result.
+func (d *db) updateUser(old store.User, u store.UserUpsert, now time.Time) (store.User, error) {
 	nu := old
 	if u.Persistent && old.Ephemeral {
 		if err := d.takePlace(u.AccountID, u.MaxUsers); err != nil {
@@ -89,7 +114,7 @@ func (d *db) updateExternalUser(old store.User, u store.ExternalUserUpsert, now 
 	}
 	nu.UpdatedAt = now
 	set(d, d.users, nu.ID, nu)
-	return copyUser(nu), nil
+	return nu, nil
 }
 
 // takePlace counts one more persistent external user of the account, or
@@ -98,9 +123,24 @@ func (d *db) updateExternalUser(old store.User, u store.ExternalUserUpsert, now 
 func (d *db) takePlace(accountID int64, max int) error {
 	n := d.persistent[accountID]
 	if max > 0 && n >= max {
-		return errLimit
+		return fmt.Errorf("memstore: upsert user: %d persistent external users: %w", n, store.ErrLimit)
 	}
 	set(d, d.persistent, accountID, n+1)
+	return nil
+}
+
+// countEphemeral counts one more ephemeral user created in the clock
+// minute of now, or returns [store.ErrLimit] when max were created in it
+// already. Every creation counts, so that a limit applies to the minute
+// whatever limits earlier calls were given; a max of zero or less means no
+// limit.
+func (d *db) countEphemeral(accountID int64, now time.Time, max int) error {
+	k := minuteKey{accountID, now.Truncate(time.Minute)}
+	n := d.ephemeralCounts[k]
+	if max > 0 && n >= max {
+		return fmt.Errorf("memstore: upsert user: %d ephemeral users created this minute: %w", n, store.ErrLimit)
+	}
+	set(d, d.ephemeralCounts, k, n+1)
 	return nil
 }
 
@@ -120,52 +160,28 @@ func (d *db) visibleUser(op string, id int64, now time.Time) (store.User, error)
 	return copyUser(u), nil
 }
 
-func (d *db) userByExternalID(accountID int64, externalID string, now time.Time) (store.User, error) {
-	id, ok := d.userByExt[nameKey{accountID, externalID}]
-	if !ok {
-		return store.User{}, notFound("user by external id")
+func (d *db) userByKey(k store.UserKey, now time.Time) (store.User, error) {
+	byKey, name := d.userByExt, k.ExternalID
+	if k.InternalID != "" {
+		byKey, name = d.userByInt, k.InternalID
 	}
-	return d.visibleUser("user by external id", id, now)
-}
-
-func (d *db) saveInternalUser(accountID int64, username string) (store.User, error) {
-	if id, ok := d.userByInt[nameKey{accountID, username}]; ok {
-		return copyUser(d.users[id]), nil
+	id, ok := byKey[nameKey{k.AccountID, name}]
+	if !ok || (k.ExternalID == "") == (k.InternalID == "") {
+		return store.User{}, notFound("user by key")
 	}
-	if err := d.needAccount("save internal user", accountID); err != nil {
-		return store.User{}, err
-	}
-	now := d.now(time.Time{})
-	d.lastUserID++
-	u := store.User{ID: d.lastUserID, AccountID: accountID, InternalID: username, CreatedAt: now, UpdatedAt: now}
-	if strings.Contains(username, "@") {
-		u.Email = username
-	}
-	set(d, d.users, u.ID, u)
-	set(d, d.userByInt, nameKey{accountID, username}, u.ID)
-	return copyUser(u), nil
-}
-
-func (d *db) internalUser(accountID int64, username string) (store.User, error) {
-	id, ok := d.userByInt[nameKey{accountID, username}]
-	if !ok {
-		return store.User{}, notFound("internal user")
-	}
-	return copyUser(d.users[id]), nil
+	return d.visibleUser("user by key", id, now)
 }
 
 func isNullJSON(v json.RawMessage) bool { return len(v) == 0 || string(v) == "null" }
 
+// setAttributeValues sets or clears the values of the existing user.
 func (d *db) setAttributeValues(userID int64, values []store.AttributeValue) error {
-	const op = "set attribute values"
+	const op = "upsert user"
 	for _, v := range values {
 		if isNullJSON(v.Value) {
 			ndel(d, d.values, userID, v.AttributeID)
 			ndel(d, d.valueUsers, v.AttributeID, userID)
 			continue
-		}
-		if _, ok := d.users[userID]; !ok {
-			return notFound(op + ": user")
 		}
 		if _, ok := d.attributes[v.AttributeID]; !ok {
 			return notFound(op + ": attribute")
@@ -176,37 +192,41 @@ func (d *db) setAttributeValues(userID int64, values []store.AttributeValue) err
 	return nil
 }
 
-func (d *db) attributeValues(userID int64, s store.Scope) ([]store.UserAttribute, error) {
-	out := []store.UserAttribute{}
+// userData returns the values and groups of scope sc of the user.
+func (d *db) userData(userID int64, sc store.Scope) (store.UserData, error) {
+	out := store.UserData{Attributes: []store.UserAttribute{}, Groups: []store.Group{}}
 	for attrID, v := range d.values[userID] {
-		a := d.attributes[attrID]
-		if a.Scope != s {
-			continue
+		if a := d.attributes[attrID]; a.Scope == sc {
+			out.Attributes = append(out.Attributes, store.UserAttribute{Name: a.Name, Type: a.Type, Value: clone(v)})
 		}
-		out = append(out, store.UserAttribute{Name: a.Name, Type: a.Type, Value: clone(v)})
 	}
-	slices.SortFunc(out, func(a, b store.UserAttribute) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return cmp.Compare(a.Name, b.Name) })
+	for gid := range d.members[userID] {
+		if g := d.groups[gid]; g.Scope == sc {
+			out.Groups = append(out.Groups, g)
+		}
+	}
+	slices.SortFunc(out.Groups, func(a, b store.Group) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
 	return out, nil
 }
 
-func (d *db) replaceMemberships(userID int64, s store.Scope, groupIDs []int64) error {
+// replaceMemberships makes the groups of scope sc among groupIDs exactly
+// the user's groups within sc; IDs of groups outside sc, or of no group,
+// are ignored.
+func (d *db) replaceMemberships(userID int64, sc store.Scope, groupIDs []int64) {
 	keep := make(map[int64]bool, len(groupIDs))
 	for _, id := range groupIDs {
-		if g, ok := d.groups[id]; ok && g.Scope == s {
+		if g, ok := d.groups[id]; ok && g.Scope == sc {
 			keep[id] = true
 		}
 	}
 	for _, gid := range sortedKeys(d.members[userID]) {
-		if d.groups[gid].Scope == s && !keep[gid] {
+		if d.groups[gid].Scope == sc && !keep[gid] {
 			ndel(d, d.members, userID, gid)
 			ndel(d, d.groupUsers, gid, userID)
 		}
-	}
-	if len(keep) == 0 {
-		return nil
-	}
-	if _, ok := d.users[userID]; !ok {
-		return notFound("replace memberships: user")
 	}
 	for _, gid := range groupIDs {
 		if keep[gid] {
@@ -214,20 +234,6 @@ func (d *db) replaceMemberships(userID int64, s store.Scope, groupIDs []int64) e
 			nset(d, d.groupUsers, gid, userID, struct{}{})
 		}
 	}
-	return nil
-}
-
-func (d *db) memberships(userID int64, s store.Scope) ([]store.Group, error) {
-	out := []store.Group{}
-	for gid := range d.members[userID] {
-		if g := d.groups[gid]; g.Scope == s {
-			out = append(out, g)
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Group) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
-	})
-	return out, nil
 }
 
 func (d *db) deleteUserChecked(id int64) error {
@@ -280,38 +286,18 @@ func (d *db) deleteUnusedUser(id int64, createdAt time.Time) bool {
 	return true
 }
 
-func (d *db) deleteExpiredUsers(now time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, nil
-	}
-	now = d.now(now)
-	var due []store.User
-	for id := range d.ephemerals {
-		if u := d.users[id]; expired(u, now) {
-			due = append(due, u)
-		}
-	}
-	slices.SortFunc(due, func(a, b store.User) int {
-		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
-	})
-	due = due[:min(len(due), limit)]
-	for _, u := range due {
-		d.deleteUser(u.ID)
-	}
-	return len(due), nil
-}
-
-// UpsertExternalUser implements [store.Users]. A new user of an unknown
-// account is [store.ErrNotFound]. The limit is exact: the store serializes
+// UpsertUser implements [store.Users]. A new user of an unknown account,
+// or a value of an unknown attribute, is [store.ErrNotFound]; IDs in Groups
+// that name no group of GroupScope are ignored; a Value of JSON null
+// clears like a nil one. The limits are exact: the store serializes
 // writers.
-func (s *Store) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
-	return write(s, ctx, func(d *db) (store.User, error) { return d.upsertExternalUser(u) })
+func (s *Store) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, error) {
+	return write(s, ctx, func(d *db) (store.User, error) { return d.upsertUser(u) })
 }
 
-// UserByExternalID implements [store.Users]. A zero now means the clock's
-// time.
-func (s *Store) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
-	return read(s, ctx, func(d *db) (store.User, error) { return d.userByExternalID(accountID, externalID, now) })
+// UserByKey implements [store.Users]. A zero now means the clock's time.
+func (s *Store) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
+	return read(s, ctx, func(d *db) (store.User, error) { return d.userByKey(k, now) })
 }
 
 // UserByID implements [store.Users]. A zero now means the clock's time.
@@ -319,38 +305,9 @@ func (s *Store) UserByID(ctx context.Context, id int64, now time.Time) (store.Us
 	return read(s, ctx, func(d *db) (store.User, error) { return d.visibleUser("user by id", id, now) })
 }
 
-// SaveInternalUser implements [store.Users]. The email of a username that
-// contains "@" is the username. An unknown account is [store.ErrNotFound].
-func (s *Store) SaveInternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
-	return write(s, ctx, func(d *db) (store.User, error) { return d.saveInternalUser(accountID, username) })
-}
-
-// InternalUser implements [store.Users].
-func (s *Store) InternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
-	return read(s, ctx, func(d *db) (store.User, error) { return d.internalUser(accountID, username) })
-}
-
-// SetAttributeValues implements [store.Users]. Setting a value for an
-// unknown user or attribute is [store.ErrNotFound] and changes nothing.
-func (s *Store) SetAttributeValues(ctx context.Context, userID int64, values []store.AttributeValue) error {
-	return write0(s, ctx, func(d *db) error { return d.setAttributeValues(userID, values) })
-}
-
-// AttributeValues implements [store.Users].
-func (s *Store) AttributeValues(ctx context.Context, userID int64, sc store.Scope) ([]store.UserAttribute, error) {
-	return read(s, ctx, func(d *db) ([]store.UserAttribute, error) { return d.attributeValues(userID, sc) })
-}
-
-// ReplaceMemberships implements [store.Users]. IDs of groups outside scope
-// sc, or of no group, are ignored; adding a group to an unknown user is
-// [store.ErrNotFound].
-func (s *Store) ReplaceMemberships(ctx context.Context, userID int64, sc store.Scope, groupIDs []int64) error {
-	return write0(s, ctx, func(d *db) error { return d.replaceMemberships(userID, sc, groupIDs) })
-}
-
-// Memberships implements [store.Users].
-func (s *Store) Memberships(ctx context.Context, userID int64, sc store.Scope) ([]store.Group, error) {
-	return read(s, ctx, func(d *db) ([]store.Group, error) { return d.memberships(userID, sc) })
+// UserData implements [store.Users].
+func (s *Store) UserData(ctx context.Context, userID int64, sc store.Scope) (store.UserData, error) {
+	return read(s, ctx, func(d *db) (store.UserData, error) { return d.userData(userID, sc) })
 }
 
 // DeleteUser implements [store.Users].
@@ -363,46 +320,20 @@ func (s *Store) DeleteUnusedUser(ctx context.Context, userID int64, createdAt ti
 	return write(s, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt), nil })
 }
 
-// DeleteExpiredUsers implements [store.Users]; it deletes the users that
-// expired first. Its cost grows with the number of ephemeral users.
-func (s *Store) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {
-	return write(s, ctx, func(d *db) (int, error) { return d.deleteExpiredUsers(now, limit) })
+func (t *txView) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, error) {
+	return call(t, ctx, func(d *db) (store.User, error) { return d.upsertUser(u) })
 }
 
-func (t *txView) UpsertExternalUser(ctx context.Context, u store.ExternalUserUpsert) (store.User, error) {
-	return call(t, ctx, func(d *db) (store.User, error) { return d.upsertExternalUser(u) })
-}
-
-func (t *txView) UserByExternalID(ctx context.Context, accountID int64, externalID string, now time.Time) (store.User, error) {
-	return call(t, ctx, func(d *db) (store.User, error) { return d.userByExternalID(accountID, externalID, now) })
+func (t *txView) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
+	return call(t, ctx, func(d *db) (store.User, error) { return d.userByKey(k, now) })
 }
 
 func (t *txView) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
 	return call(t, ctx, func(d *db) (store.User, error) { return d.visibleUser("user by id", id, now) })
 }
 
-func (t *txView) SaveInternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
-	return call(t, ctx, func(d *db) (store.User, error) { return d.saveInternalUser(accountID, username) })
-}
-
-func (t *txView) InternalUser(ctx context.Context, accountID int64, username string) (store.User, error) {
-	return call(t, ctx, func(d *db) (store.User, error) { return d.internalUser(accountID, username) })
-}
-
-func (t *txView) SetAttributeValues(ctx context.Context, userID int64, values []store.AttributeValue) error {
-	return call0(t, ctx, func(d *db) error { return d.setAttributeValues(userID, values) })
-}
-
-func (t *txView) AttributeValues(ctx context.Context, userID int64, sc store.Scope) ([]store.UserAttribute, error) {
-	return call(t, ctx, func(d *db) ([]store.UserAttribute, error) { return d.attributeValues(userID, sc) })
-}
-
-func (t *txView) ReplaceMemberships(ctx context.Context, userID int64, sc store.Scope, groupIDs []int64) error {
-	return call0(t, ctx, func(d *db) error { return d.replaceMemberships(userID, sc, groupIDs) })
-}
-
-func (t *txView) Memberships(ctx context.Context, userID int64, sc store.Scope) ([]store.Group, error) {
-	return call(t, ctx, func(d *db) ([]store.Group, error) { return d.memberships(userID, sc) })
+func (t *txView) UserData(ctx context.Context, userID int64, sc store.Scope) (store.UserData, error) {
+	return call(t, ctx, func(d *db) (store.UserData, error) { return d.userData(userID, sc) })
 }
 
 func (t *txView) DeleteUser(ctx context.Context, userID int64) error {
@@ -411,8 +342,4 @@ func (t *txView) DeleteUser(ctx context.Context, userID int64) error {
 
 func (t *txView) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
 	return call(t, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt), nil })
-}
-
-func (t *txView) DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error) {
-	return call(t, ctx, func(d *db) (int, error) { return d.deleteExpiredUsers(now, limit) })
 }

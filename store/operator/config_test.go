@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -95,13 +96,13 @@ func TestApplyIsIdempotent(t *testing.T) {
 				t.Errorf("account = %+v", acct)
 			}
 			for key, admin := range map[string]bool{"sk-acme-admin": true, "sk-acme-user": false} {
-				k, err := st.APIKeyByHash(ctx, secret.Hash(key))
+				k, _, err := st.APIKeyByHash(ctx, secret.Hash(key))
 				if err != nil || k.Admin != admin || k.AccountID != acct.ID {
 					t.Errorf("key %s = %+v, %v", key, k, err)
 				}
 			}
-			if _, err := st.Deployment(ctx, acct.ID, 1); err != nil {
-				t.Error(err)
+			if found, err := st.Lookup(ctx, store.Lookup{Scope: store.TenantWide(acct.ID), DeploymentID: 1}); err != nil || !found.DeploymentFound {
+				t.Errorf("deployment 1: %+v, %v", found, err)
 			}
 			if a, err := st.Agent(ctx, acct.ID, "7"); err != nil || a.DeploymentID != 1 {
 				t.Errorf("agent = %+v, %v", a, err)
@@ -111,7 +112,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 			if len(gs) != 2 || len(as) != 2 {
 				t.Errorf("catalog: %d groups, %d attributes", len(gs), len(as))
 			}
-			if _, err := st.InternalUser(ctx, acct.ID, "alice@acme.test"); err != nil {
+			if _, err := st.UserByKey(ctx, store.UserKey{AccountID: acct.ID, InternalID: "alice@acme.test"}, time.Now()); err != nil {
 				t.Error(err)
 			}
 			t.Run("a key of another account is refused and kept as it is", func(t *testing.T) {
@@ -123,7 +124,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 				if strings.Contains(err.Error(), "sk-acme-admin") {
 					t.Errorf("the key appears in the error: %v", err)
 				}
-				if k, err := st.APIKeyByHash(ctx, secret.Hash("sk-acme-admin")); err != nil || !k.Admin || k.AccountID != acct.ID {
+				if k, _, err := st.APIKeyByHash(ctx, secret.Hash("sk-acme-admin")); err != nil || !k.Admin || k.AccountID != acct.ID {
 					t.Errorf("key = %+v, %v; want acme's admin key unchanged", k, err)
 				}
 				if _, err := st.AccountByName(ctx, "zz"); !errors.Is(err, store.ErrNotFound) {

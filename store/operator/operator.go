@@ -183,14 +183,11 @@ func saveAccount(ctx context.Context, tx store.Tx, a Account, origin store.KeyOr
 			return fail(fmt.Sprintf("agent %q", ag.ID), err)
 		}
 	}
-	if err := saveGroups(ctx, tx, acct.ID, a.Groups); err != nil {
-		return fail("groups", err)
-	}
-	if err := saveAttributes(ctx, tx, acct.ID, a.UserAttributes); err != nil {
-		return fail("userAttributes", err)
+	if err := saveDefinitions(ctx, tx, acct.ID, a.Groups, a.UserAttributes); err != nil {
+		return fail("definitions", err)
 	}
 	for _, u := range a.InternalUsers {
-		if _, err := tx.SaveInternalUser(ctx, acct.ID, u.Username); err != nil {
+		if _, err := saveInternalUser(ctx, tx, acct.ID, u.Username, now); err != nil {
 			return fail(fmt.Sprintf("internal user %q", u.Username), err)
 		}
 	}
@@ -199,8 +196,12 @@ func saveAccount(ctx context.Context, tx store.Tx, a Account, origin store.KeyOr
 
 // saveAgent saves an agent whose deployment exists.
 func saveAgent(ctx context.Context, tx store.Tx, accountID int64, a Agent) error {
-	if _, err := tx.Deployment(ctx, accountID, a.DeploymentID); err != nil {
+	found, err := tx.Lookup(ctx, store.Lookup{Scope: store.TenantWide(accountID), DeploymentID: a.DeploymentID})
+	if err != nil {
 		return fmt.Errorf("deployment %d: %w", a.DeploymentID, err)
+	}
+	if !found.DeploymentFound {
+		return fmt.Errorf("deployment %d: %w", a.DeploymentID, store.ErrNotFound)
 	}
 	return tx.SaveAgent(ctx, store.Agent{AccountID: accountID, ID: a.ID, DeploymentID: a.DeploymentID})
 }
@@ -218,43 +219,44 @@ func saveKey(ctx context.Context, tx store.Tx, accountID int64, k APIKey, origin
 	return err
 }
 
-func saveGroups(ctx context.Context, tx store.Tx, accountID int64, groups []Group) error {
-	if len(groups) == 0 {
-		return nil
-	}
-	defs := make([]store.GroupDef, len(groups))
-	for i, g := range groups {
-		defs[i] = store.GroupDef{Name: g.Name, Description: g.Description}
-	}
-	return tx.UpsertGroups(ctx, store.TenantWide(accountID), defs)
+// saveInternalUser creates the internal user named username when missing;
+// an existing one is left as it is.
+func saveInternalUser(ctx context.Context, tx store.Tx, accountID int64, username string, now time.Time) (store.User, error) {
+	return tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: accountID, InternalID: username}, Persistent: true, Now: now})
 }
 
-func saveAttributes(ctx context.Context, tx store.Tx, accountID int64, attrs []Attribute) error {
-	if len(attrs) == 0 {
+// saveDefinitions writes account-wide groups and attribute definitions.
+// The store never changes a stored attribute's type, so the types are
+// compared first: a different one is a conflict, and nothing is written.
+func saveDefinitions(ctx context.Context, tx store.Tx, accountID int64, groups []Group, attrs []Attribute) error {
+	if len(groups) == 0 && len(attrs) == 0 {
 		return nil
 	}
 	scope := store.TenantWide(accountID)
-	defs := make([]store.AttributeDef, len(attrs))
+	gdefs := make([]store.GroupDef, len(groups))
+	for i, g := range groups {
+		gdefs[i] = store.GroupDef{Name: g.Name, Description: g.Description}
+	}
+	adefs := make([]store.AttributeDef, len(attrs))
 	names := make([]string, len(attrs))
 	for i, a := range attrs {
-		defs[i] = store.AttributeDef{Name: a.Name, Type: a.Type, DisplayName: a.DisplayName, DefaultValue: a.DefaultValue, Description: a.Description}
+		adefs[i] = store.AttributeDef{Name: a.Name, Type: a.Type, DisplayName: a.DisplayName, DefaultValue: a.DefaultValue, Description: a.Description}
 		names[i] = a.Name
 	}
-	if err := tx.UpsertAttributes(ctx, scope, defs); err != nil {
-		return err
-	}
-	stored, err := tx.AttributesByName(ctx, scope, names)
-	if err != nil {
-		return err
-	}
-	for _, s := range stored {
-		for _, d := range defs {
-			if d.Name == s.Name && d.Type != s.Type {
-				return fmt.Errorf("attribute %q is stored with type %s, not %s: %w", s.Name, s.Type, d.Type, store.ErrConflict)
+	if len(names) > 0 {
+		found, err := tx.Lookup(ctx, store.Lookup{Scope: scope, AttrNames: names})
+		if err != nil {
+			return err
+		}
+		for _, s := range found.Attributes {
+			for _, d := range adefs {
+				if d.Name == s.Name && d.Type != s.Type {
+					return fmt.Errorf("attribute %q is stored with type %s, not %s: %w", s.Name, s.Type, d.Type, store.ErrConflict)
+				}
 			}
 		}
 	}
-	return nil
+	return tx.UpsertDefinitions(ctx, scope, gdefs, adefs)
 }
 
 // inAccount runs fn in one transaction with the account named name;
@@ -315,7 +317,7 @@ func (o *Operator) AddAPIKey(ctx context.Context, account string, spec APIKey) (
 		if err := saveKey(ctx, tx, acct.ID, spec, store.OriginAPI, time.Now().UTC()); err != nil {
 			return fmt.Errorf("operator: account %q: %w", account, err)
 		}
-		k, err := tx.APIKeyByHash(ctx, h)
+		k, _, err := tx.APIKeyByHash(ctx, h)
 		if err != nil {
 			return err
 		}
@@ -414,7 +416,7 @@ func (o *Operator) SaveInternalUser(ctx context.Context, account string, u Inter
 	var out store.User
 	err := o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {
 		var err error
-		out, err = tx.SaveInternalUser(ctx, acct.ID, u.Username)
+		out, err = saveInternalUser(ctx, tx, acct.ID, u.Username, time.Now().UTC())
 		return err
 	})
 	return out, err
@@ -432,7 +434,7 @@ func (o *Operator) SaveGroups(ctx context.Context, account string, groups []Grou
 		return fmt.Errorf("operator: groups: %w", err)
 	}
 	return o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {
-		return saveGroups(ctx, tx, acct.ID, groups)
+		return saveDefinitions(ctx, tx, acct.ID, groups, nil)
 	})
 }
 
@@ -453,6 +455,6 @@ func (o *Operator) SaveAttributes(ctx context.Context, account string, attrs []A
 		return fmt.Errorf("operator: userAttributes: %w", err)
 	}
 	return o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {
-		return saveAttributes(ctx, tx, acct.ID, attrs)
+		return saveDefinitions(ctx, tx, acct.ID, nil, attrs)
 	})
 }

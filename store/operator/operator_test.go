@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
@@ -30,7 +31,7 @@ func works(t *testing.T, st store.Store, key, acct string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := st.APIKeyByHash(context.Background(), hash(key))
+	k, _, err := st.APIKeyByHash(context.Background(), hash(key))
 	if errors.Is(err, store.ErrNotFound) {
 		return false
 	}
@@ -217,7 +218,7 @@ func TestSetUpATenant(t *testing.T) {
 		if a, err := st.Agent(ctx, acct.ID, "9"); err != nil || a.DeploymentID != 3 {
 			t.Errorf("agent = %+v, %v", a, err)
 		}
-		if _, err := st.InternalUser(ctx, acct.ID, "alice@acme.test"); err != nil {
+		if _, err := st.UserByKey(ctx, store.UserKey{AccountID: acct.ID, InternalID: "alice@acme.test"}, time.Now()); err != nil {
 			t.Error(err)
 		}
 		// All or nothing: a type change among new definitions adds none.
@@ -225,7 +226,7 @@ func TestSetUpATenant(t *testing.T) {
 		if !errors.Is(err, store.ErrConflict) {
 			t.Errorf("type change: %v, want ErrConflict", err)
 		}
-		if as, _ := st.AttributesByName(ctx, store.TenantWide(acct.ID), []string{"region"}); len(as) != 0 {
+		if found, _ := st.Lookup(ctx, store.Lookup{Scope: store.TenantWide(acct.ID), AttrNames: []string{"region"}}); len(found.Attributes) != 0 {
 			t.Error("a refused SaveAttributes kept a definition")
 		}
 		if _, err := op.Account(ctx, "nobody"); !errors.Is(err, store.ErrNotFound) {

@@ -317,7 +317,7 @@ var catalogRules = []rule{
 	},
 	{
 		name: "a definition created again is not inherited",
-		doc:  "Users lose a deleted group's membership and a deleted attribute's value for good: a new definition of the same name has a new ID, no user is a member of it or has a value of it, and later upserts of the user's other values and groups do not bring the old ones back.",
+		doc:  "Users lose a deleted group's membership and a deleted attribute's value for good: a definition created afterwards, of the same name or another, has a new ID (even when the deleted one had the highest), no user is a member of it or has a value of it, and later upserts of the user's other values and groups do not bring the old ones back.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			s := f.scope()
@@ -326,35 +326,45 @@ var catalogRules = []rule{
 			as := f.attrs(t, st, s, "country", "city")
 			f.member(t, st, u, s, gs[0].ID, gs[1].ID)
 			f.values(t, st, u, val(as[0].ID, `"DE"`), val(as[1].ID, `"Berlin"`))
-			mustNil(t, "DeleteGroup", st.DeleteGroup(ctx(t), s, gs[0].ID))
-			mustNil(t, "DeleteAttribute", st.DeleteAttribute(ctx(t), s, as[0].ID))
-			ng := f.groups(t, st, s, "sales")
-			na := f.attrs(t, st, s, "country")
-			if ng[0].ID == gs[0].ID || na[0].ID == as[0].ID {
-				t.Fatalf("a new definition reuses the deleted one's ID: %+v %+v", ng, na)
+			// ops and city have the highest IDs of their kind.
+			mustNil(t, "DeleteGroup", st.DeleteGroup(ctx(t), s, gs[1].ID))
+			mustNil(t, "DeleteAttribute", st.DeleteAttribute(ctx(t), s, as[1].ID))
+			other := f.groups(t, st, s, "other")
+			otherAttr := f.attrs(t, st, s, "other")
+			ng := f.groups(t, st, s, "ops")
+			na := f.attrs(t, st, s, "city")
+			for _, id := range []int64{other[0].ID, ng[0].ID} {
+				if id == gs[1].ID {
+					t.Fatalf("a new group reuses the deleted group's ID %d", id)
+				}
+			}
+			for _, id := range []int64{otherAttr[0].ID, na[0].ID} {
+				if id == as[1].ID {
+					t.Fatalf("a new attribute reuses the deleted attribute's ID %d", id)
+				}
 			}
 			d := f.data(t, st, u.ID, s)
-			if got := groupNames(d.Groups); !slices.Equal(got, []string{"ops"}) {
-				t.Errorf("groups with a new sales = %v, want [ops]", got)
+			if got := groupNames(d.Groups); !slices.Equal(got, []string{"sales"}) {
+				t.Errorf("groups after new definitions = %v, want [sales]", got)
 			}
-			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"city"}) {
-				t.Errorf("values with a new country = %v, want [city]", got)
+			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"country"}) {
+				t.Errorf("values after new definitions = %v, want [country]", got)
 			}
 			// Writing the user's other data keeps the old definitions gone.
-			f.values(t, st, u, val(as[1].ID, `"Paris"`))
+			f.values(t, st, u, val(as[0].ID, `"FR"`))
 			f.update(t, st, u, func(up *store.UserUpsert) { up.DisplayName = ptr("U") })
 			d = f.data(t, st, u.ID, s)
-			if len(d.Groups) != 1 || len(d.Attributes) != 1 || !jsonEqual(d.Attributes[0].Value, json.RawMessage(`"Paris"`)) {
+			if len(d.Groups) != 1 || len(d.Attributes) != 1 || !jsonEqual(d.Attributes[0].Value, json.RawMessage(`"FR"`)) {
 				t.Errorf("after later upserts = %+v", d)
 			}
 			// The new definitions are usable.
-			f.member(t, st, u, s, ng[0].ID, gs[1].ID)
-			f.values(t, st, u, val(na[0].ID, `"FR"`))
+			f.member(t, st, u, s, ng[0].ID, gs[0].ID)
+			f.values(t, st, u, val(na[0].ID, `"Paris"`))
 			d = f.data(t, st, u.ID, s)
-			if got := groupNames(d.Groups); !slices.Equal(got, []string{"ops", "sales"}) || d.Groups[1].ID != ng[0].ID {
+			if got := groupNames(d.Groups); !slices.Equal(got, []string{"ops", "sales"}) || d.Groups[0].ID != ng[0].ID {
 				t.Errorf("groups = %+v", d.Groups)
 			}
-			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"city", "country"}) || !jsonEqual(d.Attributes[1].Value, json.RawMessage(`"FR"`)) {
+			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"city", "country"}) || !jsonEqual(d.Attributes[0].Value, json.RawMessage(`"Paris"`)) {
 				t.Errorf("values = %+v", d.Attributes)
 			}
 		},

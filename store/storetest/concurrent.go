@@ -295,6 +295,95 @@ var concurrentRules = []rule{
 		},
 	},
 	{
+		name: "concurrent conversions of distinct users are exact",
+		doc:  "32 goroutines each convert a distinct ephemeral user to persistent with MaxUsers 10: exactly 10 succeed, the others fail with ErrLimit and their users stay ephemeral.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			const limit = 10
+			for i := range workers {
+				f.ephemeral(t, st, fmt.Sprint("e-", i), t0.Add(time.Hour))
+			}
+			errs := parallel(workers, func(i int) error {
+				up := f.upsert(fmt.Sprint("e-", i))
+				up.MaxUsers = limit
+				_, err := st.UpsertUser(ctx(t), up)
+				return err
+			})
+			ok := 0
+			for i, err := range errs {
+				u, uerr := st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: fmt.Sprint("e-", i)}, t0)
+				mustNil(t, "UserByKey", uerr)
+				switch {
+				case err == nil:
+					ok++
+					if u.Ephemeral {
+						t.Errorf("user %d converted but still ephemeral", i)
+					}
+				case errors.Is(err, store.ErrLimit):
+					if !u.Ephemeral {
+						t.Errorf("user %d refused but persistent", i)
+					}
+				default:
+					t.Errorf("unexpected error: %v", err)
+				}
+			}
+			if ok != limit {
+				t.Errorf("%d conversions succeeded, want %d", ok, limit)
+			}
+		},
+	},
+	{
+		name: "simultaneous upserts replacing an expired user yield one new user",
+		doc:  "Users contract: when an ephemeral user has expired, simultaneous upserts of its key all succeed and share one new user, which took one place of the limit.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			exp := t0.Add(time.Minute)
+			old := f.ephemeral(t, st, "e", exp)
+			f.thread(t, st, old.ID, "chat-old")
+			ids := make([]int64, workers)
+			errs := parallel(workers, func(i int) error {
+				up := f.upsert("e")
+				up.Now, up.MaxUsers = exp.Add(time.Second), 1
+				return st.InTx(ctx(t), func(tx store.Tx) error {
+					u, err := tx.UpsertUser(ctx(t), up)
+					ids[i] = u.ID
+					return err
+				})
+			})
+			for i, err := range errs {
+				mustNil(t, fmt.Sprint("upsert ", i), err)
+				if ids[i] != ids[0] || ids[i] == old.ID {
+					t.Errorf("upsert %d returned user %d, upsert 0 user %d (expired user %d)", i, ids[i], ids[0], old.ID)
+				}
+			}
+			_, err := st.Thread(ctx(t), f.account.ID, "chat-old")
+			wantErr(t, "the expired user's thread", err, store.ErrNotFound)
+			up := f.upsert("second")
+			up.Now, up.MaxUsers = exp.Add(time.Second), 1
+			_, err = st.UpsertUser(ctx(t), up)
+			wantErr(t, "a second persistent user", err, store.ErrLimit)
+		},
+	},
+	{
+		name: "simultaneous first upserts of an internal user yield one user",
+		doc:  "Users contract: simultaneous first calls for one internal id all succeed and return the same user.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			ids := make([]int64, workers)
+			errs := parallel(workers, func(i int) error {
+				u, err := st.UpsertUser(ctx(t), store.UserUpsert{UserKey: store.UserKey{AccountID: f.account.ID, InternalID: "alice@acme.test"}, Persistent: true, Now: t0})
+				ids[i] = u.ID
+				return err
+			})
+			for i, err := range errs {
+				mustNil(t, fmt.Sprint("upsert ", i), err)
+				if ids[i] != ids[0] || ids[i] == 0 {
+					t.Errorf("upsert %d returned user %d, upsert 0 user %d", i, ids[i], ids[0])
+				}
+			}
+		},
+	},
+	{
 		name: "concurrent exchanges of one session id have one winner",
 		doc:  "Of concurrent ExchangeSession calls for one session id exactly one succeeds; the others are ErrNotFound and store no token.",
 		fn: func(t *testing.T, st store.Store) {
