@@ -1,8 +1,6 @@
 package chatstream
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -12,8 +10,9 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// TestPersisterGroupCommit stores many turns concurrently and checks that
-// each is stored exactly once, including when one of a batch fails.
+// TestPersisterGroupCommit stores many turns concurrently, and a tick's
+// worth of checkpoints at once, and checks that each is stored, including
+// when one thread of a batch fails.
 func TestPersisterGroupCommit(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
@@ -23,31 +22,60 @@ func TestPersisterGroupCommit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: acct.ID, ExternalID: "u", Persistent: true, MaxUsers: 10, Now: time.Now()})
+			u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "u"}, Persistent: true, MaxUsers: 10, Now: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			const n = 100
+			const n = 100 + minPersistBatch
 			for i := range n {
 				if err := st.CreateThread(ctx, store.Thread{AccountID: acct.ID, ChatID: fmt.Sprint("c", i), AgentID: "a", UserID: u.ID, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			p := &persister{st: st}
+			write := func(i int) threadWrite {
+				chat := fmt.Sprint("c", i) // c<n> does not exist
+				return threadWrite{accountID: acct.ID, chatID: chat, lastSort: 5, msgs: []Message{{ID: "m", Role: RoleAssistant, Content: chat, Sort: 5}}}
+			}
 			var wg sync.WaitGroup
 			errs := make([]error, n+1)
-			for i := range n + 1 {
+			// 100 turns one by one, beside a tick of minPersistBatch
+			// checkpoints (the first thread included, a second time).
+			wg.Go(func() {
+				jobs := p.submit(func() []threadWrite {
+					var ws []threadWrite
+					for i := 100; i <= n; i++ {
+						ws = append(ws, write(i))
+					}
+					return append(ws, write(0))
+				})
+				for _, j := range jobs {
+					p.wait(j)
+					for _, w := range j.writes {
+						var i int
+						fmt.Sscan(w.chatID[1:], &i)
+						if i != 0 {
+							errs[i] = w.err
+						} else if w.err != nil {
+							t.Errorf("tick's write of c0: %v", w.err)
+						}
+					}
+				}
+			})
+			for i := range 100 {
 				wg.Go(func() {
-					chat := fmt.Sprint("c", i) // c100 does not exist
-					body, _ := json.Marshal(Message{ID: "m", Role: RoleAssistant, Content: chat, Sort: 5})
-					errs[i] = p.persist(context.WithoutCancel(ctx), acct.ID, chat, 5, []store.ThreadMessage{{ID: "m", Sort: 5, Body: body}})
+					jobs := p.submit(func() []threadWrite { return []threadWrite{write(i)} })
+					p.wait(jobs[0])
+					errs[i] = jobs[0].writes[0].err
 				})
 			}
 			wg.Wait()
-			t.Logf("missing thread: %v", errs[n])
+			if errs[n] == nil {
+				t.Errorf("the missing thread was stored")
+			}
 			for i := range n {
 				if errs[i] != nil {
 					t.Errorf("turn %d: %v", i, errs[i])
