@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
 )
 
@@ -111,12 +112,15 @@ func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, 
 }
 
 // undoUser deletes the user u of a refused request if the request created
-// it (at now) and nothing uses it by then (a concurrent request of the same
-// user may have given it a turn). It runs past the request's cancellation;
-// a failure is logged, as the request has its own error to answer.
+// it (at now) and nothing uses it by then: no turn of this process is
+// reserved for it, and it has no thread, session or token (a concurrent
+// request of the same user may have given it one; one whose opening
+// commits later finds it gone: errUserGone). It runs past the request's
+// cancellation; a failure is logged, as the request has its own error to
+// answer.
 func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time.Time) {
-	if c.es != nil || !u.CreatedAt.Equal(now) {
-		return // the session's user, or one that existed before
+	if c.es != nil || !u.CreatedAt.Equal(now) || h.turns.reservedFor(u.ID) {
+		return // the session's user, one that existed before, or in use
 	}
 	ctx = context.WithoutCancel(ctx)
 	if _, err := h.st.DeleteUnusedUser(ctx, u.ID, u.CreatedAt); err != nil {
@@ -140,6 +144,11 @@ func (h *Handler) withUserData(u store.User, scope store.Scope) Agent {
 		return inner.agent.Answer(ctx, info, e)
 	}), inner.tel}
 }
+
+// errUserGone answers a turn whose user was deleted between its
+// provisioning and its opening: by the undoing of a concurrent refused
+// request that created it at the same instant, or by an operator.
+var errUserGone = wire.Errorf(http.StatusServiceUnavailable, "the chat's user was deleted while the turn opened: try again")
 
 // openedTurn is what openStream committed and the turn needs.
 type openedTurn struct {
@@ -218,8 +227,11 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 		if isNew {
 			th.LastSort = echo.Sort + sortBlock
 			if err := tx.CreateThread(ctx, th, stored...); err != nil {
-				if errors.Is(err, store.ErrConflict) {
+				switch {
+				case errors.Is(err, store.ErrConflict):
 					return errTurnRunning
+				case errors.Is(err, store.ErrNotFound):
+					return errUserGone
 				}
 				return err
 			}
