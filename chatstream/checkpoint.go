@@ -32,9 +32,9 @@ const (
 )
 
 // A turn has no goroutine of its own for its checkpoints: the registry's
-// clock stores those of every due turn at its tick, on one goroutine, in a
-// few transactions (persister); one asked for ahead of the clock runs on a
-// goroutine of its own while it is stored.
+// clock queues those of every due turn at its tick, and the persister
+// writes them in a few transactions; one asked for ahead of the clock runs
+// on a goroutine of its own while it is stored.
 
 // dirtyLocked records that the turn streamed something: it is checkpointed
 // at the registry clock's next tick. t.mu is held.
@@ -60,7 +60,7 @@ func (t *turn) requestCheckpoint() {
 	r.mu.Unlock()
 	go func() {
 		defer r.ended()
-		r.checkpoint([]*turn{t}, true)
+		r.persist.checkpoint([]*turn{t})
 	}()
 }
 
@@ -97,46 +97,36 @@ func (c *checkpointClock) tick() {
 	due := c.due
 	c.due = nil
 	c.mu.Unlock()
-	c.reg.checkpoint(due, false)
+	c.reg.persist.checkpoint(due)
 }
 
-// checkpoint stores the progress of turns (those that are not finishing
-// and have something new, or few sorts left) and reports to each what was
-// stored.
-func (r *registry) checkpoint(turns []*turn, early bool) {
-	jobs := r.persist.submit(func() []threadWrite {
-		ws := make([]threadWrite, 0, len(turns))
-		for _, t := range turns {
-			if w, ok := t.checkpointWrite(early); ok {
-				ws = append(ws, w)
-			}
-		}
-		return ws
-	})
-	for _, j := range jobs {
-		r.persist.wait(j)
-		for i := range j.writes {
-			j.writes[i].t.checkpointed(&j.writes[i])
-		}
-	}
-}
-
-// checkpointWrite returns the turn's checkpoint: its completed messages
-// not stored yet and the answer so far, at the reserved mark (raised when
-// few sorts are left), so that it sorts after every line streamed. ok is
-// false when there is nothing to store.
-func (t *turn) checkpointWrite(early bool) (w threadWrite, ok bool) {
+// queueCheckpoint reports whether the turn's checkpoint is to be queued:
+// it is not finishing and not queued already. Lines streamed from here on
+// are due at a later tick. The persister's lock is held.
+func (t *turn) queueCheckpoint() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !early {
-		t.ckptDue = false // lines streamed from here on are due at a later tick
+	t.ckptDue = false
+	if t.finishing || t.ckptQueued {
+		return false
 	}
+	t.ckptQueued = true
+	return true
+}
+
+// checkpointWrite returns the turn's checkpoint, taken as its batch is
+// written: its completed messages not stored yet and the answer so far, at
+// the reserved mark (raised when few sorts are left), so that it sorts
+// after every line streamed. ok is false when there is nothing to store or
+// the turn is finishing (its final messages replace any checkpoint).
+func (t *turn) checkpointWrite() (w threadWrite, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ckptQueued = false
 	next := t.seq.next
 	low := next >= t.reserved-sortLow
 	if t.finishing || (next == t.ckptNext && !low) {
-		if early {
-			t.ckptEarly = false
-		}
+		t.ckptEarly = false
 		return threadWrite{}, false
 	}
 	reserve := t.reserved
@@ -145,7 +135,7 @@ func (t *turn) checkpointWrite(early bool) (w threadWrite, ok bool) {
 	}
 	msgs, done := t.seq.checkpoint(reserve)
 	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: reserve, msgs: msgs,
-		t: t, next: next, done: done, early: early}, true
+		t: t, next: next, done: done}, true
 }
 
 // checkpointed records the outcome of the turn's checkpoint w: stored, its
@@ -154,9 +144,7 @@ func (t *turn) checkpointWrite(early bool) (w threadWrite, ok bool) {
 func (t *turn) checkpointed(w *threadWrite) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w.early {
-		t.ckptEarly = false
-	}
+	t.ckptEarly = false
 	if w.err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(context.Background(), slog.LevelWarn, "chat turn checkpoint not stored; the next tick tries again",

@@ -10,9 +10,9 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// TestPersisterGroupCommit stores many turns concurrently, and a tick's
-// worth of checkpoints at once, and checks that each is stored, including
-// when one thread of a batch fails.
+// TestPersisterGroupCommit stores the final messages of many turns
+// concurrently, more than one batch holds, and checks that each is stored,
+// including when one thread of a batch fails.
 func TestPersisterGroupCommit(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
@@ -29,47 +29,19 @@ func TestPersisterGroupCommit(t *testing.T) {
 			if err := st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			const n = 100 + minPersistBatch
+			const n = 100 + maxPersistBatch
 			for i := range n {
 				if err := st.CreateThread(ctx, store.Thread{AccountID: acct.ID, ChatID: fmt.Sprint("c", i), AgentID: "a", UserID: u.ID, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			p := &persister{st: st}
-			write := func(i int) threadWrite {
-				chat := fmt.Sprint("c", i) // c<n> does not exist
-				return threadWrite{accountID: acct.ID, chatID: chat, lastSort: 5, msgs: []Message{{ID: "m", Role: RoleAssistant, Content: chat, Sort: 5}}}
-			}
 			var wg sync.WaitGroup
 			errs := make([]error, n+1)
-			// 100 turns one by one, beside a tick of minPersistBatch
-			// checkpoints (the first thread included, a second time).
-			wg.Go(func() {
-				jobs := p.submit(func() []threadWrite {
-					var ws []threadWrite
-					for i := 100; i <= n; i++ {
-						ws = append(ws, write(i))
-					}
-					return append(ws, write(0))
-				})
-				for _, j := range jobs {
-					p.wait(j)
-					for _, w := range j.writes {
-						var i int
-						fmt.Sscan(w.chatID[1:], &i)
-						if i != 0 {
-							errs[i] = w.err
-						} else if w.err != nil {
-							t.Errorf("tick's write of c0: %v", w.err)
-						}
-					}
-				}
-			})
-			for i := range 100 {
+			for i := range n + 1 {
 				wg.Go(func() {
-					jobs := p.submit(func() []threadWrite { return []threadWrite{write(i)} })
-					p.wait(jobs[0])
-					errs[i] = jobs[0].writes[0].err
+					chat := fmt.Sprint("c", i) // c<n> does not exist
+					errs[i] = p.final(threadWrite{accountID: acct.ID, chatID: chat, lastSort: 5, msgs: []Message{{ID: "m", Role: RoleAssistant, Content: chat, Sort: 5}}})
 				})
 			}
 			wg.Wait()
@@ -90,8 +62,8 @@ func TestPersisterGroupCommit(t *testing.T) {
 					t.Errorf("thread %d: LastSort %d, %v", i, th.LastSort, err)
 				}
 			}
-			if p.busy || len(p.queue) != 0 {
-				t.Errorf("persister left busy=%v queue=%d", p.busy, len(p.queue))
+			if p.busy || len(p.finals) != 0 || len(p.ticks) != 0 {
+				t.Errorf("persister left busy=%v finals=%d ticks=%d", p.busy, len(p.finals), len(p.ticks))
 			}
 		})
 	}

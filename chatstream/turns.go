@@ -90,7 +90,7 @@ type registry struct {
 
 func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 	halt, haltNow := context.WithCancel(context.Background())
-	r := &registry{log: log, cluster: cluster, persist: &persister{st: st}, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
+	r := &registry{log: log, cluster: cluster, persist: &persister{st: st, log: log}, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
 		perAccount: make(map[int64]int), perUser: make(map[int64]int),
 		lingerAccount: make(map[int64]int), lingerUser: make(map[int64]int)}
 	r.clock.reg = r
@@ -413,9 +413,10 @@ type turn struct {
 	// wait in lines, unpublished, until a checkpoint raises it.
 	reserved int64
 	ckptNext int64 // seq.next at the last checkpoint
-	// ckptDue: the turn waits for the clock's next tick; ckptEarly: a
-	// checkpoint asked for ahead of the clock has not ended yet.
-	ckptDue, ckptEarly bool
+	// ckptDue: the turn waits for the clock's next tick; ckptQueued: the
+	// persister holds it for a checkpoint; ckptEarly: a checkpoint asked
+	// for ahead of the clock has not ended yet.
+	ckptDue, ckptQueued, ckptEarly bool
 	lines              []Line
 	pub                int             // lines[:pub] are published: below reserved
 	size               int             // bytes in lines
@@ -587,34 +588,12 @@ func (t *turn) finish(o outcome) {
 		<-t.done
 		return
 	}
+	t.finishing = true
+	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
 	t.mu.Unlock()
-	var (
-		lines []Message
-		first bool
-	)
-	// The final messages are queued after any checkpoint of the turn,
-	// which they replace.
-	jobs := t.reg.persist.submit(func() []threadWrite {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.finishing {
-			return nil
-		}
-		first = true
-		t.finishing = true
-		var (
-			msgs     []Message
-			lastSort int64
-		)
-		lines, msgs, lastSort = t.seq.finish(o, t.reserved)
-		return []threadWrite{{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs}}
-	})
-	if !first {
-		<-t.done
-		return
-	}
-	t.reg.persist.wait(jobs[0])
-	err := jobs[0].writes[0].err
+	// The persister drops a checkpoint of the turn it has not taken yet
+	// and writes the final messages after one it has.
+	err := t.reg.persist.final(threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
 	if err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(t.ctx, slog.LevelError, "chat turn not stored",
