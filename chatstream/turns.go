@@ -417,15 +417,15 @@ type turn struct {
 	// persister holds it for a checkpoint; ckptEarly: a checkpoint asked
 	// for ahead of the clock has not ended yet.
 	ckptDue, ckptQueued, ckptEarly bool
-	lines              []Line
-	pub                int             // lines[:pub] are published: below reserved
-	size               int             // bytes in lines
-	maxSize            int             // cap on size for agent events
-	tooLong            bool            // the agent hit maxSize
-	closed             bool            // the log is complete
-	waiters            []chan struct{} // one per follower (capacity 1): signaled on append
-	finishing          bool            // no more agent events
-	done               chan struct{}   // closed once finished: stored and log closed
+	lines                          []Line
+	pub                            int             // lines[:pub] are published: below reserved
+	size                           int             // bytes in lines
+	maxSize                        int             // cap on size for agent events
+	tooLong                        bool            // the agent hit maxSize
+	closed                         bool            // the log is complete
+	waiters                        []chan struct{} // one per follower (capacity 1): signaled on append
+	finishing                      bool            // no more agent events
+	done                           chan struct{}   // closed once finished: stored and log closed
 }
 
 // appendLocked encodes m into the log.
