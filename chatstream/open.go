@@ -136,7 +136,13 @@ func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time
 func (h *Handler) withUserData(u store.User, scope store.Scope) Agent {
 	inner := h.agent.(instrumented)
 	return instrumented{AgentFunc(func(ctx context.Context, info Turn, e Emitter) error {
-		data, err := h.st.UserData(ctx, u.ID, scope)
+		var (
+			data store.UserData
+			err  error
+		)
+		// On a goroutine of its own, like the opening: the agent's
+		// goroutine keeps its stack for the turn's life.
+		onOwnStack(func() { data, err = h.st.UserData(ctx, u.ID, scope) })
 		if err != nil {
 			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", err)
 		}
