@@ -63,7 +63,7 @@ func wantRefused(t *testing.T, what string, r apitest.Response, status int, msg 
 // wantNoUser checks that a refused request created no user.
 func wantNoUser(t *testing.T, e *env, externalID string) {
 	t.Helper()
-	_, err := e.Store.UserByExternalID(t.Context(), e.Accounts[acct].ID, externalID, e.Now())
+	_, err := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: externalID}, e.Now())
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("user %s after a refused request: err = %v, want ErrNotFound", externalID, err)
 	}
@@ -156,7 +156,7 @@ func TestFirstTurnsOfOneNewUser(t *testing.T) {
 			}
 			return errors.New("empty stream")
 		})
-		u, err := e.Store.UserByExternalID(t.Context(), e.Accounts[acct].ID, "newcomer", e.Now())
+		u, err := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "newcomer"}, e.Now())
 		if err != nil {
 			t.Fatalf("the user of the running turns: %v", err)
 		}

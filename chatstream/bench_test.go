@@ -144,9 +144,11 @@ func BenchmarkTimeToFirstLineNewUser(b *testing.B) {
 	b.ReportMetric(float64(first.Microseconds())/float64(b.N), "µs/first-line")
 }
 
-// BenchmarkOpenStreamHeap holds 1,000 and 10,000 streams open on a slow agent and
-// reports the heap in use per open stream. Client and server share the
-// process, so the figure is an upper bound for the server alone.
+// BenchmarkOpenStreamHeap holds 1,000 and 10,000 streams open on a slow
+// agent and reports the heap and the goroutine stacks in use per open
+// stream, and the goroutines per stream. Client and server share the
+// process, so the figures are upper bounds for the server alone. The
+// account's turn limits are off.
 func BenchmarkOpenStreamHeap(b *testing.B) {
 	b.Run("loopback-1000", func(b *testing.B) { benchOpenStreamHeap(b, 1000, false) })
 	// 10,000 loopback streams need 20,000 descriptors in one process (client
@@ -200,7 +202,12 @@ func benchOpenStreamHeap(b *testing.B, n int, pipes bool) {
 	hc := &http.Client{Transport: tr}
 	for b.Loop() {
 		b.StopTimer()
-		e := benchEnv(b, slow)
+		// The account's turn limits would refuse most of these streams.
+		e := newEnv(b, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: slow,
+			cfg: func(c *operator.Config) {
+				l := &c.Accounts[0].Limits
+				l.RunningTurns, l.RunningTurnsPerUser, l.NewEphemeralUsersPerMinute = -1, -1, -1
+			}})
 		url := e.URL
 		if pipes {
 			ln := newPipeListener()
@@ -214,6 +221,7 @@ func benchOpenStreamHeap(b *testing.B, n int, pipes bool) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
+		g0 := runtime.NumGoroutine()
 		resps := make([]*http.Response, 0, n)
 		for i := range n {
 			body := fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"heap-%d"}}`, i%50)
@@ -223,11 +231,15 @@ func benchOpenStreamHeap(b *testing.B, n int, pipes bool) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			if resp.StatusCode != http.StatusOK {
+				msg, _ := io.ReadAll(resp.Body)
+				b.Fatalf("stream %d: %s %s", i, resp.Status, msg)
+			}
 			// Read up to the first content line so the turn is running.
 			br := bufio.NewReaderSize(resp.Body, 512)
-			for range 4 {
+			for j := range 4 {
 				if _, err := br.ReadSlice('\n'); err != nil && err != bufio.ErrBufferFull {
-					b.Fatal(err)
+					b.Fatalf("stream %d, line %d: %v", i, j+1, err)
 				}
 			}
 			resps = append(resps, resp)
@@ -235,7 +247,9 @@ func benchOpenStreamHeap(b *testing.B, n int, pipes bool) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(n), "heap-B/stream")
-		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+		b.ReportMetric(float64(after.StackInuse-before.StackInuse)/float64(n), "stack-B/stream")
+		// The client's transport runs two of them per connection.
+		b.ReportMetric(float64(runtime.NumGoroutine()-g0)/float64(n), "goroutines/stream")
 		b.StopTimer()
 		for _, r := range resps {
 			r.Body.Close()

@@ -771,7 +771,7 @@ func TestEphemeralUsers(t *testing.T) {
 			t.Fatal(last(msgs).State.Error)
 		}
 		acme := e.Accounts[acct]
-		u, err := e.Store.UserByExternalID(t.Context(), acme.ID, "eph", e.Now())
+		u, err := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: acme.ID, ExternalID: "eph"}, e.Now())
 		if err != nil || !u.Ephemeral || !u.ExpiresAt.Equal(e.Now().Add(time.Minute)) {
 			t.Fatalf("user = %+v, %v; want ephemeral expiring in 60s", u, err)
 		}
@@ -780,7 +780,7 @@ func TestEphemeralUsers(t *testing.T) {
 			t.Errorf("history before expiry = %+v", st[1].State)
 		}
 		e.Advance(61 * time.Second)
-		if _, err := e.Store.UserByExternalID(t.Context(), acme.ID, "eph", e.Now()); err == nil {
+		if _, err := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: acme.ID, ExternalID: "eph"}, e.Now()); err == nil {
 			t.Error("expired user still visible")
 		}
 		// The thread is as invisible as its expired owner, for anyone.

@@ -13,118 +13,148 @@ import (
 // stored once: later checkpoints and the turn's final write leave it out.
 // The turn reserves a block of sort numbers in the thread
 // (store.Thread.LastSort) with its echo, and a checkpoint reserves a new one
-// when fewer than sortLow are left: the turn streams no line at or above the
-// reserved mark, so that the next turn after a crash starts above every sort
-// a client may have seen.
+// when fewer than sortLow are left: no line at or above the reserved mark
+// reaches a client (such lines wait in the turn's log until a checkpoint
+// raises the mark), so that the next turn after a crash starts above every
+// sort a client may have seen. Emitters never wait for a write.
 const (
 	// checkpointInterval is how often a running turn that streamed
 	// something since its last checkpoint stores one; with the write,
 	// the stored answer stays less than a second behind.
 	checkpointInterval = 500 * time.Millisecond
-	// checkpointTimeout bounds the write of one checkpoint.
-	checkpointTimeout = 5 * time.Second
 	// sortBlock is how many sort numbers a turn reserves at its start and
 	// at each checkpoint that finds fewer than sortLow of them left (it is
 	// then due early), so that most turns need no write for sorts beyond
-	// the echo's. A turn's __state__ carries its reserved
-	// mark, so sorts jump by up to sortBlock from one turn to the next.
+	// the echo's. A turn's __state__ carries its reserved mark, so sorts
+	// jump by up to sortBlock from one turn to the next.
 	sortBlock = 2048
 	sortLow   = sortBlock / 4
 )
 
-// prepareCheckpoints sets the turn's reservation (stored with its echo) and
-// what the checkpointer needs; before begin.
-func (t *turn) prepareCheckpoints(reserved int64) {
-	t.reserved = reserved
-	t.cond = sync.NewCond(&t.mu)
-	t.ckptReq = make(chan struct{}, 1)
+// A turn has no goroutine of its own for its checkpoints: the registry's
+// clock queues those of every due turn at its tick, and the persister
+// writes them in a few transactions; one asked for ahead of the clock runs
+// on a goroutine of its own while it is stored.
+
+// dirtyLocked records that the turn streamed something: it is checkpointed
+// at the registry clock's next tick. t.mu is held.
+func (t *turn) dirtyLocked() {
+	if !t.ckptDue && !t.finishing {
+		t.ckptDue = true
+		t.reg.clock.schedule(t)
+	}
 }
 
-// requestCheckpoint asks the checkpointer for a checkpoint now.
+// requestCheckpoint asks for a checkpoint now, ahead of the clock (few
+// reserved sorts are left); one at a time. t.mu is held and the turn is not
+// finishing: the registry still holds it, so its count of goroutines
+// cannot reach zero before this one is counted.
 func (t *turn) requestCheckpoint() {
-	select {
-	case t.ckptReq <- struct{}{}:
-	default:
+	if t.ckptEarly || t.finishing {
+		return
 	}
-}
-
-// checkpointLoop stores checkpoints until the turn is done, at the ticks of
-// the registry's clock.
-func (t *turn) checkpointLoop() {
-	for {
-		select {
-		case <-t.done:
-			return
-		case <-t.reg.clock.next():
-		case <-t.ckptReq:
-		}
-		t.checkpoint()
-	}
+	t.ckptEarly = true
+	r := t.reg
+	r.mu.Lock()
+	r.active++
+	r.mu.Unlock()
+	go func() {
+		defer r.ended()
+		r.persist.checkpoint([]*turn{t})
+	}()
 }
 
 // checkpointClock ticks every checkpointInterval while turns wait for it.
-// The running turns of a registry share it, so that their checkpoints reach
-// the persister together and are stored in a few large transactions (one
-// commit for many turns) rather than in many small ones spread over the
-// interval. It has no goroutine: a timer closes the channel of the pending
-// tick, and a tick is pending only while some turn waits for it.
+// The running turns of a registry share it, so that their checkpoints are
+// stored together in a few large transactions rather than in many small
+// ones spread over the interval. It has no goroutine: a timer runs the
+// tick, and a tick is pending only while some turn is due.
 type checkpointClock struct {
-	mu   sync.Mutex
-	tick chan struct{} // closed at the pending tick; nil when none is pending
+	reg *registry
+	mu  sync.Mutex
+	due []*turn // the turns to checkpoint at the pending tick
 }
 
-// next returns a channel closed at the next tick.
-func (c *checkpointClock) next() <-chan struct{} {
+// schedule adds t to the turns checkpointed at the next tick. The pending
+// tick counts as a goroutine of the registry, so that a shutdown waits for
+// its writes.
+func (c *checkpointClock) schedule(t *turn) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tick == nil {
-		ch := make(chan struct{})
-		c.tick = ch
-		time.AfterFunc(checkpointInterval, func() {
-			c.mu.Lock()
-			c.tick = nil
-			c.mu.Unlock()
-			close(ch)
-		})
+	if len(c.due) == 0 {
+		c.reg.mu.Lock()
+		c.reg.active++
+		c.reg.mu.Unlock()
+		time.AfterFunc(checkpointInterval, c.tick)
 	}
-	return c.tick
+	c.due = append(c.due, t)
+	c.mu.Unlock()
 }
 
-// checkpoint stores the turn's progress, and a new reservation when few
-// sorts are left, unless the turn is finishing or has nothing new and
-// enough sorts left. The answer so far keeps the reserved mark as its sort,
-// so that it sorts after every line streamed.
-func (t *turn) checkpoint() {
-	t.ckptMu.Lock()
-	defer t.ckptMu.Unlock()
+// tick stores the checkpoints of the due turns.
+func (c *checkpointClock) tick() {
+	defer c.reg.ended()
+	c.mu.Lock()
+	due := c.due
+	c.due = nil
+	c.mu.Unlock()
+	c.reg.persist.checkpoint(due)
+}
+
+// queueCheckpoint reports whether the turn's checkpoint is to be queued:
+// it is not finishing and not queued already. Lines streamed from here on
+// are due at a later tick. The persister's lock is held.
+func (t *turn) queueCheckpoint() bool {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ckptDue = false
+	if t.finishing || t.ckptQueued {
+		return false
+	}
+	t.ckptQueued = true
+	return true
+}
+
+// checkpointWrite returns the turn's checkpoint, taken as its batch is
+// written: its completed messages not stored yet and the answer so far, at
+// the reserved mark (raised when few sorts are left), so that it sorts
+// after every line streamed. ok is false when there is nothing to store or
+// the turn is finishing (its final messages replace any checkpoint).
+func (t *turn) checkpointWrite() (w threadWrite, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ckptQueued = false
 	next := t.seq.next
 	low := next >= t.reserved-sortLow
 	if t.finishing || (next == t.ckptNext && !low) {
-		t.mu.Unlock()
-		return
+		t.ckptEarly = false
+		return threadWrite{}, false
 	}
 	reserve := t.reserved
 	if low {
 		reserve = next + sortBlock
 	}
 	msgs, done := t.seq.checkpoint(reserve)
-	t.mu.Unlock()
+	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: reserve, msgs: msgs,
+		t: t, next: next, done: done}, true
+}
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), checkpointTimeout)
-	err := t.persist(ctx, reserve, msgs)
-	cancel()
-	if err != nil {
+// checkpointed records the outcome of the turn's checkpoint w: stored, its
+// reservation lets the lines below it reach the clients; failed, the turn
+// is due again at the next tick.
+func (t *turn) checkpointed(w *threadWrite) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ckptEarly = false
+	if w.err != nil {
 		if t.reg.log != nil {
-			t.reg.log.LogAttrs(ctx, slog.LevelWarn, "chat turn checkpoint not stored; streaming waits for the next one",
-				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
+			t.reg.log.LogAttrs(context.Background(), slog.LevelWarn, "chat turn checkpoint not stored; the next tick tries again",
+				slog.String("chatId", t.key.chatID), slog.String("error", w.err.Error()))
 		}
+		t.dirtyLocked()
 		return
 	}
-	t.mu.Lock()
-	t.reserved = max(t.reserved, reserve)
-	t.ckptNext = next
-	t.seq.markStored(done)
-	t.cond.Broadcast()
-	t.mu.Unlock()
+	t.reserved = max(t.reserved, w.lastSort)
+	t.ckptNext = max(t.ckptNext, w.next)
+	t.seq.markStored(w.done)
+	t.publishLocked()
 }

@@ -68,8 +68,8 @@ func TestSortsStayBelowTheStoredMark(t *testing.T) {
 	})
 }
 
-// appendRecorder counts, per message id, the AppendMessages and
-// AppendToThreads calls that store it, in and outside transactions.
+// appendRecorder counts, per message id, the AppendMessages calls that
+// store it, in and outside transactions.
 type appendRecorder struct {
 	store.Store
 	mu     sync.Mutex
@@ -93,13 +93,6 @@ func (s *appendRecorder) count(id string) int {
 func (s *appendRecorder) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	s.record(msgs)
 	return s.Store.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
-}
-
-func (s *appendRecorder) AppendToThreads(ctx context.Context, appends []store.ThreadAppend) error {
-	for _, a := range appends {
-		s.record(a.Messages)
-	}
-	return s.Store.AppendToThreads(ctx, appends)
 }
 
 func (s *appendRecorder) InTx(ctx context.Context, fn func(store.Tx) error) error {

@@ -228,18 +228,14 @@ func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (Turn
 			return Turn{}, err
 		}
 	}
-	attrs, err := h.st.AttributeValues(ctx, user.ID, scope)
-	if err != nil {
-		return Turn{}, err
-	}
-	groups, err := h.st.Memberships(ctx, user.ID, scope)
+	data, err := h.st.UserData(ctx, user.ID, scope)
 	if err != nil {
 		return Turn{}, err
 	}
 	return Turn{
 		AccountName:      c.acct.Name,
 		AgentID:          c.agent.ID,
-		User:             turnUser(user, attrs, groups),
+		User:             turnUser(user, data),
 		ActiveBranchName: req.ActiveBranchName,
 		IsDefaultBranch:  req.ActiveBranchName == "",
 		Branches:         c.acct.Branches,

@@ -89,7 +89,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "q", SessionSettings: ext("leak-new")}); apiStatus(err) != http.StatusServiceUnavailable {
 			t.Errorf("a new user's first turn after Shutdown: %v, want 503", err)
 		}
-		if _, err := e.Store.UserByExternalID(ctx, e.Accounts[acct].ID, "leak-new", e.Now()); !errors.Is(err, store.ErrNotFound) {
+		if _, err := e.Store.UserByKey(ctx, store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "leak-new"}, e.Now()); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the new user of a refused turn: err = %v, want ErrNotFound", err)
 		}
 		idle()

@@ -7,6 +7,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/optiontest"
+	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
 
@@ -59,7 +60,7 @@ func TestHandlerOptionsTakeEffect(t *testing.T) {
 		if _, err := collectErr(ctx, e.client, chatstream.Request{Input: "echo:x", SessionSettings: ext("eph")}); err != nil {
 			t.Fatal(err)
 		}
-		u, err := e.Store.UserByExternalID(ctx, e.Accounts[acct].ID, "eph", e.Now())
+		u, err := e.Store.UserByKey(ctx, store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "eph"}, e.Now())
 		if err != nil || !u.Ephemeral || !u.ExpiresAt.Equal(e.Now().Add(time.Hour)) {
 			t.Errorf("user = %+v, %v; want ephemeral expiring in 1h", u, err)
 		}

@@ -3,110 +3,245 @@ package chatstream
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-// maxPersistBatch caps the turns stored in one transaction.
-const maxPersistBatch = 64
+// maxPersistBatch caps the thread writes of one transaction, so that no
+// transaction holds the database (SQLite's one writer) much longer than the
+// openings around it.
+const maxPersistBatch = 256
 
-// persister stores the final messages of ending turns with group commit:
-// turns that end while a write is in flight are stored together in the next
-// transaction, so that the store sees one commit for many turns under load.
-// It starts no goroutine: the caller whose turn is first in line writes the
-// batch (it "leads"), then hands the lead to the first turn still waiting.
+// persister is the one batching layer of chatstream: it stores the final
+// messages of ending turns and the checkpoints of running ones, with group
+// commit. Writes queued while a transaction is in flight are stored
+// together in the next one, under a context of its own (never a request's),
+// with one AppendMessages per thread.
+//
+// Final messages go first: a turn's end waits for its write, a checkpoint
+// does not. A turn waiting for a checkpoint is queued once and its
+// checkpoint is taken when its batch is written, so that when the database
+// is slower than the turns stream, checkpoints cover more progress each
+// rather than pile up. A turn's checkpoint is never written after its
+// final messages: once a turn is finishing, its queued checkpoint is
+// dropped.
+//
+// It starts no goroutine: a caller waiting for its write leads, writing
+// batches until its own is stored, then hands the lead to the next waiter
+// (a final write's caller first, then a clock tick's).
 type persister struct {
-	st store.Store
+	st  store.Store
+	log *slog.Logger
 
-	mu    sync.Mutex
-	queue []*persistJob
-	busy  bool // a leader is writing
+	mu     sync.Mutex
+	finals []*finalJob
+	ckpts  []*turn // each at most once (turn.ckptQueued)
+	// queued and written count the checkpoint turns queued and taken
+	// since the start: a tick waits until written reaches what it queued.
+	queued, written int64
+	ticks           []*tickWait // FIFO
+	busy            bool        // a leader is writing
 }
 
-type persistJob struct {
-	ctx       context.Context // the turn's request
-	accountID int64
-	chatID    string
-	lastSort  int64
-	msgs      []store.ThreadMessage
-
-	err  error
+// finalJob is the final write of one turn.
+type finalJob struct {
+	w    threadWrite
 	done chan struct{} // closed once stored (or failed)
 	lead chan struct{} // closed when this job's caller must lead
 }
 
-// persist stores one turn's messages and returns once they are stored.
-func (p *persister) persist(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
-	j := &persistJob{ctx: ctx, accountID: accountID, chatID: chatID, lastSort: lastSort, msgs: msgs,
-		done: make(chan struct{}), lead: make(chan struct{})}
+// tickWait is a caller waiting for the checkpoints it queued.
+type tickWait struct {
+	upTo int64
+	lead chan struct{}
+}
+
+// threadWrite is one AppendMessages of a batch.
+type threadWrite struct {
+	accountID int64
+	chatID    string
+	lastSort  int64
+	msgs      []Message
+	err       error
+
+	// A checkpoint's: the turn, its sequence position and the completed
+	// messages it covers.
+	t    *turn
+	next int64
+	done int
+}
+
+// final stores a finishing turn's messages and returns once they are
+// stored. The turn is already finishing: no checkpoint of it is written
+// after this.
+func (p *persister) final(w threadWrite) error {
+	j := &finalJob{w: w, done: make(chan struct{}), lead: make(chan struct{})}
 	p.mu.Lock()
-	p.queue = append(p.queue, j)
-	if p.busy {
-		p.mu.Unlock()
+	p.finals = append(p.finals, j)
+	lead := !p.busy
+	p.busy = true
+	p.mu.Unlock()
+	if !lead {
 		select {
 		case <-j.done:
-			return j.err
+			return j.w.err
 		case <-j.lead:
 		}
-	} else {
-		p.busy = true
+	}
+	for {
+		p.writeBatch()
+		select {
+		case <-j.done:
+			p.handOff()
+			return j.w.err
+		default:
+		}
+	}
+}
+
+// checkpoint queues the checkpoints of turns (those not queued yet) and
+// returns once they are written or dropped.
+func (p *persister) checkpoint(turns []*turn) {
+	p.mu.Lock()
+	for _, t := range turns {
+		if t.queueCheckpoint() {
+			p.ckpts = append(p.ckpts, t)
+			p.queued++
+		}
+	}
+	w := &tickWait{upTo: p.queued, lead: make(chan struct{})}
+	if p.written >= w.upTo {
 		p.mu.Unlock()
+		return
 	}
-	return p.leadBatch(ctx, j)
+	lead := !p.busy
+	p.busy = true
+	if !lead {
+		p.ticks = append(p.ticks, w)
+	}
+	p.mu.Unlock()
+	if !lead {
+		<-w.lead
+		p.mu.Lock()
+		done := p.written >= w.upTo // taken by another leader, which goes on
+		p.mu.Unlock()
+		if done {
+			return
+		}
+	}
+	for {
+		p.writeBatch()
+		p.mu.Lock()
+		mine := p.written >= w.upTo
+		p.mu.Unlock()
+		if mine {
+			p.handOff()
+			return
+		}
+	}
 }
 
-// leadBatch writes the queued jobs (j among them) and hands the lead on.
-func (p *persister) leadBatch(ctx context.Context, j *persistJob) error {
+// handOff passes the lead on after a leader's own write is done: to the
+// first final write's caller, else to the first tick still waiting, else
+// nobody.
+func (p *persister) handOff() {
 	p.mu.Lock()
-	n := min(len(p.queue), maxPersistBatch)
-	batch := p.queue[:n:n]
-	p.queue = p.queue[n:]
-	p.mu.Unlock()
-
-	p.write(batch)
-
-	p.mu.Lock()
-	if len(p.queue) > 0 {
-		close(p.queue[0].lead)
-	} else {
+	defer p.mu.Unlock()
+	// Ticks whose checkpoints were written by others need no lead.
+	for len(p.ticks) > 0 && p.written >= p.ticks[0].upTo {
+		close(p.ticks[0].lead)
+		p.ticks = p.ticks[1:]
+	}
+	switch {
+	case len(p.finals) > 0:
+		close(p.finals[0].lead)
+	case len(p.ticks) > 0:
+		close(p.ticks[0].lead)
+		p.ticks = p.ticks[1:]
+	default:
 		p.busy = false
-		p.queue = nil
+		p.ticks = nil
 	}
-	p.mu.Unlock()
-	<-j.done // j was in the batch: the leader is always first in the queue
-	return j.err
 }
 
-// write stores a batch. A batch of one turn runs under that turn's request
-// context; a batch serving several turns runs under a context of its own
-// (no request's values, no request's cancellation), so that a host's
-// tracing does not attribute the other turns' writes to one request and
-// one client going away does not fail the others' writes. The store bounds
-// it by its query timeout.
-func (p *persister) write(batch []*persistJob) {
-	ctx := batch[0].ctx
-	if len(batch) > 1 {
-		ctx = context.Background()
+// writeBatch takes the final writes queued (first) and checkpoints, up to
+// maxPersistBatch, and stores them in one transaction.
+func (p *persister) writeBatch() {
+	p.mu.Lock()
+	nf := min(len(p.finals), maxPersistBatch)
+	finals := slices.Clone(p.finals[:nf])
+	p.finals = p.finals[nf:]
+	nc := min(len(p.ckpts), maxPersistBatch-nf)
+	ckpts := slices.Clone(p.ckpts[:nc])
+	p.ckpts = p.ckpts[nc:]
+	p.written += int64(nc)
+	p.mu.Unlock()
+
+	ws := make([]*threadWrite, 0, nf+nc)
+	for _, j := range finals {
+		ws = append(ws, &j.w)
 	}
-	appends := make([]store.ThreadAppend, len(batch))
-	for i, j := range batch {
-		appends[i] = store.ThreadAppend{AccountID: j.accountID, ChatID: j.chatID, LastSort: j.lastSort, Messages: j.msgs}
+	cws := make([]threadWrite, 0, nc)
+	for _, t := range ckpts {
+		if w, ok := t.checkpointWrite(); ok {
+			cws = append(cws, w)
+		}
 	}
-	err := p.st.AppendToThreads(ctx, appends)
-	// A batch that failed for a turn of its own is retried turn by turn; an
-	// unreachable database fails them all alike, so a retry would only wait
-	// the query timeout once more per turn.
-	if err != nil && len(batch) > 1 && !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
-		// One bad turn must not fail the others: store them one by one.
-		for _, j := range batch {
-			j.err = p.st.AppendMessages(j.ctx, j.accountID, j.chatID, j.lastSort, j.msgs)
-			close(j.done)
+	for i := range cws {
+		ws = append(ws, &cws[i])
+	}
+	p.write(ws)
+	for _, j := range finals {
+		close(j.done)
+	}
+	for i := range cws {
+		cws[i].t.checkpointed(&cws[i])
+	}
+}
+
+// write stores ws in one transaction, under a context of its own (no
+// request's values or cancellation: the writes serve several turns),
+// bounded by persistTimeout.
+func (p *persister) write(ws []*threadWrite) {
+	if len(ws) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+	defer cancel()
+	type stored struct {
+		w    *threadWrite
+		msgs []store.ThreadMessage
+	}
+	ss := make([]stored, 0, len(ws))
+	for _, w := range ws {
+		msgs, err := toStored(w.msgs)
+		if w.err = err; err == nil {
+			ss = append(ss, stored{w, msgs})
+		}
+	}
+	err := p.st.InTx(ctx, func(tx store.Tx) error {
+		for _, s := range ss {
+			if err := tx.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// A batch that failed for a thread of its own (deleted meanwhile) is
+	// stored thread by thread, so that one bad thread does not fail the
+	// others; an unreachable database fails them all alike.
+	if err != nil && len(ss) > 1 && !errors.Is(err, store.ErrUnavailable) {
+		for _, s := range ss {
+			ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+			s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
+			cancel()
 		}
 		return
 	}
-	for _, j := range batch {
-		j.err = err
-		close(j.done)
+	for _, s := range ss {
+		s.w.err = err
 	}
 }

@@ -1,8 +1,6 @@
 package chatstream
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -12,8 +10,9 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// TestPersisterGroupCommit stores many turns concurrently and checks that
-// each is stored exactly once, including when one of a batch fails.
+// TestPersisterGroupCommit stores the final messages of many turns
+// concurrently, more than one batch holds, and checks that each is stored,
+// including when one thread of a batch fails.
 func TestPersisterGroupCommit(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
@@ -23,14 +22,14 @@ func TestPersisterGroupCommit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: acct.ID, ExternalID: "u", Persistent: true, MaxUsers: 10, Now: time.Now()})
+			u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "u"}, Persistent: true, MaxUsers: 10, Now: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			const n = 100
+			const n = 100 + maxPersistBatch
 			for i := range n {
 				if err := st.CreateThread(ctx, store.Thread{AccountID: acct.ID, ChatID: fmt.Sprint("c", i), AgentID: "a", UserID: u.ID, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
 					t.Fatal(err)
@@ -41,13 +40,14 @@ func TestPersisterGroupCommit(t *testing.T) {
 			errs := make([]error, n+1)
 			for i := range n + 1 {
 				wg.Go(func() {
-					chat := fmt.Sprint("c", i) // c100 does not exist
-					body, _ := json.Marshal(Message{ID: "m", Role: RoleAssistant, Content: chat, Sort: 5})
-					errs[i] = p.persist(context.WithoutCancel(ctx), acct.ID, chat, 5, []store.ThreadMessage{{ID: "m", Sort: 5, Body: body}})
+					chat := fmt.Sprint("c", i) // c<n> does not exist
+					errs[i] = p.final(threadWrite{accountID: acct.ID, chatID: chat, lastSort: 5, msgs: []Message{{ID: "m", Role: RoleAssistant, Content: chat, Sort: 5}}})
 				})
 			}
 			wg.Wait()
-			t.Logf("missing thread: %v", errs[n])
+			if errs[n] == nil {
+				t.Errorf("the missing thread was stored")
+			}
 			for i := range n {
 				if errs[i] != nil {
 					t.Errorf("turn %d: %v", i, errs[i])
@@ -62,8 +62,8 @@ func TestPersisterGroupCommit(t *testing.T) {
 					t.Errorf("thread %d: LastSort %d, %v", i, th.LastSort, err)
 				}
 			}
-			if p.busy || len(p.queue) != 0 {
-				t.Errorf("persister left busy=%v queue=%d", p.busy, len(p.queue))
+			if p.busy || len(p.finals) != 0 || len(p.ticks) != 0 {
+				t.Errorf("persister left busy=%v finals=%d ticks=%d", p.busy, len(p.finals), len(p.ticks))
 			}
 		})
 	}

@@ -10,13 +10,11 @@ import (
 // ExpiredDeleter is what a [Reaper] uses. Every store.Store implements
 // it.
 type ExpiredDeleter interface {
-	// DeleteExpiredUsers deletes at most limit ephemeral users expired at
-	// now, with everything they own (threads included), and returns how
-	// many it deleted.
-	DeleteExpiredUsers(ctx context.Context, now time.Time, limit int) (int, error)
-	// DeleteExpired deletes at most limit session ids, tokens and quota
-	// counters that expired at now (and session ids already exchanged),
-	// and returns how many it deleted.
+	// DeleteExpired deletes, at now, at most limit rows of each kind of
+	// what has expired (session ids, used ones included, tokens, quota
+	// counters, and ephemeral users with everything they own), and returns
+	// how many it deleted in all; fewer than limit means nothing expired
+	// is left.
 	DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
@@ -104,19 +102,9 @@ func (r *Reaper) run(ctx context.Context) {
 // cron-style hosts may call it directly.
 func (r *Reaper) ReapOnce(ctx context.Context) (int, error) {
 	now := r.cfg.now()
-	users, err := r.drain(ctx, now, r.st.DeleteExpiredUsers)
-	if err != nil {
-		return users, err
-	}
-	rest, err := r.drain(ctx, now, r.st.DeleteExpired)
-	return users + rest, err
-}
-
-// drain calls del in batches until a batch is not full.
-func (r *Reaper) drain(ctx context.Context, now time.Time, del func(context.Context, time.Time, int) (int, error)) (int, error) {
 	total := 0
 	for {
-		n, err := del(ctx, now, r.cfg.reapBatch)
+		n, err := r.st.DeleteExpired(ctx, now, r.cfg.reapBatch)
 		total += n
 		if err != nil || n < r.cfg.reapBatch {
 			return total, err

@@ -11,14 +11,14 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 )
 
-// fakeDeleter pretends to hold expired users and records its calls.
+// fakeDeleter pretends to hold expired rows and records its calls.
 type fakeDeleter struct {
 	mu      sync.Mutex
 	expired int
 	calls   []int // limit of each call
 }
 
-func (f *fakeDeleter) DeleteExpiredUsers(_ context.Context, _ time.Time, limit int) (int, error) {
+func (f *fakeDeleter) DeleteExpired(_ context.Context, _ time.Time, limit int) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, limit)
@@ -26,9 +26,6 @@ func (f *fakeDeleter) DeleteExpiredUsers(_ context.Context, _ time.Time, limit i
 	f.expired -= n
 	return n, nil
 }
-
-// DeleteExpired finds nothing: the loop test counts users only.
-func (f *fakeDeleter) DeleteExpired(context.Context, time.Time, int) (int, error) { return 0, nil }
 
 func (f *fakeDeleter) add(n int) {
 	f.mu.Lock()

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
 )
 
 // Causes of a turn's cancellation, told apart with context.Cause.
@@ -57,8 +59,10 @@ type turnKey struct {
 type registry struct {
 	log     *slog.Logger
 	cluster Cluster // nil: a single process
-	// clock paces the checkpoints of the running turns.
-	clock checkpointClock
+	// persist stores the turns' checkpoints and final messages; clock
+	// paces the checkpoints.
+	persist *persister
+	clock   checkpointClock
 
 	// halt ends when a shutdown has ended this process's turns: streams
 	// following a turn of another replica end then.
@@ -84,11 +88,13 @@ type registry struct {
 	stopped       bool          // turns are cancelled as they start
 }
 
-func newRegistry(log *slog.Logger, cluster Cluster) *registry {
+func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 	halt, haltNow := context.WithCancel(context.Background())
-	return &registry{log: log, cluster: cluster, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
+	r := &registry{log: log, cluster: cluster, persist: &persister{st: st, log: log}, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
 		perAccount: make(map[int64]int), perUser: make(map[int64]int),
 		lingerAccount: make(map[int64]int), lingerUser: make(map[int64]int)}
+	r.clock.reg = r
+	return r
 }
 
 // reserve claims the thread key for a new turn of userID: in this process,
@@ -173,6 +179,13 @@ func (r *registry) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.turns)
+}
+
+// reservedFor reports whether a turn of user is reserved or running.
+func (r *registry) reservedFor(user int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.perUser[user] > 0
 }
 
 // isClosing reports whether the registry takes no new turns.
@@ -392,37 +405,38 @@ type turn struct {
 	// set by reserve before the turn starts and read-only afterwards.
 	claim ClaimedTurn
 
-	persist func(ctx context.Context, lastSort int64, msgs []Message) error
-
 	mu  sync.Mutex
 	seq *sequence
 	// reserved is the thread's stored sort high-water mark: every line
-	// streamed has a lower sort, so that after a crash the next turn
-	// starts above whatever a client saw. Emitters wait (on cond) for a
-	// checkpoint to raise it before they reach it.
-	reserved  int64
-	ckptNext  int64         // seq.next at the last checkpoint
-	cond      *sync.Cond    // on mu: reserved rose, or the turn is finishing
-	ckptReq   chan struct{} // asks the checkpointer for an early checkpoint
-	ckptMu    sync.Mutex    // held while a checkpoint or the final messages are stored
-	lines     []Line
-	size      int             // bytes in lines
-	maxSize   int             // cap on size for agent events
-	tooLong   bool            // the agent hit maxSize
-	closed    bool            // the log is complete
-	waiters   []chan struct{} // one per follower (capacity 1): signaled on append
-	finishing bool            // no more agent events
-	done      chan struct{}   // closed once finished: stored and log closed
+	// that reaches a client has a lower sort, so that after a crash the
+	// next turn starts above whatever a client saw. Lines at or above it
+	// wait in lines, unpublished, until a checkpoint raises it.
+	reserved int64
+	ckptNext int64 // seq.next at the last checkpoint
+	// ckptDue: the turn waits for the clock's next tick; ckptQueued: the
+	// persister holds it for a checkpoint; ckptEarly: a checkpoint asked
+	// for ahead of the clock has not ended yet.
+	ckptDue, ckptQueued, ckptEarly bool
+	lines                          []Line
+	pub                            int             // lines[:pub] are published: below reserved
+	size                           int             // bytes in lines
+	maxSize                        int             // cap on size for agent events
+	tooLong                        bool            // the agent hit maxSize
+	closed                         bool            // the log is complete
+	waiters                        []chan struct{} // one per follower (capacity 1): signaled on append
+	finishing                      bool            // no more agent events
+	done                           chan struct{}   // closed once finished: stored and log closed
 }
 
-// appendLocked encodes m into the log, publishes it to the cluster (which
-// never waits) and wakes the readers.
+// appendLocked encodes m into the log.
 func (t *turn) appendLocked(m Message) {
-	l := encodeMessage(&m)
-	if t.claim != nil {
-		t.claim.Publish([]Line{l})
-	}
-	t.addLocked(l)
+	t.addLocked(encodeMessage(&m))
+}
+
+// emitLocked appends an agent's line: it is due at the next checkpoint.
+func (t *turn) emitLocked(m Message) {
+	t.appendLocked(m)
+	t.dirtyLocked()
 }
 
 // encodeMessage encodes m as a line of a turn's log.
@@ -430,10 +444,29 @@ func encodeMessage(m *Message) Line {
 	return Line{Sort: m.Sort, State: m.ID == StateID, Data: encodeLine(m)}
 }
 
-// addLocked appends an encoded line to the log and wakes the readers.
+// addLocked appends an encoded line to the log and publishes it when its
+// sort is below the reserved mark.
 func (t *turn) addLocked(l Line) {
 	t.size += len(l.Data)
 	t.lines = append(t.lines, l)
+	t.publishLocked()
+}
+
+// publishLocked publishes the lines below the reserved mark that are not
+// yet: to the cluster (which never waits) and to the readers, whom it
+// wakes. Lines are in sort order, so the published ones are a prefix.
+func (t *turn) publishLocked() {
+	n := t.pub
+	for n < len(t.lines) && t.lines[n].Sort < t.reserved {
+		n++
+	}
+	if n == t.pub {
+		return
+	}
+	if t.claim != nil {
+		t.claim.Publish(t.lines[t.pub:n:n])
+	}
+	t.pub = n
 	for _, w := range t.waiters {
 		select {
 		case w <- struct{}{}:
@@ -463,7 +496,7 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 	r.mu.Lock()
 	t.started = true
 	t.agentRunning = true
-	r.active += 2 // the agent's goroutine and the checkpointer below
+	r.active++ // the agent's goroutine below
 	if t.claim != nil {
 		r.active++ // the abort watcher below
 	}
@@ -483,11 +516,6 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 			}
 		}()
 	}
-
-	go func() {
-		defer r.ended()
-		t.checkpointLoop()
-	}()
 
 	go func() {
 		defer r.ended()
@@ -561,20 +589,14 @@ func (t *turn) finish(o outcome) {
 		return
 	}
 	t.finishing = true
-	t.cond.Broadcast() // an emitter waiting for sorts gives up
 	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
 	t.mu.Unlock()
-
-	// After a checkpoint in flight, never before: the final messages
-	// replace the checkpoint's.
-	t.ckptMu.Lock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), persistTimeout)
-	err := t.persist(ctx, lastSort, msgs)
-	cancel()
-	t.ckptMu.Unlock()
+	// The persister drops a checkpoint of the turn it has not taken yet
+	// and writes the final messages after one it has.
+	err := t.reg.persist.final(threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
 	if err != nil {
 		if t.reg.log != nil {
-			t.reg.log.LogAttrs(ctx, slog.LevelError, "chat turn not stored",
+			t.reg.log.LogAttrs(t.ctx, slog.LevelError, "chat turn not stored",
 				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
 		}
 		st := lines[len(lines)-1].State
@@ -602,9 +624,11 @@ func (t *turn) finish(o outcome) {
 	t.reg.remove(t)
 
 	t.mu.Lock()
+	t.reserved = math.MaxInt64 // the whole log is stored
 	for _, l := range final {
 		t.addLocked(l)
 	}
+	t.publishLocked() // when final is empty
 	t.closed = true
 	t.mu.Unlock()
 	close(t.done)
@@ -629,7 +653,7 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 	pos := 0
 	for {
 		t.mu.Lock()
-		batch := t.lines[pos:len(t.lines):len(t.lines)]
+		batch := t.lines[pos:t.pub:t.pub]
 		closed := t.closed
 		t.mu.Unlock()
 
@@ -671,22 +695,13 @@ func (e *emitter) checkLocked() error {
 	return nil
 }
 
-// reserveLocked waits, releasing t.mu meanwhile, until the next line's
-// sort is below the stored high-water mark; it asks for a checkpoint ahead
-// of time when few reserved sorts are left.
-func (e *emitter) reserveLocked() error {
-	t := e.t
-	for t.seq.next >= t.reserved {
-		t.requestCheckpoint()
-		t.cond.Wait()
-		if t.finishing {
-			return e.over()
-		}
-	}
-	if t.seq.next >= t.reserved-sortLow {
+// reserveLocked asks for a checkpoint ahead of the clock when few
+// reserved sorts are left; it never waits (lines past the mark wait in the
+// log instead).
+func (e *emitter) reserveLocked() {
+	if t := e.t; t.seq.next >= t.reserved-sortLow {
 		t.requestCheckpoint()
 	}
-	return nil
 }
 
 func (e *emitter) over() error {
@@ -704,14 +719,12 @@ func (e *emitter) Thinking(text string) error {
 	if err := e.checkLocked(); err != nil {
 		return err
 	}
-	if err := e.reserveLocked(); err != nil {
-		return err
-	}
+	e.reserveLocked()
 	m, ok, err := t.seq.think(text)
 	if err != nil || !ok {
 		return err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return nil
 }
 
@@ -726,14 +739,12 @@ func (e *emitter) Content(piece string) error {
 	if piece == "" {
 		return nil
 	}
-	if err := e.reserveLocked(); err != nil {
-		return err
-	}
+	e.reserveLocked()
 	m, err := t.seq.piece(piece)
 	if err != nil {
 		return err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return nil
 }
 
@@ -752,15 +763,13 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	if err := e.checkLocked(); err != nil {
 		return nil, err
 	}
-	if err := e.reserveLocked(); err != nil {
-		return nil, err
-	}
+	e.reserveLocked()
 	id := newID()
 	m, err := t.seq.toolStart(id, name, string(in))
 	if err != nil {
 		return nil, err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return &toolCall{e: e, id: id}, nil
 }
 
@@ -793,13 +802,11 @@ func (c *toolCall) end(result string) error {
 		t.tooLong = true
 		return ErrTurnTooLong
 	}
-	if err := c.e.reserveLocked(); err != nil {
-		return err
-	}
+	c.e.reserveLocked()
 	m, err := t.seq.toolEnd(c.id, result)
 	if err != nil {
 		return err
 	}
-	t.appendLocked(m)
+	t.emitLocked(m)
 	return nil
 }

@@ -1,0 +1,352 @@
+package chatstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/embedkit/embedkit/internal/provision"
+	"github.com/embedkit/embedkit/internal/wire"
+	"github.com/embedkit/embedkit/store"
+)
+
+// Opening a turn, top to bottom (serveTurn): provision the user in a
+// transaction of its own, reserve the turn for the user's id (in this
+// process and in the cluster), open the stream (thread and user echo in one
+// transaction), then start the agent and stream the turn. A refused
+// reservation or opening undoes what the request created, so that a request
+// is all or nothing.
+
+// serveTurn answers a request with input.
+func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
+	ctx := r.Context()
+	now := h.cfg.now()
+	chatID := req.ChatID
+	if chatID == "" {
+		chatID = newID()
+	}
+	var (
+		t   *turn
+		op  openedTurn
+		err error
+	)
+	// The opening runs on a goroutine that ends with it: store calls grow
+	// a goroutine's stack far beyond what streaming needs, and the
+	// request's goroutine keeps its stack as long as the stream is open.
+	onOwnStack(func() { t, op, err = h.open(ctx, c, req, chatID, now) })
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.runTurn(w, r, c, t, op)
+}
+
+// onOwnStack runs f on a new goroutine and waits for it; a panic of f
+// panics the caller.
+func onOwnStack(f func()) {
+	done := make(chan struct{})
+	var p any
+	go func() {
+		defer func() {
+			p = recover()
+			close(done)
+		}()
+		f()
+	}()
+	<-done
+	if p != nil {
+		panic(p)
+	}
+}
+
+// open provisions the user, reserves the turn for it and opens the stream.
+// The reservation has effects outside the store (the registry, the
+// cluster), so it is made between the two transactions, never inside one
+// (whose function may run more than once).
+func (h *Handler) open(ctx context.Context, c caller, req chatRequest, chatID string, now time.Time) (*turn, openedTurn, error) {
+	if h.turns.isClosing() {
+		return nil, openedTurn{}, errShuttingDown // spare the store a user to undo
+	}
+	lim := h.cfg.limitsOf(c.acct)
+	user, scope, err := h.provisionUser(ctx, c, req, lim, now)
+	if err != nil {
+		return nil, openedTurn{}, err
+	}
+	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, user.ID, h.cfg.maxTurnBytes,
+		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
+	var op openedTurn
+	if err == nil {
+		if op, err = h.openStream(ctx, c, req, chatID, user, lim, now); err != nil {
+			h.turns.release(ctx, t)
+		}
+	}
+	if err != nil {
+		h.undoUser(ctx, c, user, now)
+		return nil, openedTurn{}, err
+	}
+	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
+	op.agent = h.withUserData(user, scope)
+	return t, op, nil
+}
+
+// provisionUser returns the user a turn runs for: the session's, or the
+// one the request's sessionSettings provision (profile, attributes and
+// groups), in a transaction of its own.
+func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (store.User, store.Scope, error) {
+	if c.es != nil {
+		return c.es.User, c.es.Session.Scope(), nil
+	}
+	var res provision.Result
+	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+		var err error
+		res, err = provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
+		return err
+	})
+	return res.User, res.Scope, err
+}
+
+// undoUser deletes the user u of a refused request if the request created
+// it (at now) and nothing uses it by then: no turn of this process is
+// reserved for it, and it has no thread, session or token (a concurrent
+// request of the same user may have given it one; one whose opening
+// commits later finds it gone: errUserGone). It runs past the request's
+// cancellation; a failure is logged, as the request has its own error to
+// answer.
+func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time.Time) {
+	if c.es != nil || !u.CreatedAt.Equal(now) || h.turns.reservedFor(u.ID) {
+		return // the session's user, one that existed before, or in use
+	}
+	ctx = context.WithoutCancel(ctx)
+	if _, err := h.st.DeleteUnusedUser(ctx, u.ID, u.CreatedAt); err != nil {
+		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "the user a refused chat turn created was not deleted", slog.String("error", err.Error()))
+	}
+}
+
+// withUserData returns the turn's agent, which first reads the user's
+// attributes and groups of scope: on the turn's goroutine, after the
+// first line, off the opening's path. The turn cannot run without them
+// (they drive row-level security): if they cannot be read, it ends as an
+// agent error, traced and measured like any turn.
+func (h *Handler) withUserData(u store.User, scope store.Scope) Agent {
+	inner := h.agent.(instrumented)
+	return instrumented{AgentFunc(func(ctx context.Context, info Turn, e Emitter) error {
+		var (
+			data store.UserData
+			err  error
+		)
+		// On a goroutine of its own, like the opening: the agent's
+		// goroutine keeps its stack for the turn's life.
+		onOwnStack(func() { data, err = h.st.UserData(ctx, u.ID, scope) })
+		if err != nil {
+			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", err)
+		}
+		info.User = turnUser(u, data)
+		return inner.agent.Answer(ctx, info, e)
+	}), inner.tel}
+}
+
+// errUserGone answers a turn whose user was deleted between its
+// provisioning and its opening: by the undoing of a concurrent refused
+// request that created it at the same instant, or by an operator.
+var errUserGone = wire.Errorf(http.StatusServiceUnavailable, "the chat's user was deleted while the turn opened: try again")
+
+// openedTurn is what openStream committed and the turn needs.
+type openedTurn struct {
+	chatID string
+	seq    *sequence
+	echo   Message
+	info   Turn
+	// maxSize caps the turn's stream: what is left of the thread's byte
+	// budget (see threadRoom).
+	maxSize int
+	// agent answers the turn (set by open).
+	agent Agent
+}
+
+// openStream finds or creates the thread chatID of user, reserved for
+// it, and stores the user echo, in one transaction with no effect outside
+// it.
+func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, user store.User, lim store.Limits, now time.Time) (openedTurn, error) {
+	var op openedTurn
+	err := h.st.InTx(ctx, func(tx store.Tx) error {
+		// A chat id the request did not send is new (a random UUID): no
+		// need to look for its thread.
+		th, err := store.Thread{}, error(store.ErrNotFound)
+		if req.ChatID != "" {
+			th, err = tx.Thread(ctx, c.acct.ID, chatID)
+		}
+		if err == nil && th.UserID != user.ID {
+			// The thread of an expired ephemeral user is as invisible as
+			// its owner: the id is free. Do the reaper's work now.
+			gone, gerr := ownerGone(ctx, tx, th, now)
+			if gerr != nil {
+				return gerr
+			}
+			if gone {
+				if err := tx.DeleteUser(ctx, th.UserID); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				err = store.ErrNotFound
+			}
+		}
+		var (
+			history []Message
+			maxSize int
+		)
+		isNew := errors.Is(err, store.ErrNotFound)
+		switch {
+		case isNew:
+			maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
+			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
+		case err != nil:
+			return err
+		case th.AgentID != c.agent.ID:
+			return errChatGone
+		case th.UserID != user.ID:
+			return errNotOwner
+		default:
+			msgs, err := tx.Messages(ctx, c.acct.ID, chatID)
+			if err != nil {
+				return err
+			}
+			var last int64
+			history, last = decodeHistory(msgs)
+			if maxSize, err = threadRoom(msgs, history, lim, h.cfg.maxTurnBytes); err != nil {
+				return err
+			}
+			th.LastSort = max(th.LastSort, last)
+		}
+		seq := newSequence(chatID, h.cfg.dev, th.LastSort, history)
+		echo := seq.echo(newID(), req.Input)
+		stored, err := toStored([]Message{echo})
+		if err != nil {
+			return err
+		}
+		// The echo reserves the turn's first block of sorts; a new thread
+		// is stored with it.
+		if isNew {
+			th.LastSort = echo.Sort + sortBlock
+			if err := tx.CreateThread(ctx, th, stored...); err != nil {
+				switch {
+				case errors.Is(err, store.ErrConflict):
+					return errTurnRunning
+				case errors.Is(err, store.ErrNotFound):
+					return errUserGone
+				}
+				return err
+			}
+		} else if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
+			return err
+		}
+		op = openedTurn{chatID: chatID, seq: seq, echo: echo, maxSize: maxSize, info: Turn{
+			AccountName:      c.acct.Name,
+			AgentID:          c.agent.ID,
+			ChatID:           chatID,
+			Input:            req.Input,
+			History:          history,
+			ActiveBranchName: req.ActiveBranchName,
+			IsDefaultBranch:  req.branchDefault,
+			Branches:         c.acct.Branches,
+			DeploymentID:     c.agent.DeploymentID,
+		}}
+		return nil
+	})
+	return op, err
+}
+
+// runTurn starts the turn opened by openStream on its reservation t and
+// streams it.
+func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *turn, op openedTurn) {
+	ctx := r.Context()
+	chatID, seq, echo := op.chatID, op.seq, op.echo
+
+	lw := h.newLineWriter(r, w)
+	defer lw.end()
+	lw.send(cutoffMessage(chatID, false))
+
+	t.seq = seq
+	t.reserved = echo.Sort + sortBlock // stored with the echo
+	start := seq.start(newID())
+	t.begin(ctx, h.cfg.turnTimeout, op.agent, op.info, echo, start)
+
+	if !t.follow(ctx, lw, 0) && h.cfg.cancelOnDisconnect && ctx.Err() != nil {
+		t.stop(errDisconnected, outcomeAborted)
+	}
+}
+
+// decodeHistory decodes stored messages; it returns them with the highest
+// sort among them.
+func decodeHistory(msgs []store.ThreadMessage) ([]Message, int64) {
+	out := make([]Message, 0, len(msgs))
+	var last int64
+	for _, tm := range msgs {
+		var m Message
+		if err := json.Unmarshal(tm.Body, &m); err != nil {
+			continue // not ours; skip rather than fail the thread
+		}
+		m.Sort = tm.Sort
+		out = append(out, m)
+		last = max(last, tm.Sort)
+	}
+	return out, last
+}
+
+func toStored(msgs []Message) ([]store.ThreadMessage, error) {
+	out := make([]store.ThreadMessage, len(msgs))
+	for i := range msgs {
+		b, err := marshalNoEscape(&msgs[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = store.ThreadMessage{ID: msgs[i].ID, Sort: msgs[i].Sort, Body: b}
+	}
+	return out, nil
+}
+
+// turnUser builds the agent's view of the user.
+func turnUser(u store.User, data store.UserData) User {
+	tu := User{ExternalID: u.ExternalID, InternalID: u.InternalID, Email: u.Email, SecurityContext: u.SecurityContext}
+	if len(data.Attributes) > 0 {
+		tu.Attributes = make(map[string]any, len(data.Attributes))
+		for _, a := range data.Attributes {
+			if v, ok := attrValue(a); ok {
+				tu.Attributes[a.Name] = v
+			}
+		}
+	}
+	for _, g := range data.Groups {
+		tu.Groups = append(tu.Groups, g.Name)
+	}
+	return tu
+}
+
+func attrValue(a store.UserAttribute) (any, bool) {
+	var err error
+	switch a.Type {
+	case store.TypeString:
+		var v string
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	case store.TypeNumber:
+		var v float64
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	case store.TypeStringArray:
+		var v []string
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	case store.TypeNumberArray:
+		var v []float64
+		err = json.Unmarshal(a.Value, &v)
+		return v, err == nil
+	}
+	var v any
+	err = json.Unmarshal(a.Value, &v)
+	return v, err == nil
+}

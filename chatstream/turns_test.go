@@ -1,0 +1,60 @@
+package chatstream_test
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
+	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
+)
+
+// TestHeldTurnGoroutines holds turns open on a paused agent, after a line
+// that a checkpoint stores: besides the goroutines of its connection (two on
+// each side, net/http's), a turn then runs one goroutine, its agent's; the
+// checkpoint's goroutine has ended.
+func TestHeldTurnGoroutines(t *testing.T) {
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(time.Minute),
+	}}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	const n = 3 // the default limit of running turns per user
+	g0 := runtime.NumGoroutine()
+	for i := range n {
+		body := fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"held"},"chatId":"held-%d"}`, i)
+		req, _ := http.NewRequest(http.MethodPost, e.URL+streamPath(acct, agentID), strings.NewReader(body))
+		req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %s", i, resp.Status)
+		}
+		br := bufio.NewReader(resp.Body)
+		for range 4 { // __cutoff__, echo, start, the piece
+			if _, err := br.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const want = n * 5 // client 2, server 2, agent 1
+	var got int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = runtime.NumGoroutine() - g0; got <= want {
+			break
+		}
+	}
+	if got > want {
+		t.Errorf("%d goroutines for %d held turns, want at most %d: %d per turn besides its connection's", got, n, want, (got-n*4)/n)
+	}
+}
