@@ -110,7 +110,15 @@ func TestReadmeWalkthroughBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	goMod := "module readmewalkthrough\n\ngo 1.26\n\nrequire github.com/embedkit/embedkit v0.0.0\n\nreplace github.com/embedkit/embedkit => " + repo + "\n"
+	// The program's module requires what embedkit's own go.mod requires,
+	// so that its module graph is embedkit's and the module cache that
+	// builds embedkit builds it too.
+	ownMod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goMod := strings.Replace(string(ownMod), "module github.com/embedkit/embedkit", "module readmewalkthrough", 1) +
+		"\nrequire github.com/embedkit/embedkit v0.0.0\n\nreplace github.com/embedkit/embedkit => " + repo + "\n"
 	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
 	if err != nil {
 		t.Fatal(err)
