@@ -25,6 +25,7 @@ type Store struct {
 	pg        bool
 	db        *gorm.DB // the host's handle, in a session of the store's own
 	sqlDB     *sql.DB
+	stmts     *stmts // SQLite on a plain pool; nil otherwise
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -58,6 +59,9 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
+	if _, plain := db.Statement.ConnPool.(*sql.DB); plain && !s.pg {
+		s.stmts = &stmts{db: sqlDB, m: map[string]*sql.Stmt{}}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
 	defer cancel()
 	if err := Migrate(ctx, s.db); err != nil {
@@ -71,6 +75,9 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		if s.stmts != nil {
+			s.stmts.close()
+		}
 		if s.cfg.closeDB {
 			s.closeErr = s.sqlDB.Close()
 		}
@@ -110,11 +117,19 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
+	var kept *stmtTx
+	if sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx); ok && s.stmts != nil {
+		kept = &stmtTx{Tx: sqlTx, c: s.stmts}
+		tx.Statement.ConnPool = kept
+	}
 	t := &txn{s: s, db: tx, inTx: true}
 	committed := false
 	defer func() {
 		if !committed { // also after a panic or runtime.Goexit in fn
 			_ = tx.Rollback().Error
+		}
+		if kept != nil && len(kept.missed) > 0 {
+			s.stmts.prepare(actx, kept.missed)
 		}
 	}()
 	err := fn(t)

@@ -1,0 +1,96 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// stmts keeps SQLite statements prepared, one per statement text: compiling
+// is a large part of a short statement's cost on SQLite, and database/sql
+// keeps a statement prepared on the pool once per connection, whereas GORM's
+// PrepareStmt compiles again in every transaction. (PostgreSQL's driver
+// keeps its own per connection.) The statements still run through GORM, so
+// a host's callbacks and logger see every one.
+type stmts struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+// maxStmts bounds the texts kept (lists of names make texts vary).
+const maxStmts = 256
+
+func (c *stmts) get(query string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[query]
+}
+
+// prepare prepares the texts a transaction ran unprepared. It runs after the
+// transaction gave its connection back: preparing on the pool from inside
+// one could wait for a connection that every transaction holds.
+func (c *stmts) prepare(ctx context.Context, queries []string) {
+	for _, q := range queries {
+		c.mu.Lock()
+		_, ok := c.m[q]
+		full := len(c.m) >= maxStmts
+		c.mu.Unlock()
+		if ok || full {
+			continue
+		}
+		st, err := c.db.PrepareContext(ctx, q)
+		if err != nil {
+			continue // run unprepared next time too
+		}
+		c.mu.Lock()
+		if _, ok := c.m[q]; ok || len(c.m) >= maxStmts {
+			_ = st.Close()
+		} else {
+			c.m[q] = st
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *stmts) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for q, st := range c.m {
+		_ = st.Close()
+		delete(c.m, q)
+	}
+}
+
+// stmtTx is a transaction's connection pool for GORM that runs the kept
+// statements on the transaction's connection and notes the texts it ran
+// unprepared.
+type stmtTx struct {
+	*sql.Tx
+	c      *stmts
+	missed []string
+}
+
+func (t *stmtTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if st := t.c.get(q); st != nil {
+		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	t.missed = append(t.missed, q)
+	return t.Tx.ExecContext(ctx, q, args...)
+}
+
+func (t *stmtTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := t.c.get(q); st != nil {
+		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	t.missed = append(t.missed, q)
+	return t.Tx.QueryContext(ctx, q, args...)
+}
+
+func (t *stmtTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := t.c.get(q); st != nil {
+		return t.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	t.missed = append(t.missed, q)
+	return t.Tx.QueryRowContext(ctx, q, args...)
+}
