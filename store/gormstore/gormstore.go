@@ -21,11 +21,15 @@ import (
 // methods of several statements run in a transaction of their own.
 type Store struct {
 	txn
-	cfg       config
-	pg        bool
-	db        *gorm.DB // the host's handle, in a session of the store's own
-	sqlDB     *sql.DB
-	stmts     *stmts // SQLite on a plain pool; nil otherwise
+	cfg   config
+	pg    bool
+	db    *gorm.DB // the host's handle, in a session of the store's own
+	sqlDB *sql.DB
+	stmts *stmts // SQLite on a plain pool; nil otherwise
+	// writer lets one SQLite transaction of this store run at a time, so
+	// that the others queue here, in order and without cost, instead of
+	// polling SQLite's lock in its busy handler (nil on PostgreSQL).
+	writer    chan struct{}
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -59,6 +63,9 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
+	if !s.pg {
+		s.writer = make(chan struct{}, 1)
+	}
 	if _, plain := db.Statement.ConnPool.(*sql.DB); plain && !s.pg {
 		s.stmts = &stmts{db: sqlDB, m: map[string]*sql.Stmt{}}
 	}
@@ -113,6 +120,14 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
+	if s.writer != nil {
+		select {
+		case s.writer <- struct{}{}:
+			defer func() { <-s.writer }()
+		case <-actx.Done():
+			return wrapErr("begin", actx.Err())
+		}
+	}
 	tx := s.db.WithContext(actx).Begin()
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
