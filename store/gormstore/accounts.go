@@ -99,7 +99,7 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 		return db.Select("*").Clauses(up).Create(&row) // Select: zero fields too
 	})
 	if err == nil && n == 0 {
-		err = newErr(op, store.ErrConflict)
+		err = t.fail(newErr(op, store.ErrConflict))
 	}
 	return err
 }

@@ -66,7 +66,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			m[strconv.FormatInt(a.AttributeID, 10)] = a.Value
 		}
 		if u.attrs, err = json.Marshal(m); err != nil {
-			return store.User{}, wrapErr(op, err)
+			return store.User{}, t.fail(wrapErr(op, err))
 		}
 	}
 	if u.SetGroups {

@@ -41,6 +41,29 @@ var txRules = []rule{
 		},
 	},
 	{
+		name: "a key of another account aborts the transaction",
+		doc:  "SaveAPIKey of a hash stored for another account is ErrConflict, a failure like any other: when fn ignores it, InTx returns it and commits none of fn's writes.",
+		fn: func(t *testing.T, st store.Store) {
+			f, g := newFixture(t, st, "acme"), newFixture(t, st, "globex")
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: []byte("k"), AccountID: f.account.ID}))
+			err := st.InTx(ctx(t), func(tx store.Tx) error {
+				if err := tx.SaveDeployment(ctx(t), store.Deployment{AccountID: g.account.ID, ID: 2, Name: "staging"}); err != nil {
+					return err
+				}
+				if err := tx.SaveAPIKey(ctx(t), store.APIKey{Hash: []byte("k"), AccountID: g.account.ID}); !errors.Is(err, store.ErrConflict) {
+					t.Errorf("SaveAPIKey of another account's hash: %v, want ErrConflict", err)
+				}
+				return nil // ignores the failure
+			})
+			wantErr(t, "InTx", err, store.ErrConflict)
+			res, err := st.Lookup(ctx(t), store.Lookup{Scope: g.scope(), DeploymentID: 2})
+			mustNil(t, "Lookup", err)
+			if res.DeploymentFound {
+				t.Error("the deployment of the aborted transaction was committed")
+			}
+		},
+	},
+	{
 		name: "ErrLimit and ErrNotFound leave the transaction usable",
 		doc:  "A Tx method refused with ErrLimit (a full account, a full minute, a full set of embed tenants) or ErrNotFound changes nothing and the transaction goes on: fn may handle the refusal, write more and commit, and exactly its successful writes are kept.",
 		fn: func(t *testing.T, st store.Store) {
