@@ -81,7 +81,10 @@ func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
 }
 
 // DeleteExpired deletes at most limit rows of each kind, chosen by a
-// subquery (PostgreSQL's DELETE has no LIMIT).
+// subquery (PostgreSQL's DELETE has no LIMIT). The DELETE repeats the
+// condition: on PostgreSQL a row locked by a writer is checked again as
+// that writer committed it (a user converted to persistent meanwhile
+// stays), which the subquery's snapshot does not do.
 func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -99,7 +102,7 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		} {
 			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
 				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
-				return db.Where("("+k.key+") IN (?)", sub).Delete(k.model)
+				return db.Where("("+k.key+") IN (?)", sub).Where(k.where, n0).Delete(k.model)
 			})
 			if err != nil {
 				return err

@@ -72,6 +72,45 @@ var concurrentRules = []rule{
 		},
 	},
 	{
+		name: "DeleteExpired spares a user converted meanwhile",
+		doc:  "Expiry and Users contracts: a DeleteExpired that runs, at a time past an ephemeral user's expiry, while another transaction converts that user to persistent, deletes nothing of the converted user once that transaction commits, and the user keeps its place in the count.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			e := f.ephemeral(t, st, "e", t0.Add(time.Minute))
+			var (
+				once    sync.Once
+				deleted = make(chan error, 1)
+			)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				up := f.upsert("e")
+				up.MaxUsers = 1
+				if _, err := tx.UpsertUser(ctx(t), up); err != nil {
+					return err
+				}
+				once.Do(func() {
+					go func() {
+						_, err := st.DeleteExpired(ctx(t), t0.Add(time.Hour), 100)
+						deleted <- err
+					}()
+				})
+				// Give the delete time to reach the database while this
+				// transaction is open (the outcome must not depend on it).
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			}))
+			mustNil(t, "DeleteExpired", <-deleted)
+			u, err := st.UserByID(ctx(t), e.ID, t0.Add(time.Hour))
+			mustNil(t, "the converted user", err)
+			if u.Ephemeral {
+				t.Errorf("converted user = %+v, want persistent", u)
+			}
+			up := f.upsert("other")
+			up.MaxUsers = 1
+			_, err = st.UpsertUser(ctx(t), up)
+			wantErr(t, "a second persistent user under a limit of 1", err, store.ErrLimit)
+		},
+	},
+	{
 		name: "simultaneous first upserts yield one user",
 		doc:  "Users contract: simultaneous first calls for one externalId all succeed and return the same user.",
 		fn: func(t *testing.T, st store.Store) {
