@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,15 +41,9 @@ func someRow(op string, n int64, err error) error {
 }
 
 func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
-	branches, _ := json.Marshal(a.Branches)
-	if a.Branches == nil {
-		branches = []byte("[]")
-	}
+	branches, _ := json.Marshal(append([]string{}, a.Branches...)) // [] for none
 	limits, _ := json.Marshal(a.Limits)
-	if a.Plan == "" {
-		a.Plan = store.PlanFree
-	}
-	row := Account{Name: a.Name, Plan: string(a.Plan), UseCreatorMode: a.UseCreatorMode,
+	row := Account{Name: a.Name, Plan: string(cmp.Or(a.Plan, store.PlanFree)), UseCreatorMode: a.UseCreatorMode,
 		MaxExternalUsers: int64(a.MaxExternalUsers), Branches: string(branches), Limits: string(limits)}
 	if _, err := t.do(ctx, "save account", func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"name"}, "plan", "use_creator_mode", "max_external_users", "branches", "limits"),

@@ -81,10 +81,9 @@ func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
 }
 
 // DeleteExpired deletes at most limit rows of each kind, chosen by a
-// subquery (PostgreSQL's DELETE has no LIMIT). The DELETE repeats the
-// condition: on PostgreSQL a row locked by a writer is checked again as
-// that writer committed it (a user converted to persistent meanwhile
-// stays), which the subquery's snapshot does not do.
+// subquery (PostgreSQL's DELETE has no LIMIT) and checked again by the
+// DELETE, which on PostgreSQL sees what a concurrent writer committed (a
+// user converted to persistent meanwhile stays).
 func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
