@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -297,11 +298,14 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	if ids := groupIDs[strconv.FormatInt(s.EmbedTenantID, 10)]; len(ids) > 0 && err == nil {
 		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, byIDs(ids))
 	}
+	// By bytes, as on every adapter, whatever the database's collation.
+	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Groups, func(a, b store.Group) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
 }
 
 func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids).Order("name") }
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids) }
 }
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
