@@ -69,12 +69,7 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 	return out, err
 }
 
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
+func str(p *string) string { return *cmp.Or(p, new(string)) }
 
 // differs reports whether want asks for a visible change of have.
 func differs(want, have *string) bool { return want != nil && *want != str(have) }
@@ -264,6 +259,6 @@ func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) erro
 }
 
 func (t *txn) deleteDef(ctx context.Context, op string, model any, s store.Scope, id int64) error {
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
+	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
 	return someRow(op, n, err)
 }

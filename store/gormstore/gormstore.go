@@ -21,13 +21,13 @@ import (
 // methods of several statements run in a transaction of their own.
 type Store struct {
 	txn
-	cfg       config
-	pg        bool
-	db        *gorm.DB // the host's handle, in a session of the store's own
-	sqlDB     *sql.DB
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	cfg    config
+	pg     bool
+	db     *gorm.DB // the host's handle, in a session of the store's own
+	sqlDB  *sql.DB
+	writer chan struct{} // SQLite's write lock, taken in Go first (attempt)
+	closed atomic.Bool
+	close  func() error // once
 }
 
 // OpenDB returns a store that runs every statement through db, the host's
@@ -48,6 +48,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	case "postgres":
 		s.pg = true
 	case "sqlite", "sqlite3":
+		s.writer = make(chan struct{}, 1)
 	default:
 		return nil, fmt.Errorf("gormstore: OpenDB: unsupported dialect %q", name)
 	}
@@ -58,6 +59,13 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
+	s.close = sync.OnceValue(func() error {
+		s.closed.Store(true)
+		if s.cfg.closeDB {
+			return s.sqlDB.Close()
+		}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
 	defer cancel()
 	if err := Migrate(ctx, s.db); err != nil {
@@ -68,15 +76,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 }
 
 // Close closes db's pool with [WithCloseDB]; later calls are unavailable.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if s.cfg.closeDB {
-			s.closeErr = s.sqlDB.Close()
-		}
-	})
-	return s.closeErr
-}
+func (s *Store) Close() error { return s.close() }
 
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
@@ -103,9 +103,18 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
+// attempt takes SQLite's write lock in Go first: a done context ends that wait.
 func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
+	if s.writer != nil {
+		select {
+		case s.writer <- struct{}{}:
+			defer func() { <-s.writer }()
+		case <-actx.Done():
+			return wrapErr("begin", actx.Err())
+		}
+	}
 	tx := s.db.WithContext(actx).Begin()
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
@@ -162,6 +171,16 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 	return r.RowsAffected, nil
 }
 
+// write runs a statement that writes: on SQLite outside a transaction in
+// one of its own, so that it queues for the write lock as InTx does.
+func (t *txn) write(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (n int64, err error) {
+	if t.s.writer == nil {
+		return t.do(ctx, op, f)
+	}
+	err = t.atomic(ctx, func(t *txn) (err error) { n, err = t.do(ctx, op, f); return err })
+	return n, err
+}
+
 // fail makes err abort the transaction.
 func (t *txn) fail(err error) error {
 	if t.inTx {
@@ -216,9 +235,7 @@ func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRe
 
 // WithCloseDB makes [Store.Close] close the pool of the *gorm.DB given to
 // [OpenDB], as the DSN conveniences do. Default: it stays open.
-func WithCloseDB() Option {
-	return func(c *config) { c.closeDB = true }
-}
+func WithCloseDB() Option { return func(c *config) { c.closeDB = true } }
 
 // WithQueryTimeout bounds every statement and transaction attempt: a call
 // without a connection, the SQLite write lock or an answer within d is

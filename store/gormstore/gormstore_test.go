@@ -214,10 +214,56 @@ func TestQueryTimeoutIsUnavailable(t *testing.T) {
 		})
 	}()
 	<-held
+	start := time.Now()
 	err := st.InTx(ctx, func(store.Tx) error { return nil })
 	close(release)
-	if !errors.Is(err, store.ErrUnavailable) {
-		t.Errorf("InTx while the write lock is held: err = %v, want ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) || time.Since(start) > time.Second {
+		t.Errorf("InTx while the write lock is held: err = %v after %v, want ErrUnavailable within the query timeout", err, time.Since(start))
+	}
+}
+
+// TestEndedContextWhileWriteLockHeld checks that a write waiting for
+// SQLite's write lock, which another transaction of the store holds,
+// returns once its context ends rather than after SQLite's busy timeout.
+func TestEndedContextWhileWriteLockHeld(t *testing.T) {
+	st := testdb.Open(t, testdb.SQLite, gormstore.WithQueryTimeout(time.Minute)) // the holder's
+	a, err := st.SaveAccount(t.Context(), store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, held, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- st.InTx(t.Context(), func(tx store.Tx) error {
+			_, err := tx.SaveAccount(t.Context(), store.Account{Name: "acme", MaxExternalUsers: 1})
+			close(held)
+			<-release
+			return err
+		})
+	}()
+	<-held
+	for name, call := range map[string]func(ctx context.Context) error{
+		"InTx": func(ctx context.Context) error {
+			return st.InTx(ctx, func(tx store.Tx) error { _, err := tx.AccountByID(ctx, a.ID); return err })
+		},
+		"UpsertUser": func(ctx context.Context) error {
+			_, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true})
+			return err
+		},
+		"SaveDeployment": func(ctx context.Context) error {
+			return st.SaveDeployment(ctx, store.Deployment{AccountID: a.ID, ID: 1})
+		},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		cancel()
+		if err == nil || time.Since(start) > time.Second {
+			t.Errorf("%s while the write lock is held: err = %v after %v, want a failure once the context ends", name, err, time.Since(start))
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

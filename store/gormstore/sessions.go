@@ -18,7 +18,7 @@ func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) e
 	if len(s.KeyHash) == 0 {
 		s.KeyHash = nil // no key, not a key with an empty hash
 	}
-	_, err := t.do(ctx, "create session", func(db *gorm.DB) *gorm.DB {
+	_, err := t.write(ctx, "create session", func(db *gorm.DB) *gorm.DB {
 		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
 			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
@@ -68,15 +68,13 @@ func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Tim
 }
 
 func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
-	return t.atomic(ctx, func(t *txn) error {
+	return t.atomic(ctx, func(t *txn) (err error) {
 		for _, model := range []any{&Session{}, &Token{}} {
-			if _, err := t.do(ctx, "revoke sessions", func(db *gorm.DB) *gorm.DB {
-				return db.Where("user_id = ?", userID).Delete(model)
-			}); err != nil {
-				return err
+			if err == nil {
+				_, err = t.do(ctx, "revoke sessions", func(db *gorm.DB) *gorm.DB { return db.Where("user_id = ?", userID).Delete(model) })
 			}
 		}
-		return nil
+		return err
 	})
 }
 
@@ -186,7 +184,7 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 // DeleteThread deletes the thread; its messages go with it (ON DELETE
 // CASCADE).
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	n, err := t.do(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
+	n, err := t.write(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
 		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
 	})
 	return someRow("delete thread", n, err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,12 +51,9 @@ type upsertUser struct {
 	out           store.User
 }
 
-// UpsertUser costs one statement for a returning user: an UPDATE ...
-// RETURNING of the profile and JSON columns of a visible user it does not
-// convert to persistent. A new user costs three: that UPDATE, an INSERT ...
-// ON CONFLICT DO NOTHING RETURNING and the upsert of a counter (takePlace).
-// The rare cases (an expired user to replace, a conversion, a concurrent
-// first insert) read the row under a lock and take more.
+// UpsertUser costs what the package doc says; the rare cases (an expired
+// user to replace, a conversion, a concurrent first insert) read the row
+// under a lock and take more.
 func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User, error) {
 	const op = "upsert user"
 	u := &upsertUser{UserUpsert: req, now: nowOr(req.Now)}
@@ -171,11 +169,7 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 func withoutNulls(patch []byte) string {
 	m := map[string]json.RawMessage{}
 	_ = json.Unmarshal(patch, &m) // nil, or marshalled from a map
-	for k, v := range m {
-		if bytes.Equal(v, []byte("null")) {
-			delete(m, k)
-		}
-	}
+	maps.DeleteFunc(m, func(_ string, v json.RawMessage) bool { return bytes.Equal(v, []byte("null")) })
 	b, _ := json.Marshal(m)
 	return string(b)
 }
@@ -220,21 +214,14 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 // returns [store.ErrLimit]: one conditional upsert of a counter row, whose
 // row lock makes the limit exact under concurrency.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
-	var (
-		row          any
-		table, claim string
-		max          int
-	)
-	switch minute := u.now.Truncate(time.Minute); {
-	case u.InternalID != "":
+	if u.InternalID != "" || !u.Persistent && u.NewEphemeralPerMinute <= 0 {
 		return nil
-	case u.Persistent:
-		row, table, claim, max = &AccountUserSlot{AccountID: u.AccountID, N: 1}, "embedkit_account_user_slots", "shard", u.MaxUsers
-	case u.NewEphemeralPerMinute > 0:
+	}
+	var row any = &AccountUserSlot{AccountID: u.AccountID, N: 1}
+	table, claim, max := "embedkit_account_user_slots", "shard", u.MaxUsers
+	if minute := u.now.Truncate(time.Minute); !u.Persistent {
 		row, table, claim, max = &AccountQuota{AccountID: u.AccountID, N: 1, Name: "new_ephemeral_users:" + strconv.FormatInt(minute.Unix(), 10),
 			ExpiresAt: minute.Add(time.Minute).UnixNano()}, "embedkit_account_quotas", "name", u.NewEphemeralPerMinute
-	default:
-		return nil
 	}
 	up := clause.OnConflict{Columns: columns("account_id", claim), DoUpdates: clause.Set{{Column: clause.Column{Name: "n"}, Value: gorm.Expr(table + ".n + 1")}}}
 	if max > 0 {
