@@ -109,6 +109,58 @@ var txRules = []rule{
 		},
 	},
 	{
+		name: "a refused conversion or replacement changes nothing and the transaction goes on",
+		doc:  "UpsertUser refused with ErrLimit while converting an ephemeral user (the account is full) or replacing an expired one (the minute is full) leaves that user as it was, profile and sessions included, and fn may go on writing and commit.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			f.user(t, st, "p")
+			e := f.ephemeral(t, st, "e", t0.Add(time.Hour))
+			x := f.ephemeral(t, st, "x", t0.Add(time.Minute))
+			sess := store.Session{AccountID: f.account.ID, UserID: x.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+			mustNil(t, "CreateSession", st.CreateSession(ctx(t), []byte("sx"), sess))
+			later := t0.Add(2 * time.Minute)
+			fill := f.upsert("fill")
+			fill.Persistent, fill.EphemeralExpiresAt, fill.NewEphemeralPerMinute, fill.Now = false, later.Add(time.Hour), 1, later
+			_, err := st.UpsertUser(ctx(t), fill) // the minute of later is full
+			mustNil(t, "UpsertUser fill", err)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				conv := f.upsert("e")
+				conv.MaxUsers, conv.DisplayName = 1, ptr("converted")
+				if _, err := tx.UpsertUser(ctx(t), conv); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("conversion over the limit: %v, want ErrLimit", err)
+				}
+				repl := f.upsert("x")
+				repl.Persistent, repl.EphemeralExpiresAt, repl.NewEphemeralPerMinute, repl.Now = false, later.Add(time.Hour), 1, later
+				repl.DisplayName = ptr("replaced")
+				if _, err := tx.UpsertUser(ctx(t), repl); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("replacement over the minute's limit: %v, want ErrLimit", err)
+				}
+				return tx.SaveDeployment(ctx(t), store.Deployment{AccountID: f.account.ID, ID: 2, Name: "after"})
+			}))
+			got, err := st.UserByID(ctx(t), e.ID, t0)
+			mustNil(t, "UserByID e", err)
+			if !got.Ephemeral || got.DisplayName != "" {
+				t.Errorf("refused conversion changed the user: %+v", got)
+			}
+			// x is still the expired user it was, with its session, until
+			// DeleteExpired; its key names no other user.
+			_, err = st.UserByKey(ctx(t), x.Key(), later)
+			wantErr(t, "expired x", err, store.ErrNotFound)
+			got, err = st.UserByID(ctx(t), x.ID, t0)
+			mustNil(t, "UserByID x before its expiry", err)
+			if got.DisplayName != "" {
+				t.Errorf("refused replacement changed the user: %+v", got)
+			}
+			_, err = st.ExchangeSession(ctx(t), []byte("sx"), []byte("tx"), t0.Add(time.Hour), t0)
+			mustNil(t, "the session of x", err)
+			res, err := st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: 2})
+			mustNil(t, "Lookup", err)
+			if !res.DeploymentFound {
+				t.Error("the write after the refusals was not committed")
+			}
+		},
+	},
+	{
 		name: "InTx commits every write of fn",
 		doc:  "When fn returns nil, every write made through its Tx is committed and visible afterwards; reads inside the transaction see its own writes.",
 		fn: func(t *testing.T, st store.Store) {
