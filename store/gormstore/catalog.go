@@ -236,7 +236,7 @@ func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, c
 }
 
 func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(limit) }
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(max(limit, 0)) } // GORM drops a negative LIMIT
 }
 
 func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
