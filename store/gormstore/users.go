@@ -209,12 +209,12 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	return true, nil
 }
 
-// takePlace counts a new or converted user in the account's persistent
-// users (whatever the limit) or the minute's new ephemeral users, or
-// returns [store.ErrLimit]: one conditional upsert of a counter row, whose
+// takePlace counts a new or converted user, whatever the limit (a later
+// call may have one), in the account's persistent users or the minute's
+// new ephemeral users, or returns [store.ErrLimit]: one conditional upsert of a counter row, whose
 // row lock makes the limit exact under concurrency.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
-	if u.InternalID != "" || !u.Persistent && u.NewEphemeralPerMinute <= 0 {
+	if u.InternalID != "" {
 		return nil
 	}
 	var row any = &AccountUserSlot{AccountID: u.AccountID, N: 1}
