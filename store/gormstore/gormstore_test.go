@@ -433,8 +433,8 @@ func TestTwoStoresOneFile(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if deleted.Load() != 160 {
-		t.Errorf("deleted %d users, want 160", deleted.Load())
+	if deleted.Load() != 161 {
+		t.Errorf("deleted %d rows, want 161: 160 users and the counter of their minute", deleted.Load())
 	}
 }
 
