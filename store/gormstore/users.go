@@ -187,7 +187,7 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	} else {
 		row.ExternalID = &u.ExternalID
 	}
-	if !u.Persistent {
+	if !u.Persistent && !u.EphemeralExpiresAt.IsZero() { // NULL: never expires
 		row.ExpiresAt = new(u.EphemeralExpiresAt.UnixNano())
 	}
 	if u.SecurityContext != nil {

@@ -102,7 +102,7 @@ var userRules = []rule{
 	},
 	{
 		name: "Persistent false creates an ephemeral user that does not count",
-		doc:  "An ephemeral user expires at EphemeralExpiresAt and does not count toward MaxUsers.",
+		doc:  "An ephemeral user expires at EphemeralExpiresAt (never, when it is zero) and does not count toward MaxUsers.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			exp := t0.Add(time.Hour)
@@ -122,6 +122,15 @@ var userRules = []rule{
 			up.Persistent, up.EphemeralExpiresAt, up.MaxUsers = false, exp, 1
 			_, err = st.UpsertUser(ctx(t), up)
 			mustNil(t, "ephemeral user at the limit", err)
+			up = f.upsert("forever")
+			up.Persistent = false
+			u, err = st.UpsertUser(ctx(t), up)
+			mustNil(t, "ephemeral user without an expiry", err)
+			if !u.Ephemeral || !u.ExpiresAt.IsZero() {
+				t.Errorf("Ephemeral=%v ExpiresAt=%v, want true and zero", u.Ephemeral, u.ExpiresAt)
+			}
+			_, err = st.UserByKey(ctx(t), u.Key(), t0.AddDate(100, 0, 0))
+			mustNil(t, "an ephemeral user without an expiry a century later", err)
 		},
 	},
 	{
