@@ -62,7 +62,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	if len(u.Attributes) > 0 {
 		m := make(map[string]json.RawMessage, len(u.Attributes))
 		for _, a := range u.Attributes {
-			m[strconv.FormatInt(a.AttributeID, 10)] = a.Value
+			m[strconv.FormatInt(a.AttributeID, 10)] = append(json.RawMessage(nil), a.Value...) // nil if empty: null clears
 		}
 		if u.attrs, err = json.Marshal(m); err != nil {
 			return store.User{}, t.fail(wrapErr(op, err))

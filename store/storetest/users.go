@@ -373,7 +373,7 @@ var userRules = []rule{
 	},
 	{
 		name: "attribute values merge: others are kept, nil clears",
-		doc:  "UpsertUser sets the values of the attributes it names (overwriting), clears those with a nil Value, and keeps the user's values of every other attribute; UserData returns the values of one scope's attributes, with name and type, ordered by name.",
+		doc:  "UpsertUser sets the values of the attributes it names (overwriting), clears those with a nil (or empty) Value, and keeps the user's values of every other attribute; UserData returns the values of one scope's attributes, with name and type, ordered by name.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")
@@ -405,8 +405,10 @@ var userRules = []rule{
 			if got := valueNames(vals); !slices.Equal(got, []string{"alpha", "mid"}) || !jsonEqual(vals[0].Value, json.RawMessage(`["new"]`)) {
 				t.Errorf("after clearing zeta = %+v", vals)
 			}
-			// Clearing a value the user does not have is fine.
+			// Clearing a value the user does not have is fine, also with an
+			// empty (not nil) Value.
 			f.values(t, st, u, val(id["zeta"], ""))
+			f.values(t, st, u, store.AttributeValue{AttributeID: id["zeta"], Value: json.RawMessage{}})
 			sv := f.data(t, st, u.ID, scoped).Attributes
 			if len(sv) != 1 || sv[0].Name != "alpha" || !jsonEqual(sv[0].Value, json.RawMessage(`"scoped"`)) {
 				t.Errorf("scoped values = %+v", sv)
