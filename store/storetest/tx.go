@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -157,6 +158,37 @@ var txRules = []rule{
 			mustNil(t, "Lookup", err)
 			if !res.DeploymentFound {
 				t.Error("the write after the refusals was not committed")
+			}
+		},
+	},
+	{
+		name: "a context ended inside InTx commits nothing",
+		doc:  "When the context of InTx ends while fn runs, the later calls fail, and InTx returns an error (ErrUnavailable or the context's) and commits none of fn's writes, even when fn ignores the failures and returns nil.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			c, cancel := context.WithCancel(ctx(t))
+			err := st.InTx(c, func(tx store.Tx) error {
+				if err := tx.SaveDeployment(c, store.Deployment{AccountID: f.account.ID, ID: 2, Name: "before"}); err != nil {
+					return err
+				}
+				cancel()
+				if err := tx.SaveDeployment(c, store.Deployment{AccountID: f.account.ID, ID: 3, Name: "after"}); err == nil {
+					t.Error("a call after the context ended succeeded")
+				}
+				return nil
+			})
+			if err == nil {
+				t.Fatal("InTx whose context ended: nil error")
+			}
+			if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.Canceled) {
+				t.Errorf("InTx = %v, want ErrUnavailable or context.Canceled", err)
+			}
+			for _, id := range []int64{2, 3} {
+				res, err := st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: id})
+				mustNil(t, "Lookup", err)
+				if res.DeploymentFound {
+					t.Errorf("deployment %d of the cancelled transaction was committed", id)
+				}
 			}
 		},
 	},
