@@ -211,8 +211,8 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 
 // takePlace counts a new or converted user, whatever the limit (a later
 // call may have one), in the account's persistent users or the minute's
-// new ephemeral users, or returns [store.ErrLimit]: one conditional upsert of a counter row, whose
-// row lock makes the limit exact under concurrency.
+// new ephemeral users, or returns [store.ErrLimit]: one conditional upsert
+// of a counter row, whose row lock makes the limit exact under concurrency.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	if u.InternalID != "" {
 		return nil
