@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,6 +124,7 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 		return err
 	}
 	return t.atomic(ctx, func(t *txn) (err error) {
+		gs, as := slices.Clone(gs), slices.Clone(as) // not the IDs a failed attempt returned
 		if len(gs) > 0 {
 			_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
 				return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)

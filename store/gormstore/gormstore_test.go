@@ -556,3 +556,77 @@ func TestGoexitInTx(t *testing.T) {
 		})
 	}
 }
+
+// deadlock is a driver error that the store retries, as PostgreSQL's
+// deadlock_detected.
+type deadlock struct{}
+
+func (deadlock) Error() string    { return "injected deadlock" }
+func (deadlock) SQLState() string { return "40P01" }
+
+// TestRetryDoesNotReviveDeletedGroup makes the second statement of an
+// UpsertDefinitions fail once with a deadlock while its first statement
+// has updated a group that another transaction deletes meanwhile: the
+// retry creates the group anew with a new ID, so that the deleted group's
+// members do not become members of it.
+func TestRetryDoesNotReviveDeletedGroup(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	db := testdb.OpenGormDSN(t, dsn, nil)
+	st, err := gormstore.OpenDB(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := t.Context()
+	a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.TenantWide(a.ID)
+	v1, v2 := "v1", "v2"
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "sales", Description: &v1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Lookup(ctx, store.Lookup{Scope: s, GroupNames: []string{"sales"}})
+	if err != nil || len(res.Groups) != 1 {
+		t.Fatalf("Lookup: %+v %v", res, err)
+	}
+	old := res.Groups[0].ID
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true,
+		SetGroups: true, GroupScope: s, Groups: []int64{old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := testdb.OpenGormDSN(t, dsn, nil)
+	deleted := make(chan error, 1)
+	var once sync.Once
+	if err := db.Callback().Create().Before("gorm:create").Register("test:deadlock-once", func(d *gorm.DB) {
+		if d.Statement.Table != "embedkit_catalog_attributes" {
+			return
+		}
+		once.Do(func() {
+			go func() { deleted <- other.Exec("DELETE FROM embedkit_catalog_groups WHERE id = ?", old).Error }()
+			time.Sleep(200 * time.Millisecond) // the delete waits for this transaction's lock on the group
+			d.AddError(deadlock{})
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "sales", Description: &v2}},
+		[]store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	res, err = st.Lookup(ctx, store.Lookup{Scope: s, GroupNames: []string{"sales"}})
+	if err != nil || len(res.Groups) != 1 {
+		t.Fatalf("Lookup: %+v %v", res, err)
+	}
+	if res.Groups[0].ID == old {
+		t.Errorf("the group created again has the deleted group's ID %d", old)
+	}
+	if d, err := st.UserData(ctx, u.ID, s); err != nil || len(d.Groups) != 0 {
+		t.Errorf("the deleted group's member's groups = %+v, %v; want none", d.Groups, err)
+	}
+}
