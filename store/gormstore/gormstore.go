@@ -25,7 +25,8 @@ type Store struct {
 	pg     bool
 	db     *gorm.DB // the host's handle, in a session of the store's own
 	sqlDB  *sql.DB
-	writer chan struct{} // SQLite's write lock, taken in Go first (attempt)
+	writer chan struct{}  // SQLite's write lock, taken in Go first (attempt)
+	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
 	closed atomic.Bool
 	close  func() error // once
 }
@@ -46,7 +47,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	switch name := db.Dialector.Name(); name {
 	case "postgres":
-		s.pg = true
+		s.pg, s.txOpts = true, &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	case "sqlite", "sqlite3":
 		s.writer = make(chan struct{}, 1)
 	default:
@@ -115,7 +116,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 			return wrapErr("begin", actx.Err())
 		}
 	}
-	tx := s.db.WithContext(actx).Begin()
+	tx := s.db.WithContext(actx).Begin(s.txOpts)
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -31,6 +32,29 @@ func TestConformance(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) store.Store { return testdb.Open(t, backend) })
 		})
 	}
+}
+
+// TestConformanceUnderRepeatableRead runs the conformance suite on a
+// PostgreSQL connection whose default isolation is REPEATABLE READ, as a
+// host may configure its role or database: the store's transactions use
+// READ COMMITTED whatever the default, which its limits and waits rely on.
+func TestConformanceUnderRepeatableRead(t *testing.T) {
+	testdb.OpenDSN(t, testdb.Postgres) // skips without the DSN variable
+	storetest.Run(t, func(t *testing.T) store.Store {
+		u, err := url.Parse(testdb.OpenDSN(t, testdb.Postgres))
+		if err != nil || u.Scheme == "" {
+			t.Skipf("not a URL DSN: %v", err)
+		}
+		q := u.Query()
+		q.Set("default_transaction_isolation", "repeatable read")
+		u.RawQuery = q.Encode()
+		st, err := testdb.OpenStore(u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	})
 }
 
 func BenchmarkStore(b *testing.B) {
