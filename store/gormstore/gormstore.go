@@ -172,12 +172,10 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 	return r.RowsAffected, nil
 }
 
-// write runs a statement that writes: on SQLite outside a transaction in
-// one of its own, so that it queues for the write lock as InTx does.
+// write runs a write in the caller's transaction or in one of its own,
+// which takes SQLite's write lock in Go (attempt), runs at READ COMMITTED
+// on PostgreSQL and is retried.
 func (t *txn) write(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (n int64, err error) {
-	if t.s.writer == nil {
-		return t.do(ctx, op, f)
-	}
 	err = t.atomic(ctx, func(t *txn) (err error) { n, err = t.do(ctx, op, f); return err })
 	return n, err
 }

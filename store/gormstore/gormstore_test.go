@@ -41,20 +41,27 @@ func TestConformance(t *testing.T) {
 func TestConformanceUnderRepeatableRead(t *testing.T) {
 	testdb.OpenDSN(t, testdb.Postgres) // skips without the DSN variable
 	storetest.Run(t, func(t *testing.T) store.Store {
-		u, err := url.Parse(testdb.OpenDSN(t, testdb.Postgres))
-		if err != nil || u.Scheme == "" {
-			t.Skipf("not a URL DSN: %v", err)
-		}
-		q := u.Query()
-		q.Set("default_transaction_isolation", "repeatable read")
-		u.RawQuery = q.Encode()
-		st, err := testdb.OpenStore(u.String())
+		st, err := testdb.OpenStore(repeatableRead(t, testdb.OpenDSN(t, testdb.Postgres)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
 		return st
 	})
+}
+
+// repeatableRead returns the PostgreSQL URL dsn with REPEATABLE READ as
+// the default isolation of its sessions.
+func repeatableRead(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		t.Skipf("not a URL DSN: %v", err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_isolation", "repeatable read")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func BenchmarkStore(b *testing.B) {

@@ -36,8 +36,9 @@ const migrationLock = 7318002119
 // SQLite). A database created before versioned migrations is version 1.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if tx.Dialector.Name() == "postgres" {
-			if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error; err != nil {
+		if tx.Dialector.Name() == "postgres" { // READ COMMITTED: what the lock's last holder did is seen
+			q := fmt.Sprintf("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(%d)", migrationLock)
+			if err := tx.Exec(q).Error; err != nil {
 				return err
 			}
 		}

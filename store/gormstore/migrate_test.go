@@ -158,16 +158,24 @@ func checkReleaseData(t *testing.T, st *gormstore.Store, tokens map[string]strin
 
 // TestConcurrentMigrations opens several stores at once on one database,
 // empty or of an earlier schema version, as replicas starting together
-// would: the advisory lock (PostgreSQL) or the write lock (SQLite) makes
-// them migrate one after the other, each ends up usable, and the earlier
-// version's data is all there.
+// would: the advisory lock (PostgreSQL, also under a default isolation of
+// REPEATABLE READ) or the write lock (SQLite) makes them migrate one after
+// the other, each ends up usable, and the earlier version's data is all
+// there.
 func TestConcurrentMigrations(t *testing.T) {
 	for _, release := range []string{"", "b908add", "dc03053"} {
-		for _, backend := range testdb.Backends() {
+		for _, backend := range []string{testdb.SQLite, testdb.Postgres, "postgres-repeatable-read"} {
 			t.Run(backend+"/"+cmp.Or(release, "empty"), func(t *testing.T) {
+				rr := backend == "postgres-repeatable-read"
+				if rr {
+					backend = testdb.Postgres
+				}
 				dsn := testdb.OpenDSN(t, backend)
 				if release != "" {
 					loadRelease(t, backend, dsn, release)
+				}
+				if rr {
+					dsn = repeatableRead(t, dsn)
 				}
 				var wg sync.WaitGroup
 				errs := make(chan error, 6)
