@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +38,8 @@ const migrationLock = 7318002119
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if tx.Dialector.Name() == "postgres" { // READ COMMITTED: what the lock's last holder did is seen
-			q := fmt.Sprintf("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(%d)", migrationLock)
-			if err := tx.Exec(q).Error; err != nil {
+			err := tx.Exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").Error
+			if err = cmp.Or(err, tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error); err != nil {
 				return err
 			}
 		}
