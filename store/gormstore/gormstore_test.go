@@ -629,17 +629,26 @@ func TestRetryDoesNotReviveDeletedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := testdb.OpenGormDSN(t, dsn, nil)
-	deleted := make(chan error, 1)
-	var once sync.Once
+	var (
+		deleted        = make(chan error, 1)
+		groupUpserts   atomic.Int32
+		failed         atomic.Bool
+		deleteErr      error
+		deleteFinished bool
+	)
 	if err := db.Callback().Create().Before("gorm:create").Register("test:deadlock-once", func(d *gorm.DB) {
-		if d.Statement.Table != "embedkit_catalog_attributes" {
-			return
+		switch d.Statement.Table {
+		case "embedkit_catalog_groups":
+			if groupUpserts.Add(1) == 2 { // the retry, once the delete committed
+				deleteErr, deleteFinished = <-deleted, true
+			}
+		case "embedkit_catalog_attributes":
+			if !failed.Swap(true) {
+				// The delete waits for this attempt's lock on the group.
+				go func() { deleted <- other.Exec("DELETE FROM embedkit_catalog_groups WHERE id = ?", old).Error }()
+				d.AddError(deadlock{})
+			}
 		}
-		once.Do(func() {
-			go func() { deleted <- other.Exec("DELETE FROM embedkit_catalog_groups WHERE id = ?", old).Error }()
-			time.Sleep(200 * time.Millisecond) // the delete waits for this transaction's lock on the group
-			d.AddError(deadlock{})
-		})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -647,8 +656,8 @@ func TestRetryDoesNotReviveDeletedGroup(t *testing.T) {
 		[]store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-deleted; err != nil {
-		t.Fatal(err)
+	if !deleteFinished || deleteErr != nil {
+		t.Fatalf("the concurrent delete: finished %v, %v", deleteFinished, deleteErr)
 	}
 	res, err = st.Lookup(ctx, store.Lookup{Scope: s, GroupNames: []string{"sales"}})
 	if err != nil || len(res.Groups) != 1 {
