@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,17 +41,11 @@ func someRow(op string, n int64, err error) error {
 }
 
 func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
-	branches, _ := json.Marshal(a.Branches)
-	if a.Branches == nil {
-		branches = []byte("[]")
-	}
+	branches, _ := json.Marshal(append([]string{}, a.Branches...)) // [] for none
 	limits, _ := json.Marshal(a.Limits)
-	if a.Plan == "" {
-		a.Plan = store.PlanFree
-	}
-	row := Account{Name: a.Name, Plan: string(a.Plan), UseCreatorMode: a.UseCreatorMode,
+	row := Account{Name: a.Name, Plan: string(cmp.Or(a.Plan, store.PlanFree)), UseCreatorMode: a.UseCreatorMode,
 		MaxExternalUsers: int64(a.MaxExternalUsers), Branches: string(branches), Limits: string(limits)}
-	if _, err := t.do(ctx, "save account", func(db *gorm.DB) *gorm.DB {
+	if _, err := t.write(ctx, "save account", func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"name"}, "plan", "use_creator_mode", "max_external_users", "branches", "limits"),
 			clause.Returning{}).Create(&row)
 	}); err != nil {
@@ -95,11 +90,11 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	}
 	up := upsert([]string{"hash"}, "admin", "origin", "name")
 	up.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "embedkit_api_keys.account_id = excluded.account_id"}}}
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Select("*").Clauses(up).Create(&row) // Select: zero fields too
 	})
 	if err == nil && n == 0 {
-		err = newErr(op, store.ErrConflict)
+		err = t.fail(newErr(op, store.ErrConflict))
 	}
 	return err
 }
@@ -140,14 +135,14 @@ func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, err
 // DeleteAPIKey deletes the key; its session ids and tokens go with it (ON
 // DELETE CASCADE).
 func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
-	n, err := t.do(ctx, "delete api key", func(db *gorm.DB) *gorm.DB {
+	n, err := t.write(ctx, "delete api key", func(db *gorm.DB) *gorm.DB {
 		return db.Where("hash = ? AND account_id = ?", hash, accountID).Delete(&APIKey{})
 	})
 	return someRow("delete api key", n, err)
 }
 
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
-	_, err := t.do(ctx, "save deployment", func(db *gorm.DB) *gorm.DB {
+	_, err := t.write(ctx, "save deployment", func(db *gorm.DB) *gorm.DB {
 		return db.Select("*").Clauses(upsert([]string{"account_id", "id"}, "name")).
 			Create(&Deployment{AccountID: d.AccountID, ID: d.ID, Name: d.Name})
 	})
@@ -155,7 +150,7 @@ func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
 }
 
 func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
-	_, err := t.do(ctx, "save agent", func(db *gorm.DB) *gorm.DB {
+	_, err := t.write(ctx, "save agent", func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"account_id", "id"}, "deployment_id")).
 			Create(&Agent{AccountID: a.AccountID, ID: a.ID, DeploymentID: a.DeploymentID})
 	})

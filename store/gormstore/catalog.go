@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,12 +70,7 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 	return out, err
 }
 
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
+func str(p *string) string { return *cmp.Or(p, new(string)) }
 
 // differs reports whether want asks for a visible change of have.
 func differs(want, have *string) bool { return want != nil && *want != str(have) }
@@ -128,6 +124,7 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 		return err
 	}
 	return t.atomic(ctx, func(t *txn) (err error) {
+		gs, as := slices.Clone(gs), slices.Clone(as) // not the IDs a failed attempt returned
 		if len(gs) > 0 {
 			_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
 				return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
@@ -241,7 +238,7 @@ func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, c
 }
 
 func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(limit) }
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(max(limit, 0)) } // GORM drops a negative LIMIT
 }
 
 func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
@@ -264,6 +261,6 @@ func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) erro
 }
 
 func (t *txn) deleteDef(ctx context.Context, op string, model any, s store.Scope, id int64) error {
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
+	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
 	return someRow(op, n, err)
 }

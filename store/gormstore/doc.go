@@ -27,8 +27,9 @@
 // lock makes the limit exact.
 //
 // The store uses the handle's pool as it is; the postgres sub-package
-// sizes it from GOMAXPROCS. On SQLite transactions begin IMMEDIATE, so
-// writers queue on the write lock (busy timeout) and readers run beside
-// them (WAL). [Migrate] brings a database of any earlier schema version to
-// the current one, keeping every row (docs/storage.md).
+// sizes it from GOMAXPROCS. On SQLite a write queues first for the
+// store's write lock (a wait that ends with the context), then for
+// SQLite's (BEGIN IMMEDIATE, busy timeout); readers run beside it (WAL).
+// [Migrate] brings a database of any earlier schema version to the
+// current one, keeping every row (docs/storage.md).
 package gormstore

@@ -21,18 +21,15 @@ import (
 // methods of several statements run in a transaction of their own.
 type Store struct {
 	txn
-	cfg   config
-	pg    bool
-	db    *gorm.DB // the host's handle, in a session of the store's own
-	sqlDB *sql.DB
-	stmts *stmts // SQLite on a plain pool; nil otherwise
-	// writer lets one SQLite transaction of this store run at a time, so
-	// that the others queue here, in order and without cost, instead of
-	// polling SQLite's lock in its busy handler (nil on PostgreSQL).
-	writer    chan struct{}
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	cfg    config
+	pg     bool
+	db     *gorm.DB // the host's handle, in a session of the store's own
+	sqlDB  *sql.DB
+	writer chan struct{}  // SQLite's write lock, taken in Go first (attempt)
+	stmts  *stmts         // SQLite on a plain pool; nil otherwise
+	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
+	closed atomic.Bool
+	close  func() error // once
 }
 
 // OpenDB returns a store that runs every statement through db, the host's
@@ -51,8 +48,9 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	switch name := db.Dialector.Name(); name {
 	case "postgres":
-		s.pg = true
+		s.pg, s.txOpts = true, &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	case "sqlite", "sqlite3":
+		s.writer = make(chan struct{}, 1)
 	default:
 		return nil, fmt.Errorf("gormstore: OpenDB: unsupported dialect %q", name)
 	}
@@ -63,12 +61,19 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
-	if !s.pg {
-		s.writer = make(chan struct{}, 1)
-	}
 	if _, plain := db.Statement.ConnPool.(*sql.DB); plain && !s.pg {
 		s.stmts = &stmts{db: sqlDB, m: map[string]*sql.Stmt{}}
 	}
+	s.close = sync.OnceValue(func() error {
+		s.closed.Store(true)
+		if s.stmts != nil {
+			s.stmts.close()
+		}
+		if s.cfg.closeDB {
+			return s.sqlDB.Close()
+		}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
 	defer cancel()
 	if err := Migrate(ctx, s.db); err != nil {
@@ -79,18 +84,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 }
 
 // Close closes db's pool with [WithCloseDB]; later calls are unavailable.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if s.stmts != nil {
-			s.stmts.close()
-		}
-		if s.cfg.closeDB {
-			s.closeErr = s.sqlDB.Close()
-		}
-	})
-	return s.closeErr
-}
+func (s *Store) Close() error { return s.close() }
 
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
@@ -117,6 +111,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
+// attempt takes SQLite's write lock in Go first: a done context ends that wait.
 func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
@@ -128,7 +123,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 			return wrapErr("begin", actx.Err())
 		}
 	}
-	tx := s.db.WithContext(actx).Begin()
+	tx := s.db.WithContext(actx).Begin(s.txOpts)
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
@@ -192,6 +187,14 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 	return r.RowsAffected, nil
 }
 
+// write runs a write in the caller's transaction or in one of its own,
+// which takes SQLite's write lock in Go (attempt), runs at READ COMMITTED
+// on PostgreSQL and is retried.
+func (t *txn) write(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (n int64, err error) {
+	err = t.atomic(ctx, func(t *txn) (err error) { n, err = t.do(ctx, op, f); return err })
+	return n, err
+}
+
 // fail makes err abort the transaction.
 func (t *txn) fail(err error) error {
 	if t.inTx {
@@ -246,9 +249,7 @@ func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRe
 
 // WithCloseDB makes [Store.Close] close the pool of the *gorm.DB given to
 // [OpenDB], as the DSN conveniences do. Default: it stays open.
-func WithCloseDB() Option {
-	return func(c *config) { c.closeDB = true }
-}
+func WithCloseDB() Option { return func(c *config) { c.closeDB = true } }
 
 // WithQueryTimeout bounds every statement and transaction attempt: a call
 // without a connection, the SQLite write lock or an answer within d is

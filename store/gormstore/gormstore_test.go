@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -31,6 +32,36 @@ func TestConformance(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) store.Store { return testdb.Open(t, backend) })
 		})
 	}
+}
+
+// TestConformanceUnderRepeatableRead runs the conformance suite on a
+// PostgreSQL connection whose default isolation is REPEATABLE READ, as a
+// host may configure its role or database: the store's transactions use
+// READ COMMITTED whatever the default, which its limits and waits rely on.
+func TestConformanceUnderRepeatableRead(t *testing.T) {
+	testdb.OpenDSN(t, testdb.Postgres) // skips without the DSN variable
+	storetest.Run(t, func(t *testing.T) store.Store {
+		st, err := testdb.OpenStore(repeatableRead(t, testdb.OpenDSN(t, testdb.Postgres)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	})
+}
+
+// repeatableRead returns the PostgreSQL URL dsn with REPEATABLE READ as
+// the default isolation of its sessions.
+func repeatableRead(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		t.Skipf("not a URL DSN: %v", err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_isolation", "repeatable read")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func BenchmarkStore(b *testing.B) {
@@ -214,10 +245,56 @@ func TestQueryTimeoutIsUnavailable(t *testing.T) {
 		})
 	}()
 	<-held
+	start := time.Now()
 	err := st.InTx(ctx, func(store.Tx) error { return nil })
 	close(release)
-	if !errors.Is(err, store.ErrUnavailable) {
-		t.Errorf("InTx while the write lock is held: err = %v, want ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) || time.Since(start) > time.Second {
+		t.Errorf("InTx while the write lock is held: err = %v after %v, want ErrUnavailable within the query timeout", err, time.Since(start))
+	}
+}
+
+// TestEndedContextWhileWriteLockHeld checks that a write waiting for
+// SQLite's write lock, which another transaction of the store holds,
+// returns once its context ends rather than after SQLite's busy timeout.
+func TestEndedContextWhileWriteLockHeld(t *testing.T) {
+	st := testdb.Open(t, testdb.SQLite, gormstore.WithQueryTimeout(time.Minute)) // the holder's
+	a, err := st.SaveAccount(t.Context(), store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, held, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- st.InTx(t.Context(), func(tx store.Tx) error {
+			_, err := tx.SaveAccount(t.Context(), store.Account{Name: "acme", MaxExternalUsers: 1})
+			close(held)
+			<-release
+			return err
+		})
+	}()
+	<-held
+	for name, call := range map[string]func(ctx context.Context) error{
+		"InTx": func(ctx context.Context) error {
+			return st.InTx(ctx, func(tx store.Tx) error { _, err := tx.AccountByID(ctx, a.ID); return err })
+		},
+		"UpsertUser": func(ctx context.Context) error {
+			_, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true})
+			return err
+		},
+		"SaveDeployment": func(ctx context.Context) error {
+			return st.SaveDeployment(ctx, store.Deployment{AccountID: a.ID, ID: 1})
+		},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		cancel()
+		if err == nil || time.Since(start) > time.Second {
+			t.Errorf("%s while the write lock is held: err = %v after %v, want a failure once the context ends", name, err, time.Since(start))
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -387,8 +464,8 @@ func TestTwoStoresOneFile(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if deleted.Load() != 160 {
-		t.Errorf("deleted %d users, want 160", deleted.Load())
+	if deleted.Load() != 161 {
+		t.Errorf("deleted %d rows, want 161: 160 users and the counter of their minute", deleted.Load())
 	}
 }
 
@@ -508,5 +585,88 @@ func TestGoexitInTx(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// deadlock is a driver error that the store retries, as PostgreSQL's
+// deadlock_detected.
+type deadlock struct{}
+
+func (deadlock) Error() string    { return "injected deadlock" }
+func (deadlock) SQLState() string { return "40P01" }
+
+// TestRetryDoesNotReviveDeletedGroup makes the second statement of an
+// UpsertDefinitions fail once with a deadlock while its first statement
+// has updated a group that another transaction deletes meanwhile: the
+// retry creates the group anew with a new ID, so that the deleted group's
+// members do not become members of it.
+func TestRetryDoesNotReviveDeletedGroup(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	db := testdb.OpenGormDSN(t, dsn, nil)
+	st, err := gormstore.OpenDB(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := t.Context()
+	a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.TenantWide(a.ID)
+	v1, v2 := "v1", "v2"
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "sales", Description: &v1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Lookup(ctx, store.Lookup{Scope: s, GroupNames: []string{"sales"}})
+	if err != nil || len(res.Groups) != 1 {
+		t.Fatalf("Lookup: %+v %v", res, err)
+	}
+	old := res.Groups[0].ID
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true,
+		SetGroups: true, GroupScope: s, Groups: []int64{old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := testdb.OpenGormDSN(t, dsn, nil)
+	var (
+		deleted        = make(chan error, 1)
+		groupUpserts   atomic.Int32
+		failed         atomic.Bool
+		deleteErr      error
+		deleteFinished bool
+	)
+	if err := db.Callback().Create().Before("gorm:create").Register("test:deadlock-once", func(d *gorm.DB) {
+		switch d.Statement.Table {
+		case "embedkit_catalog_groups":
+			if groupUpserts.Add(1) == 2 { // the retry, once the delete committed
+				deleteErr, deleteFinished = <-deleted, true
+			}
+		case "embedkit_catalog_attributes":
+			if !failed.Swap(true) {
+				// The delete waits for this attempt's lock on the group.
+				go func() { deleted <- other.Exec("DELETE FROM embedkit_catalog_groups WHERE id = ?", old).Error }()
+				d.AddError(deadlock{})
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "sales", Description: &v2}},
+		[]store.AttributeDef{{Name: "country", Type: store.TypeString}}); err != nil {
+		t.Fatal(err)
+	}
+	if !deleteFinished || deleteErr != nil {
+		t.Fatalf("the concurrent delete: finished %v, %v", deleteFinished, deleteErr)
+	}
+	res, err = st.Lookup(ctx, store.Lookup{Scope: s, GroupNames: []string{"sales"}})
+	if err != nil || len(res.Groups) != 1 {
+		t.Fatalf("Lookup: %+v %v", res, err)
+	}
+	if res.Groups[0].ID == old {
+		t.Errorf("the group created again has the deleted group's ID %d", old)
+	}
+	if d, err := st.UserData(ctx, u.ID, s); err != nil || len(d.Groups) != 0 {
+		t.Errorf("the deleted group's member's groups = %+v, %v; want none", d.Groups, err)
 	}
 }

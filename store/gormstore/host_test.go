@@ -63,3 +63,57 @@ func TestMemoryStoreOneConnection(t *testing.T) {
 		t.Errorf("missing account: %v", err)
 	}
 }
+
+// TestUserDataOrderBesideLinguisticCollation checks that UserData orders
+// names by their bytes, as on SQLite and in memstore, also in a PostgreSQL
+// database whose text sorts by a language's rules (a host's en_US.UTF-8
+// default, simulated by the ICU root collation on the name columns).
+func TestUserDataOrderBesideLinguisticCollation(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	st, err := testdb.OpenStore(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := testdb.OpenGormDSN(t, dsn, nil)
+	for _, table := range []string{"embedkit_catalog_groups", "embedkit_catalog_attributes"} {
+		if err := db.Exec(`ALTER TABLE ` + table + ` ALTER COLUMN name TYPE text COLLATE "und-x-icu"`).Error; err != nil {
+			t.Skipf("no ICU collation: %v", err)
+		}
+	}
+	ctx := t.Context()
+	a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.TenantWide(a.ID)
+	names := []string{"Zeta", "alpha", "beta"} // byte order
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "beta"}, {Name: "Zeta"}, {Name: "alpha"}},
+		[]store.AttributeDef{{Name: "beta", Type: store.TypeString}, {Name: "Zeta", Type: store.TypeString}, {Name: "alpha", Type: store.TypeString}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Lookup(ctx, store.Lookup{Scope: s, AttrNames: names, GroupNames: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true, SetGroups: true, GroupScope: s}
+	for _, g := range res.Groups {
+		up.Groups = append(up.Groups, g.ID)
+	}
+	for _, at := range res.Attributes {
+		up.Attributes = append(up.Attributes, store.AttributeValue{AttributeID: at.ID, Value: []byte(`"v"`)})
+	}
+	u, err := st.UpsertUser(ctx, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := st.UserData(ctx, u.ID, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		if len(d.Attributes) != 3 || len(d.Groups) != 3 || d.Attributes[i].Name != n || d.Groups[i].Name != n {
+			t.Fatalf("UserData = %+v, want attributes and groups in the order %q", d, names)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,8 +37,9 @@ const migrationLock = 7318002119
 // SQLite). A database created before versioned migrations is version 1.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if tx.Dialector.Name() == "postgres" {
-			if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error; err != nil {
+		if tx.Dialector.Name() == "postgres" { // READ COMMITTED: what the lock's last holder did is seen
+			err := tx.Exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").Error
+			if err = cmp.Or(err, tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,7 @@
 package gormstore_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,6 +55,9 @@ func TestMigrateFromRelease(t *testing.T) {
 				}
 				checkReleaseData(t, st, releaseTokens[backend])
 				checkReleaseKeys(t, st)
+				if open == 1 {
+					checkIDsNotReused(t, st)
+				}
 				if err := st.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -152,31 +156,118 @@ func checkReleaseData(t *testing.T, st *gormstore.Store, tokens map[string]strin
 	}
 }
 
-// TestConcurrentMigrations opens several stores on one empty PostgreSQL
-// database at once, as replicas starting together would: the advisory lock
-// makes them migrate one after the other, and each ends up usable.
+// TestConcurrentMigrations opens several stores at once on one database,
+// empty or of an earlier schema version, as replicas starting together
+// would: the advisory lock (PostgreSQL, also under a default isolation of
+// REPEATABLE READ) or the write lock (SQLite) makes them migrate one after
+// the other, each ends up usable, and the earlier version's data is all
+// there.
 func TestConcurrentMigrations(t *testing.T) {
-	dsn := testdb.OpenDSN(t, testdb.Postgres)
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for range 6 {
-		wg.Go(func() {
-			st, err := testdb.OpenStore(dsn)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer st.Close()
-			_, err = st.SaveAccount(t.Context(), store.Account{Name: "acme"})
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
+	for _, release := range []string{"", "b908add", "dc03053"} {
+		for _, backend := range []string{testdb.SQLite, testdb.Postgres, "postgres-repeatable-read"} {
+			t.Run(backend+"/"+cmp.Or(release, "empty"), func(t *testing.T) {
+				rr := backend == "postgres-repeatable-read"
+				if rr {
+					backend = testdb.Postgres
+				}
+				dsn := testdb.OpenDSN(t, backend)
+				if release != "" {
+					loadRelease(t, backend, dsn, release)
+				}
+				if rr {
+					dsn = repeatableRead(t, dsn)
+				}
+				var wg sync.WaitGroup
+				errs := make(chan error, 6)
+				for range 6 {
+					wg.Go(func() {
+						st, err := testdb.OpenStore(dsn)
+						if err != nil {
+							errs <- err
+							return
+						}
+						defer st.Close()
+						_, err = st.SaveAccount(t.Context(), store.Account{Name: "acme"})
+						errs <- err
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					if err != nil {
+						t.Error(err)
+					}
+				}
+				if release == "" {
+					return
+				}
+				st, err := testdb.OpenStore(dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				if release == "b908add" {
+					checkPreviousReleaseRows(t, st)
+				} else {
+					checkVersion5Data(t, st)
+				}
+			})
 		}
+	}
+}
+
+// loadRelease loads the dump of a release of testdata/README.md
+// (b908add, dc03053) into the empty database dsn.
+func loadRelease(t *testing.T, backend, dsn, release string) {
+	t.Helper()
+	if backend == testdb.Postgres {
+		loadDump(t, dsn, "testdata/release-"+release+"-postgres.sql")
+		return
+	}
+	dump, err := os.ReadFile("testdata/release-" + release + "-sqlite.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testdb.OpenGormDSN(t, dsn, nil).Exec(string(dump)).Error; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkIDsNotReused deletes the group and the attribute with the highest
+// IDs of the account "acme" of a migrated database and defines new ones:
+// their IDs are new (SQLite's AUTOINCREMENT and PostgreSQL's sequences
+// survived the renames), so no user inherits the deleted ones' values
+// and memberships, which the users' JSON columns still hold.
+func checkIDsNotReused(t *testing.T, st *gormstore.Store) {
+	t.Helper()
+	ctx := t.Context()
+	a, err := st.AccountByName(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.TenantWide(a.ID)
+	gs, err := st.ListGroups(ctx, s, 0, 1000)
+	if err != nil || len(gs) == 0 {
+		t.Fatalf("groups: %v %v", gs, err)
+	}
+	as, err := st.ListAttributes(ctx, s, 0, 1000)
+	if err != nil || len(as) == 0 {
+		t.Fatalf("attributes: %v %v", as, err)
+	}
+	g, at := gs[len(gs)-1], as[len(as)-1]
+	if err := errors.Join(st.DeleteGroup(ctx, s, g.ID), st.DeleteAttribute(ctx, s, at.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpsertDefinitions(ctx, s, []store.GroupDef{{Name: "new-group"}}, []store.AttributeDef{{Name: "new-attribute", Type: at.Type}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Lookup(ctx, store.Lookup{Scope: s, GroupNames: []string{"new-group"}, AttrNames: []string{"new-attribute"}})
+	if err != nil || len(res.Groups) != 1 || len(res.Attributes) != 1 {
+		t.Fatalf("new definitions: %+v %v", res, err)
+	}
+	if res.Groups[0].ID <= g.ID || res.Attributes[0].ID <= at.ID {
+		t.Fatalf("new group %d and attribute %d after deleting group %d and attribute %d: IDs reused",
+			res.Groups[0].ID, res.Attributes[0].ID, g.ID, at.ID)
 	}
 }
 

@@ -3,7 +3,6 @@ package gormstore_test
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -23,23 +22,16 @@ func TestMigrateFromVersion5(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
 			dsn := testdb.OpenDSN(t, backend)
-			if backend == testdb.SQLite {
-				dump, err := os.ReadFile("testdata/release-dc03053-sqlite.sql")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := testdb.OpenGormDSN(t, dsn, nil).Exec(string(dump)).Error; err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				loadDump(t, dsn, "testdata/release-dc03053-postgres.sql")
-			}
+			loadRelease(t, backend, dsn, "dc03053")
 			for open := range 2 { // the second open finds nothing to do
 				st, err := testdb.OpenStore(dsn)
 				if err != nil {
 					t.Fatalf("open %d: %v", open, err)
 				}
 				checkVersion5Data(t, st)
+				if open == 1 {
+					checkIDsNotReused(t, st)
+				}
 				if err := st.Close(); err != nil {
 					t.Fatal(err)
 				}

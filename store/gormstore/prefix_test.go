@@ -1,7 +1,6 @@
 package gormstore_test
 
 import (
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -24,18 +23,7 @@ func TestMigrateFromPreviousRelease(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
 			dsn := testdb.OpenDSN(t, backend)
-			if backend == testdb.SQLite {
-				db := testdb.OpenGormDSN(t, dsn, nil)
-				dump, err := os.ReadFile("testdata/release-b908add-sqlite.sql")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := db.Exec(string(dump)).Error; err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				loadDump(t, dsn, "testdata/release-b908add-postgres.sql")
-			}
+			loadRelease(t, backend, dsn, "b908add")
 			host := testdb.OpenGormDSN(t, dsn, nil)
 			if err := host.Exec("CREATE TABLE orders (id BIGINT PRIMARY KEY, total BIGINT NOT NULL)").Error; err != nil {
 				t.Fatal(err)
@@ -50,6 +38,9 @@ func TestMigrateFromPreviousRelease(t *testing.T) {
 				}
 				checkReleaseData(t, st, map[string]string{"alice": "v3-token-alice", "bob": "v3-token-bob"})
 				checkPreviousReleaseRows(t, st)
+				if open == 1 {
+					checkIDsNotReused(t, st)
+				}
 				if err := st.Close(); err != nil {
 					t.Fatal(err)
 				}

@@ -94,7 +94,8 @@ func TestDBResolver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			expect("SaveAccount", "primary")
+			// A write runs in a transaction of its own (on the primary).
+			expect("SaveAccount", "transaction")
 			if err := st.SaveAPIKey(ctx, store.APIKey{Hash: []byte("k"), AccountID: a.ID}); err != nil {
 				t.Fatal(err)
 			}
@@ -111,8 +112,7 @@ func TestDBResolver(t *testing.T) {
 			if err := st.CreateThread(ctx, store.Thread{AccountID: a.ID, ChatID: "c", AgentID: "7", UserID: u.ID}); err != nil {
 				t.Fatal(err)
 			}
-			// Writes of one statement run alone on the primary, the others
-			// in a transaction.
+			// Writes run in transactions; UpsertDefinitions reads the primary first.
 			if got := reset(); len(got["replica"]) > 0 || len(got["other"]) > 0 {
 				t.Errorf("writes: served by %v, want the primary or a transaction", keys(got))
 			}

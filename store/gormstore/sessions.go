@@ -18,7 +18,7 @@ func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) e
 	if len(s.KeyHash) == 0 {
 		s.KeyHash = nil // no key, not a key with an empty hash
 	}
-	_, err := t.do(ctx, "create session", func(db *gorm.DB) *gorm.DB {
+	_, err := t.write(ctx, "create session", func(db *gorm.DB) *gorm.DB {
 		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
 			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
@@ -68,20 +68,20 @@ func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Tim
 }
 
 func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
-	return t.atomic(ctx, func(t *txn) error {
+	return t.atomic(ctx, func(t *txn) (err error) {
 		for _, model := range []any{&Session{}, &Token{}} {
-			if _, err := t.do(ctx, "revoke sessions", func(db *gorm.DB) *gorm.DB {
-				return db.Where("user_id = ?", userID).Delete(model)
-			}); err != nil {
-				return err
+			if err == nil {
+				_, err = t.do(ctx, "revoke sessions", func(db *gorm.DB) *gorm.DB { return db.Where("user_id = ?", userID).Delete(model) })
 			}
 		}
-		return nil
+		return err
 	})
 }
 
 // DeleteExpired deletes at most limit rows of each kind, chosen by a
-// subquery (PostgreSQL's DELETE has no LIMIT).
+// subquery (PostgreSQL's DELETE has no LIMIT) and checked again by the
+// DELETE, which on PostgreSQL sees what a concurrent writer committed (a
+// user converted to persistent meanwhile stays).
 func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -99,7 +99,7 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		} {
 			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
 				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
-				return db.Where("("+k.key+") IN (?)", sub).Delete(k.model)
+				return db.Where("("+k.key+") IN (?)", sub).Where(k.where, n0).Delete(k.model)
 			})
 			if err != nil {
 				return err
@@ -184,7 +184,7 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 // DeleteThread deletes the thread; its messages go with it (ON DELETE
 // CASCADE).
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	n, err := t.do(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
+	n, err := t.write(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
 		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
 	})
 	return someRow("delete thread", n, err)

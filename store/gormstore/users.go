@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -49,12 +51,9 @@ type upsertUser struct {
 	out           store.User
 }
 
-// UpsertUser costs one statement for a returning user: an UPDATE ...
-// RETURNING of the profile and JSON columns of a visible user it does not
-// convert to persistent. A new user costs three: that UPDATE, an INSERT ...
-// ON CONFLICT DO NOTHING RETURNING and the upsert of a counter (takePlace).
-// The rare cases (an expired user to replace, a conversion, a concurrent
-// first insert) read the row under a lock and take more.
+// UpsertUser costs what the package doc says; the rare cases (an expired
+// user to replace, a conversion, a concurrent first insert) read the row
+// under a lock and take more.
 func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User, error) {
 	const op = "upsert user"
 	u := &upsertUser{UserUpsert: req, now: nowOr(req.Now)}
@@ -63,10 +62,10 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	if len(u.Attributes) > 0 {
 		m := make(map[string]json.RawMessage, len(u.Attributes))
 		for _, a := range u.Attributes {
-			m[strconv.FormatInt(a.AttributeID, 10)] = a.Value
+			m[strconv.FormatInt(a.AttributeID, 10)] = append(json.RawMessage(nil), a.Value...) // nil if empty: null clears
 		}
 		if u.attrs, err = json.Marshal(m); err != nil {
-			return store.User{}, wrapErr(op, err)
+			return store.User{}, t.fail(wrapErr(op, err))
 		}
 	}
 	if u.SetGroups {
@@ -170,11 +169,7 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 func withoutNulls(patch []byte) string {
 	m := map[string]json.RawMessage{}
 	_ = json.Unmarshal(patch, &m) // nil, or marshalled from a map
-	for k, v := range m {
-		if bytes.Equal(v, []byte("null")) {
-			delete(m, k)
-		}
-	}
+	maps.DeleteFunc(m, func(_ string, v json.RawMessage) bool { return bytes.Equal(v, []byte("null")) })
 	b, _ := json.Marshal(m)
 	return string(b)
 }
@@ -192,7 +187,7 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	} else {
 		row.ExternalID = &u.ExternalID
 	}
-	if !u.Persistent {
+	if !u.Persistent && !u.EphemeralExpiresAt.IsZero() { // NULL: never expires
 		row.ExpiresAt = new(u.EphemeralExpiresAt.UnixNano())
 	}
 	if u.SecurityContext != nil {
@@ -214,26 +209,19 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	return true, nil
 }
 
-// takePlace counts a new or converted user in the account's persistent
-// users (whatever the limit) or the minute's new ephemeral users, or
-// returns [store.ErrLimit]: one conditional upsert of a counter row, whose
-// row lock makes the limit exact under concurrency.
+// takePlace counts a new or converted user, whatever the limit (a later
+// call may have one), in the account's persistent users or the minute's
+// new ephemeral users, or returns [store.ErrLimit]: one conditional upsert
+// of a counter row, whose row lock makes the limit exact under concurrency.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
-	var (
-		row          any
-		table, claim string
-		max          int
-	)
-	switch minute := u.now.Truncate(time.Minute); {
-	case u.InternalID != "":
+	if u.InternalID != "" {
 		return nil
-	case u.Persistent:
-		row, table, claim, max = &AccountUserSlot{AccountID: u.AccountID, N: 1}, "embedkit_account_user_slots", "shard", u.MaxUsers
-	case u.NewEphemeralPerMinute > 0:
+	}
+	var row any = &AccountUserSlot{AccountID: u.AccountID, N: 1}
+	table, claim, max := "embedkit_account_user_slots", "shard", u.MaxUsers
+	if minute := u.now.Truncate(time.Minute); !u.Persistent {
 		row, table, claim, max = &AccountQuota{AccountID: u.AccountID, N: 1, Name: "new_ephemeral_users:" + strconv.FormatInt(minute.Unix(), 10),
 			ExpiresAt: minute.Add(time.Minute).UnixNano()}, "embedkit_account_quotas", "name", u.NewEphemeralPerMinute
-	default:
-		return nil
 	}
 	up := clause.OnConflict{Columns: columns("account_id", claim), DoUpdates: clause.Set{{Column: clause.Column{Name: "n"}, Value: gorm.Expr(table + ".n + 1")}}}
 	if max > 0 {
@@ -297,11 +285,14 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	if ids := groupIDs[strconv.FormatInt(s.EmbedTenantID, 10)]; len(ids) > 0 && err == nil {
 		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, byIDs(ids))
 	}
+	// By bytes, as on every adapter, whatever the database's collation.
+	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Groups, func(a, b store.Group) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
 }
 
 func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids).Order("name") }
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids) }
 }
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)

@@ -225,7 +225,7 @@ var catalogRules = []rule{
 	},
 	{
 		name: "keyset listing pages in ID order",
-		doc:  "ListGroups and ListAttributes return at most limit rows with ID > afterID in increasing ID order; walking the pages yields every row exactly once.",
+		doc:  "ListGroups and ListAttributes return at most limit rows with ID > afterID in increasing ID order (none for a limit of zero or less); walking the pages yields every row exactly once.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			s := f.scope()
@@ -270,6 +270,15 @@ var catalogRules = []rule{
 			for _, ids := range [][]int64{gids, aids} {
 				if len(ids) != 23 || !slices.IsSorted(ids) || len(slices.Compact(slices.Clone(ids))) != 23 {
 					t.Errorf("walked ids = %v, want 23 increasing distinct ids", ids)
+				}
+			}
+			for _, limit := range []int{0, -1} {
+				gs, err := st.ListGroups(ctx(t), s, 0, limit)
+				mustNil(t, "ListGroups", err)
+				as, err := st.ListAttributes(ctx(t), s, 0, limit)
+				mustNil(t, "ListAttributes", err)
+				if len(gs)+len(as) != 0 {
+					t.Errorf("limit %d: %d groups and %d attributes, want none", limit, len(gs), len(as))
 				}
 			}
 		},

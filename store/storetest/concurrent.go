@@ -33,6 +33,39 @@ func parallel(n int, fn func(i int) error) []error {
 
 var concurrentRules = []rule{
 	{
+		name: "DeleteUnusedUser waits for a transaction that gives the user a session",
+		doc:  "Users contract: a DeleteUnusedUser that runs while another transaction creates a session id of the user (without writing the user) keeps the user (and the session) once that transaction commits.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			var (
+				once    sync.Once
+				deleted = make(chan error, 1)
+				gotOK   atomic.Bool
+			)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				if err := tx.CreateSession(ctx(t), []byte("s"), store.Session{AccountID: f.account.ID, UserID: u.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+					return err
+				}
+				once.Do(func() {
+					go func() {
+						ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+						gotOK.Store(ok)
+						deleted <- err
+					}()
+				})
+				time.Sleep(50 * time.Millisecond) // the delete reaches the database meanwhile
+				return nil
+			}))
+			mustNil(t, "DeleteUnusedUser", <-deleted)
+			if gotOK.Load() {
+				t.Error("DeleteUnusedUser deleted a user whose session was being created")
+			}
+			_, err := st.ExchangeSession(ctx(t), []byte("s"), []byte("t"), t0.Add(time.Hour), t0)
+			mustNil(t, "the session", err)
+		},
+	},
+	{
 		name: "DeleteUnusedUser waits for a transaction that gives the user a thread",
 		doc:  "Users contract: a DeleteUnusedUser that runs while another transaction creates a thread of the user keeps the user (and the thread) once that transaction commits.",
 		fn: func(t *testing.T, st store.Store) {
@@ -69,6 +102,45 @@ var concurrentRules = []rule{
 			if _, err := st.Thread(ctx(t), f.account.ID, "c"); err != nil {
 				t.Errorf("the thread: %v", err)
 			}
+		},
+	},
+	{
+		name: "DeleteExpired spares a user converted meanwhile",
+		doc:  "Expiry and Users contracts: a DeleteExpired that runs, at a time past an ephemeral user's expiry, while another transaction converts that user to persistent, deletes nothing of the converted user once that transaction commits, and the user keeps its place in the count.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			e := f.ephemeral(t, st, "e", t0.Add(time.Minute))
+			var (
+				once    sync.Once
+				deleted = make(chan error, 1)
+			)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				up := f.upsert("e")
+				up.MaxUsers = 1
+				if _, err := tx.UpsertUser(ctx(t), up); err != nil {
+					return err
+				}
+				once.Do(func() {
+					go func() {
+						_, err := st.DeleteExpired(ctx(t), t0.Add(time.Hour), 100)
+						deleted <- err
+					}()
+				})
+				// Give the delete time to reach the database while this
+				// transaction is open (the outcome must not depend on it).
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			}))
+			mustNil(t, "DeleteExpired", <-deleted)
+			u, err := st.UserByID(ctx(t), e.ID, t0.Add(time.Hour))
+			mustNil(t, "the converted user", err)
+			if u.Ephemeral {
+				t.Errorf("converted user = %+v, want persistent", u)
+			}
+			up := f.upsert("other")
+			up.MaxUsers = 1
+			_, err = st.UpsertUser(ctx(t), up)
+			wantErr(t, "a second persistent user under a limit of 1", err, store.ErrLimit)
 		},
 	},
 	{

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -37,6 +38,29 @@ var txRules = []rule{
 			}
 			if _, err := st.Thread(ctx(t), f.account.ID, "c"); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("thread of the aborted transaction: %v, want ErrNotFound (nothing committed)", err)
+			}
+		},
+	},
+	{
+		name: "a key of another account aborts the transaction",
+		doc:  "SaveAPIKey of a hash stored for another account is ErrConflict, a failure like any other: when fn ignores it, InTx returns it and commits none of fn's writes.",
+		fn: func(t *testing.T, st store.Store) {
+			f, g := newFixture(t, st, "acme"), newFixture(t, st, "globex")
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: []byte("k"), AccountID: f.account.ID}))
+			err := st.InTx(ctx(t), func(tx store.Tx) error {
+				if err := tx.SaveDeployment(ctx(t), store.Deployment{AccountID: g.account.ID, ID: 2, Name: "staging"}); err != nil {
+					return err
+				}
+				if err := tx.SaveAPIKey(ctx(t), store.APIKey{Hash: []byte("k"), AccountID: g.account.ID}); !errors.Is(err, store.ErrConflict) {
+					t.Errorf("SaveAPIKey of another account's hash: %v, want ErrConflict", err)
+				}
+				return nil // ignores the failure
+			})
+			wantErr(t, "InTx", err, store.ErrConflict)
+			res, err := st.Lookup(ctx(t), store.Lookup{Scope: g.scope(), DeploymentID: 2})
+			mustNil(t, "Lookup", err)
+			if res.DeploymentFound {
+				t.Error("the deployment of the aborted transaction was committed")
 			}
 		},
 	},
@@ -83,6 +107,89 @@ var txRules = []rule{
 			}
 			_, err = st.EmbedTenantByName(ctx(t), f.account.ID, "t2")
 			wantErr(t, "refused tenant", err, store.ErrNotFound)
+		},
+	},
+	{
+		name: "a refused conversion or replacement changes nothing and the transaction goes on",
+		doc:  "UpsertUser refused with ErrLimit while converting an ephemeral user (the account is full) or replacing an expired one (the minute is full) leaves that user as it was, profile and sessions included, and fn may go on writing and commit.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			f.user(t, st, "p")
+			e := f.ephemeral(t, st, "e", t0.Add(time.Hour))
+			x := f.ephemeral(t, st, "x", t0.Add(time.Minute))
+			sess := store.Session{AccountID: f.account.ID, UserID: x.ID, DeploymentID: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+			mustNil(t, "CreateSession", st.CreateSession(ctx(t), []byte("sx"), sess))
+			later := t0.Add(2 * time.Minute)
+			fill := f.upsert("fill")
+			fill.Persistent, fill.EphemeralExpiresAt, fill.NewEphemeralPerMinute, fill.Now = false, later.Add(time.Hour), 1, later
+			_, err := st.UpsertUser(ctx(t), fill) // the minute of later is full
+			mustNil(t, "UpsertUser fill", err)
+			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
+				conv := f.upsert("e")
+				conv.MaxUsers, conv.DisplayName = 1, ptr("converted")
+				if _, err := tx.UpsertUser(ctx(t), conv); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("conversion over the limit: %v, want ErrLimit", err)
+				}
+				repl := f.upsert("x")
+				repl.Persistent, repl.EphemeralExpiresAt, repl.NewEphemeralPerMinute, repl.Now = false, later.Add(time.Hour), 1, later
+				repl.DisplayName = ptr("replaced")
+				if _, err := tx.UpsertUser(ctx(t), repl); !errors.Is(err, store.ErrLimit) {
+					t.Errorf("replacement over the minute's limit: %v, want ErrLimit", err)
+				}
+				return tx.SaveDeployment(ctx(t), store.Deployment{AccountID: f.account.ID, ID: 2, Name: "after"})
+			}))
+			got, err := st.UserByID(ctx(t), e.ID, t0)
+			mustNil(t, "UserByID e", err)
+			if !got.Ephemeral || got.DisplayName != "" {
+				t.Errorf("refused conversion changed the user: %+v", got)
+			}
+			// x is still the expired user it was, with its session, until
+			// DeleteExpired; its key names no other user.
+			_, err = st.UserByKey(ctx(t), x.Key(), later)
+			wantErr(t, "expired x", err, store.ErrNotFound)
+			got, err = st.UserByID(ctx(t), x.ID, t0)
+			mustNil(t, "UserByID x before its expiry", err)
+			if got.DisplayName != "" {
+				t.Errorf("refused replacement changed the user: %+v", got)
+			}
+			_, err = st.ExchangeSession(ctx(t), []byte("sx"), []byte("tx"), t0.Add(time.Hour), t0)
+			mustNil(t, "the session of x", err)
+			res, err := st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: 2})
+			mustNil(t, "Lookup", err)
+			if !res.DeploymentFound {
+				t.Error("the write after the refusals was not committed")
+			}
+		},
+	},
+	{
+		name: "a context ended inside InTx commits nothing",
+		doc:  "When the context of InTx ends while fn runs, the later calls fail, and InTx returns an error (ErrUnavailable or the context's) and commits none of fn's writes, even when fn ignores the failures and returns nil.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			c, cancel := context.WithCancel(ctx(t))
+			err := st.InTx(c, func(tx store.Tx) error {
+				if err := tx.SaveDeployment(c, store.Deployment{AccountID: f.account.ID, ID: 2, Name: "before"}); err != nil {
+					return err
+				}
+				cancel()
+				if err := tx.SaveDeployment(c, store.Deployment{AccountID: f.account.ID, ID: 3, Name: "after"}); err == nil {
+					t.Error("a call after the context ended succeeded")
+				}
+				return nil
+			})
+			if err == nil {
+				t.Fatal("InTx whose context ended: nil error")
+			}
+			if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.Canceled) {
+				t.Errorf("InTx = %v, want ErrUnavailable or context.Canceled", err)
+			}
+			for _, id := range []int64{2, 3} {
+				res, err := st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: id})
+				mustNil(t, "Lookup", err)
+				if res.DeploymentFound {
+					t.Errorf("deployment %d of the cancelled transaction was committed", id)
+				}
+			}
 		},
 	},
 	{

@@ -102,7 +102,7 @@ var userRules = []rule{
 	},
 	{
 		name: "Persistent false creates an ephemeral user that does not count",
-		doc:  "An ephemeral user expires at EphemeralExpiresAt and does not count toward MaxUsers.",
+		doc:  "An ephemeral user expires at EphemeralExpiresAt (never, when it is zero) and does not count toward MaxUsers.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			exp := t0.Add(time.Hour)
@@ -122,6 +122,15 @@ var userRules = []rule{
 			up.Persistent, up.EphemeralExpiresAt, up.MaxUsers = false, exp, 1
 			_, err = st.UpsertUser(ctx(t), up)
 			mustNil(t, "ephemeral user at the limit", err)
+			up = f.upsert("forever")
+			up.Persistent = false
+			u, err = st.UpsertUser(ctx(t), up)
+			mustNil(t, "ephemeral user without an expiry", err)
+			if !u.Ephemeral || !u.ExpiresAt.IsZero() {
+				t.Errorf("Ephemeral=%v ExpiresAt=%v, want true and zero", u.Ephemeral, u.ExpiresAt)
+			}
+			_, err = st.UserByKey(ctx(t), u.Key(), t0.AddDate(100, 0, 0))
+			mustNil(t, "an ephemeral user without an expiry a century later", err)
 		},
 	},
 	{
@@ -364,7 +373,7 @@ var userRules = []rule{
 	},
 	{
 		name: "attribute values merge: others are kept, nil clears",
-		doc:  "UpsertUser sets the values of the attributes it names (overwriting), clears those with a nil Value, and keeps the user's values of every other attribute; UserData returns the values of one scope's attributes, with name and type, ordered by name.",
+		doc:  "UpsertUser sets the values of the attributes it names (overwriting), clears those with a nil (or empty) Value, and keeps the user's values of every other attribute; UserData returns the values of one scope's attributes, with name and type, ordered by name.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")
@@ -396,8 +405,10 @@ var userRules = []rule{
 			if got := valueNames(vals); !slices.Equal(got, []string{"alpha", "mid"}) || !jsonEqual(vals[0].Value, json.RawMessage(`["new"]`)) {
 				t.Errorf("after clearing zeta = %+v", vals)
 			}
-			// Clearing a value the user does not have is fine.
+			// Clearing a value the user does not have is fine, also with an
+			// empty (not nil) Value.
 			f.values(t, st, u, val(id["zeta"], ""))
+			f.values(t, st, u, store.AttributeValue{AttributeID: id["zeta"], Value: json.RawMessage{}})
 			sv := f.data(t, st, u.ID, scoped).Attributes
 			if len(sv) != 1 || sv[0].Name != "alpha" || !jsonEqual(sv[0].Value, json.RawMessage(`"scoped"`)) {
 				t.Errorf("scoped values = %+v", sv)

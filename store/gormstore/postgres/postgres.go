@@ -47,7 +47,6 @@ func Open(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	st, err := gormstore.OpenDB(db, append([]gormstore.Option{gormstore.WithCloseDB()}, opts...)...)
 	if err != nil {
 		_ = sqlDB.Close()
-		return nil, err
 	}
-	return st, nil
+	return st, err
 }
