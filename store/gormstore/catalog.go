@@ -3,7 +3,10 @@ package gormstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,9 +161,12 @@ type catalogRow struct {
 	UpdatedAt     int64   `gorm:"column:updated_at"`
 }
 
+// The names of a list are a JSON array joined to the definitions: one
+// statement text whatever their count, and no IN list, which costs SQLite
+// an ephemeral table per statement. %s is the dialect's array function.
 const (
-	attrSelect  = "SELECT 'a' AS kind, id, account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	groupSelect = "SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, description, created_at, updated_at FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	attrSelect  = "SELECT 'a' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, c.type, c.display_name, c.default_value, c.description, c.created_at, c.updated_at FROM %s j CROSS JOIN embedkit_catalog_attributes c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name = j.value"
+	groupSelect = "SELECT 'g' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, '' AS type, NULL AS display_name, NULL AS default_value, c.description, c.created_at, c.updated_at FROM %s j CROSS JOIN embedkit_catalog_groups c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name = j.value"
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
@@ -169,15 +175,21 @@ const (
 func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
 	var parts []string
 	var args []any
-	s := l.Scope
-	if len(l.AttrNames) > 0 {
-		parts, args = append(parts, attrSelect), append(args, s.AccountID, s.EmbedTenantID, l.AttrNames)
+	array := "json_each(?)"
+	if t.s.pg {
+		array = "jsonb_array_elements_text(?::jsonb)"
 	}
-	if len(l.GroupNames) > 0 {
-		parts, args = append(parts, groupSelect), append(args, s.AccountID, s.EmbedTenantID, l.GroupNames)
+	for _, d := range []struct {
+		sel   string
+		names []string
+	}{{attrSelect, l.AttrNames}, {groupSelect, l.GroupNames}} {
+		if len(d.names) > 0 {
+			names, _ := json.Marshal(slices.Compact(slices.Sorted(slices.Values(d.names))))
+			parts, args = append(parts, fmt.Sprintf(d.sel, array)), append(args, string(names), l.Scope.AccountID, l.Scope.EmbedTenantID)
+		}
 	}
 	if l.DeploymentID != 0 {
-		parts, args = append(parts, deplSelect), append(args, s.AccountID, l.DeploymentID)
+		parts, args = append(parts, deplSelect), append(args, l.Scope.AccountID, l.DeploymentID)
 	}
 	var rows []catalogRow
 	if len(parts) == 0 {
