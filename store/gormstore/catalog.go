@@ -161,9 +161,8 @@ type catalogRow struct {
 	UpdatedAt     int64   `gorm:"column:updated_at"`
 }
 
-// The names of a list are a JSON array joined to the definitions: one
-// statement text whatever their count, and no IN list, which costs SQLite
-// an ephemeral table per statement. %s is the dialect's array function.
+// A list of names is a JSON array (%s) joined to the definitions: no IN
+// list, which costs SQLite an ephemeral table, and one text for any count.
 const (
 	attrSelect  = "SELECT 'a' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, c.type, c.display_name, c.default_value, c.description, c.created_at, c.updated_at FROM %s j CROSS JOIN embedkit_catalog_attributes c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name = j.value"
 	groupSelect = "SELECT 'g' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, '' AS type, NULL AS display_name, NULL AS default_value, c.description, c.created_at, c.updated_at FROM %s j CROSS JOIN embedkit_catalog_groups c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name = j.value"
@@ -179,13 +178,10 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]cat
 	if t.s.pg {
 		array = "jsonb_array_elements_text(?::jsonb)"
 	}
-	for _, d := range []struct {
-		sel   string
-		names []string
-	}{{attrSelect, l.AttrNames}, {groupSelect, l.GroupNames}} {
-		if len(d.names) > 0 {
-			names, _ := json.Marshal(slices.Compact(slices.Sorted(slices.Values(d.names))))
-			parts, args = append(parts, fmt.Sprintf(d.sel, array)), append(args, string(names), l.Scope.AccountID, l.Scope.EmbedTenantID)
+	for i, names := range [][]string{l.AttrNames, l.GroupNames} {
+		if len(names) > 0 {
+			b, _ := json.Marshal(slices.Compact(slices.Sorted(slices.Values(names))))
+			parts, args = append(parts, fmt.Sprintf([]string{attrSelect, groupSelect}[i], array)), append(args, string(b), l.Scope.AccountID, l.Scope.EmbedTenantID)
 		}
 	}
 	if l.DeploymentID != 0 {
