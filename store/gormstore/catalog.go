@@ -161,11 +161,9 @@ type catalogRow struct {
 	UpdatedAt     int64   `gorm:"column:updated_at"`
 }
 
-// A list of names is a JSON array (%s) joined to the definitions: no IN
-// list, which costs SQLite an ephemeral table, and one text for any count.
 const (
-	attrSelect  = "SELECT 'a' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, c.type, c.display_name, c.default_value, c.description, c.created_at, c.updated_at FROM %s j CROSS JOIN embedkit_catalog_attributes c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name = j.value"
-	groupSelect = "SELECT 'g' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, '' AS type, NULL AS display_name, NULL AS default_value, c.description, c.created_at, c.updated_at FROM %s j CROSS JOIN embedkit_catalog_groups c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name = j.value"
+	attrSelect  = "SELECT 'a' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, c.type, c.display_name, c.default_value, c.description, c.created_at, c.updated_at FROM %sembedkit_catalog_attributes c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name %s"
+	groupSelect = "SELECT 'g' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, '' AS type, NULL AS display_name, NULL AS default_value, c.description, c.created_at, c.updated_at FROM %sembedkit_catalog_groups c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name %s"
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
@@ -174,14 +172,15 @@ const (
 func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
 	var parts []string
 	var args []any
-	array := "json_each(?)"
-	if t.s.pg {
-		array = "jsonb_array_elements_text(?::jsonb)"
-	}
 	for i, names := range [][]string{l.AttrNames, l.GroupNames} {
-		if len(names) > 0 {
+		sel := []string{attrSelect, groupSelect}[i]
+		switch {
+		case len(names) == 0:
+		case t.s.pg:
+			parts, args = append(parts, fmt.Sprintf(sel, "", "IN ?")), append(args, l.Scope.AccountID, l.Scope.EmbedTenantID, names)
+		default: // a JSON array joined, not an IN list, which costs SQLite an ephemeral table
 			b, _ := json.Marshal(slices.Compact(slices.Sorted(slices.Values(names))))
-			parts, args = append(parts, fmt.Sprintf([]string{attrSelect, groupSelect}[i], array)), append(args, string(b), l.Scope.AccountID, l.Scope.EmbedTenantID)
+			parts, args = append(parts, fmt.Sprintf(sel, "json_each(?) j CROSS JOIN ", "= j.value")), append(args, string(b), l.Scope.AccountID, l.Scope.EmbedTenantID)
 		}
 	}
 	if l.DeploymentID != 0 {
