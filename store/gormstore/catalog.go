@@ -3,7 +3,9 @@ package gormstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -156,8 +158,8 @@ type catalogRow struct {
 }
 
 const (
-	attrSelect  = "SELECT 'a' AS kind, id, account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	groupSelect = "SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, description, created_at, updated_at FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	attrSelect  = "SELECT 'a' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, c.type, c.display_name, c.default_value, c.description, c.created_at, c.updated_at FROM %sembedkit_catalog_attributes c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name %s"
+	groupSelect = "SELECT 'g' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, '' AS type, NULL AS display_name, NULL AS default_value, c.description, c.created_at, c.updated_at FROM %sembedkit_catalog_groups c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name %s"
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
@@ -166,15 +168,19 @@ const (
 func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
 	var parts []string
 	var args []any
-	s := l.Scope
-	if len(l.AttrNames) > 0 {
-		parts, args = append(parts, attrSelect), append(args, s.AccountID, s.EmbedTenantID, l.AttrNames)
-	}
-	if len(l.GroupNames) > 0 {
-		parts, args = append(parts, groupSelect), append(args, s.AccountID, s.EmbedTenantID, l.GroupNames)
+	for i, names := range [][]string{l.AttrNames, l.GroupNames} {
+		sel := []string{attrSelect, groupSelect}[i]
+		switch {
+		case len(names) == 0:
+		case t.s.pg:
+			parts, args = append(parts, fmt.Sprintf(sel, "", "IN ?")), append(args, l.Scope.AccountID, l.Scope.EmbedTenantID, names)
+		default: // a JSON array joined, not an IN list, which costs SQLite an ephemeral table
+			b, _ := json.Marshal(slices.Compact(slices.Sorted(slices.Values(names))))
+			parts, args = append(parts, fmt.Sprintf(sel, "json_each(?) j CROSS JOIN ", "= j.value")), append(args, string(b), l.Scope.AccountID, l.Scope.EmbedTenantID)
+		}
 	}
 	if l.DeploymentID != 0 {
-		parts, args = append(parts, deplSelect), append(args, s.AccountID, l.DeploymentID)
+		parts, args = append(parts, deplSelect), append(args, l.Scope.AccountID, l.DeploymentID)
 	}
 	var rows []catalogRow
 	if len(parts) == 0 {

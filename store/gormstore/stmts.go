@@ -64,7 +64,8 @@ func (c *stmts) close() {
 
 // stmtTx is a transaction's connection pool for GORM that runs the kept
 // statements on the transaction's connection and notes the texts it ran
-// unprepared.
+// unprepared. (Row, which no statement of a transaction uses, runs them
+// unprepared.)
 type stmtTx struct {
 	*sql.Tx
 	c      *stmts
@@ -85,12 +86,4 @@ func (t *stmtTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.
 	}
 	t.missed = append(t.missed, q)
 	return t.Tx.QueryContext(ctx, q, args...)
-}
-
-func (t *stmtTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	if st := t.c.get(q); st != nil {
-		return t.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
-	}
-	t.missed = append(t.missed, q)
-	return t.Tx.QueryRowContext(ctx, q, args...)
 }
