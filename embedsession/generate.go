@@ -54,14 +54,12 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		tk.name = store.DefaultEmbedTenant
 	}
 	if h.o.cacheTTL > 0 {
-		if _, ok := h.deployments.Get(dk, time.Now()); !ok {
-			preq.DeploymentID = req.DeploymentID
+		if _, ok := h.deployments.Get(dk, time.Now()); ok {
+			preq.DeploymentID = 0 // known to exist: not read again
 		}
 		if et, ok := h.tenants.Get(tk, time.Time{}); ok { // entries never expire
 			preq.KnownEmbedTenant = et
 		}
-	} else {
-		preq.DeploymentID = req.DeploymentID
 	}
 	now := h.o.now()
 	var tenant store.EmbedTenant

@@ -137,6 +137,7 @@ func (r *SessionRequest) checkText() error {
 // provision converts the request to the shared provisioning request.
 func (r *SessionRequest) provision() provision.Request {
 	p := provision.Request{
+		DeploymentID:    r.DeploymentID,
 		ExternalID:      r.ExternalID,
 		InternalID:      r.InternalID,
 		Email:           r.Email,

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
@@ -23,8 +25,9 @@ const (
 
 // TestStatementCount checks the statement budget of a generate-session with
 // a profile, 3 attributes and 2 groups, for a new external user and for the
-// same user returning, and that the count does not grow with the names a
-// request gives: 10 attributes and 10 groups cost what 3 and 2 cost.
+// same user returning, that the API key and its account are one read, and
+// that the count does not grow with the names a request gives: 10
+// attributes and 10 groups cost what 3 and 2 cost.
 func TestStatementCount(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		var (
@@ -72,6 +75,16 @@ func TestStatementCount(t *testing.T) {
 			if len(got) > max {
 				t.Errorf("%s: %d statements, want at most %d:\n%s", what, len(got), max, strings.Join(got, "\n"))
 			}
+			// The API key and its account are one read.
+			auth := 0
+			for _, q := range got {
+				if strings.Contains(q, "embedkit_api_keys") || strings.Contains(q, "embedkit_accounts") {
+					auth++
+				}
+			}
+			if auth != 1 {
+				t.Errorf("%s: %d statements read the API key or the account, want 1", what, auth)
+			}
 		}
 		same := func(what string, small, large []string) {
 			t.Helper()
@@ -90,5 +103,59 @@ func TestStatementCount(t *testing.T) {
 		same("new user", newSmall, newLarge)
 		backLarge := count("stmt-large", 10, 10, "b")
 		same("returning user", backSmall, backLarge)
+	})
+}
+
+// TestStatementsWithCaches checks what WithCacheTTL saves once the API
+// key, the deployment and the embed tenant are cached: no statement reads
+// the key, the deployment or the embed tenant, so a returning user's
+// generate-session runs only its two writes, and the read of the
+// definitions when it names some.
+func TestStatementsWithCaches(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		var (
+			mu    sync.Mutex
+			stmts []string
+		)
+		hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
+			return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
+				mu.Lock()
+				stmts = append(stmts, sql)
+				mu.Unlock()
+			})
+		})
+		s := apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
+		run := func(b obj) []string {
+			mu.Lock()
+			stmts = nil
+			mu.Unlock()
+			s.GenerateSession(t, b)
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]string(nil), stmts...)
+		}
+		creator := body("cached", obj{"creatorMode": true, "embedTenantName": "cached-t", "groupDefinitions": []any{obj{"name": "g"}}, "groups": []string{"g"}})
+		run(creator) // fills the caches
+		for _, c := range []struct {
+			name string
+			b    obj
+			max  int
+		}{
+			{"no names", body("cached", nil), 2},
+			{"attributes and groups", body("cached", obj{"userAttributes": attrs("country", "DE"), "groups": []string{"sales"}}), 3},
+			{"creator mode", creator, 0}, // its definitions cost what the adapter chooses
+		} {
+			got := run(c.b)
+			for _, q := range got {
+				for _, table := range []string{"embedkit_api_keys", "embedkit_deployments", "embedkit_embed_tenants"} {
+					if strings.Contains(q, table) {
+						t.Errorf("%s: a statement reads %s though it is cached: %s", c.name, table, q)
+					}
+				}
+			}
+			if c.max > 0 && len(got) > c.max {
+				t.Errorf("%s: %d statements, want at most %d:\n%s", c.name, len(got), c.max, strings.Join(got, "\n"))
+			}
+		}
 	})
 }

@@ -32,7 +32,6 @@ import (
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 	"github.com/embedkit/embedkit/store/operator"
 )
 
@@ -105,7 +104,6 @@ type config struct {
 	embedOpts   []embedsession.Option
 	sessionOpts []middleware.SessionOption
 	routes      []func(s *Server) []Route
-	storeOpts   []gormstore.Option
 	storeOpen   func(t testing.TB, backend string) store.Store
 }
 
@@ -130,12 +128,6 @@ func WithSessionOptions(opts ...middleware.SessionOption) Option {
 // s.Store with s.Now as their clock.
 func WithRoutes(fn func(s *Server) []Route) Option {
 	return func(c *config) { c.routes = append(c.routes, fn) }
-}
-
-// WithStoreOptions passes options to gormstore when the store is opened
-// with testdb.Open (the default), for example a statement hook.
-func WithStoreOptions(opts ...gormstore.Option) Option {
-	return func(c *config) { c.storeOpts = append(c.storeOpts, opts...) }
 }
 
 // WithStore replaces how the store is opened (default: testdb.Open on the
@@ -185,10 +177,7 @@ func Config() operator.Config {
 // time and only moves with [Server.Advance].
 func New(t testing.TB, tg Target, opts ...Option) *Server {
 	t.Helper()
-	c := config{cfg: Config()}
-	c.storeOpen = func(t testing.TB, backend string) store.Store {
-		return testdb.Open(t, backend, c.storeOpts...)
-	}
+	c := config{cfg: Config(), storeOpen: func(t testing.TB, backend string) store.Store { return testdb.Open(t, backend) }}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -138,8 +138,7 @@ func OnStatementDB(db *gorm.DB, cb func(db *gorm.DB)) error {
 
 // OpenWithHook is [Open] on a host's *gorm.DB ([OpenGorm]) whose GORM
 // logger calls hook after every statement of the store, with its SQL (values
-// filled in). The logger, unlike callbacks, also sees the statements
-// gormstore pipelines on PostgreSQL.
+// filled in).
 func OpenWithHook(t testing.TB, backend string, hook func(ctx context.Context, sql string), opts ...gormstore.Option) *gormstore.Store {
 	t.Helper()
 	db := OpenGorm(t, backend, &gorm.Config{Logger: hookLogger{logger.Discard, hook}})

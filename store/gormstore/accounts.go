@@ -3,6 +3,7 @@ package gormstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -24,18 +25,26 @@ func upsert(conflict []string, set ...string) clause.OnConflict {
 	return clause.OnConflict{Columns: columns(conflict...), DoUpdates: clause.AssignmentColumns(set)}
 }
 
-func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
-	branches, err := json.Marshal(a.Branches)
-	if err != nil {
-		return store.Account{}, wrapErr("save account", err)
+// find reads one row into dest; none is [store.ErrNotFound].
+func (t *txn) find(ctx context.Context, op string, dest any, f func(db *gorm.DB) *gorm.DB) error {
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return f(db).Limit(1).Find(dest) })
+	return someRow(op, n, err)
+}
+
+// someRow is err, or [store.ErrNotFound] when a statement found no row.
+func someRow(op string, n int64, err error) error {
+	if err == nil && n == 0 {
+		return newErr(op, store.ErrNotFound)
 	}
+	return err
+}
+
+func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, error) {
+	branches, _ := json.Marshal(a.Branches)
 	if a.Branches == nil {
 		branches = []byte("[]")
 	}
-	limits, err := json.Marshal(a.Limits)
-	if err != nil {
-		return store.Account{}, wrapErr("save account", err)
-	}
+	limits, _ := json.Marshal(a.Limits)
 	if a.Plan == "" {
 		a.Plan = store.PlanFree
 	}
@@ -53,23 +62,14 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 func (r Account) account() (store.Account, error) {
 	a := store.Account{ID: r.ID, Name: r.Name, Plan: store.Plan(r.Plan), UseCreatorMode: r.UseCreatorMode,
 		MaxExternalUsers: int(r.MaxExternalUsers)}
-	if err := json.Unmarshal([]byte(r.Branches), &a.Branches); err != nil {
-		return store.Account{}, wrapErr("account", err)
-	}
-	if err := json.Unmarshal([]byte(r.Limits), &a.Limits); err != nil {
-		return store.Account{}, wrapErr("account", err)
-	}
-	return a, nil
+	err := errors.Join(json.Unmarshal([]byte(r.Branches), &a.Branches), json.Unmarshal([]byte(r.Limits), &a.Limits))
+	return a, wrapErr("account", err)
 }
 
 func (t *txn) account(ctx context.Context, op, where string, arg any) (store.Account, error) {
 	var row Account
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where(where, arg).Limit(1).Find(&row) })
-	if err != nil {
+	if err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return db.Where(where, arg) }); err != nil {
 		return store.Account{}, err
-	}
-	if n == 0 {
-		return store.Account{}, newErr(op, store.ErrNotFound)
 	}
 	return row.account()
 }
@@ -82,6 +82,8 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 	return t.account(ctx, "account by name", "name = ?", name)
 }
 
+// SaveAPIKey updates a stored key only for its own account: a hash of
+// another account affects no row.
 func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	const op = "save api key"
 	if k.Origin == "" {
@@ -89,23 +91,17 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	}
 	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(k.Origin), Name: k.Name}
 	if !k.CreatedAt.IsZero() {
-		row.CreatedAt = nanos(k.CreatedAt)
+		row.CreatedAt = k.CreatedAt.UnixNano()
 	}
-	// The update applies only to the key's own account: a hash of another
-	// account changes nothing and affects no row.
 	up := upsert([]string{"hash"}, "admin", "origin", "name")
 	up.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "embedkit_api_keys.account_id = excluded.account_id"}}}
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		// Select: GORM would leave zero fields with a default out.
-		return db.Select("*").Clauses(up).Create(&row)
+		return db.Select("*").Clauses(up).Create(&row) // Select: zero fields too
 	})
-	if err != nil {
-		return err
+	if err == nil && n == 0 {
+		err = newErr(op, store.ErrConflict)
 	}
-	if n == 0 {
-		return newErr(op, store.ErrConflict)
-	}
-	return nil
+	return err
 }
 
 func (r APIKey) key() store.APIKey {
@@ -118,16 +114,12 @@ func (r APIKey) key() store.APIKey {
 
 // APIKeyByHash reads the key and its account in one statement (a join).
 func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error) {
-	const op = "api key"
 	var row APIKey
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash).Limit(1).Find(&row)
+	err := t.find(ctx, "api key", &row, func(db *gorm.DB) *gorm.DB {
+		return primary(db).InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash)
 	})
-	if err != nil {
-		return store.APIKey{}, store.Account{}, err
-	}
-	if n == 0 || row.Account == nil {
-		return store.APIKey{}, store.Account{}, newErr(op, store.ErrNotFound)
+	if err != nil || row.Account == nil {
+		return store.APIKey{}, store.Account{}, someRow("api key", 0, err)
 	}
 	a, err := row.Account.account()
 	return row.key(), a, err
@@ -135,29 +127,23 @@ func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, stor
 
 func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
 	var rows []APIKey
-	if _, err := t.do(ctx, "api keys", func(db *gorm.DB) *gorm.DB {
+	_, err := t.do(ctx, "api keys", func(db *gorm.DB) *gorm.DB {
 		return db.Where("account_id = ?", accountID).Order("created_at, hash").Find(&rows)
-	}); err != nil {
-		return nil, err
-	}
+	})
 	out := make([]store.APIKey, len(rows))
 	for i, r := range rows {
 		out[i] = r.key()
 	}
-	return out, nil
+	return out, err
 }
 
 // DeleteAPIKey deletes the key; its session ids and tokens go with it (ON
 // DELETE CASCADE).
 func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
-	const op = "delete api key"
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+	n, err := t.do(ctx, "delete api key", func(db *gorm.DB) *gorm.DB {
 		return db.Where("hash = ? AND account_id = ?", hash, accountID).Delete(&APIKey{})
 	})
-	if err == nil && n == 0 {
-		err = newErr(op, store.ErrNotFound)
-	}
-	return err
+	return someRow("delete api key", n, err)
 }
 
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
@@ -177,16 +163,7 @@ func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
 }
 
 func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
-	const op = "agent"
-	var row Agent
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND id = ?", accountID, id).Limit(1).Find(&row)
-	})
-	if err != nil {
-		return store.Agent{}, err
-	}
-	if n == 0 {
-		return store.Agent{}, newErr(op, store.ErrNotFound)
-	}
-	return store.Agent{AccountID: row.AccountID, ID: row.ID, DeploymentID: row.DeploymentID}, nil
+	var r Agent
+	err := t.find(ctx, "agent", &r, func(db *gorm.DB) *gorm.DB { return db.Where("account_id = ? AND id = ?", accountID, id) })
+	return store.Agent{AccountID: r.AccountID, ID: r.ID, DeploymentID: r.DeploymentID}, err
 }

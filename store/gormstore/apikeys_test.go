@@ -39,7 +39,7 @@ func checkReleaseKeys(t *testing.T, st *gormstore.Store) {
 		if !ok || k.Admin != admin || k.AccountID != a.ID || k.Origin != store.OriginConfig || k.Name != "" || !k.CreatedAt.IsZero() {
 			t.Errorf("API key after migration = %+v, want a release key of origin config", k)
 		}
-		if _, err := st.APIKeyByHash(ctx, k.Hash); err != nil {
+		if _, _, err := st.APIKeyByHash(ctx, k.Hash); err != nil {
 			t.Errorf("APIKeyByHash of a release key: %v", err)
 		}
 	}

@@ -1,7 +1,9 @@
 package gormstore
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -15,25 +17,24 @@ func (r EmbedTenant) tenant() store.EmbedTenant {
 	return store.EmbedTenant{ID: r.ID, AccountID: r.AccountID, Name: r.Name, CreatedAt: fromNanos(r.CreatedAt)}
 }
 
-func (t *txn) tenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, bool, error) {
+func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	var row EmbedTenant
-	n, err := t.do(ctx, "embed tenant", func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND name = ?", accountID, name).Limit(1).Find(&row)
+	err := t.find(ctx, "embed tenant", &row, func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND name = ?", accountID, name)
 	})
-	return row.tenant(), n > 0, err
+	return row.tenant(), err
 }
 
-// EnsureEmbedTenant reads the tenant (one statement when it exists). To
-// create one under a limit, the transaction locks the account's row on
-// PostgreSQL (FOR NO KEY UPDATE, which foreign key checks do not wait
-// for), so that creators of one account count one after the other.
+// EnsureEmbedTenant creating under a limit locks the account's row on
+// PostgreSQL (FOR NO KEY UPDATE: foreign key checks do not wait), so that
+// the creators of one account count one after the other.
 func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
 	const op = "ensure embed tenant"
-	if et, ok, err := t.tenantByName(ctx, accountID, name); err != nil || ok {
+	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
 		return et, err
 	}
 	var out store.EmbedTenant
-	err := t.atomic(ctx, func(t *txn) error {
+	err := t.atomic(ctx, func(t *txn) (err error) {
 		if max > 0 {
 			if t.s.pg {
 				if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
@@ -42,46 +43,30 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 				}); err != nil {
 					return err
 				}
-				et, ok, err := t.tenantByName(ctx, accountID, name)
-				if err != nil || ok {
-					out = et
-					return err
-				}
+			}
+			// Created by a transaction that counted before this one?
+			if out, err = t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
+				return err
 			}
 			var n int64
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&EmbedTenant{}).Where("account_id = ?", accountID).Count(&n)
-			}); err != nil {
-				return err
-			}
-			if n >= int64(max) {
-				return newErr(op, store.ErrLimit)
+			}); err != nil || n >= int64(max) {
+				return cmp.Or(err, newErr(op, store.ErrLimit))
 			}
 		}
-		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: nanos(time.Now())}
+		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: time.Now().UnixNano()}
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Clauses(clause.OnConflict{DoNothing: true}, clause.Returning{}).Create(&row)
 		})
-		if err != nil {
+		if err != nil || n > 0 {
+			out = row.tenant()
 			return err
 		}
-		if n > 0 {
-			out = row.tenant()
-			return nil
-		}
-		et, _, err := t.tenantByName(ctx, accountID, name) // created meanwhile
-		out = et
+		out, err = t.EmbedTenantByName(ctx, accountID, name) // created meanwhile
 		return err
 	})
 	return out, err
-}
-
-func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	et, ok, err := t.tenantByName(ctx, accountID, name)
-	if err == nil && !ok {
-		err = newErr("embed tenant", store.ErrNotFound)
-	}
-	return et, err
 }
 
 func str(p *string) string {
@@ -91,18 +76,13 @@ func str(p *string) string {
 	return *p
 }
 
-// differs reports whether a definition's optional field asks for a change.
-func differs(want, have *string) bool { return want != nil && (have == nil || *want != *have) }
+// differs reports whether want asks for a visible change of have.
+func differs(want, have *string) bool { return want != nil && *want != str(have) }
 
-// UpsertDefinitions reads the named definitions first and writes only the
-// missing or changed ones: most requests resend what is stored, and on
-// PostgreSQL an ON CONFLICT DO UPDATE locks the conflicting row even when
-// it changes nothing, which would queue concurrent requests of one scope.
+// UpsertDefinitions writes only missing or changed definitions: most
+// requests resend what is stored, and on PostgreSQL ON CONFLICT DO UPDATE
+// locks a row even when it changes nothing, queueing concurrent requests.
 func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
-	const op = "upsert definitions"
-	if len(groups) == 0 && len(attrs) == 0 {
-		return nil
-	}
 	l := store.Lookup{Scope: s}
 	for _, g := range groups {
 		l.GroupNames = append(l.GroupNames, g.Name)
@@ -110,26 +90,29 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	for _, a := range attrs {
 		l.AttrNames = append(l.AttrNames, a.Name)
 	}
-	have, err := t.catalogByName(ctx, l)
-	if err != nil {
-		return err
+	rows, err := t.lookupRows(ctx, l, true)
+	have := make(map[string]catalogRow, len(rows)) // by kind and name
+	for _, r := range rows {
+		have[r.Kind+r.Name] = r
 	}
-	now := nanos(time.Now())
-	var newGroups []CatalogGroup
+	now := time.Now().UnixNano()
+	var gs []CatalogGroup
+	var as []CatalogAttribute
 	for _, g := range groups {
-		h, ok := have["g"+g.Name]
-		if !ok || differs(g.Description, h.Description) {
-			newGroups = append(newGroups, CatalogGroup{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID,
-				Name: g.Name, Description: g.Description, CreatedAt: now, UpdatedAt: now})
+		if g.Description != nil && *g.Description == "" {
+			g.Description = nil // never clears a description
+		}
+		if h, ok := have["g"+g.Name]; !ok || differs(g.Description, h.Description) {
+			gs = append(gs, CatalogGroup{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID, Name: g.Name,
+				Description: g.Description, CreatedAt: now, UpdatedAt: now})
 		}
 	}
-	var newAttrs []CatalogAttribute
 	for _, a := range attrs {
-		h, ok := have["a"+a.Name]
-		if !ok || differs(a.DisplayName, h.DisplayName) || differs(a.DefaultValue, h.DefaultValue) || differs(a.Description, h.Description) {
-			newAttrs = append(newAttrs, CatalogAttribute{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID,
-				Name: a.Name, Type: string(a.Type), DisplayName: a.DisplayName, DefaultValue: a.DefaultValue,
-				Description: a.Description, CreatedAt: now, UpdatedAt: now})
+		if h, ok := have["a"+a.Name]; !ok || differs(a.DisplayName, h.DisplayName) || differs(a.DefaultValue, h.DefaultValue) ||
+			differs(a.Description, h.Description) {
+			as = append(as, CatalogAttribute{AccountID: s.AccountID, EmbedTenantID: s.EmbedTenantID, Name: a.Name,
+				Type: string(a.Type), DisplayName: a.DisplayName, DefaultValue: a.DefaultValue, Description: a.Description,
+				CreatedAt: now, UpdatedAt: now})
 		}
 	}
 	// A nil field keeps the stored value: COALESCE with the inserted one.
@@ -141,37 +124,38 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 		}
 		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: set}
 	}
-	if len(newGroups) > 0 {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&newGroups)
-		}); err != nil {
-			return err
-		}
+	if err != nil || len(gs)+len(as) == 0 {
+		return err
 	}
-	if len(newAttrs) > 0 {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&newAttrs)
-		}); err != nil {
-			return err
+	return t.atomic(ctx, func(t *txn) (err error) {
+		if len(gs) > 0 {
+			_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
+				return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
+			})
 		}
-	}
-	return nil
+		if len(as) > 0 && err == nil {
+			_, err = t.do(ctx, "upsert attributes", func(db *gorm.DB) *gorm.DB {
+				return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&as)
+			})
+		}
+		return err
+	})
 }
 
-// catalogRow is a row of the Lookup's UNION ALL: a deployment (kind "d"),
-// an attribute definition ("a") or a group definition ("g").
+// catalogRow is a definition or a row of the Lookup: a deployment (kind
+// "d"), an attribute ("a") or a group ("g").
 type catalogRow struct {
-	Kind          string
-	ID            int64
-	AccountID     int64
-	EmbedTenantID int64
-	Name          string
-	Type          string
-	DisplayName   *string
-	DefaultValue  *string
-	Description   *string
-	CreatedAt     int64
-	UpdatedAt     int64
+	Kind          string  `gorm:"column:kind"`
+	ID            int64   `gorm:"column:id"`
+	AccountID     int64   `gorm:"column:account_id"`
+	EmbedTenantID int64   `gorm:"column:embed_tenant_id"`
+	Name          string  `gorm:"column:name"`
+	Type          string  `gorm:"column:type"`
+	DisplayName   *string `gorm:"column:display_name"`
+	DefaultValue  *string `gorm:"column:default_value"`
+	Description   *string `gorm:"column:description"`
+	CreatedAt     int64   `gorm:"column:created_at"`
+	UpdatedAt     int64   `gorm:"column:updated_at"`
 }
 
 const (
@@ -180,10 +164,9 @@ const (
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
-// lookupRows reads what l names in one statement. Hand-written SQL: GORM
-// has no UNION; one statement instead of three is what keeps a
-// generate-session at its statement count.
-func (t *txn) lookupRows(ctx context.Context, l store.Lookup) ([]catalogRow, error) {
+// lookupRows reads what l names in one statement (on the primary if
+// fresh). Hand-written SQL: GORM has no UNION.
+func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
 	var parts []string
 	var args []any
 	s := l.Scope
@@ -201,20 +184,12 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup) ([]catalogRow, err
 		return nil, nil
 	}
 	_, err := t.do(ctx, "lookup", func(db *gorm.DB) *gorm.DB {
+		if fresh {
+			db = primary(db)
+		}
 		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Scan(&rows)
 	})
 	return rows, err
-}
-
-// catalogByName returns the definitions l names, keyed by "a" or "g" and
-// the name.
-func (t *txn) catalogByName(ctx context.Context, l store.Lookup) (map[string]catalogRow, error) {
-	rows, err := t.lookupRows(ctx, l)
-	m := make(map[string]catalogRow, len(rows))
-	for _, r := range rows {
-		m[r.Kind+r.Name] = r
-	}
-	return m, err
 }
 
 func (r catalogRow) attribute() store.Attribute {
@@ -230,7 +205,7 @@ func (r catalogRow) group() store.Group {
 
 // Lookup reads the deployment and the definitions in one statement.
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
-	rows, err := t.lookupRows(ctx, l)
+	rows, err := t.lookupRows(ctx, l, false)
 	if err != nil {
 		return store.LookupResult{}, err
 	}
@@ -248,48 +223,37 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	return res, nil
 }
 
-func (r CatalogGroup) group() store.Group {
-	return catalogRow{ID: r.ID, AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID, Name: r.Name,
-		Description: r.Description, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}.group()
-}
-
-func (r CatalogAttribute) attribute() store.Attribute {
-	return catalogRow{ID: r.ID, AccountID: r.AccountID, EmbedTenantID: r.EmbedTenantID, Name: r.Name, Type: r.Type,
-		DisplayName: r.DisplayName, DefaultValue: r.DefaultValue, Description: r.Description,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}.attribute()
-}
-
 // inScope selects the definitions of s.
 func inScope(db *gorm.DB, s store.Scope) *gorm.DB {
 	return db.Where("account_id = ? AND embed_tenant_id = ?", s.AccountID, s.EmbedTenantID)
 }
 
-func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
-	var rows []CatalogGroup
-	_, err := t.do(ctx, "list groups", func(db *gorm.DB) *gorm.DB {
-		return inScope(db, s).Where("id > ?", afterID).Order("id").Limit(limit).Find(&rows)
-	})
-	out := make([]store.Group, len(rows))
+// definitions reads the definitions of model in s that where selects.
+func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, conv func(catalogRow) T,
+	where func(*gorm.DB) *gorm.DB) ([]T, error) {
+	var rows []catalogRow
+	_, err := t.do(ctx, "definitions", func(db *gorm.DB) *gorm.DB { return where(inScope(db.Model(model).Select("*"), s)).Find(&rows) })
+	out := make([]T, len(rows))
 	for i, r := range rows {
-		out[i] = r.group()
+		out[i] = conv(r)
 	}
 	return out, err
+}
+
+func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(limit) }
+}
+
+func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
+	return definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, after(afterID, limit))
 }
 
 func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
-	var rows []CatalogAttribute
-	_, err := t.do(ctx, "list attributes", func(db *gorm.DB) *gorm.DB {
-		return inScope(db, s).Where("id > ?", afterID).Order("id").Limit(limit).Find(&rows)
-	})
-	out := make([]store.Attribute, len(rows))
-	for i, r := range rows {
-		out[i] = r.attribute()
-	}
-	return out, err
+	return definitions(t, ctx, &CatalogAttribute{}, s, catalogRow.attribute, after(afterID, limit))
 }
 
-// DeleteGroup deletes the definition only: the users' JSON columns keep
-// its ID, which reads ignore (IDs are never reused).
+// DeleteGroup deletes the definition only: reads ignore its ID in the
+// users' JSON columns.
 func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
 	return t.deleteDef(ctx, "delete group", &CatalogGroup{}, s, id)
 }
@@ -301,8 +265,5 @@ func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) erro
 
 func (t *txn) deleteDef(ctx context.Context, op string, model any, s store.Scope, id int64) error {
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
-	if err == nil && n == 0 {
-		err = newErr(op, store.ErrNotFound)
-	}
-	return err
+	return someRow(op, n, err)
 }

@@ -38,9 +38,9 @@ func ExampleOpenDB() {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	name := "Jane Doe"
 	err = st.InTx(ctx, func(tx store.Tx) error {
-		u, err := tx.UpsertExternalUser(ctx, store.ExternalUserUpsert{
-			AccountID: acct.ID, ExternalID: "jane", DisplayName: &name,
-			Persistent: true, MaxUsers: 10000, Now: now,
+		u, err := tx.UpsertUser(ctx, store.UserUpsert{
+			UserKey:     store.UserKey{AccountID: acct.ID, ExternalID: "jane"},
+			DisplayName: &name, Persistent: true, MaxUsers: acct.ExternalUserLimit(), Now: now,
 		})
 		if err != nil {
 			return err

@@ -11,49 +11,39 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/plugin/dbresolver"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-// Store is a [store.Store] backed by SQLite or PostgreSQL through a
-// *gorm.DB. It is safe for concurrent use. Its methods run outside any
-// caller transaction: a method of one statement runs alone, a method of
-// several runs in a transaction of its own.
+// Store is a [store.Store] on a *gorm.DB, safe for concurrent use. Its
+// methods of several statements run in a transaction of their own.
 type Store struct {
 	txn
-	cfg config
-	pg  bool
-	// db is the host's handle in a session of its own (see OpenDB).
-	db *gorm.DB
-	// sqlDB is the handle's connection pool, closed by Close only when
-	// the store owns it (WithCloseDB).
-	sqlDB *sql.DB
-
+	cfg       config
+	pg        bool
+	db        *gorm.DB // the host's handle, in a session of the store's own
+	sqlDB     *sql.DB
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ store.Store = (*Store)(nil)
-
 // OpenDB returns a store that runs every statement through db, the host's
 // GORM handle on SQLite or PostgreSQL, after migrating embedkit's tables
-// (see [Migrate]). The store uses db's connection pool as it is; the host
-// keeps its handle: [Store.Close] closes it only with [WithCloseDB]. db's
-// logger, callbacks and plugins (tracing, metrics, gorm.io/plugin/dbresolver)
-// see each statement.
-//
-// On SQLite, the connections need the settings of the sqlite sub-package's
-// Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE), and the store
-// keeps its statements prepared on each connection (GORM's PrepareStmt):
-// preparing is most of the cost of a small SQLite statement. pgx caches
-// PostgreSQL's prepared statements itself.
+// ([Migrate]). On SQLite, db needs the settings of the sqlite
+// sub-package's Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE).
 func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
 	}
-	cfg := newConfig(opts)
-	s := &Store{cfg: cfg}
+	s := &Store{cfg: defaultConfig()}
+	for _, o := range opts {
+		if o != nil {
+			o(&s.cfg)
+		}
+	}
 	switch name := db.Dialector.Name(); name {
 	case "postgres":
 		s.pg = true
@@ -65,40 +55,22 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, wrapErr("open", err)
 	}
-	s.sqlDB = sqlDB
-	// A session of its own: the host's later Where/Scopes on db do not
-	// leak into embedkit's statements, and neither do ours into the host's.
-	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true, PrepareStmt: !s.pg})
+	// A session of its own: no Where or Scopes leak between host and store.
+	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*cfg.queryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
 	defer cancel()
-	// Migrations run without prepared statements: they change the schema.
-	if err := Migrate(ctx, db.Session(&gorm.Session{NewDB: true})); err != nil {
+	if err := Migrate(ctx, s.db); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func newConfig(opts []Option) config {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	return cfg
-}
-
-// Close closes db's connection pool when the store owns it ([WithCloseDB]).
-// Calls after Close fail with an error wrapping [store.ErrUnavailable].
-// Close is idempotent.
+// Close closes db's pool with [WithCloseDB]; later calls are unavailable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		if p, ok := s.db.ConnPool.(*gorm.PreparedStmtDB); ok {
-			p.Close()
-		}
 		if s.cfg.closeDB {
 			s.closeErr = s.sqlDB.Close()
 		}
@@ -108,37 +80,24 @@ func (s *Store) Close() error {
 
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
-// InTx runs fn in one database transaction; see [store.Store.InTx].
-// Transient failures (SQLite busy, PostgreSQL serialization failure or
-// deadlock) are retried up to [WithMaxRetries] times, calling fn again,
-// and not after the query timeout has passed since the first attempt. Each
-// attempt is bounded by [WithQueryTimeout]: an attempt that runs out of
-// time is rolled back and reported with an error wrapping
-// [store.ErrUnavailable]. Each statement of fn runs under the context given
-// to the Tx method, so a host's tracing sees it under its request.
-//
-// On SQLite the transaction takes the database's write lock when it
-// begins (BEGIN IMMEDIATE): transactions queue for it, and one that read
-// first can never fail to upgrade its lock. A statement that fails aborts
-// the transaction on both databases, as the contract requires: the later
-// calls of the Tx fail, and InTx returns the statement's error.
+// InTx runs fn in one database transaction; see [store.Store.InTx]. A
+// transient failure runs fn again ([WithMaxRetries]) within the query
+// timeout, which bounds each attempt. A failed statement aborts the
+// transaction on both databases, as on PostgreSQL.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	backoff := time.Millisecond
-	stop := time.Now().Add(s.cfg.queryTimeout)
+	backoff, stop := time.Millisecond, time.Now().Add(s.cfg.queryTimeout)
 	for attempt := 0; ; attempt++ {
 		err := s.attempt(ctx, fn)
 		if err == nil || !isRetryable(err) || attempt >= s.cfg.maxRetries || time.Now().After(stop) {
 			return err
 		}
-		t := time.NewTimer(backoff + rand.N(backoff))
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return err
-		case <-t.C:
+		case <-time.After(backoff + rand.N(backoff)):
 		}
 		backoff = min(backoff*2, 50*time.Millisecond)
 	}
@@ -154,42 +113,33 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	t := &txn{s: s, db: tx, inTx: true}
 	committed := false
 	defer func() {
-		if !committed {
-			// Also on a panic or runtime.Goexit in fn.
+		if !committed { // also after a panic or runtime.Goexit in fn
 			_ = tx.Rollback().Error
 		}
 	}()
-	if err := fn(t); err != nil {
-		if t.abort != nil && isRetryable(t.abort) {
-			return t.abort
-		}
-		return err
+	err := fn(t)
+	if t.abort != nil && (err == nil || isRetryable(t.abort)) {
+		err = t.abort
 	}
-	if t.abort != nil {
-		return t.abort
+	if err != nil {
+		return err
 	}
 	committed = true
 	return wrapErr("commit", tx.Commit().Error)
 }
 
-// txn runs the store's statements on the store's handle (outside a
-// transaction) or in a transaction.
+// txn runs the store's statements on the store's handle or in a
+// transaction (inTx), where abort, once a statement failed, fails every
+// later statement and the commit.
 type txn struct {
-	s  *Store
-	db *gorm.DB
-	// inTx is set inside InTx's transaction.
-	inTx bool
-	// abort, once a statement failed, fails every later statement and the
-	// commit (see Store.InTx).
+	s     *Store
+	db    *gorm.DB
+	inTx  bool
 	abort error
 }
 
-var _ store.Tx = (*txn)(nil)
-
-// do runs one statement, built by f on a handle bound to ctx, and returns
-// how many rows it affected or returned. Outside a transaction the
-// statement is bounded by the query timeout; inside one, InTx's attempt
-// bounds it.
+// do runs one statement built by f under ctx (outside a transaction, with
+// the query timeout) and returns how many rows it affected or returned.
 func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (int64, error) {
 	if t.abort != nil {
 		return 0, t.abort
@@ -203,19 +153,24 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 		defer cancel()
 	}
 	r := f(t.db.WithContext(ctx))
-	if r.Error != nil {
-		err := wrapErr(op, r.Error)
-		if t.inTx {
-			t.abort = err
+	if err := r.Error; err != nil {
+		if tr, ok := t.db.Dialector.(gorm.ErrorTranslator); ok {
+			err = tr.Translate(err) // a duplicate key, a missing referenced row
 		}
-		return 0, err
+		return 0, t.fail(wrapErr(op, err))
 	}
 	return r.RowsAffected, nil
 }
 
-// atomic runs fn in the caller's transaction, or outside one in a
-// transaction of its own, so that a method of several statements is all
-// or nothing.
+// fail makes err abort the transaction.
+func (t *txn) fail(err error) error {
+	if t.inTx {
+		t.abort = err
+	}
+	return err
+}
+
+// atomic runs fn in the caller's transaction or in one of its own.
 func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	if t.inTx {
 		return fn(t)
@@ -223,16 +178,18 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	return t.s.InTx(ctx, func(tx store.Tx) error { return fn(tx.(*txn)) })
 }
 
-// lockForUpdate is the row lock a read takes on PostgreSQL before a write
-// that depends on it; SQLite's write transactions are serialized already.
+// primary sends a read that must see the latest write to a source of
+// gorm.io/plugin/dbresolver, not to a replica that may lag.
+func primary(db *gorm.DB) *gorm.DB { return db.Clauses(dbresolver.Write) }
+
+// lockForUpdate locks the rows read on PostgreSQL (SQLite's writers are
+// serialized already).
 func (t *txn) lockForUpdate(db *gorm.DB) *gorm.DB {
 	if t.s.pg {
-		return db.Clauses(forUpdate)
+		return db.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
 	return db
 }
-
-func nanos(t time.Time) int64 { return t.UnixNano() }
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
@@ -241,4 +198,45 @@ func nowOr(t time.Time) time.Time {
 		return time.Now()
 	}
 	return t
+}
+
+// Option configures a [Store] at [OpenDB] (and the DSN conveniences of the
+// sqlite and postgres sub-packages). Options apply in order; an invalid
+// value panics in its With function ("gormstore: WithX: <what is wrong>,
+// got <value>"; add a row to TestInvalidOptionsPanic).
+type Option func(*config)
+
+type config struct {
+	queryTimeout time.Duration
+	maxRetries   int
+	closeDB      bool
+}
+
+func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRetries: 10} }
+
+// WithCloseDB makes [Store.Close] close the pool of the *gorm.DB given to
+// [OpenDB], as the DSN conveniences do. Default: it stays open.
+func WithCloseDB() Option {
+	return func(c *config) { c.closeDB = true }
+}
+
+// WithQueryTimeout bounds every statement and transaction attempt: a call
+// without a connection, the SQLite write lock or an answer within d is
+// [store.ErrUnavailable]. Default: 5 seconds; d must be positive.
+func WithQueryTimeout(d time.Duration) Option {
+	if d <= 0 {
+		panic(fmt.Sprintf("gormstore: WithQueryTimeout: duration must be positive, got %v", d))
+	}
+	return func(c *config) { c.queryTimeout = d }
+}
+
+// WithMaxRetries sets how many times [Store.InTx] retries a transaction
+// that failed on SQLite busy, PostgreSQL serialization failure or
+// deadlock, backing off from 1 ms to 50 ms within the query timeout.
+// Default: 10; zero disables retries; n must not be negative.
+func WithMaxRetries(n int) Option {
+	if n < 0 {
+		panic(fmt.Sprintf("gormstore: WithMaxRetries: count must not be negative, got %d", n))
+	}
+	return func(c *config) { c.maxRetries = n }
 }

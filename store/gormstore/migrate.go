@@ -2,58 +2,40 @@ package gormstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
 )
 
-// Migrations are versioned: embedkit_schema_versions holds one row per
-// applied version, and Migrate applies the missing ones in order, each in
-// the one transaction that records it. They create and change embedkit's
-// own tables (the models of tables.go) and nothing else.
-
-// migration is one version of the schema.
-type migration struct {
+// migrations are the versions of the schema, applied in order in one
+// transaction that records each in embedkit_schema_versions.
+var migrations = []struct {
 	version int64
 	name    string
 	up      func(tx *gorm.DB) error
-}
-
-var migrations = []migration{
+}{
 	{1, "create embedkit's tables", createTables},
-	{2, "origin, name and creation time of API keys", addAPIKeyColumns},
-	{3, "account limits, quota counters, expiry indexes of sessions and tokens", addLimits},
-	// Version 4's renames run before the others (see migrate); a fresh
-	// database has prefixed tables from version 1 on.
-	{4, "the embedkit_ prefix on every table, index and sequence", func(*gorm.DB) error { return nil }},
-	{5, "the API key that minted each session id and token", addKeyHash},
+	// Versions 2 to 5 (and the columns of 6) are applied by prefixNames
+	// and upgrade before the others (see Migrate).
+	{2, "origin, name and creation time of API keys", nil},
+	{3, "account limits, quota counters, expiry indexes of sessions and tokens", nil},
+	{4, "the embedkit_ prefix on every table, index and sequence", nil},
+	{5, "the API key that minted each session id and token", nil},
 	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
 }
 
-// migrationLock is the key of the PostgreSQL advisory lock held while
-// migrating, so that replicas starting at once migrate one after the other.
+// migrationLock is the PostgreSQL advisory lock held while migrating.
 const migrationLock = 7318002119
 
-// Migrate brings embedkit's tables in db up to date: it creates them with
-// GORM's migrator on an empty database and applies the versions a database
-// lacks. [OpenDB] calls it; a host that runs its migrations as a separate
-// step may call it there too. It is safe when several processes start at
-// once: on PostgreSQL they take turns on an advisory lock, and SQLite
-// serializes write transactions. A database created before versioned
-// migrations (hand-written schema, the same tables) is recorded as version 1
-// and keeps its data. Migrate never touches tables other than embedkit's.
+// Migrate brings embedkit's tables in db up to date, and only them; [OpenDB]
+// calls it, a host may call it as a step of its own. Processes starting at
+// once take turns (an advisory lock on PostgreSQL, the write lock on
+// SQLite). A database created before versioned migrations is version 1.
 func Migrate(ctx context.Context, db *gorm.DB) error {
-	if err := migrate(ctx, db); err != nil {
-		return wrapErr("migrate", err)
-	}
-	return nil
-}
-
-func migrate(ctx context.Context, db *gorm.DB) error {
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if tx.Dialector.Name() == "postgres" {
 			if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error; err != nil {
 				return err
@@ -65,15 +47,12 @@ func migrate(ctx context.Context, db *gorm.DB) error {
 			for _, name := range legacyTables[:len(legacyTables)-1] { // version 1's
 				legacy = legacy && m.HasTable(name)
 			}
-			if err := m.CreateTable(&SchemaVersion{}); err != nil {
-				return err
+			err := m.CreateTable(&SchemaVersion{})
+			if err == nil && legacy { // a release before versioned migrations
+				err = record(tx, 1)
 			}
-			if legacy {
-				// The schema of releases before versioned migrations
-				// is version 1, created by hand-written DDL.
-				if err := record(tx, 1); err != nil {
-					return err
-				}
+			if err != nil {
+				return err
 			}
 		}
 		var current int64
@@ -81,89 +60,75 @@ func migrate(ctx context.Context, db *gorm.DB) error {
 			return err
 		}
 		if current > 0 && current < 4 {
-			// Versions 2 and 3 change the current models, whose tables
-			// carry the prefix: rename first, as version 4.
+			// The current models' tables carry the prefix: rename first.
 			if err := prefixNames(tx); err != nil {
 				return fmt.Errorf("version 4: %w", err)
+			}
+		}
+		if current > 0 && current < 6 {
+			if err := upgrade(tx); err != nil {
+				return fmt.Errorf("versions 2 to 6: %w", err)
 			}
 		}
 		for _, mg := range migrations {
 			if mg.version <= current {
 				continue
 			}
-			if err := mg.up(tx); err != nil {
-				return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)
+			if mg.up != nil {
+				if err := mg.up(tx); err != nil {
+					return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)
+				}
 			}
 			if err := record(tx, mg.version); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}))
 }
 
 func record(tx *gorm.DB, version int64) error {
-	return tx.Exec("INSERT INTO embedkit_schema_versions (version, applied_at) VALUES (?, ?)", version, time.Now().UnixNano()).Error
+	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
 }
 
-// createTables is version 1: every table of tables.go with its keys,
-// indexes and cascades.
+// createTables is version 1: every table of tables.go.
 func createTables(tx *gorm.DB) error {
 	m := tx.Migrator()
-	if err := m.CreateTable(Models()...); err != nil {
+	if err := m.CreateTable(Models()...); err != nil || m.HasConstraint(&Thread{}, "Messages") {
 		return err
 	}
-	// A has-many relation's foreign key lives on the child table, whose
-	// model does not name its parent: the PostgreSQL migrator creates it
-	// with the child table, the SQLite one needs it asked for.
-	if m.HasConstraint(&Thread{}, "Messages") {
-		return nil
-	}
+	// The child table of a has-many relation gets its foreign key with
+	// the table on PostgreSQL, on demand on SQLite.
 	return m.CreateConstraint(&Thread{}, "Messages")
 }
 
-// legacyTables are the names of embedkit's tables before version 4, in
-// creation order. Only a database that embedkit_schema_versions (or the
-// whole set of these tables, for a release before versioned migrations)
-// marks as embedkit's has its tables renamed: a host's own users or
-// sessions table is never touched.
+// legacyTables are embedkit's tables before version 4, renamed only in a
+// database that embedkit_schema_versions (or, before versioned
+// migrations, the whole set) marks as embedkit's: never a host's own.
 var legacyTables = []string{
 	"accounts", "account_user_slots", "api_keys", "deployments", "agents", "users", "embed_tenants",
 	"catalog_groups", "catalog_attributes", "group_members", "attribute_values", "sessions", "tokens",
 	"threads", "thread_messages", "account_quotas",
 }
 
-// prefixNames is version 4, run before versions 2 and 3: it renames embedkit's tables of a previous
-// release to embedkit_<name>, with their indexes (embedkit_<index>) and,
-// on PostgreSQL, their sequences (embedkit_<sequence>) and foreign keys
-// (fk_embedkit_<table>_<field>, GORM's name for them), so that the schema
-// is the one a fresh start creates. Renames keep every row. It is
-// idempotent: a table whose new name exists is left alone.
-//
-// Hand-written DDL: GORM's migrator renames tables and indexes but
-// neither sequences nor constraints, and on SQLite renames an index by
-// dropping and re-creating it only from the model, not from the
-// database's own definition.
+// prefixNames is version 4: it renames embedkit's tables to
+// embedkit_<name> with their indexes and, on PostgreSQL, sequences and
+// foreign keys, as a fresh start names them, keeping every row.
+// Hand-written DDL: GORM's migrator renames neither sequences nor
+// constraints.
 func prefixNames(tx *gorm.DB) error {
-	m := tx.Migrator()
-	var renamed []string
+	m, prefix := tx.Migrator(), prefixSQLite
+	if tx.Dialector.Name() == "postgres" {
+		prefix = prefixPostgres
+	}
 	for _, old := range legacyTables {
 		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
 			continue
 		}
-		if err := tx.Exec("ALTER TABLE " + quoteIdent(old) + " RENAME TO " + quoteIdent("embedkit_"+old)).Error; err != nil {
+		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
-		renamed = append(renamed, old)
-	}
-	for _, old := range renamed {
-		var err error
-		if tx.Dialector.Name() == "postgres" {
-			err = prefixPostgres(tx, "embedkit_"+old)
-		} else {
-			err = prefixSQLite(tx, "embedkit_"+old)
-		}
-		if err != nil {
+		if err := prefix(tx, "embedkit_"+old); err != nil {
 			return fmt.Errorf("table %s: %w", old, err)
 		}
 	}
@@ -204,36 +169,45 @@ func prefixPostgres(tx *gorm.DB, table string) error {
 	return nil
 }
 
-// createIndex matches the head of an index's definition in sqlite_master.
-var createIndex = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+(IF\s+NOT\s+EXISTS\s+)?("(?:[^"]|"")+"|` + "`[^`]+`" + `|\[[^\]]+\]|\S+)`)
-
-// prefixSQLite re-creates the indexes of table under prefixed names from
-// their own definitions (SQLite cannot rename an index). ALTER TABLE has
-// already rewritten the references of other tables and sqlite_sequence.
+// prefixSQLite replaces the old indexes of table by the model's (SQLite
+// cannot rename an index).
 func prefixSQLite(tx *gorm.DB, table string) error {
-	var idx []struct{ Name, SQL string }
-	if err := tx.Raw(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, table).
-		Scan(&idx).Error; err != nil {
+	var names []string
+	if err := tx.Raw(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL
+		AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`, table).Scan(&names).Error; err != nil {
 		return err
 	}
-	for _, ix := range idx {
-		if strings.HasPrefix(ix.Name, "embedkit_") {
-			continue
-		}
-		loc := createIndex.FindStringSubmatchIndex(ix.SQL)
-		if loc == nil {
-			return fmt.Errorf("index %s: unexpected definition", ix.Name)
-		}
-		unique := ""
-		if loc[2] >= 0 {
-			unique = "UNIQUE "
-		}
-		def := "CREATE " + unique + "INDEX " + quoteIdent("embedkit_"+ix.Name) + ix.SQL[loc[1]:]
-		if err := tx.Exec("DROP INDEX " + quoteIdent(ix.Name)).Error; err != nil {
+	for _, n := range names {
+		if err := tx.Exec("DROP INDEX " + quoteIdent(n)).Error; err != nil {
 			return err
 		}
-		if err := tx.Exec(def).Error; err != nil {
+	}
+	for _, model := range Models() {
+		if err := createIndexes(tx, model, table); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// createIndexes creates the missing indexes of model (if its table is
+// table, unless "") whose columns exist.
+func createIndexes(tx *gorm.DB, model any, table string) error {
+	stmt, m := &gorm.Statement{DB: tx}, tx.Migrator()
+	if err := stmt.Parse(model); err != nil || table != "" && stmt.Schema.Table != table {
+		return err
+	}
+indexes:
+	for _, idx := range stmt.Schema.ParseIndexes() {
+		for _, f := range idx.Fields {
+			if !m.HasColumn(model, f.DBName) {
+				continue indexes
+			}
+		}
+		if !m.HasIndex(model, idx.Name) {
+			if err := m.CreateIndex(model, idx.Name); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -242,129 +216,82 @@ func prefixSQLite(tx *gorm.DB, table string) error {
 // quoteIdent quotes an SQL identifier for both databases.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// addKeyHash is version 5: sessions and tokens record the API key that
-// minted them, a foreign key that deletes them with the key. Hand-written
-// ALTER TABLE: GORM's SQLite migrator adds a foreign key by rebuilding the
-// table, which drops its indexes; SQLite adds a nullable column with its
-// REFERENCES clause in place. The constraint gets GORM's name, as a fresh
-// start creates it.
-func addKeyHash(tx *gorm.DB) error {
+// upgrade adds the tables, columns and indexes of the current models that
+// a database of an earlier version lacks (versions 2, 3 and 5 add them,
+// version 6 the users' JSON columns). The API key of sessions and
+// tokens (version 5) is added by hand-written ALTER TABLE: GORM's SQLite
+// migrator adds a foreign key by rebuilding the table, which drops its
+// indexes, where SQLite adds a nullable column with its REFERENCES clause
+// in place (under GORM's name for the constraint, as a fresh start).
+func upgrade(tx *gorm.DB) error {
 	m := tx.Migrator()
-	typ := "BLOB"
-	if tx.Dialector.Name() == "postgres" {
-		typ = "BYTEA"
-	}
-	for _, t := range []struct {
-		model any
-		table string
-	}{{&Session{}, "embedkit_sessions"}, {&Token{}, "embedkit_tokens"}} {
-		if m.HasColumn(t.model, "KeyHash") {
-			continue
-		}
-		ddl := "ALTER TABLE " + t.table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + t.table +
-			"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE"
-		if err := tx.Exec(ddl).Error; err != nil {
-			return err
-		}
-		if err := m.CreateIndex(t.model, t.table+"_key"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addAPIKeyColumns is version 2: the origin, name and creation time of API
-// keys.
-func addAPIKeyColumns(tx *gorm.DB) error {
-	return addColumns(tx, &APIKey{}, "Origin", "Name", "CreatedAt")
-}
-
-func addColumns(tx *gorm.DB, model any, fields ...string) error {
-	m := tx.Migrator()
-	for _, f := range fields {
-		if m.HasColumn(model, f) {
-			continue
-		}
-		if err := m.AddColumn(model, f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addLimits is version 3: the accounts' limits column, the quota counters
-// and the indexes that the deletion of expired session ids and tokens
-// uses.
-func addLimits(tx *gorm.DB) error {
-	m := tx.Migrator()
-	if err := addColumns(tx, &Account{}, "Limits"); err != nil {
-		return err
-	}
-	if !m.HasTable(&AccountQuota{}) {
-		if err := m.CreateTable(&AccountQuota{}); err != nil {
-			return err
-		}
-	}
-	for _, ix := range []struct {
-		model any
-		name  string
-	}{{&Session{}, "embedkit_sessions_expiry"}, {&Token{}, "embedkit_tokens_expiry"}} {
-		if !m.HasIndex(ix.model, ix.name) {
-			if err := m.CreateIndex(ix.model, ix.name); err != nil {
+	for _, model := range Models() {
+		if !m.HasTable(model) {
+			if err := m.CreateTable(model); err != nil {
 				return err
 			}
+			continue
+		}
+		stmt := &gorm.Statement{DB: tx}
+		if err := stmt.Parse(model); err != nil {
+			return err
+		}
+		for _, col := range stmt.Schema.DBNames {
+			switch {
+			case m.HasColumn(model, col):
+			case col == "key_hash":
+				typ, table := "BLOB", stmt.Schema.Table
+				if tx.Dialector.Name() == "postgres" {
+					typ = "BYTEA"
+				}
+				if err := tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + table +
+					"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error; err != nil {
+					return err
+				}
+			default:
+				if err := m.AddColumn(model, col); err != nil {
+					return err
+				}
+			}
+		}
+		if err := createIndexes(tx, model, ""); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// foldUserData is version 6: a user's attribute values and memberships
-// move from the tables embedkit_attribute_values and embedkit_group_members
-// into the JSON columns attribute_values and group_ids of embedkit_users,
-// and the two tables are dropped. It also recounts the persistent external
-// users of each account into one counter row. Hand-written SQL: the
-// aggregation into JSON objects is per dialect and beyond GORM's API.
+// foldUserData is version 6: the rows of embedkit_attribute_values and
+// embedkit_group_members move into the users' JSON columns and the tables
+// are dropped; the persistent users of each account are recounted into one
+// counter row. Hand-written SQL: JSON aggregation is per dialect.
 func foldUserData(tx *gorm.DB) error {
-	m := tx.Migrator()
-	if err := addColumns(tx, &User{}, "AttributeValues", "GroupIDs"); err != nil {
-		return err
-	}
-	pg := tx.Dialector.Name() == "postgres"
-	if m.HasTable("embedkit_attribute_values") {
-		q := `UPDATE embedkit_users SET attribute_values = (SELECT json_group_object(CAST(v.attribute_id AS TEXT), json(v.value))
-			FROM embedkit_attribute_values v WHERE v.user_id = embedkit_users.id)
-			WHERE id IN (SELECT user_id FROM embedkit_attribute_values)`
+	m, pg := tx.Migrator(), tx.Dialector.Name() == "postgres"
+	for _, f := range []struct{ table, sqlite, postgres string }{
+		{"embedkit_attribute_values", `UPDATE embedkit_users SET attribute_values = (
+			SELECT json_group_object(CAST(v.attribute_id AS TEXT), json(v.value)) FROM embedkit_attribute_values v
+			WHERE v.user_id = embedkit_users.id) WHERE id IN (SELECT user_id FROM embedkit_attribute_values)`,
+			`UPDATE embedkit_users u SET attribute_values = s.o FROM (
+			SELECT user_id, jsonb_object_agg(attribute_id::text, value::jsonb)::text AS o
+			FROM embedkit_attribute_values GROUP BY user_id) s WHERE u.id = s.user_id`},
+		{"embedkit_group_members", `UPDATE embedkit_users SET group_ids = (SELECT json_group_object(tid, json(ids)) FROM (
+			SELECT CAST(g.embed_tenant_id AS TEXT) AS tid, json_group_array(g.id) AS ids
+			FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
+			WHERE gm.user_id = embedkit_users.id GROUP BY g.embed_tenant_id))
+			WHERE id IN (SELECT user_id FROM embedkit_group_members)`,
+			`UPDATE embedkit_users u SET group_ids = s.o FROM (SELECT user_id, jsonb_object_agg(tid, ids)::text AS o FROM (
+			SELECT gm.user_id, g.embed_tenant_id::text AS tid, jsonb_agg(g.id ORDER BY g.id) AS ids
+			FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
+			GROUP BY gm.user_id, g.embed_tenant_id) x GROUP BY user_id) s WHERE u.id = s.user_id`},
+	} {
+		q := f.sqlite
 		if pg {
-			q = `UPDATE embedkit_users u SET attribute_values = s.o FROM (
-				SELECT user_id, jsonb_object_agg(attribute_id::text, value::jsonb)::text AS o
-				FROM embedkit_attribute_values GROUP BY user_id) s WHERE u.id = s.user_id`
+			q = f.postgres
 		}
-		if err := tx.Exec(q).Error; err != nil {
-			return err
-		}
-		if err := m.DropTable("embedkit_attribute_values"); err != nil {
-			return err
-		}
-	}
-	if m.HasTable("embedkit_group_members") {
-		q := `UPDATE embedkit_users SET group_ids = (SELECT json_group_object(tid, json(ids)) FROM (
-				SELECT CAST(g.embed_tenant_id AS TEXT) AS tid, json_group_array(g.id) AS ids
-				FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
-				WHERE gm.user_id = embedkit_users.id GROUP BY g.embed_tenant_id))
-			WHERE id IN (SELECT user_id FROM embedkit_group_members)`
-		if pg {
-			q = `UPDATE embedkit_users u SET group_ids = s.o FROM (
-				SELECT user_id, jsonb_object_agg(tid, ids)::text AS o FROM (
-					SELECT gm.user_id, g.embed_tenant_id::text AS tid, jsonb_agg(g.id ORDER BY g.id) AS ids
-					FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
-					GROUP BY gm.user_id, g.embed_tenant_id) x GROUP BY user_id) s
-			WHERE u.id = s.user_id`
-		}
-		if err := tx.Exec(q).Error; err != nil {
-			return err
-		}
-		if err := m.DropTable("embedkit_group_members"); err != nil {
-			return err
+		if m.HasTable(f.table) {
+			if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error; err != nil {

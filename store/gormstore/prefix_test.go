@@ -1,7 +1,6 @@
 package gormstore_test
 
 import (
-	"errors"
 	"os"
 	"slices"
 	"testing"
@@ -59,8 +58,8 @@ func TestMigrateFromPreviousRelease(t *testing.T) {
 			if err := host.Find(&versions).Error; err != nil {
 				t.Fatal(err)
 			}
-			if !versionsOnce(versions, 5) {
-				t.Errorf("schema versions = %+v, want versions 1 to 5 once each", versions)
+			if !versionsOnce(versions, 6) {
+				t.Errorf("schema versions = %+v, want versions 1 to 6 once each", versions)
 			}
 			var total int64
 			if err := host.Raw("SELECT SUM(total) FROM orders").Scan(&total).Error; err != nil || total != 350 {
@@ -90,30 +89,24 @@ func checkPreviousReleaseRows(t *testing.T, st *gormstore.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, err := st.APIKeyByHash(ctx, secret.Hash("v3-admin-key")); err != nil || !k.Admin || k.AccountID != a.ID {
+	if k, ka, err := st.APIKeyByHash(ctx, secret.Hash("v3-admin-key")); err != nil || !k.Admin || k.AccountID != a.ID || ka.ID != a.ID {
 		t.Errorf("admin key: %+v %v", k, err)
 	}
 	if keys, err := st.APIKeys(ctx, a.ID); err != nil || len(keys) != 2 {
 		t.Errorf("keys: %+v %v", keys, err)
 	}
-	u, err := st.UserByExternalID(ctx, a.ID, "user-05", now)
+	u, err := st.UserByKey(ctx, store.UserKey{AccountID: a.ID, ExternalID: "user-05"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if attrs, err := st.AttributeValues(ctx, u.ID, store.TenantWide(a.ID)); err != nil || len(attrs) != 3 {
-		t.Errorf("attributes of user-05: %+v %v", attrs, err)
-	}
-	if groups, err := st.Memberships(ctx, u.ID, store.TenantWide(a.ID)); err != nil || len(groups) != 2 {
-		t.Errorf("groups of user-05: %+v %v", groups, err)
+	if d, err := st.UserData(ctx, u.ID, store.TenantWide(a.ID)); err != nil || len(d.Attributes) != 3 || len(d.Groups) != 2 {
+		t.Errorf("attributes and groups of user-05: %+v %v", d, err)
 	}
 	if ms, err := st.Messages(ctx, a.ID, "chat-alice"); err != nil || len(ms) != 2 {
 		t.Errorf("messages of alice's thread: %+v %v", ms, err)
 	}
-	if err := st.TakeQuota(ctx, a.ID, "ephemeral-minute", now.Add(time.Hour), 1); !errors.Is(err, store.ErrLimit) {
-		t.Errorf("a full quota counter of the release: %v, want ErrLimit", err)
-	}
 	// A new user takes a new id from the renamed sequence.
-	n, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "new-" + u.ExternalID, Persistent: true, Now: now})
+	n, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "new-" + u.ExternalID}, Persistent: true, Now: now})
 	if err != nil || n.ID <= u.ID {
 		t.Errorf("new user: %+v %v", n, err)
 	}
@@ -154,7 +147,7 @@ func TestFreshStartBesideHostTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, err := st.UpsertExternalUser(ctx, store.ExternalUserUpsert{AccountID: a.ID, ExternalID: "ann", Persistent: true, Now: now})
+			u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "ann"}, Persistent: true, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}

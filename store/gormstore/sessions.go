@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"gorm.io/gorm"
@@ -10,32 +11,26 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// userAlive is the predicate of a session or token whose user has not
-// expired at the bound time.
+// userAlive selects a session or token whose user is visible at the bound time.
 const userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
 
-func keyHash(h []byte) []byte {
-	if len(h) == 0 {
-		return nil
-	}
-	return h
-}
-
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
+	if len(s.KeyHash) == 0 {
+		s.KeyHash = nil // no key, not a key with an empty hash
+	}
 	_, err := t.do(ctx, "create session", func(db *gorm.DB) *gorm.DB {
 		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
-			CreatedAt: nanos(nowOr(s.CreatedAt)), ExpiresAt: nanos(s.ExpiresAt), KeyHash: keyHash(s.KeyHash)})
+			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
 	})
 	return err
 }
 
-// ExchangeSession marks the session used (an UPDATE that a concurrent
-// exchange of the same id waits for and then finds used) and stores the
-// token.
+// ExchangeSession marks the session used (a concurrent exchange waits for
+// the UPDATE, then finds it used) and stores the token.
 func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
 	const op = "exchange session"
-	n0 := nanos(nowOr(now))
+	n0 := nowOr(now).UnixNano()
 	var out store.Session
 	err := t.atomic(ctx, func(t *txn) error {
 		var s Session
@@ -44,20 +39,15 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 				Where("hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive, sessionHash, n0, n0).
 				Update("used_at", n0)
 		})
-		if err != nil {
+		if err := someRow(op, n, err); err != nil {
 			return err
-		}
-		if n == 0 {
-			return newErr(op, store.ErrNotFound)
 		}
 		tok := Token{Hash: tokenHash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
-			CreatedAt: n0, ExpiresAt: nanos(tokenExpiresAt), KeyHash: s.KeyHash}
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) }); err != nil {
-			return err
-		}
+			CreatedAt: n0, ExpiresAt: tokenExpiresAt.UnixNano(), KeyHash: s.KeyHash}
+		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) })
 		out = tok.session()
-		return nil
+		return err
 	})
 	return out, err
 }
@@ -69,19 +59,12 @@ func (r Token) session() store.Session {
 }
 
 func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
-	const op = "session by token"
-	n0 := nanos(nowOr(now))
+	n0 := nowOr(now).UnixNano()
 	var row Token
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return db.Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0).Limit(1).Find(&row)
+	err := t.find(ctx, "session by token", &row, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0)
 	})
-	if err != nil {
-		return store.Session{}, err
-	}
-	if n == 0 {
-		return store.Session{}, newErr(op, store.ErrNotFound)
-	}
-	return row.session(), nil
+	return row.session(), err
 }
 
 func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
@@ -97,28 +80,23 @@ func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
 	})
 }
 
-// DeleteExpired deletes, per kind, at most limit expired rows chosen by a
-// subquery (DELETE has no LIMIT on PostgreSQL). Ephemeral users never
-// counted toward the persistent-user count.
+// DeleteExpired deletes at most limit rows of each kind, chosen by a
+// subquery (PostgreSQL's DELETE has no LIMIT).
 func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	n0 := nanos(nowOr(now))
-	kinds := []struct {
-		model any
-		key   string
-		where string
-	}{
-		{&Session{}, "hash", "expires_at <= ? OR used_at IS NOT NULL"},
-		{&Token{}, "hash", "expires_at <= ?"},
-		{&AccountQuota{}, "account_id, name", "expires_at <= ?"},
-		{&User{}, "id", "ephemeral AND expires_at <= ?"},
-	}
+	n0 := nowOr(now).UnixNano()
 	total := 0
 	err := t.atomic(ctx, func(t *txn) error {
 		total = 0
-		for _, k := range kinds {
+		for _, k := range []struct {
+			model      any
+			key, where string
+		}{
+			{&Session{}, "hash", "expires_at <= ? OR used_at IS NOT NULL"}, {&Token{}, "hash", "expires_at <= ?"},
+			{&AccountQuota{}, "account_id, name", "expires_at <= ?"}, {&User{}, "id", "ephemeral AND expires_at <= ?"},
+		} {
 			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
 				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
 				return db.Where("("+k.key+") IN (?)", sub).Delete(k.model)
@@ -131,4 +109,83 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		return nil
 	})
 	return total, err
+}
+
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
+const messageBatch = 500
+
+// putMessages stores msgs, replacing stored messages of the same IDs.
+func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	rows := make([]ThreadMessage, len(msgs))
+	for i, m := range msgs {
+		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	}
+	_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
+	})
+	return err
+}
+
+func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	const op = "create thread"
+	return t.atomic(ctx, func(t *txn) error {
+		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Omit(clause.Associations).Create(&Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID,
+				UserID: th.UserID, LastSort: th.LastSort, CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()})
+		}); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, th.AccountID, th.ChatID, msgs)
+	})
+}
+
+func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
+	var r Thread
+	err := t.find(ctx, "thread", &r, func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID)
+	})
+	return store.Thread{AccountID: r.AccountID, ChatID: r.ChatID, AgentID: r.AgentID, UserID: r.UserID, LastSort: r.LastSort,
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, err
+}
+
+func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	const op = "append messages"
+	return t.atomic(ctx, func(t *txn) error {
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ?", accountID, chatID).Updates(map[string]any{
+				"last_sort":  gorm.Expr("CASE WHEN last_sort < ? THEN ? ELSE last_sort END", lastSort, lastSort),
+				"updated_at": time.Now().UnixNano(),
+			})
+		})
+		if err := someRow(op, n, err); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, accountID, chatID, msgs)
+	})
+}
+
+func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
+	var rows []ThreadMessage
+	if _, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
+		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]store.ThreadMessage, len(rows))
+	for i, r := range rows {
+		out[i] = store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
+	}
+	return out, nil
+}
+
+// DeleteThread deletes the thread; its messages go with it (ON DELETE
+// CASCADE).
+func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
+	n, err := t.do(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
+		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
+	})
+	return someRow("delete thread", n, err)
 }

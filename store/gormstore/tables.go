@@ -1,13 +1,10 @@
 package gormstore
 
-// The tables of the store as GORM models. A host may query and join them
-// with its own *gorm.DB (read them; writing them directly bypasses the
-// store's rules, such as the persistent-user count). Every model pins its
-// table name (TableName) and every field its column name, so that a host's
-// naming strategy or table prefix cannot change what embedkit reads and
-// writes. Times are Unix nanoseconds in BIGINT columns, so that they
-// round-trip exactly on both databases. Every reference to a user cascades:
-// deleting a user deletes everything it owns in one statement.
+// The tables of the store as GORM models, which a host may read and join
+// (writing them bypasses the store's rules, such as the persistent-user
+// count). Each pins its table and column names against a host's naming
+// strategy. Times are Unix nanoseconds (exact on both databases). Deleting
+// a user cascades to everything it owns.
 
 // Account is a tenant of the embedding host (table embedkit_accounts).
 type Account struct {
@@ -16,19 +13,12 @@ type Account struct {
 	Plan             string `gorm:"column:plan;not null;default:free"`
 	UseCreatorMode   bool   `gorm:"column:use_creator_mode;not null;default:false"`
 	MaxExternalUsers int64  `gorm:"column:max_external_users;not null;default:0"`
-	// Branches is a JSON array of strings.
-	Branches string `gorm:"column:branches;not null;default:[]"`
-	// Limits is the JSON object of the account's own limits (store.Limits).
-	Limits string `gorm:"column:limits;not null;default:{}"`
+	Branches         string `gorm:"column:branches;not null;default:[]"` // JSON array
+	Limits           string `gorm:"column:limits;not null;default:{}"`   // JSON store.Limits
 }
 
-// TableName implements gorm's Tabler.
-func (Account) TableName() string { return "embedkit_accounts" }
-
-// AccountUserSlot is the count of an account's persistent external users
-// (table embedkit_account_user_slots), in the row of shard 0; its row lock
-// makes the limit exact under concurrency. (Before version 6 the count was
-// spread over shards; version 6 recounts it into shard 0.)
+// AccountUserSlot counts an account's persistent external users in its row
+// of shard 0 (earlier versions spread it over shards).
 type AccountUserSlot struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Shard     int32    `gorm:"column:shard;primaryKey;autoIncrement:false"`
@@ -36,27 +26,18 @@ type AccountUserSlot struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (AccountUserSlot) TableName() string { return "embedkit_account_user_slots" }
-
 // APIKey is the hash of an API key (table embedkit_api_keys).
 type APIKey struct {
 	Hash      []byte `gorm:"column:hash;primaryKey"`
 	AccountID int64  `gorm:"column:account_id;not null;index:embedkit_api_keys_account"`
 	Admin     bool   `gorm:"column:admin;not null;default:false"`
-	// Origin says who manages the key: "api" (the Go API) or "config"
-	// (the bootstrap configuration, which removes the keys it no longer
-	// lists). Keys stored before the column existed count as "config".
+	// Origin is a store.KeyOrigin; keys older than the column are "config".
 	Origin string `gorm:"column:origin;not null;default:config"`
-	// Name is the key's label ("" when it has none).
-	Name string `gorm:"column:name;not null;default:''"`
+	Name   string `gorm:"column:name;not null;default:''"`
 	// CreatedAt is 0 for keys stored before the column existed.
 	CreatedAt int64    `gorm:"column:created_at;not null;default:0;autoCreateTime:false"`
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
-
-// TableName implements gorm's Tabler.
-func (APIKey) TableName() string { return "embedkit_api_keys" }
 
 // Deployment is a deployment of an account (table embedkit_deployments).
 type Deployment struct {
@@ -66,9 +47,6 @@ type Deployment struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (Deployment) TableName() string { return "embedkit_deployments" }
-
 // Agent is a chat agent of an account (table embedkit_agents).
 type Agent struct {
 	AccountID    int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
@@ -76,9 +54,6 @@ type Agent struct {
 	DeploymentID int64    `gorm:"column:deployment_id;not null"`
 	Account      *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
-
-// TableName implements gorm's Tabler.
-func (Agent) TableName() string { return "embedkit_agents" }
 
 // User is an external user (ExternalID set) or an internal one (InternalID
 // set) of an account (table embedkit_users).
@@ -96,19 +71,12 @@ type User struct {
 	ExpiresAt       *int64  `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
 	CreatedAt       int64   `gorm:"column:created_at;not null;autoCreateTime:false"`
 	UpdatedAt       int64   `gorm:"column:updated_at;not null;autoUpdateTime:false"`
-	// AttributeValues is a JSON object from attribute ID (a decimal
-	// string) to the user's value. GroupIDs is a JSON object from embed
-	// tenant ID (a decimal string, "0" for the account's own catalog) to
-	// the array of the IDs of the user's groups in that scope. They are
-	// stored with the user so that provisioning writes one row; an ID whose
-	// definition was deleted is ignored on read (IDs are never reused).
+	// AttributeValues maps attribute IDs to values, GroupIDs embed tenant
+	// IDs ("0": the account's catalog) to group IDs (JSON objects).
 	AttributeValues string   `gorm:"column:attribute_values;not null;default:'{}'"`
 	GroupIDs        string   `gorm:"column:group_ids;not null;default:'{}'"`
 	Account         *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
-
-// TableName implements gorm's Tabler.
-func (User) TableName() string { return "embedkit_users" }
 
 // EmbedTenant is a named tenant inside an account (table embedkit_embed_tenants).
 type EmbedTenant struct {
@@ -119,11 +87,8 @@ type EmbedTenant struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (EmbedTenant) TableName() string { return "embedkit_embed_tenants" }
-
-// CatalogGroup is a group definition of an account or embed tenant (table
-// embedkit_catalog_groups); EmbedTenantID 0 is the account itself.
+// CatalogGroup is a group definition of an account (EmbedTenantID 0) or
+// embed tenant (table embedkit_catalog_groups).
 type CatalogGroup struct {
 	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_groups_keyset,priority:3"`
 	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_groups_name,priority:1;index:embedkit_catalog_groups_keyset,priority:1"`
@@ -135,11 +100,7 @@ type CatalogGroup struct {
 	Account       *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (CatalogGroup) TableName() string { return "embedkit_catalog_groups" }
-
-// CatalogAttribute is a user attribute definition of an account or embed
-// tenant (table embedkit_catalog_attributes).
+// CatalogAttribute is an attribute definition (embedkit_catalog_attributes).
 type CatalogAttribute struct {
 	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_attributes_keyset,priority:3"`
 	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_attributes_name,priority:1;index:embedkit_catalog_attributes_keyset,priority:1"`
@@ -154,11 +115,7 @@ type CatalogAttribute struct {
 	Account       *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (CatalogAttribute) TableName() string { return "embedkit_catalog_attributes" }
-
-// Session is the hash of a single-use session id and the grant it carries
-// (table embedkit_sessions).
+// Session is a single-use session id's hash and grant (embedkit_sessions).
 type Session struct {
 	Hash            []byte `gorm:"column:hash;primaryKey"`
 	AccountID       int64  `gorm:"column:account_id;not null"`
@@ -170,18 +127,13 @@ type Session struct {
 	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
 	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_sessions_expiry"`
 	UsedAt          *int64 `gorm:"column:used_at"`
-	// KeyHash is the API key that minted the session id (NULL when
-	// none did): deleting the key deletes the session.
+	// KeyHash is the API key that minted it, if any (deleted with it).
 	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_sessions_key"`
 	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
 	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (Session) TableName() string { return "embedkit_sessions" }
-
-// Token is the hash of a session token and the grant it carries (table
-// embedkit_tokens).
+// Token is a session token's hash and grant (table embedkit_tokens).
 type Token struct {
 	Hash            []byte `gorm:"column:hash;primaryKey"`
 	AccountID       int64  `gorm:"column:account_id;not null"`
@@ -198,9 +150,6 @@ type Token struct {
 	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (Token) TableName() string { return "embedkit_tokens" }
-
 // Thread is a chat thread (table embedkit_threads).
 type Thread struct {
 	AccountID int64           `gorm:"column:account_id;primaryKey;autoIncrement:false"`
@@ -214,11 +163,7 @@ type Thread struct {
 	Messages  []ThreadMessage `gorm:"foreignKey:AccountID,ChatID;references:AccountID,ChatID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (Thread) TableName() string { return "embedkit_threads" }
-
-// ThreadMessage is one message of a thread, as JSON (table
-// embedkit_thread_messages).
+// ThreadMessage is a message of a thread (embedkit_thread_messages).
 type ThreadMessage struct {
 	AccountID int64  `gorm:"column:account_id;primaryKey;autoIncrement:false;index:embedkit_thread_messages_sort,priority:1"`
 	ChatID    string `gorm:"column:chat_id;primaryKey;index:embedkit_thread_messages_sort,priority:2"`
@@ -227,12 +172,8 @@ type ThreadMessage struct {
 	Body      string `gorm:"column:body;not null"`
 }
 
-// TableName implements gorm's Tabler.
-func (ThreadMessage) TableName() string { return "embedkit_thread_messages" }
-
-// AccountQuota is a counter of an account's quota (table
-// embedkit_account_quotas), such as the new ephemeral users of one minute;
-// it is deleted once expired.
+// AccountQuota counts toward an account's quota, such as the new ephemeral
+// users of a minute, until it expires (table embedkit_account_quotas).
 type AccountQuota struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Name      string   `gorm:"column:name;primaryKey"`
@@ -241,25 +182,32 @@ type AccountQuota struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// TableName implements gorm's Tabler.
-func (AccountQuota) TableName() string { return "embedkit_account_quotas" }
-
-// SchemaVersion records one applied migration of embedkit's tables (table
-// embedkit_schema_versions).
+// SchemaVersion is an applied migration (embedkit_schema_versions).
 type SchemaVersion struct {
 	Version   int64 `gorm:"column:version;primaryKey;autoIncrement:false"`
 	AppliedAt int64 `gorm:"column:applied_at;not null"`
 }
 
-// TableName implements gorm's Tabler.
-func (SchemaVersion) TableName() string { return "embedkit_schema_versions" }
+// TableName pins each model's table name (gorm's Tabler), whatever the
+// host's naming strategy.
+func (Account) TableName() string          { return "embedkit_accounts" }
+func (AccountUserSlot) TableName() string  { return "embedkit_account_user_slots" }
+func (APIKey) TableName() string           { return "embedkit_api_keys" }
+func (Deployment) TableName() string       { return "embedkit_deployments" }
+func (Agent) TableName() string            { return "embedkit_agents" }
+func (User) TableName() string             { return "embedkit_users" }
+func (EmbedTenant) TableName() string      { return "embedkit_embed_tenants" }
+func (CatalogGroup) TableName() string     { return "embedkit_catalog_groups" }
+func (CatalogAttribute) TableName() string { return "embedkit_catalog_attributes" }
+func (Session) TableName() string          { return "embedkit_sessions" }
+func (Token) TableName() string            { return "embedkit_tokens" }
+func (Thread) TableName() string           { return "embedkit_threads" }
+func (ThreadMessage) TableName() string    { return "embedkit_thread_messages" }
+func (AccountQuota) TableName() string     { return "embedkit_account_quotas" }
+func (SchemaVersion) TableName() string    { return "embedkit_schema_versions" }
 
-// Models returns every model of the store in creation order (referenced
-// tables first), for a host that wants to list or inspect them.
+// Models returns every model of the store, referenced tables first.
 func Models() []any {
-	return []any{
-		&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
-		&CatalogGroup{}, &CatalogAttribute{}, &Session{}, &Token{},
-		&Thread{}, &ThreadMessage{}, &AccountQuota{},
-	}
+	return []any{&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
+		&CatalogGroup{}, &CatalogAttribute{}, &Session{}, &Token{}, &Thread{}, &ThreadMessage{}, &AccountQuota{}}
 }

@@ -33,6 +33,10 @@
 // log, so nothing of them is kept. fn must not call the Store itself, only
 // its Tx (the write lock is not reentrant). Waiting for the lock does not
 // observe the context; a context already done when a call starts fails it.
+// Because writers never overlap, the limits a write is given (persistent
+// users, ephemeral users per minute, embed tenants) are exact with plain
+// counters, and a write refused with [store.ErrLimit] is undone like any
+// failed write.
 //
 // # Semantics
 //

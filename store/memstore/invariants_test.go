@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/store"
 )
@@ -66,6 +67,11 @@ func checkInvariants(t *testing.T, d *db) {
 	for acc, n := range persistent {
 		if d.persistent[acc] != n {
 			fail("account %d counts %d persistent users, has %d", acc, d.persistent[acc], n)
+		}
+	}
+	for k, n := range d.ephemeralCounts {
+		if _, ok := d.accounts[k.accountID]; !ok || n <= 0 || !k.minute.Equal(k.minute.Truncate(time.Minute)) {
+			fail("ephemeral counter %+v = %d", k, n)
 		}
 	}
 	checkCatalog := func(kind string, ids map[store.Scope][]int64, scopeOf func(int64) (store.Scope, string, bool), byName map[scopeKey]int64, total int) {

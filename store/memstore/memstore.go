@@ -41,9 +41,9 @@ type config struct {
 }
 
 // WithClock sets the clock for the timestamps the contract does not pass
-// explicitly: CreatedAt and UpdatedAt of embed tenants, groups, attribute
-// definitions and internal users, UpdatedAt of a thread in AppendMessages,
-// and "now" wherever a caller passes a zero time. Expiry always uses the
+// explicitly: CreatedAt and UpdatedAt of embed tenants, groups and
+// attribute definitions, UpdatedAt of a thread in AppendMessages, and "now"
+// wherever a caller passes a zero time (UserUpsert.Now included). Expiry always uses the
 // now arguments of the methods. Default: time.Now. c must not be nil;
 // WithClock panics otherwise.
 func WithClock(c store.Clock) Option {

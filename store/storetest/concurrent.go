@@ -488,16 +488,16 @@ var concurrentRules = []rule{
 			f := newFixture(t, st, "acme")
 			const expired = 40
 			for i := range expired {
-				u := f.ephemeral(t, st, fmt.Sprint("e-", i), t0.Add(10*time.Minute))
+				u := f.ephemeral(t, st, fmt.Sprint("e-", i), t0.Add(3*time.Hour))
 				if i%10 == 0 {
 					f.thread(t, st, u.ID, fmt.Sprint("chat-", i))
 				}
 			}
-			keep := f.ephemeral(t, st, "keep", t0.Add(time.Hour))
+			keep := f.ephemeral(t, st, "keep", t0.Add(10*time.Hour))
 			// Whatever else has expired by then (counters of past minutes)
 			// goes first, so that the concurrent calls count only users.
 			for {
-				n, err := st.DeleteExpired(ctx(t), t0.Add(9*time.Minute), 100)
+				n, err := st.DeleteExpired(ctx(t), t0.Add(3*time.Hour-time.Minute), 100)
 				mustNil(t, "DeleteExpired", err)
 				if n == 0 {
 					break
@@ -506,7 +506,7 @@ var concurrentRules = []rule{
 			var total atomic.Int64
 			errs := parallel(8, func(int) error {
 				for {
-					n, err := st.DeleteExpired(ctx(t), t0.Add(20*time.Minute), 3)
+					n, err := st.DeleteExpired(ctx(t), t0.Add(4*time.Hour), 3)
 					if err != nil {
 						return err
 					}
@@ -526,7 +526,7 @@ var concurrentRules = []rule{
 				_, err := st.Thread(ctx(t), f.account.ID, fmt.Sprint("chat-", i))
 				wantErr(t, "an expired user's thread", err, store.ErrNotFound)
 			}
-			_, err := st.UserByID(ctx(t), keep.ID, t0.Add(20*time.Minute))
+			_, err := st.UserByID(ctx(t), keep.ID, t0.Add(4*time.Hour))
 			mustNil(t, "unexpired user", err)
 		},
 	},

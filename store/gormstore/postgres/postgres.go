@@ -2,11 +2,8 @@
 // through gorm.io/driver/postgres (pgx). It needs no cgo.
 //
 //	st, err := postgres.Open("postgres://user@host:5432/db?sslmode=disable")
-//	if err != nil { ... }
-//	defer st.Close()
 //
-// A host that wants its own GORM configuration (logger, callbacks, plugins
-// such as gorm.io/plugin/dbresolver) or pool size opens the database itself
+// A host with its own GORM configuration or pool opens the database itself
 // and hands the handle to [gormstore.OpenDB].
 package postgres
 
@@ -25,12 +22,9 @@ import (
 
 // PoolSize returns the size of the connection pool Open creates: four
 // connections per core the Go runtime may use (runtime.GOMAXPROCS), so
-// that more cores give more throughput. A fixed pool tuned on a small
-// machine fell behind a plain database/sql server with 4 connections per
-// core on a larger one; on 2 cores this is the 8 connections that gave
-// generate-session its lowest p99 latency there. Open the database
-// yourself and hand it to [gormstore.OpenDB] for another size: the store
-// then uses the host's pool as it is.
+// that the pool follows the machine (a fixed pool fell behind on larger
+// ones). A host that wants another size opens the database itself and
+// hands it to [gormstore.OpenDB], which uses its pool as it is.
 func PoolSize() int { return 4 * runtime.GOMAXPROCS(0) }
 
 // Open connects to the PostgreSQL database named by dsn (a URL or
