@@ -3,7 +3,6 @@ package chatstream
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"sync"
 
@@ -39,8 +38,7 @@ const (
 // batches until its own is stored, then hands the lead to the next waiter
 // (a final write's caller first, then a clock tick's).
 type persister struct {
-	st  store.Store
-	log *slog.Logger
+	st store.Store
 
 	mu     sync.Mutex
 	finals []*finalJob
