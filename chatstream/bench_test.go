@@ -20,6 +20,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
 
@@ -317,4 +318,102 @@ func BenchmarkAbortLatency(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// txCounter counts the store's transactions and the AppendMessages calls
+// in them.
+type txCounter struct {
+	store.Store
+	n, appends atomic.Int64
+}
+
+func (s *txCounter) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	s.n.Add(1)
+	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(countingTx{tx, s}) })
+}
+
+type countingTx struct {
+	store.Tx
+	s *txCounter
+}
+
+func (t countingTx) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	t.s.appends.Add(1)
+	return t.Tx.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+// BenchmarkHeldStreamTransactions holds 1,000 and 10,000 streams open on an
+// agent that streams a piece every 400 ms (so that each stream has
+// something new at each tick of the checkpoint clock), and reports the store's
+// transactions per second while they run (their checkpoints; no turn opens
+// or ends meanwhile) and the mean time between two checkpoints of a
+// stream: the checkpoints cost a near-constant number of transactions
+// whatever the number of streams.
+func BenchmarkHeldStreamTransactions(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) { benchHeldStreamTransactions(b, n) })
+	}
+}
+
+func benchHeldStreamTransactions(b *testing.B, n int) {
+	ev := make([]chatstreamtest.Event, 0, 400)
+	for range 200 {
+		ev = append(ev, chatstreamtest.Content("word "), chatstreamtest.Pause(400*time.Millisecond))
+	}
+	agent := &chatstreamtest.ScriptedAgent{Events: ev}
+	tr := &http.Transport{MaxIdleConnsPerHost: n, ReadBufferSize: 1024, WriteBufferSize: 1024}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	for b.Loop() {
+		b.StopTimer()
+		var counter *txCounter
+		e := newEnv(b, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent,
+			store: func(t testing.TB, backend string) store.Store {
+				counter = &txCounter{Store: testdb.Open(t, backend)}
+				return counter
+			},
+			cfg: func(c *operator.Config) {
+				l := &c.Accounts[0].Limits
+				l.RunningTurns, l.RunningTurnsPerUser, l.NewEphemeralUsersPerMinute = -1, -1, -1
+			}})
+		ln := newPipeListener()
+		srv := &http.Server{Handler: e.Config.Handler}
+		go func() { _ = srv.Serve(ln) }()
+		tr.DialContext = ln.dial
+		resps := make([]*http.Response, 0, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			body := fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"held-%d"}}`, i%50)
+			req, _ := http.NewRequest(http.MethodPost, "http://pipe"+streamPath(acct, agentID), strings.NewReader(body))
+			req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
+			resp, err := hc.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				msg, _ := io.ReadAll(resp.Body)
+				b.Fatalf("stream %d: %s %s", i, resp.Status, msg)
+			}
+			resps = append(resps, resp)
+			wg.Go(func() { _, _ = io.Copy(io.Discard, resp.Body) })
+		}
+		b.StartTimer()
+		const window = 5 * time.Second
+		n0, a0 := counter.n.Load(), counter.appends.Load()
+		time.Sleep(window)
+		b.ReportMetric(float64(counter.n.Load()-n0)/window.Seconds(), "tx/s")
+		// The mean time between two checkpoints of a stream.
+		b.ReportMetric(float64(n)*window.Seconds()/float64(counter.appends.Load()-a0), "s/checkpoint")
+		b.StopTimer()
+		for _, r := range resps {
+			r.Body.Close()
+		}
+		wg.Wait()
+		if err := e.h.Close(); err != nil {
+			b.Fatal(err)
+		}
+		srv.Close()
+		tr.CloseIdleConnections()
+		b.StartTimer()
+	}
 }

@@ -161,3 +161,95 @@ func TestCheckpointsStoreCompletedMessagesOnce(t *testing.T) {
 		}
 	})
 }
+
+// blockedAppends is a store whose AppendMessages (the checkpoints' and
+// final writes) wait until release is closed.
+type blockedAppends struct {
+	store.Store
+	release chan struct{}
+}
+
+func (s *blockedAppends) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(blockedTx{tx, s.release}) })
+}
+
+func (s *blockedAppends) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	<-s.release
+	return s.Store.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+type blockedTx struct {
+	store.Tx
+	release chan struct{}
+}
+
+func (t blockedTx) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	<-t.release
+	return t.Tx.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+// TestEmittersNeverWaitForWrites streams more lines than a reserved block
+// of sorts while the store cannot write: the agent's emitter calls all
+// return at once, the lines past the reserved mark reach the client only
+// once a checkpoint has stored a new mark, and then all of them do.
+func TestEmittersNeverWaitForWrites(t *testing.T) {
+	const n = 6000
+	emitted := make(chan struct{})
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		for range n {
+			if err := e.Content("x"); err != nil {
+				return err
+			}
+		}
+		close(emitted)
+		<-ctx.Done()
+		return nil
+	})
+	release := make(chan struct{})
+	released := sync.OnceFunc(func() { close(release) })
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent,
+		store: func(t testing.TB, backend string) store.Store {
+			return &blockedAppends{Store: testdb.Open(t, backend), release: release}
+		}})
+	t.Cleanup(released) // before the env's cleanup, which ends the turn
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		pieces int
+	)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return pieces
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range e.client.Stream(ctx, acct, agentID, chatstream.Request{Input: "go", ChatID: "unblocked", SessionSettings: ext("u")}) {
+			if err == nil && isContent(m) {
+				mu.Lock()
+				pieces++
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-emitted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent's emitter waited for the store")
+	}
+	time.Sleep(time.Second) // a checkpoint tick, blocked
+	if got := count(); got >= n {
+		t.Fatalf("%d pieces reached the client before any checkpoint was stored", got)
+	}
+	released()
+	deadline := time.Now().Add(10 * time.Second)
+	for count() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pieces reached the client after the store came back", count(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

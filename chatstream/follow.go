@@ -27,7 +27,13 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		lw.send(stateMessage(id, 0, nil, h.cfg.dev))
 		return
 	}
-	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	var (
+		th  store.Thread
+		err error
+	)
+	// On a goroutine of its own, as for an opening (serveStream): this
+	// request may follow a running turn for long.
+	onOwnStack(func() { th, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings) })
 	if err != nil {
 		h.fail(w, r, err)
 		return

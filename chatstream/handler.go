@@ -217,16 +217,49 @@ func admit[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode fun
 }
 
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
-	c, req, err := admit(h, w, r, decodeChatRequest, func(q chatRequest) *SessionSettings { return q.SessionSettings })
-	if err != nil {
+	var (
+		c   caller
+		req chatRequest
+		t   *turn
+		op  openedTurn
+		err error
+	)
+	// The admission and a turn's opening run on a goroutine that ends with
+	// them: store calls grow a goroutine's stack far beyond what streaming
+	// needs, and the request's goroutine keeps its stack as long as the
+	// stream is open.
+	onOwnStack(func() {
+		c, req, err = admit(h, w, r, decodeChatRequest, func(q chatRequest) *SessionSettings { return q.SessionSettings })
+		if err == nil && req.Input != "" {
+			t, op, err = h.open(r.Context(), c, req, h.cfg.now())
+		}
+	})
+	switch {
+	case err != nil:
 		h.fail(w, r, err)
-		return
-	}
-	if req.Input == "" {
+	case req.Input == "":
 		h.serveState(w, r, c, req)
-		return
+	default:
+		h.runTurn(w, r, c, t, op)
 	}
-	h.serveTurn(w, r, c, req)
+}
+
+// onOwnStack runs f on a new goroutine and waits for it; a panic of f
+// panics the caller.
+func onOwnStack(f func()) {
+	done := make(chan struct{})
+	var p any
+	go func() {
+		defer func() {
+			p = recover()
+			close(done)
+		}()
+		f()
+	}()
+	<-done
+	if p != nil {
+		panic(p)
+	}
 }
 
 // lookupUser finds the user named by the request without provisioning it;

@@ -283,3 +283,43 @@ func TestTurnTooLong(t *testing.T) {
 		}
 	})
 }
+
+// userGoneStore deletes the user of a thread being created just before
+// creating it, in the same transaction: as if a concurrent refused request
+// had undone the user between the turn's provisioning and its opening.
+type userGoneStore struct{ store.Store }
+
+func (s userGoneStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(userGoneTx{tx}) })
+}
+
+type userGoneTx struct{ store.Tx }
+
+func (t userGoneTx) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	if err := t.Tx.DeleteUser(ctx, th.UserID); err != nil {
+		return err
+	}
+	return t.Tx.CreateThread(ctx, th, msgs...)
+}
+
+// TestOpeningWhoseUserIsGone: a turn whose user was deleted between its
+// provisioning and its opening is 503 (try again), and the request leaves
+// nothing behind.
+func TestOpeningWhoseUserIsGone(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			return userGoneStore{testdb.Open(t, backend)}
+		}})
+		err := firstLine(t.Context(), e.client, chatstream.Request{Input: "hi", ChatID: "gone-user", SessionSettings: ext("gone")})
+		if apiStatus(err) != http.StatusServiceUnavailable {
+			t.Fatalf("got %v, want 503", err)
+		}
+		if _, err := e.Store.Thread(t.Context(), e.Accounts[acct].ID, "gone-user"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the thread was stored: %v", err)
+		}
+		// The request created the user: refused, it deletes it again.
+		if _, err := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "gone"}, e.Now()); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the user the refused request created: %v", err)
+		}
+	})
+}

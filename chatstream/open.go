@@ -14,60 +14,22 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Opening a turn, top to bottom (serveTurn): provision the user in a
+// Opening a turn, top to bottom (open, then runTurn): provision the user in a
 // transaction of its own, reserve the turn for the user's id (in this
 // process and in the cluster), open the stream (thread and user echo in one
 // transaction), then start the agent and stream the turn. A refused
 // reservation or opening undoes what the request created, so that a request
 // is all or nothing.
 
-// serveTurn answers a request with input.
-func (h *Handler) serveTurn(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
-	ctx := r.Context()
-	now := h.cfg.now()
-	chatID := req.ChatID
-	if chatID == "" {
-		chatID = newID()
-	}
-	var (
-		t   *turn
-		op  openedTurn
-		err error
-	)
-	// The opening runs on a goroutine that ends with it: store calls grow
-	// a goroutine's stack far beyond what streaming needs, and the
-	// request's goroutine keeps its stack as long as the stream is open.
-	onOwnStack(func() { t, op, err = h.open(ctx, c, req, chatID, now) })
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.runTurn(w, r, c, t, op)
-}
-
-// onOwnStack runs f on a new goroutine and waits for it; a panic of f
-// panics the caller.
-func onOwnStack(f func()) {
-	done := make(chan struct{})
-	var p any
-	go func() {
-		defer func() {
-			p = recover()
-			close(done)
-		}()
-		f()
-	}()
-	<-done
-	if p != nil {
-		panic(p)
-	}
-}
-
 // open provisions the user, reserves the turn for it and opens the stream.
 // The reservation has effects outside the store (the registry, the
 // cluster), so it is made between the two transactions, never inside one
 // (whose function may run more than once).
-func (h *Handler) open(ctx context.Context, c caller, req chatRequest, chatID string, now time.Time) (*turn, openedTurn, error) {
+func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.Time) (*turn, openedTurn, error) {
+	chatID := req.ChatID
+	if chatID == "" {
+		chatID = newID()
+	}
 	if h.turns.isClosing() {
 		return nil, openedTurn{}, errShuttingDown // spare the store a user to undo
 	}

@@ -3,17 +3,22 @@ package chatstream
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"sync"
 
 	"github.com/embedkit/embedkit/store"
 )
 
-// maxPersistBatch caps the thread writes of one transaction, so that no
-// transaction holds the database (SQLite's one writer) much longer than the
-// openings around it.
-const maxPersistBatch = 256
+// A transaction of the persister takes at most maxPersistBatch thread
+// writes, so that it does not hold the database (SQLite's one writer) much
+// longer than the openings around it, unless more than
+// maxPersistBatch*persistSplit are queued: then it takes a persistSplit-th
+// of them, so that however many turns run, their checkpoints of a clock
+// tick cost at most about persistSplit transactions.
+const (
+	maxPersistBatch = 256
+	persistSplit    = 8
+)
 
 // persister is the one batching layer of chatstream: it stores the final
 // messages of ending turns and the checkpoints of running ones, with group
@@ -33,8 +38,7 @@ const maxPersistBatch = 256
 // batches until its own is stored, then hands the lead to the next waiter
 // (a final write's caller first, then a clock tick's).
 type persister struct {
-	st  store.Store
-	log *slog.Logger
+	st store.Store
 
 	mu     sync.Mutex
 	finals []*finalJob
@@ -168,13 +172,14 @@ func (p *persister) handOff() {
 }
 
 // writeBatch takes the final writes queued (first) and checkpoints, up to
-// maxPersistBatch, and stores them in one transaction.
+// its limit, and stores them in one transaction.
 func (p *persister) writeBatch() {
 	p.mu.Lock()
-	nf := min(len(p.finals), maxPersistBatch)
+	limit := max(maxPersistBatch, (len(p.finals)+len(p.ckpts)+persistSplit-1)/persistSplit)
+	nf := min(len(p.finals), limit)
 	finals := slices.Clone(p.finals[:nf])
 	p.finals = p.finals[nf:]
-	nc := min(len(p.ckpts), maxPersistBatch-nf)
+	nc := min(len(p.ckpts), limit-nf)
 	ckpts := slices.Clone(p.ckpts[:nc])
 	p.ckpts = p.ckpts[nc:]
 	p.written += int64(nc)

@@ -36,8 +36,8 @@ func clusterUnavailable(err error) error {
 }
 
 const (
-	// persistTimeout bounds the write of a turn's final messages, and the
-	// release of its cluster claim.
+	// persistTimeout bounds a transaction of the persister (a turn's final
+	// messages with other writes), and the release of a turn's claim.
 	persistTimeout = 10 * time.Second
 	// releaseQuick bounds the release of a claim after a failure (the
 	// store failed, or the request did before its turn started), so that
@@ -90,7 +90,7 @@ type registry struct {
 
 func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 	halt, haltNow := context.WithCancel(context.Background())
-	r := &registry{log: log, cluster: cluster, persist: &persister{st: st, log: log}, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
+	r := &registry{log: log, cluster: cluster, persist: &persister{st: st}, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
 		perAccount: make(map[int64]int), perUser: make(map[int64]int),
 		lingerAccount: make(map[int64]int), lingerUser: make(map[int64]int)}
 	r.clock.reg = r
