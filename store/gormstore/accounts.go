@@ -20,8 +20,6 @@ func columns(names ...string) []clause.Column {
 	return cs
 }
 
-// upsert is ON CONFLICT (conflict...) DO UPDATE SET each of set to the
-// inserted value.
 func upsert(conflict []string, set ...string) clause.OnConflict {
 	return clause.OnConflict{Columns: columns(conflict...), DoUpdates: clause.AssignmentColumns(set)}
 }
@@ -32,7 +30,6 @@ func (t *txn) find(ctx context.Context, op string, dest any, f func(db *gorm.DB)
 	return someRow(op, n, err)
 }
 
-// someRow is err, or [store.ErrNotFound] when a statement found no row.
 func someRow(op string, n int64, err error) error {
 	if err == nil && n == 0 {
 		return newErr(op, store.ErrNotFound)
@@ -81,10 +78,7 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 // another account affects no row.
 func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	const op = "save api key"
-	if k.Origin == "" {
-		k.Origin = store.OriginAPI
-	}
-	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(k.Origin), Name: k.Name}
+	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(cmp.Or(k.Origin, store.OriginAPI)), Name: k.Name}
 	if !k.CreatedAt.IsZero() {
 		row.CreatedAt = k.CreatedAt.UnixNano()
 	}
@@ -125,20 +119,29 @@ func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, err
 	_, err := t.do(ctx, "api keys", func(db *gorm.DB) *gorm.DB {
 		return db.Where("account_id = ?", accountID).Order("created_at, hash").Find(&rows)
 	})
-	out := make([]store.APIKey, len(rows))
+	return convert(rows, APIKey.key), err
+}
+
+// convert converts each of rows with f.
+func convert[R, T any](rows []R, f func(R) T) []T {
+	out := make([]T, len(rows))
 	for i, r := range rows {
-		out[i] = r.key()
+		out[i] = f(r)
 	}
-	return out, err
+	return out
 }
 
 // DeleteAPIKey deletes the key; its session ids and tokens go with it (ON
 // DELETE CASCADE).
 func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
-	n, err := t.write(ctx, "delete api key", func(db *gorm.DB) *gorm.DB {
-		return db.Where("hash = ? AND account_id = ?", hash, accountID).Delete(&APIKey{})
-	})
-	return someRow("delete api key", n, err)
+	return t.deleteRows(ctx, "delete api key", &APIKey{}, "hash = ? AND account_id = ?", hash, accountID)
+}
+
+// deleteRows deletes the rows of model that query selects; none is
+// [store.ErrNotFound].
+func (t *txn) deleteRows(ctx context.Context, op string, model any, query string, args ...any) error {
+	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where(query, args...).Delete(model) })
+	return someRow(op, n, err)
 }
 
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {

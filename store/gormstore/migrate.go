@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
 )
 
 // migrations are the versions of the schema, applied in order in one
@@ -28,7 +30,6 @@ var migrations = []struct {
 	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
 }
 
-// migrationLock is the PostgreSQL advisory lock held while migrating.
 const migrationLock = 7318002119
 
 // Migrate brings embedkit's tables in db up to date, and only them; [OpenDB]
@@ -199,14 +200,9 @@ func createIndexes(tx *gorm.DB, model any, table string) error {
 	if err := stmt.Parse(model); err != nil || table != "" && stmt.Schema.Table != table {
 		return err
 	}
-indexes:
 	for _, idx := range stmt.Schema.ParseIndexes() {
-		for _, f := range idx.Fields {
-			if !m.HasColumn(model, f.DBName) {
-				continue indexes
-			}
-		}
-		if !m.HasIndex(model, idx.Name) {
+		missing := slices.ContainsFunc(idx.Fields, func(f schema.IndexOption) bool { return !m.HasColumn(model, f.DBName) })
+		if !missing && !m.HasIndex(model, idx.Name) {
 			if err := m.CreateIndex(model, idx.Name); err != nil {
 				return err
 			}
@@ -215,7 +211,6 @@ indexes:
 	return nil
 }
 
-// quoteIdent quotes an SQL identifier for both databases.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // upgrade adds the tables, columns and indexes of the current models that

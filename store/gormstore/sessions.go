@@ -114,7 +114,6 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 // messageBatch keeps the parameters of one INSERT below drivers' limits.
 const messageBatch = 500
 
-// putMessages stores msgs, replacing stored messages of the same IDs.
 func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	if len(msgs) == 0 {
 		return nil
@@ -174,18 +173,13 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 	}); err != nil {
 		return nil, err
 	}
-	out := make([]store.ThreadMessage, len(rows))
-	for i, r := range rows {
-		out[i] = store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
-	}
-	return out, nil
+	return convert(rows, func(r ThreadMessage) store.ThreadMessage {
+		return store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
+	}), nil
 }
 
 // DeleteThread deletes the thread; its messages go with it (ON DELETE
 // CASCADE).
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	n, err := t.write(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
-	})
-	return someRow("delete thread", n, err)
+	return t.deleteRows(ctx, "delete thread", &Thread{}, "account_id = ? AND chat_id = ?", accountID, chatID)
 }
