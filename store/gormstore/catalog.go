@@ -142,19 +142,10 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 }
 
 // catalogRow is a definition or a row of the Lookup: a deployment (kind
-// "d"), an attribute ("a") or a group ("g").
+// "d"), an attribute ("a") or a group ("g"), in an attribute's columns.
 type catalogRow struct {
-	Kind          string  `gorm:"column:kind"`
-	ID            int64   `gorm:"column:id"`
-	AccountID     int64   `gorm:"column:account_id"`
-	EmbedTenantID int64   `gorm:"column:embed_tenant_id"`
-	Name          string  `gorm:"column:name"`
-	Type          string  `gorm:"column:type"`
-	DisplayName   *string `gorm:"column:display_name"`
-	DefaultValue  *string `gorm:"column:default_value"`
-	Description   *string `gorm:"column:description"`
-	CreatedAt     int64   `gorm:"column:created_at"`
-	UpdatedAt     int64   `gorm:"column:updated_at"`
+	Kind string `gorm:"column:kind"`
+	CatalogAttribute
 }
 
 const (

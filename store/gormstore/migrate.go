@@ -142,16 +142,11 @@ func prefixNames(tx *gorm.DB) error {
 // included), owned sequences and foreign keys of table.
 func prefixPostgres(tx *gorm.DB, table string) error {
 	var renames []struct{ Kind, Name string }
-	err := tx.Raw(`SELECT 'INDEX' AS kind, i.relname AS name
-		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-		WHERE x.indrelid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass
-		UNION ALL
-		SELECT 'SEQUENCE', s.relname FROM pg_depend d JOIN pg_class s ON s.oid = d.objid
-		WHERE d.refobjid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AND s.relkind = 'S' AND d.deptype IN ('a', 'i')
-		UNION ALL
-		SELECT 'CONSTRAINT', conname FROM pg_constraint
-		WHERE conrelid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AND contype = 'f'`,
-		table, table, table).Scan(&renames).Error
+	err := tx.Raw(`WITH t AS (SELECT (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AS oid)
+		SELECT 'INDEX' AS kind, i.relname AS name FROM t, pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = t.oid
+		UNION ALL SELECT 'SEQUENCE', s.relname FROM t, pg_depend d JOIN pg_class s ON s.oid = d.objid
+		WHERE d.refobjid = t.oid AND s.relkind = 'S' AND d.deptype IN ('a', 'i')
+		UNION ALL SELECT 'CONSTRAINT', conname FROM t, pg_constraint WHERE conrelid = t.oid AND contype = 'f'`, table).Scan(&renames).Error
 	if err != nil {
 		return err
 	}
