@@ -122,7 +122,6 @@ func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, err
 	return convert(rows, APIKey.key), err
 }
 
-// convert converts each of rows with f.
 func convert[R, T any](rows []R, f func(R) T) []T {
 	out := make([]T, len(rows))
 	for i, r := range rows {
@@ -131,8 +130,6 @@ func convert[R, T any](rows []R, f func(R) T) []T {
 	return out
 }
 
-// DeleteAPIKey deletes the key; its session ids and tokens go with it (ON
-// DELETE CASCADE).
 func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
 	return t.deleteRows(ctx, "delete api key", &APIKey{}, "hash = ? AND account_id = ?", hash, accountID)
 }

@@ -216,7 +216,6 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	return res, nil
 }
 
-// inScope selects the definitions of s.
 const inScope = "account_id = ? AND embed_tenant_id = ?"
 
 // definitions reads the definitions of model in s that where selects.
@@ -247,7 +246,6 @@ func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
 	return t.deleteRows(ctx, "delete group", &CatalogGroup{}, inScope+" AND id = ?", s.AccountID, s.EmbedTenantID, id)
 }
 
-// DeleteAttribute deletes the definition only, as DeleteGroup.
 func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) error {
 	return t.deleteRows(ctx, "delete attribute", &CatalogAttribute{}, inScope+" AND id = ?", s.AccountID, s.EmbedTenantID, id)
 }

@@ -59,7 +59,6 @@ func classify(err error) (kind error, retry bool) {
 		}
 		return nil, false
 	}
-	var ne net.Error
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "database table is locked"):
@@ -69,7 +68,7 @@ func classify(err error) (kind error, retry bool) {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
 		errors.Is(err, gorm.ErrInvalidTransaction), errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(net.Error)):
 		return store.ErrUnavailable, false
 	}
 	// Errors without a code: a closed pool or connection, SQLite's file.

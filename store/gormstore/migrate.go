@@ -62,8 +62,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
 			return err
 		}
-		if current > 0 && current < 4 {
-			// The current models' tables carry the prefix: rename first.
+		if current > 0 && current < 4 { // the current models' tables carry the prefix: rename first
 			if err := prefixNames(tx); err != nil {
 				return fmt.Errorf("version 4: %w", err)
 			}
@@ -167,8 +166,8 @@ func prefixPostgres(tx *gorm.DB, table string) error {
 	return nil
 }
 
-// prefixSQLite replaces the old indexes of table by the model's (SQLite
-// cannot rename an index).
+// prefixSQLite drops the old indexes of table (SQLite cannot rename an
+// index); upgrade, which follows, creates the model's.
 func prefixSQLite(tx *gorm.DB, table string) error {
 	var names []string
 	if err := tx.Raw(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL
@@ -180,19 +179,13 @@ func prefixSQLite(tx *gorm.DB, table string) error {
 			return err
 		}
 	}
-	for _, model := range Models() {
-		if err := createIndexes(tx, model, table); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
-// createIndexes creates the missing indexes of model (if its table is
-// table, unless "") whose columns exist.
-func createIndexes(tx *gorm.DB, model any, table string) error {
+// createIndexes creates the missing indexes of model whose columns exist.
+func createIndexes(tx *gorm.DB, model any) error {
 	stmt, m := &gorm.Statement{DB: tx}, tx.Migrator()
-	if err := stmt.Parse(model); err != nil || table != "" && stmt.Schema.Table != table {
+	if err := stmt.Parse(model); err != nil {
 		return err
 	}
 	for _, idx := range stmt.Schema.ParseIndexes() {
@@ -246,7 +239,7 @@ func upgrade(tx *gorm.DB) error {
 				}
 			}
 		}
-		if err := createIndexes(tx, model, ""); err != nil {
+		if err := createIndexes(tx, model); err != nil {
 			return err
 		}
 	}

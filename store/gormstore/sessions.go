@@ -178,8 +178,6 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 	}), nil
 }
 
-// DeleteThread deletes the thread; its messages go with it (ON DELETE
-// CASCADE).
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
 	return t.deleteRows(ctx, "delete thread", &Thread{}, "account_id = ? AND chat_id = ?", accountID, chatID)
 }

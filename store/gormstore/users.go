@@ -34,7 +34,6 @@ func (r User) user() store.User {
 	return u
 }
 
-// byKey selects the user k names.
 func byKey(db *gorm.DB, k store.UserKey) *gorm.DB {
 	if k.InternalID != "" {
 		return db.Where("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
@@ -69,10 +68,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		}
 	}
 	if u.SetGroups {
-		var ids []int64
-		if len(u.Groups) > 0 {
-			ids = slices.Compact(slices.Sorted(slices.Values(u.Groups)))
-		}
+		ids := slices.Compact(slices.Sorted(slices.Values(u.Groups))) // nil for none: null clears
 		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
 	}
 	err = t.atomic(ctx, func(t *txn) error {
