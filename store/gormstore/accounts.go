@@ -142,17 +142,17 @@ func (t *txn) deleteRows(ctx context.Context, op string, model any, query string
 }
 
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
-	_, err := t.write(ctx, "save deployment", func(db *gorm.DB) *gorm.DB {
-		return db.Select("*").Clauses(upsert([]string{"account_id", "id"}, "name")).
-			Create(&Deployment{AccountID: d.AccountID, ID: d.ID, Name: d.Name})
-	})
-	return err
+	return t.save(ctx, "save deployment", &Deployment{AccountID: d.AccountID, ID: d.ID, Name: d.Name}, "name")
 }
 
 func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
-	_, err := t.write(ctx, "save agent", func(db *gorm.DB) *gorm.DB {
-		return db.Clauses(upsert([]string{"account_id", "id"}, "deployment_id")).
-			Create(&Agent{AccountID: a.AccountID, ID: a.ID, DeploymentID: a.DeploymentID})
+	return t.save(ctx, "save agent", &Agent{AccountID: a.AccountID, ID: a.ID, DeploymentID: a.DeploymentID}, "deployment_id")
+}
+
+// save upserts row, of an account's own ID; Select: zero fields too.
+func (t *txn) save(ctx context.Context, op string, row any, set string) error {
+	_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Select("*").Clauses(upsert([]string{"account_id", "id"}, set)).Create(row)
 	})
 	return err
 }

@@ -53,8 +53,7 @@ func classify(err error) (kind error, retry bool) {
 		switch code := pe.SQLState(); {
 		case code == "40001", code == "40P01":
 			return store.ErrUnavailable, true
-		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57":
-			// connection, resources, operator intervention (timeout, shutdown)
+		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57": // connection, resources, operator intervention
 			return store.ErrUnavailable, false
 		}
 		return nil, false

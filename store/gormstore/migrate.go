@@ -225,10 +225,7 @@ func upgrade(tx *gorm.DB) error {
 			switch {
 			case m.HasColumn(model, col):
 			case col == "key_hash":
-				typ, table := "BLOB", stmt.Schema.Table
-				if tx.Dialector.Name() == "postgres" {
-					typ = "BYTEA"
-				}
+				table, typ := stmt.Schema.Table, tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col))
 				if err := tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + table +
 					"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error; err != nil {
 					return err
@@ -279,9 +276,6 @@ func foldUserData(tx *gorm.DB) error {
 			}
 		}
 	}
-	if err := tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error; err != nil {
-		return err
-	}
-	return tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
-		SELECT account_id, 0, COUNT(*) FROM embedkit_users WHERE external_id IS NOT NULL AND NOT ephemeral GROUP BY account_id`).Error
+	return errors.Join(tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error, tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
+		SELECT account_id, 0, COUNT(*) FROM embedkit_users WHERE external_id IS NOT NULL AND NOT ephemeral GROUP BY account_id`).Error)
 }
