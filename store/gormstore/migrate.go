@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -119,9 +118,9 @@ var legacyTables = []string{
 // Hand-written DDL: GORM's migrator renames neither sequences nor
 // constraints.
 func prefixNames(tx *gorm.DB) error {
-	m, prefix := tx.Migrator(), prefixSQLite
+	m, renames := tx.Migrator(), renamesSQLite
 	if tx.Dialector.Name() == "postgres" {
-		prefix = prefixPostgres
+		renames = renamesPostgres
 	}
 	for _, old := range legacyTables {
 		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
@@ -130,57 +129,34 @@ func prefixNames(tx *gorm.DB) error {
 		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
-		if err := prefix(tx, "embedkit_"+old); err != nil {
+		var stmts []string
+		err := tx.Raw(renames, "embedkit_"+old).Scan(&stmts).Error
+		for i := 0; err == nil && i < len(stmts); i++ {
+			err = tx.Exec(stmts[i]).Error
+		}
+		if err != nil {
 			return fmt.Errorf("table %s: %w", old, err)
 		}
 	}
 	return nil
 }
 
-// prefixPostgres renames the indexes (primary keys and unique constraints
-// included), owned sequences and foreign keys of table.
-func prefixPostgres(tx *gorm.DB, table string) error {
-	var renames []struct{ Kind, Name string }
-	err := tx.Raw(`WITH t AS (SELECT (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AS oid)
-		SELECT 'INDEX' AS kind, i.relname AS name FROM t, pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = t.oid
-		UNION ALL SELECT 'SEQUENCE', s.relname FROM t, pg_depend d JOIN pg_class s ON s.oid = d.objid
-		WHERE d.refobjid = t.oid AND s.relkind = 'S' AND d.deptype IN ('a', 'i')
-		UNION ALL SELECT 'CONSTRAINT', conname FROM t, pg_constraint WHERE conrelid = t.oid AND contype = 'f'`, table).Scan(&renames).Error
-	if err != nil {
-		return err
-	}
-	for _, r := range renames {
-		var stmt string
-		switch {
-		case r.Kind == "CONSTRAINT" && strings.HasPrefix(r.Name, "fk_") && !strings.HasPrefix(r.Name, "fk_embedkit_"):
-			stmt = fmt.Sprintf(`ALTER TABLE %s RENAME CONSTRAINT %s TO %s`, quoteIdent(table), quoteIdent(r.Name), quoteIdent("fk_embedkit_"+r.Name[3:]))
-		case r.Kind != "CONSTRAINT" && !strings.HasPrefix(r.Name, "embedkit_"):
-			stmt = fmt.Sprintf(`ALTER %s %s RENAME TO %s`, r.Kind, quoteIdent(r.Name), quoteIdent("embedkit_"+r.Name))
-		default:
-			continue
-		}
-		if err := tx.Exec(stmt).Error; err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// renamesPostgres lists the statements that rename the indexes (primary
+// keys and unique constraints included), owned sequences and foreign keys
+// of a table.
+const renamesPostgres = `WITH t AS (SELECT (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AS oid)
+	SELECT format('ALTER INDEX %I RENAME TO %I', i.relname, 'embedkit_' || i.relname) FROM t, pg_index x
+	JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = t.oid AND i.relname NOT LIKE 'embedkit\_%'
+	UNION ALL SELECT format('ALTER SEQUENCE %I RENAME TO %I', s.relname, 'embedkit_' || s.relname) FROM t, pg_depend d
+	JOIN pg_class s ON s.oid = d.objid WHERE d.refobjid = t.oid AND s.relkind = 'S' AND d.deptype IN ('a', 'i') AND s.relname NOT LIKE 'embedkit\_%'
+	UNION ALL SELECT format('ALTER TABLE %s RENAME CONSTRAINT %I TO %I', t.oid, conname, 'fk_embedkit_' || substr(conname, 4)) FROM t, pg_constraint
+	WHERE conrelid = t.oid AND contype = 'f' AND conname LIKE 'fk\_%' AND conname NOT LIKE 'fk\_embedkit\_%'`
 
-// prefixSQLite drops the old indexes of table (SQLite cannot rename an
-// index); upgrade, which follows, creates the model's.
-func prefixSQLite(tx *gorm.DB, table string) error {
-	var names []string
-	if err := tx.Raw(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL
-		AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`, table).Scan(&names).Error; err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := tx.Exec("DROP INDEX " + quoteIdent(n)).Error; err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// renamesSQLite lists the statements that drop the old indexes of a table
+// (SQLite cannot rename an index); upgrade, which follows, creates the
+// model's.
+const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
+	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`
 
 // createIndexes creates the missing indexes of model whose columns exist.
 func createIndexes(tx *gorm.DB, model any) error {
@@ -198,8 +174,6 @@ func createIndexes(tx *gorm.DB, model any) error {
 	}
 	return nil
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // upgrade adds the tables, columns and indexes of the current models that
 // a database of an earlier version lacks (versions 2, 3 and 5 add them,
