@@ -158,23 +158,6 @@ const renamesPostgres = `WITH t AS (SELECT (quote_ident(current_schema()) || '.'
 const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
 	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`
 
-// createIndexes creates the missing indexes of model whose columns exist.
-func createIndexes(tx *gorm.DB, model any) error {
-	stmt, m := &gorm.Statement{DB: tx}, tx.Migrator()
-	if err := stmt.Parse(model); err != nil {
-		return err
-	}
-	for _, idx := range stmt.Schema.ParseIndexes() {
-		missing := slices.ContainsFunc(idx.Fields, func(f schema.IndexOption) bool { return !m.HasColumn(model, f.DBName) })
-		if !missing && !m.HasIndex(model, idx.Name) {
-			if err := m.CreateIndex(model, idx.Name); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // upgrade adds the tables, columns and indexes of the current models that
 // a database of an earlier version lacks (versions 2, 3 and 5 add them,
 // version 6 the users' JSON columns). The API key of sessions and
@@ -210,8 +193,13 @@ func upgrade(tx *gorm.DB) error {
 				}
 			}
 		}
-		if err := createIndexes(tx, model); err != nil {
-			return err
+		for _, idx := range stmt.Schema.ParseIndexes() { // those whose columns exist
+			missing := slices.ContainsFunc(idx.Fields, func(f schema.IndexOption) bool { return !m.HasColumn(model, f.DBName) })
+			if !missing && !m.HasIndex(model, idx.Name) {
+				if err := m.CreateIndex(model, idx.Name); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil

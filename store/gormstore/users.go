@@ -142,11 +142,10 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	if u.SecurityContext != nil {
 		set["security_context"] = string(u.SecurityContext)
 	}
-	if u.attrs != nil {
-		set["attribute_values"] = t.mergeJSON("attribute_values", u.attrs)
-	}
-	if u.groups != nil {
-		set["group_ids"] = t.mergeJSON("group_ids", u.groups)
+	for col, patch := range map[string][]byte{"attribute_values": u.attrs, "group_ids": u.groups} {
+		if patch != nil {
+			set[col] = t.mergeJSON(col, patch)
+		}
 	}
 	if persist {
 		set["ephemeral"], set["expires_at"] = false, nil
