@@ -60,7 +60,7 @@ func (r Account) account() (store.Account, error) {
 
 func (t *txn) account(ctx context.Context, op, where string, arg any) (store.Account, error) {
 	var row Account
-	if err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return db.Where(where, arg) }); err != nil {
+	if err := t.find(ctx, op, &row, whereSQL(where, arg)); err != nil {
 		return store.Account{}, err
 	}
 	return row.account()
@@ -74,8 +74,6 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 	return t.account(ctx, "account by name", "name = ?", name)
 }
 
-// SaveAPIKey updates a stored key only for its own account: a hash of
-// another account affects no row.
 func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	const op = "save api key"
 	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(cmp.Or(k.Origin, store.OriginAPI)), Name: k.Name}
@@ -159,6 +157,6 @@ func (t *txn) save(ctx context.Context, op string, row any, set string) error {
 
 func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
 	var r Agent
-	err := t.find(ctx, "agent", &r, func(db *gorm.DB) *gorm.DB { return db.Where("account_id = ? AND id = ?", accountID, id) })
+	err := t.find(ctx, "agent", &r, whereSQL("account_id = ? AND id = ?", accountID, id))
 	return store.Agent{AccountID: r.AccountID, ID: r.ID, DeploymentID: r.DeploymentID}, err
 }

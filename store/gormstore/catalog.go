@@ -22,9 +22,7 @@ func (r EmbedTenant) tenant() store.EmbedTenant {
 
 func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	var row EmbedTenant
-	err := t.find(ctx, "embed tenant", &row, func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND name = ?", accountID, name)
-	})
+	err := t.find(ctx, "embed tenant", &row, whereSQL("account_id = ? AND name = ?", accountID, name))
 	return row.tenant(), err
 }
 

@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// migrations are the versions of the schema, applied in order in one
+// migrations are the versions of the schema from 1, applied in order in one
 // transaction that records each in embedkit_schema_versions.
 var migrations = []struct {
 	version int64
@@ -71,10 +71,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 				return fmt.Errorf("versions 2 to 6: %w", err)
 			}
 		}
-		for _, mg := range migrations {
-			if mg.version <= current {
-				continue
-			}
+		for _, mg := range migrations[min(current, int64(len(migrations))):] { // those above current
 			if mg.up != nil {
 				if err := mg.up(tx); err != nil {
 					return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)

@@ -95,7 +95,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			} else if n == 0 {
 				continue // deleted meanwhile
 			}
-			byID := func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", row.ID) }
+			byID := whereSQL("id = ?", row.ID)
 			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
 			if expired || row.Ephemeral && u.Persistent {
 				// The place first, so that ErrLimit changes nothing.
@@ -240,7 +240,7 @@ func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (st
 }
 
 func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return t.userWhere(ctx, "user by id", now, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", id) })
+	return t.userWhere(ctx, "user by id", now, whereSQL("id = ?", id))
 }
 
 // UserData resolves the IDs of the user's JSON columns against the
@@ -275,10 +275,10 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 				v = b.Bytes()
 			}
 			return store.UserAttribute{Name: d.Name, Type: store.AttributeType(d.Type), Value: v}
-		}, byIDs(ids))
+		}, whereSQL("id IN ?", ids))
 	}
 	if ids := groupIDs[strconv.FormatInt(s.EmbedTenantID, 10)]; len(ids) > 0 && err == nil {
-		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, byIDs(ids))
+		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, whereSQL("id IN ?", ids))
 	}
 	// By bytes, as on every adapter, whatever the database's collation.
 	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return strings.Compare(a.Name, b.Name) })
@@ -286,8 +286,8 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	return out, err
 }
 
-func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids) }
+func whereSQL(query string, args ...any) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where(query, args...) }
 }
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
@@ -308,7 +308,7 @@ func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *g
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
 	return t.atomic(ctx, func(t *txn) error {
-		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", userID) })
+		n, err := t.deleteUser(ctx, op, whereSQL("id = ?", userID))
 		return someRow(op, n, err)
 	})
 }
