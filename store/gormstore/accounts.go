@@ -132,8 +132,7 @@ func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) er
 	return t.deleteRows(ctx, "delete api key", &APIKey{}, "hash = ? AND account_id = ?", hash, accountID)
 }
 
-// deleteRows deletes the rows of model that query selects; none is
-// [store.ErrNotFound].
+// deleteRows deletes what query selects; none is [store.ErrNotFound].
 func (t *txn) deleteRows(ctx context.Context, op string, model any, query string, args ...any) error {
 	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where(query, args...).Delete(model) })
 	return someRow(op, n, err)

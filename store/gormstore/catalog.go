@@ -216,7 +216,6 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 
 const inScope = "account_id = ? AND embed_tenant_id = ?"
 
-// definitions reads the definitions of model in s that where selects.
 func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, conv func(catalogRow) T,
 	where func(*gorm.DB) *gorm.DB) ([]T, error) {
 	var rows []catalogRow

@@ -11,7 +11,6 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// userAlive selects a session or token whose user is visible at the bound time.
 const userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {

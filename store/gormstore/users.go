@@ -18,7 +18,6 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// visible selects a user not expired at the bound time.
 const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 
 func (r User) user() store.User {
