@@ -20,8 +20,6 @@ func columns(names ...string) []clause.Column {
 	return cs
 }
 
-// upsert is ON CONFLICT (conflict...) DO UPDATE SET each of set to the
-// inserted value.
 func upsert(conflict []string, set ...string) clause.OnConflict {
 	return clause.OnConflict{Columns: columns(conflict...), DoUpdates: clause.AssignmentColumns(set)}
 }
@@ -32,7 +30,6 @@ func (t *txn) find(ctx context.Context, op string, dest any, f func(db *gorm.DB)
 	return someRow(op, n, err)
 }
 
-// someRow is err, or [store.ErrNotFound] when a statement found no row.
 func someRow(op string, n int64, err error) error {
 	if err == nil && n == 0 {
 		return newErr(op, store.ErrNotFound)
@@ -63,7 +60,7 @@ func (r Account) account() (store.Account, error) {
 
 func (t *txn) account(ctx context.Context, op, where string, arg any) (store.Account, error) {
 	var row Account
-	if err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return db.Where(where, arg) }); err != nil {
+	if err := t.find(ctx, op, &row, whereSQL(where, arg)); err != nil {
 		return store.Account{}, err
 	}
 	return row.account()
@@ -77,14 +74,9 @@ func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, er
 	return t.account(ctx, "account by name", "name = ?", name)
 }
 
-// SaveAPIKey updates a stored key only for its own account: a hash of
-// another account affects no row.
 func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 	const op = "save api key"
-	if k.Origin == "" {
-		k.Origin = store.OriginAPI
-	}
-	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(k.Origin), Name: k.Name}
+	row := APIKey{Hash: k.Hash, AccountID: k.AccountID, Admin: k.Admin, Origin: string(cmp.Or(k.Origin, store.OriginAPI)), Name: k.Name}
 	if !k.CreatedAt.IsZero() {
 		row.CreatedAt = k.CreatedAt.UnixNano()
 	}
@@ -125,40 +117,45 @@ func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, err
 	_, err := t.do(ctx, "api keys", func(db *gorm.DB) *gorm.DB {
 		return db.Where("account_id = ?", accountID).Order("created_at, hash").Find(&rows)
 	})
-	out := make([]store.APIKey, len(rows))
-	for i, r := range rows {
-		out[i] = r.key()
-	}
-	return out, err
+	return convert(rows, APIKey.key), err
 }
 
-// DeleteAPIKey deletes the key; its session ids and tokens go with it (ON
-// DELETE CASCADE).
+func convert[R, T any](rows []R, f func(R) T) []T {
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		out[i] = f(r)
+	}
+	return out
+}
+
 func (t *txn) DeleteAPIKey(ctx context.Context, accountID int64, hash []byte) error {
-	n, err := t.write(ctx, "delete api key", func(db *gorm.DB) *gorm.DB {
-		return db.Where("hash = ? AND account_id = ?", hash, accountID).Delete(&APIKey{})
-	})
-	return someRow("delete api key", n, err)
+	return t.deleteRows(ctx, "delete api key", &APIKey{}, "hash = ? AND account_id = ?", hash, accountID)
+}
+
+// deleteRows deletes what query selects; none is [store.ErrNotFound].
+func (t *txn) deleteRows(ctx context.Context, op string, model any, query string, args ...any) error {
+	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where(query, args...).Delete(model) })
+	return someRow(op, n, err)
 }
 
 func (t *txn) SaveDeployment(ctx context.Context, d store.Deployment) error {
-	_, err := t.write(ctx, "save deployment", func(db *gorm.DB) *gorm.DB {
-		return db.Select("*").Clauses(upsert([]string{"account_id", "id"}, "name")).
-			Create(&Deployment{AccountID: d.AccountID, ID: d.ID, Name: d.Name})
-	})
-	return err
+	return t.save(ctx, "save deployment", &Deployment{AccountID: d.AccountID, ID: d.ID, Name: d.Name}, "name")
 }
 
 func (t *txn) SaveAgent(ctx context.Context, a store.Agent) error {
-	_, err := t.write(ctx, "save agent", func(db *gorm.DB) *gorm.DB {
-		return db.Clauses(upsert([]string{"account_id", "id"}, "deployment_id")).
-			Create(&Agent{AccountID: a.AccountID, ID: a.ID, DeploymentID: a.DeploymentID})
+	return t.save(ctx, "save agent", &Agent{AccountID: a.AccountID, ID: a.ID, DeploymentID: a.DeploymentID}, "deployment_id")
+}
+
+// save upserts row, of an account's own ID; Select: zero fields too.
+func (t *txn) save(ctx context.Context, op string, row any, set string) error {
+	_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Select("*").Clauses(upsert([]string{"account_id", "id"}, set)).Create(row)
 	})
 	return err
 }
 
 func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
 	var r Agent
-	err := t.find(ctx, "agent", &r, func(db *gorm.DB) *gorm.DB { return db.Where("account_id = ? AND id = ?", accountID, id) })
+	err := t.find(ctx, "agent", &r, whereSQL("account_id = ? AND id = ?", accountID, id))
 	return store.Agent{AccountID: r.AccountID, ID: r.ID, DeploymentID: r.DeploymentID}, err
 }

@@ -22,9 +22,7 @@ func (r EmbedTenant) tenant() store.EmbedTenant {
 
 func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
 	var row EmbedTenant
-	err := t.find(ctx, "embed tenant", &row, func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND name = ?", accountID, name)
-	})
+	err := t.find(ctx, "embed tenant", &row, whereSQL("account_id = ? AND name = ?", accountID, name))
 	return row.tenant(), err
 }
 
@@ -142,19 +140,10 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 }
 
 // catalogRow is a definition or a row of the Lookup: a deployment (kind
-// "d"), an attribute ("a") or a group ("g").
+// "d"), an attribute ("a") or a group ("g"), in an attribute's columns.
 type catalogRow struct {
-	Kind          string  `gorm:"column:kind"`
-	ID            int64   `gorm:"column:id"`
-	AccountID     int64   `gorm:"column:account_id"`
-	EmbedTenantID int64   `gorm:"column:embed_tenant_id"`
-	Name          string  `gorm:"column:name"`
-	Type          string  `gorm:"column:type"`
-	DisplayName   *string `gorm:"column:display_name"`
-	DefaultValue  *string `gorm:"column:default_value"`
-	Description   *string `gorm:"column:description"`
-	CreatedAt     int64   `gorm:"column:created_at"`
-	UpdatedAt     int64   `gorm:"column:updated_at"`
+	Kind string `gorm:"column:kind"`
+	CatalogAttribute
 }
 
 const (
@@ -206,7 +195,6 @@ func (r catalogRow) group() store.Group {
 		Name: r.Name, Description: str(r.Description), CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}
 }
 
-// Lookup reads the deployment and the definitions in one statement.
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
 	rows, err := t.lookupRows(ctx, l, false)
 	if err != nil {
@@ -226,21 +214,15 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 	return res, nil
 }
 
-// inScope selects the definitions of s.
-func inScope(db *gorm.DB, s store.Scope) *gorm.DB {
-	return db.Where("account_id = ? AND embed_tenant_id = ?", s.AccountID, s.EmbedTenantID)
-}
+const inScope = "account_id = ? AND embed_tenant_id = ?"
 
-// definitions reads the definitions of model in s that where selects.
 func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, conv func(catalogRow) T,
 	where func(*gorm.DB) *gorm.DB) ([]T, error) {
 	var rows []catalogRow
-	_, err := t.do(ctx, "definitions", func(db *gorm.DB) *gorm.DB { return where(inScope(db.Model(model).Select("*"), s)).Find(&rows) })
-	out := make([]T, len(rows))
-	for i, r := range rows {
-		out[i] = conv(r)
-	}
-	return out, err
+	_, err := t.do(ctx, "definitions", func(db *gorm.DB) *gorm.DB {
+		return where(db.Model(model).Select("*").Where(inScope, s.AccountID, s.EmbedTenantID)).Find(&rows)
+	})
+	return convert(rows, conv), err
 }
 
 func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
@@ -258,15 +240,9 @@ func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, 
 // DeleteGroup deletes the definition only: reads ignore its ID in the
 // users' JSON columns.
 func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
-	return t.deleteDef(ctx, "delete group", &CatalogGroup{}, s, id)
+	return t.deleteRows(ctx, "delete group", &CatalogGroup{}, inScope+" AND id = ?", s.AccountID, s.EmbedTenantID, id)
 }
 
-// DeleteAttribute deletes the definition only, as DeleteGroup.
 func (t *txn) DeleteAttribute(ctx context.Context, s store.Scope, id int64) error {
-	return t.deleteDef(ctx, "delete attribute", &CatalogAttribute{}, s, id)
-}
-
-func (t *txn) deleteDef(ctx context.Context, op string, model any, s store.Scope, id int64) error {
-	n, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return inScope(db, s).Where("id = ?", id).Delete(model) })
-	return someRow(op, n, err)
+	return t.deleteRows(ctx, "delete attribute", &CatalogAttribute{}, inScope+" AND id = ?", s.AccountID, s.EmbedTenantID, id)
 }

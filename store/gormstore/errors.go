@@ -53,13 +53,11 @@ func classify(err error) (kind error, retry bool) {
 		switch code := pe.SQLState(); {
 		case code == "40001", code == "40P01":
 			return store.ErrUnavailable, true
-		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57":
-			// connection, resources, operator intervention (timeout, shutdown)
+		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57": // connection, resources, operator intervention
 			return store.ErrUnavailable, false
 		}
 		return nil, false
 	}
-	var ne net.Error
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "database table is locked"):
@@ -69,7 +67,7 @@ func classify(err error) (kind error, retry bool) {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
 		errors.Is(err, gorm.ErrInvalidTransaction), errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(net.Error)):
 		return store.ErrUnavailable, false
 	}
 	// Errors without a code: a closed pool or connection, SQLite's file.

@@ -23,8 +23,7 @@ type Store struct {
 	txn
 	cfg    config
 	pg     bool
-	db     *gorm.DB // the host's handle, in a session of the store's own
-	sqlDB  *sql.DB
+	db     *gorm.DB       // the host's handle, in a session of the store's own
 	writer chan struct{}  // SQLite's write lock, taken in Go first (attempt)
 	stmts  *stmts         // SQLite on a plain pool; nil otherwise
 	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
@@ -59,7 +58,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 		return nil, wrapErr("open", err)
 	}
 	// A session of its own: no Where or Scopes leak between host and store.
-	s.sqlDB, s.db = sqlDB, db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
+	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
 	if _, plain := db.Statement.ConnPool.(*sql.DB); plain && !s.pg {
 		s.stmts = &stmts{db: sqlDB, m: map[string]*sql.Stmt{}}
@@ -70,7 +69,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 			s.stmts.close()
 		}
 		if s.cfg.closeDB {
-			return s.sqlDB.Close()
+			return sqlDB.Close()
 		}
 		return nil
 	})
@@ -195,7 +194,6 @@ func (t *txn) write(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB
 	return n, err
 }
 
-// fail makes err abort the transaction.
 func (t *txn) fail(err error) error {
 	if t.inTx {
 		t.abort = err
@@ -203,7 +201,6 @@ func (t *txn) fail(err error) error {
 	return err
 }
 
-// atomic runs fn in the caller's transaction or in one of its own.
 func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	if t.inTx {
 		return fn(t)

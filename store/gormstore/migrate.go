@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
 )
 
-// migrations are the versions of the schema, applied in order in one
+// migrations are the versions of the schema from 1, applied in order in one
 // transaction that records each in embedkit_schema_versions.
 var migrations = []struct {
 	version int64
@@ -28,7 +29,6 @@ var migrations = []struct {
 	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
 }
 
-// migrationLock is the PostgreSQL advisory lock held while migrating.
 const migrationLock = 7318002119
 
 // Migrate brings embedkit's tables in db up to date, and only them; [OpenDB]
@@ -61,8 +61,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
 			return err
 		}
-		if current > 0 && current < 4 {
-			// The current models' tables carry the prefix: rename first.
+		if current > 0 && current < 4 { // the current models' tables carry the prefix: rename first
 			if err := prefixNames(tx); err != nil {
 				return fmt.Errorf("version 4: %w", err)
 			}
@@ -72,10 +71,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 				return fmt.Errorf("versions 2 to 6: %w", err)
 			}
 		}
-		for _, mg := range migrations {
-			if mg.version <= current {
-				continue
-			}
+		for _, mg := range migrations[min(current, int64(len(migrations))):] { // those above current
 			if mg.up != nil {
 				if err := mg.up(tx); err != nil {
 					return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)
@@ -119,9 +115,9 @@ var legacyTables = []string{
 // Hand-written DDL: GORM's migrator renames neither sequences nor
 // constraints.
 func prefixNames(tx *gorm.DB) error {
-	m, prefix := tx.Migrator(), prefixSQLite
+	m, renames := tx.Migrator(), renamesSQLite
 	if tx.Dialector.Name() == "postgres" {
-		prefix = prefixPostgres
+		renames = renamesPostgres
 	}
 	for _, old := range legacyTables {
 		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
@@ -130,93 +126,34 @@ func prefixNames(tx *gorm.DB) error {
 		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
-		if err := prefix(tx, "embedkit_"+old); err != nil {
+		var stmts []string
+		err := tx.Raw(renames, "embedkit_"+old).Scan(&stmts).Error
+		for i := 0; err == nil && i < len(stmts); i++ {
+			err = tx.Exec(stmts[i]).Error
+		}
+		if err != nil {
 			return fmt.Errorf("table %s: %w", old, err)
 		}
 	}
 	return nil
 }
 
-// prefixPostgres renames the indexes (primary keys and unique constraints
-// included), owned sequences and foreign keys of table.
-func prefixPostgres(tx *gorm.DB, table string) error {
-	var renames []struct{ Kind, Name string }
-	err := tx.Raw(`SELECT 'INDEX' AS kind, i.relname AS name
-		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-		WHERE x.indrelid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass
-		UNION ALL
-		SELECT 'SEQUENCE', s.relname FROM pg_depend d JOIN pg_class s ON s.oid = d.objid
-		WHERE d.refobjid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AND s.relkind = 'S' AND d.deptype IN ('a', 'i')
-		UNION ALL
-		SELECT 'CONSTRAINT', conname FROM pg_constraint
-		WHERE conrelid = (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AND contype = 'f'`,
-		table, table, table).Scan(&renames).Error
-	if err != nil {
-		return err
-	}
-	for _, r := range renames {
-		var stmt string
-		switch {
-		case r.Kind == "CONSTRAINT" && strings.HasPrefix(r.Name, "fk_") && !strings.HasPrefix(r.Name, "fk_embedkit_"):
-			stmt = fmt.Sprintf(`ALTER TABLE %s RENAME CONSTRAINT %s TO %s`, quoteIdent(table), quoteIdent(r.Name), quoteIdent("fk_embedkit_"+r.Name[3:]))
-		case r.Kind != "CONSTRAINT" && !strings.HasPrefix(r.Name, "embedkit_"):
-			stmt = fmt.Sprintf(`ALTER %s %s RENAME TO %s`, r.Kind, quoteIdent(r.Name), quoteIdent("embedkit_"+r.Name))
-		default:
-			continue
-		}
-		if err := tx.Exec(stmt).Error; err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// renamesPostgres lists the statements that rename the indexes (primary
+// keys and unique constraints included), owned sequences and foreign keys
+// of a table.
+const renamesPostgres = `WITH t AS (SELECT (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AS oid)
+	SELECT format('ALTER INDEX %I RENAME TO %I', i.relname, 'embedkit_' || i.relname) FROM t, pg_index x
+	JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = t.oid AND i.relname NOT LIKE 'embedkit\_%'
+	UNION ALL SELECT format('ALTER SEQUENCE %I RENAME TO %I', s.relname, 'embedkit_' || s.relname) FROM t, pg_depend d
+	JOIN pg_class s ON s.oid = d.objid WHERE d.refobjid = t.oid AND s.relkind = 'S' AND d.deptype IN ('a', 'i') AND s.relname NOT LIKE 'embedkit\_%'
+	UNION ALL SELECT format('ALTER TABLE %s RENAME CONSTRAINT %I TO %I', t.oid, conname, 'fk_embedkit_' || substr(conname, 4)) FROM t, pg_constraint
+	WHERE conrelid = t.oid AND contype = 'f' AND conname LIKE 'fk\_%' AND conname NOT LIKE 'fk\_embedkit\_%'`
 
-// prefixSQLite replaces the old indexes of table by the model's (SQLite
-// cannot rename an index).
-func prefixSQLite(tx *gorm.DB, table string) error {
-	var names []string
-	if err := tx.Raw(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL
-		AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`, table).Scan(&names).Error; err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := tx.Exec("DROP INDEX " + quoteIdent(n)).Error; err != nil {
-			return err
-		}
-	}
-	for _, model := range Models() {
-		if err := createIndexes(tx, model, table); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// createIndexes creates the missing indexes of model (if its table is
-// table, unless "") whose columns exist.
-func createIndexes(tx *gorm.DB, model any, table string) error {
-	stmt, m := &gorm.Statement{DB: tx}, tx.Migrator()
-	if err := stmt.Parse(model); err != nil || table != "" && stmt.Schema.Table != table {
-		return err
-	}
-indexes:
-	for _, idx := range stmt.Schema.ParseIndexes() {
-		for _, f := range idx.Fields {
-			if !m.HasColumn(model, f.DBName) {
-				continue indexes
-			}
-		}
-		if !m.HasIndex(model, idx.Name) {
-			if err := m.CreateIndex(model, idx.Name); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// quoteIdent quotes an SQL identifier for both databases.
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+// renamesSQLite lists the statements that drop the old indexes of a table
+// (SQLite cannot rename an index); upgrade, which follows, creates the
+// model's.
+const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
+	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`
 
 // upgrade adds the tables, columns and indexes of the current models that
 // a database of an earlier version lacks (versions 2, 3 and 5 add them,
@@ -242,10 +179,7 @@ func upgrade(tx *gorm.DB) error {
 			switch {
 			case m.HasColumn(model, col):
 			case col == "key_hash":
-				typ, table := "BLOB", stmt.Schema.Table
-				if tx.Dialector.Name() == "postgres" {
-					typ = "BYTEA"
-				}
+				table, typ := stmt.Schema.Table, tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col))
 				if err := tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + table +
 					"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error; err != nil {
 					return err
@@ -256,8 +190,13 @@ func upgrade(tx *gorm.DB) error {
 				}
 			}
 		}
-		if err := createIndexes(tx, model, ""); err != nil {
-			return err
+		for _, idx := range stmt.Schema.ParseIndexes() { // those whose columns exist
+			missing := slices.ContainsFunc(idx.Fields, func(f schema.IndexOption) bool { return !m.HasColumn(model, f.DBName) })
+			if !missing && !m.HasIndex(model, idx.Name) {
+				if err := m.CreateIndex(model, idx.Name); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -296,9 +235,6 @@ func foldUserData(tx *gorm.DB) error {
 			}
 		}
 	}
-	if err := tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error; err != nil {
-		return err
-	}
-	return tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
-		SELECT account_id, 0, COUNT(*) FROM embedkit_users WHERE external_id IS NOT NULL AND NOT ephemeral GROUP BY account_id`).Error
+	return errors.Join(tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error, tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)
+		SELECT account_id, 0, COUNT(*) FROM embedkit_users WHERE external_id IS NOT NULL AND NOT ephemeral GROUP BY account_id`).Error)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// userAlive selects a session or token whose user is visible at the bound time.
 const userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
@@ -114,7 +113,6 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 // messageBatch keeps the parameters of one INSERT below drivers' limits.
 const messageBatch = 500
 
-// putMessages stores msgs, replacing stored messages of the same IDs.
 func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	if len(msgs) == 0 {
 		return nil
@@ -174,18 +172,11 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 	}); err != nil {
 		return nil, err
 	}
-	out := make([]store.ThreadMessage, len(rows))
-	for i, r := range rows {
-		out[i] = store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
-	}
-	return out, nil
+	return convert(rows, func(r ThreadMessage) store.ThreadMessage {
+		return store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
+	}), nil
 }
 
-// DeleteThread deletes the thread; its messages go with it (ON DELETE
-// CASCADE).
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	n, err := t.write(ctx, "delete thread", func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ? AND chat_id = ?", accountID, chatID).Delete(&Thread{})
-	})
-	return someRow("delete thread", n, err)
+	return t.deleteRows(ctx, "delete thread", &Thread{}, "account_id = ? AND chat_id = ?", accountID, chatID)
 }

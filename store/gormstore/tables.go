@@ -28,14 +28,12 @@ type AccountUserSlot struct {
 
 // APIKey is the hash of an API key (table embedkit_api_keys).
 type APIKey struct {
-	Hash      []byte `gorm:"column:hash;primaryKey"`
-	AccountID int64  `gorm:"column:account_id;not null;index:embedkit_api_keys_account"`
-	Admin     bool   `gorm:"column:admin;not null;default:false"`
-	// Origin is a store.KeyOrigin; keys older than the column are "config".
-	Origin string `gorm:"column:origin;not null;default:config"`
-	Name   string `gorm:"column:name;not null;default:''"`
-	// CreatedAt is 0 for keys stored before the column existed.
-	CreatedAt int64    `gorm:"column:created_at;not null;default:0;autoCreateTime:false"`
+	Hash      []byte   `gorm:"column:hash;primaryKey"`
+	AccountID int64    `gorm:"column:account_id;not null;index:embedkit_api_keys_account"`
+	Admin     bool     `gorm:"column:admin;not null;default:false"`
+	Origin    string   `gorm:"column:origin;not null;default:config"` // a store.KeyOrigin; "config" for keys older than the column
+	Name      string   `gorm:"column:name;not null;default:''"`
+	CreatedAt int64    `gorm:"column:created_at;not null;default:0;autoCreateTime:false"` // 0 for keys older than the column
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
@@ -58,23 +56,20 @@ type Agent struct {
 // User is an external user (ExternalID set) or an internal one (InternalID
 // set) of an account (table embedkit_users).
 type User struct {
-	ID          int64   `gorm:"column:id;primaryKey;autoIncrement"`
-	AccountID   int64   `gorm:"column:account_id;not null;uniqueIndex:embedkit_users_account_external,priority:1;uniqueIndex:embedkit_users_account_internal,priority:1"`
-	ExternalID  *string `gorm:"column:external_id;uniqueIndex:embedkit_users_account_external,priority:2"`
-	InternalID  *string `gorm:"column:internal_id;uniqueIndex:embedkit_users_account_internal,priority:2"`
-	Email       string  `gorm:"column:email;not null;default:''"`
-	DisplayName string  `gorm:"column:display_name;not null;default:''"`
-	Picture     string  `gorm:"column:picture;not null;default:''"`
-	// SecurityContext is a JSON object.
-	SecurityContext *string `gorm:"column:security_context"`
-	Ephemeral       bool    `gorm:"column:ephemeral;not null;default:false"`
-	ExpiresAt       *int64  `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
-	CreatedAt       int64   `gorm:"column:created_at;not null;autoCreateTime:false"`
-	UpdatedAt       int64   `gorm:"column:updated_at;not null;autoUpdateTime:false"`
-	// AttributeValues maps attribute IDs to values, GroupIDs embed tenant
-	// IDs ("0": the account's catalog) to group IDs (JSON objects).
-	AttributeValues string   `gorm:"column:attribute_values;not null;default:'{}'"`
-	GroupIDs        string   `gorm:"column:group_ids;not null;default:'{}'"`
+	ID              int64    `gorm:"column:id;primaryKey;autoIncrement"`
+	AccountID       int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_users_account_external,priority:1;uniqueIndex:embedkit_users_account_internal,priority:1"`
+	ExternalID      *string  `gorm:"column:external_id;uniqueIndex:embedkit_users_account_external,priority:2"`
+	InternalID      *string  `gorm:"column:internal_id;uniqueIndex:embedkit_users_account_internal,priority:2"`
+	Email           string   `gorm:"column:email;not null;default:''"`
+	DisplayName     string   `gorm:"column:display_name;not null;default:''"`
+	Picture         string   `gorm:"column:picture;not null;default:''"`
+	SecurityContext *string  `gorm:"column:security_context"` // a JSON object
+	Ephemeral       bool     `gorm:"column:ephemeral;not null;default:false"`
+	ExpiresAt       *int64   `gorm:"column:expires_at;index:embedkit_users_expiry,where:ephemeral"`
+	CreatedAt       int64    `gorm:"column:created_at;not null;autoCreateTime:false"`
+	UpdatedAt       int64    `gorm:"column:updated_at;not null;autoUpdateTime:false"`
+	AttributeValues string   `gorm:"column:attribute_values;not null;default:'{}'"` // JSON: attribute ID to value
+	GroupIDs        string   `gorm:"column:group_ids;not null;default:'{}'"`        // JSON: embed tenant ID ("0": the account's catalog) to group IDs
 	Account         *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
@@ -117,37 +112,35 @@ type CatalogAttribute struct {
 
 // Session is a single-use session id's hash and grant (embedkit_sessions).
 type Session struct {
-	Hash            []byte `gorm:"column:hash;primaryKey"`
-	AccountID       int64  `gorm:"column:account_id;not null"`
-	UserID          int64  `gorm:"column:user_id;not null;index:embedkit_sessions_user"`
-	DeploymentID    int64  `gorm:"column:deployment_id;not null"`
-	EmbedTenantID   int64  `gorm:"column:embed_tenant_id;not null;default:0"`
-	EmbedTenantName string `gorm:"column:embed_tenant_name;not null;default:''"`
-	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
-	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
-	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_sessions_expiry"`
-	UsedAt          *int64 `gorm:"column:used_at"`
-	// KeyHash is the API key that minted it, if any (deleted with it).
-	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_sessions_key"`
-	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
-	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
+	Hash            []byte  `gorm:"column:hash;primaryKey"`
+	AccountID       int64   `gorm:"column:account_id;not null"`
+	UserID          int64   `gorm:"column:user_id;not null;index:embedkit_sessions_user"`
+	DeploymentID    int64   `gorm:"column:deployment_id;not null"`
+	EmbedTenantID   int64   `gorm:"column:embed_tenant_id;not null;default:0"`
+	EmbedTenantName string  `gorm:"column:embed_tenant_name;not null;default:''"`
+	CreatorMode     bool    `gorm:"column:creator_mode;not null;default:false"`
+	CreatedAt       int64   `gorm:"column:created_at;not null;autoCreateTime:false"`
+	ExpiresAt       int64   `gorm:"column:expires_at;not null;index:embedkit_sessions_expiry"`
+	UsedAt          *int64  `gorm:"column:used_at"`
+	KeyHash         []byte  `gorm:"column:key_hash;index:embedkit_sessions_key"` // the API key that minted it, if any (deleted with it)
+	User            *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	APIKey          *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
 // Token is a session token's hash and grant (table embedkit_tokens).
 type Token struct {
-	Hash            []byte `gorm:"column:hash;primaryKey"`
-	AccountID       int64  `gorm:"column:account_id;not null"`
-	UserID          int64  `gorm:"column:user_id;not null;index:embedkit_tokens_user"`
-	DeploymentID    int64  `gorm:"column:deployment_id;not null"`
-	EmbedTenantID   int64  `gorm:"column:embed_tenant_id;not null;default:0"`
-	EmbedTenantName string `gorm:"column:embed_tenant_name;not null;default:''"`
-	CreatorMode     bool   `gorm:"column:creator_mode;not null;default:false"`
-	CreatedAt       int64  `gorm:"column:created_at;not null;autoCreateTime:false"`
-	ExpiresAt       int64  `gorm:"column:expires_at;not null;index:embedkit_tokens_expiry"`
-	// KeyHash is the API key that minted the token's session id.
-	KeyHash []byte  `gorm:"column:key_hash;index:embedkit_tokens_key"`
-	User    *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
-	APIKey  *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
+	Hash            []byte  `gorm:"column:hash;primaryKey"`
+	AccountID       int64   `gorm:"column:account_id;not null"`
+	UserID          int64   `gorm:"column:user_id;not null;index:embedkit_tokens_user"`
+	DeploymentID    int64   `gorm:"column:deployment_id;not null"`
+	EmbedTenantID   int64   `gorm:"column:embed_tenant_id;not null;default:0"`
+	EmbedTenantName string  `gorm:"column:embed_tenant_name;not null;default:''"`
+	CreatorMode     bool    `gorm:"column:creator_mode;not null;default:false"`
+	CreatedAt       int64   `gorm:"column:created_at;not null;autoCreateTime:false"`
+	ExpiresAt       int64   `gorm:"column:expires_at;not null;index:embedkit_tokens_expiry"`
+	KeyHash         []byte  `gorm:"column:key_hash;index:embedkit_tokens_key"` // the API key that minted its session id
+	User            *User   `gorm:"foreignKey:UserID;references:ID;constraint:OnDelete:CASCADE"`
+	APIKey          *APIKey `gorm:"foreignKey:KeyHash;references:Hash;constraint:OnDelete:CASCADE"`
 }
 
 // Thread is a chat thread (table embedkit_threads).
@@ -188,8 +181,6 @@ type SchemaVersion struct {
 	AppliedAt int64 `gorm:"column:applied_at;not null"`
 }
 
-// TableName pins each model's table name (gorm's Tabler), whatever the
-// host's naming strategy.
 func (Account) TableName() string          { return "embedkit_accounts" }
 func (AccountUserSlot) TableName() string  { return "embedkit_account_user_slots" }
 func (APIKey) TableName() string           { return "embedkit_api_keys" }

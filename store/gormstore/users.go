@@ -18,7 +18,6 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// visible selects a user not expired at the bound time.
 const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 
 func (r User) user() store.User {
@@ -34,7 +33,6 @@ func (r User) user() store.User {
 	return u
 }
 
-// byKey selects the user k names.
 func byKey(db *gorm.DB, k store.UserKey) *gorm.DB {
 	if k.InternalID != "" {
 		return db.Where("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
@@ -69,10 +67,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		}
 	}
 	if u.SetGroups {
-		var ids []int64
-		if len(u.Groups) > 0 {
-			ids = slices.Compact(slices.Sorted(slices.Values(u.Groups)))
-		}
+		ids := slices.Compact(slices.Sorted(slices.Values(u.Groups))) // nil for none: null clears
 		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
 	}
 	err = t.atomic(ctx, func(t *txn) error {
@@ -99,7 +94,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			} else if n == 0 {
 				continue // deleted meanwhile
 			}
-			byID := func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", row.ID) }
+			byID := whereSQL("id = ?", row.ID)
 			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
 			if expired || row.Ephemeral && u.Persistent {
 				// The place first, so that ErrLimit changes nothing.
@@ -146,11 +141,10 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	if u.SecurityContext != nil {
 		set["security_context"] = string(u.SecurityContext)
 	}
-	if u.attrs != nil {
-		set["attribute_values"] = t.mergeJSON("attribute_values", u.attrs)
-	}
-	if u.groups != nil {
-		set["group_ids"] = t.mergeJSON("group_ids", u.groups)
+	for col, patch := range map[string][]byte{"attribute_values": u.attrs, "group_ids": u.groups} {
+		if patch != nil {
+			set[col] = t.mergeJSON(col, patch)
+		}
 	}
 	if persist {
 		set["ephemeral"], set["expires_at"] = false, nil
@@ -245,7 +239,7 @@ func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (st
 }
 
 func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return t.userWhere(ctx, "user by id", now, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", id) })
+	return t.userWhere(ctx, "user by id", now, whereSQL("id = ?", id))
 }
 
 // UserData resolves the IDs of the user's JSON columns against the
@@ -280,10 +274,10 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 				v = b.Bytes()
 			}
 			return store.UserAttribute{Name: d.Name, Type: store.AttributeType(d.Type), Value: v}
-		}, byIDs(ids))
+		}, whereSQL("id IN ?", ids))
 	}
 	if ids := groupIDs[strconv.FormatInt(s.EmbedTenantID, 10)]; len(ids) > 0 && err == nil {
-		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, byIDs(ids))
+		out.Groups, err = definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, whereSQL("id IN ?", ids))
 	}
 	// By bytes, as on every adapter, whatever the database's collation.
 	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return strings.Compare(a.Name, b.Name) })
@@ -291,8 +285,8 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	return out, err
 }
 
-func byIDs(ids []int64) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id IN ?", ids) }
+func whereSQL(query string, args ...any) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where(query, args...) }
 }
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
@@ -313,7 +307,7 @@ func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *g
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
 	return t.atomic(ctx, func(t *txn) error {
-		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Where("id = ?", userID) })
+		n, err := t.deleteUser(ctx, op, whereSQL("id = ?", userID))
 		return someRow(op, n, err)
 	})
 }

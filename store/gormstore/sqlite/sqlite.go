@@ -32,7 +32,6 @@ var memCounter atomic.Int64
 // (BEGIN IMMEDIATE), and reads outside them run beside the writer (WAL).
 // An in-memory database has one connection, which keeps it alive.
 func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
-	memory := path == ":memory:" || path == "file::memory:" || strings.Contains(path, "mode=memory")
 	if path == ":memory:" || path == "file::memory:" {
 		// A unique name keeps the stores of one process apart.
 		path = fmt.Sprintf("file:embedkit-mem-%d-%d?mode=memory&cache=shared", memCounter.Add(1), rand.Int64())
@@ -46,7 +45,7 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
 	}
 	n := 5
-	if memory {
+	if strings.Contains(path, "mode=memory") {
 		n = 1
 	}
 	sqlDB.SetMaxOpenConns(n)
