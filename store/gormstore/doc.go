@@ -19,12 +19,8 @@
 //
 // Statements use GORM's query API; hand-written SQL is kept to what GORM
 // cannot say (the Lookup's UNION ALL, JSON merges, migration DDL). A
-// generate-session of a returning user costs 4 statements: the API key
-// joined with its account, the Lookup, the user's UPDATE ... RETURNING of
-// profile, values and groups, and the session's INSERT. A new user costs 2
-// more: the INSERT ... ON CONFLICT DO NOTHING, and the upsert of a counter
-// row (persistent users, or the minute's new ephemeral users) whose row
-// lock makes the limit exact.
+// generate-session costs 4 statements for a returning user and 6 for a new
+// one; docs/storage.md lists them.
 //
 // The store uses the handle's pool as it is; the postgres sub-package
 // sizes it from GOMAXPROCS. On SQLite a write queues first for the

@@ -68,6 +68,11 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 		if s.stmts != nil {
 			s.stmts.close()
 		}
+		if s.cfg.onClose != nil {
+			if err := s.cfg.onClose(); err != nil {
+				return err
+			}
+		}
 		if s.cfg.closeDB {
 			return sqlDB.Close()
 		}
@@ -240,6 +245,7 @@ type config struct {
 	queryTimeout time.Duration
 	maxRetries   int
 	closeDB      bool
+	onClose      func() error
 }
 
 func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRetries: 10} }
@@ -247,6 +253,10 @@ func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRe
 // WithCloseDB makes [Store.Close] close the pool of the *gorm.DB given to
 // [OpenDB], as the DSN conveniences do. Default: it stays open.
 func WithCloseDB() Option { return func(c *config) { c.closeDB = true } }
+
+// WithOnClose runs f once when the store closes, before the pool is closed
+// ([WithCloseDB]): for what the opener holds beside the store.
+func WithOnClose(f func() error) Option { return func(c *config) { c.onClose = f } }
 
 // WithQueryTimeout bounds every statement and transaction attempt: a call
 // without a connection, the SQLite write lock or an answer within d is

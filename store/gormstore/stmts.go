@@ -28,28 +28,19 @@ func (c *stmts) get(query string) *sql.Stmt {
 }
 
 // prepare prepares the texts a transaction ran unprepared. It runs after the
-// transaction gave its connection back: preparing on the pool from inside
-// one could wait for a connection that every transaction holds.
+// transaction gave its connection back (preparing on the pool from inside
+// one could wait for a connection that every transaction holds) and before
+// it releases the write lock, so no transaction waits on c.mu meanwhile.
 func (c *stmts) prepare(ctx context.Context, queries []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, q := range queries {
-		c.mu.Lock()
-		_, ok := c.m[q]
-		full := len(c.m) >= maxStmts
-		c.mu.Unlock()
-		if ok || full {
+		if _, ok := c.m[q]; ok || len(c.m) >= maxStmts {
 			continue
 		}
-		st, err := c.db.PrepareContext(ctx, q)
-		if err != nil {
-			continue // run unprepared next time too
+		if st, err := c.db.PrepareContext(ctx, q); err == nil {
+			c.m[q] = st // on an error it runs unprepared next time too
 		}
-		c.mu.Lock()
-		if _, ok := c.m[q]; ok || len(c.m) >= maxStmts {
-			_ = st.Close()
-		} else {
-			c.m[q] = st
-		}
-		c.mu.Unlock()
 	}
 }
 

@@ -9,6 +9,7 @@
 package sqlite
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -30,7 +31,9 @@ var memCounter atomic.Int64
 //
 // A file gets five connections: transactions take turns on the write lock
 // (BEGIN IMMEDIATE), and reads outside them run beside the writer (WAL).
-// An in-memory database has one connection, which keeps it alive.
+// An in-memory database lives as long as one of its connections: the store
+// holds one for its life (database/sql closes a connection whose
+// transaction's context ended), and its pool has one other.
 func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if path == ":memory:" || path == "file::memory:" {
 		// A unique name keeps the stores of one process apart.
@@ -45,12 +48,19 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
 	}
 	n := 5
+	own := []gormstore.Option{gormstore.WithCloseDB()}
 	if strings.Contains(path, "mode=memory") {
-		n = 1
+		n = 2
+		keep, err := sqlDB.Conn(context.Background())
+		if err != nil {
+			_ = sqlDB.Close()
+			return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
+		}
+		own = append(own, gormstore.WithOnClose(keep.Close))
 	}
 	sqlDB.SetMaxOpenConns(n)
 	sqlDB.SetMaxIdleConns(n)
-	st, err := gormstore.OpenDB(db, append([]gormstore.Option{gormstore.WithCloseDB()}, opts...)...)
+	st, err := gormstore.OpenDB(db, append(own, opts...)...)
 	if err != nil {
 		_ = sqlDB.Close()
 	}
