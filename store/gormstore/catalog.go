@@ -179,7 +179,7 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]cat
 		if fresh {
 			db = primary(db)
 		}
-		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Scan(&rows)
+		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Find(&rows)
 	})
 	return rows, err
 }

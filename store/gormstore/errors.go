@@ -42,6 +42,8 @@ func wrapErr(op string, err error) error {
 
 func classify(err error) (kind error, retry bool) {
 	switch {
+	case errors.Is(err, errGroupAborted):
+		return store.ErrUnavailable, true
 	case errors.Is(err, gorm.ErrDuplicatedKey):
 		return store.ErrConflict, false
 	case errors.Is(err, gorm.ErrForeignKeyViolated), errors.Is(err, gorm.ErrRecordNotFound):

@@ -24,7 +24,7 @@ type Store struct {
 	cfg    config
 	pg     bool
 	db     *gorm.DB       // the host's handle, in a session of the store's own
-	writer chan struct{}  // SQLite's write lock, taken in Go first (attempt)
+	group  *group         // SQLite's group commit; nil on PostgreSQL
 	stmts  *stmts         // SQLite on a plain pool; nil otherwise
 	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
 	closed atomic.Bool
@@ -49,7 +49,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	case "postgres":
 		s.pg, s.txOpts = true, &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	case "sqlite", "sqlite3":
-		s.writer = make(chan struct{}, 1)
+		s.group = &group{}
 	default:
 		return nil, fmt.Errorf("gormstore: OpenDB: unsupported dialect %q", name)
 	}
@@ -115,42 +115,25 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
-// attempt takes SQLite's write lock in Go first: a done context ends that wait.
+// attempt runs fn in a transaction of its own on PostgreSQL, in the
+// group's next on SQLite.
 func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
-	actx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
 	defer cancel()
-	if s.writer != nil {
-		select {
-		case s.writer <- struct{}{}:
-			defer func() { <-s.writer }()
-		case <-actx.Done():
-			return wrapErr("begin", actx.Err())
-		}
+	if s.group != nil {
+		return s.join(ctx, fn)
 	}
-	tx := s.db.WithContext(actx).Begin(s.txOpts)
+	tx := s.db.WithContext(ctx).Begin(s.txOpts)
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
-	var kept *stmtTx
-	if sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx); ok && s.stmts != nil {
-		kept = &stmtTx{Tx: sqlTx, c: s.stmts}
-		tx.Statement.ConnPool = kept
-	}
-	t := &txn{s: s, db: tx, inTx: true}
 	committed := false
 	defer func() {
 		if !committed { // also after a panic or runtime.Goexit in fn
 			_ = tx.Rollback().Error
 		}
-		if kept != nil && len(kept.missed) > 0 {
-			s.stmts.prepare(actx, kept.missed)
-		}
 	}()
-	err := fn(t)
-	if t.abort != nil && (err == nil || isRetryable(t.abort)) {
-		err = t.abort
-	}
-	if err != nil {
+	if err := s.run(tx, fn); err != nil {
 		return err
 	}
 	committed = true
