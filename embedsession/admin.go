@@ -170,7 +170,9 @@ func (h *Handler) deleteItem(w http.ResponseWriter, r *http.Request, notFound er
 		wire.WriteError(w, r, h.o.log, notFound)
 		return
 	}
-	if err := del(ctx, scope, id); err != nil {
+	err = del(ctx, scope, id)
+	h.defsGen.Add(1) // also after an error: the deletion may have committed
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = notFound
 		}

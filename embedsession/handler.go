@@ -2,6 +2,7 @@ package embedsession
 
 import (
 	"net/http"
+	"sync/atomic"
 
 	"github.com/embedkit/embedkit/internal/lru"
 	"github.com/embedkit/embedkit/internal/telemetry"
@@ -20,6 +21,15 @@ type Handler struct {
 	// Caches of WithCacheTTL, each bounded by WithCacheSize.
 	deployments *lru.Cache[[2]int64, struct{}]           // {accountID, deploymentID} of existing deployments
 	tenants     *lru.Cache[tenantKey, store.EmbedTenant] // committed embed tenants (never deleted: no expiry)
+	attrs       *lru.Cache[defKey, store.Attribute]      // definitions by scope and name, of generation defsGen
+	groups      *lru.Cache[defKey, store.Group]
+	defsGen     atomic.Int64 // a deletion through this handler forgets every cached definition
+}
+
+type defKey struct {
+	gen   int64
+	scope store.Scope
+	name  string
 }
 
 type tenantKey struct {
@@ -32,7 +42,9 @@ func NewHandler(st store.Store, opts ...Option) *Handler {
 	o := newOptions(opts)
 	return &Handler{st: st, o: o, tel: telemetry.New(scope, o.tp, o.mp),
 		deployments: lru.New[[2]int64, struct{}](o.cacheSize),
-		tenants:     lru.New[tenantKey, store.EmbedTenant](o.cacheSize)}
+		tenants:     lru.New[tenantKey, store.EmbedTenant](o.cacheSize),
+		attrs:       lru.New[defKey, store.Attribute](o.cacheSize),
+		groups:      lru.New[defKey, store.Group](o.cacheSize)}
 }
 
 // Route is one endpoint: mount Handler for Method and Pattern on a router.

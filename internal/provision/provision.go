@@ -56,6 +56,11 @@ type Request struct {
 	// (embed tenants are never deleted, so a caller may cache them). Zero
 	// value: look it up, creating it on first use.
 	KnownEmbedTenant store.EmbedTenant
+	// KnownDefinitions, when set, are the definitions of the request's
+	// scope that its attribute and group names resolve to, from a cache of
+	// the caller; they replace the Lookup of a request that defines nothing
+	// and whose deployment is known. Every name must be present.
+	KnownDefinitions *store.LookupResult
 	// DeploymentID, when not zero, is a deployment of the account the
 	// request must name: a missing one is [ErrDeploymentNotFound], before
 	// anything else is checked.
@@ -95,6 +100,9 @@ type Result struct {
 	// Scope is the catalog the request's names resolved against: the embed
 	// tenant's in creator mode, else the tenant-wide one.
 	Scope store.Scope
+	// Found are the definitions the names resolved to, when read from the
+	// store (not from KnownDefinitions).
+	Found *store.LookupResult
 }
 
 // Limits of a request's fields. Lengths count characters (Unicode code
@@ -534,11 +542,14 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		look.GroupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
 	}
 	var found store.LookupResult
-	if look.DeploymentID != 0 || len(look.AttrNames) > 0 || len(look.GroupNames) > 0 {
+	if k := r.KnownDefinitions; k != nil && look.DeploymentID == 0 && len(r.AttributeDefinitions)+len(r.GroupDefinitions) == 0 && k.In(res.Scope) {
+		found = *k
+	} else if look.DeploymentID != 0 || len(look.AttrNames) > 0 || len(look.GroupNames) > 0 {
 		var err error
 		if found, err = tx.Lookup(ctx, look); err != nil {
 			return Result{}, err
 		}
+		res.Found = &found
 	}
 	if look.DeploymentID != 0 && !found.DeploymentFound {
 		return Result{}, ErrDeploymentNotFound
