@@ -111,7 +111,7 @@ func (s *Store) lead(fn func(store.Tx) error) (err error) {
 	}()
 	conn := tx.Statement.ConnPool
 	var kept *stmtTx
-	if sqlTx, ok := conn.(*sql.Tx); ok && s.stmts != nil {
+	if sqlTx, ok := conn.(*sql.Tx); ok {
 		kept = &stmtTx{Tx: sqlTx, c: s.stmts}
 		tx.Statement.ConnPool, conn = kept, kept
 	}
@@ -162,7 +162,7 @@ func (s *Store) lead(fn func(store.Tx) error) (err error) {
 		committed = true
 		cerr = wrapErr("commit", tx.Commit().Error)
 	}
-	if kept != nil && len(kept.missed) > 0 {
+	if kept != nil && s.stmts != nil && len(kept.missed) > 0 {
 		s.stmts.prepare(ctx, kept.missed)
 	}
 	return cmp.Or(selfErr, cerr)

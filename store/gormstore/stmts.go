@@ -22,6 +22,9 @@ type stmts struct {
 const maxStmts = 256
 
 func (c *stmts) get(query string) *sql.Stmt {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[query]
@@ -53,10 +56,14 @@ func (c *stmts) close() {
 	}
 }
 
-// stmtTx is a transaction's connection pool for GORM that runs the kept
-// statements on the transaction's connection and notes the texts it ran
-// unprepared. (Row, which no statement of a transaction uses, runs them
-// unprepared.)
+// stmtTx is the group's transaction as GORM's connection pool: it runs the
+// kept statements (c may be nil) on the transaction's connection and notes
+// the texts it ran unprepared. A statement, once started, is not
+// interrupted by its context (the driver gets the context without its
+// cancellation): interrupting a SQLite statement rolls back the whole
+// transaction, which other calls share. A call whose context ended fails
+// before its next statement. (Row, which no statement of a transaction
+// uses, runs unprepared and interruptible.)
 type stmtTx struct {
 	*sql.Tx
 	c      *stmts
@@ -64,6 +71,10 @@ type stmtTx struct {
 }
 
 func (t *stmtTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx = context.WithoutCancel(ctx)
 	if st := t.c.get(q); st != nil {
 		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
@@ -72,6 +83,10 @@ func (t *stmtTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Re
 }
 
 func (t *stmtTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx = context.WithoutCancel(ctx)
 	if st := t.c.get(q); st != nil {
 		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
