@@ -32,7 +32,7 @@ const (
 )
 
 // A turn has no goroutine of its own for its checkpoints: the registry's
-// clock queues those of every due turn at its tick, and the persister
+// clock takes those of every due turn at its tick, and the persister
 // writes them in a few transactions; one asked for ahead of the clock runs
 // on a goroutine of its own while it is stored.
 
@@ -100,14 +100,20 @@ func (c *checkpointClock) tick() {
 	c.reg.persist.checkpoint(due)
 }
 
-// queueCheckpoint reports whether the turn's checkpoint is to be queued:
+// queueCheckpoint reports whether the turn's checkpoint is to be stored:
 // it is not finishing and not queued already. Lines streamed from here on
-// are due at a later tick. The persister's lock is held.
+// are due at a later tick. While one of its checkpoints is being written
+// (by an earlier tick, or ahead of the clock), the turn is due at the next
+// tick instead: a turn's checkpoints are stored one after the other.
 func (t *turn) queueCheckpoint() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ckptDue = false
 	if t.finishing || t.ckptQueued {
+		return false
+	}
+	if t.ckptWriting != nil {
+		t.dirtyLocked()
 		return false
 	}
 	t.ckptQueued = true
@@ -134,6 +140,7 @@ func (t *turn) checkpointWrite() (w threadWrite, ok bool) {
 		reserve = next + sortBlock
 	}
 	msgs, done := t.seq.checkpoint(reserve)
+	t.ckptWriting = make(chan struct{})
 	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: reserve, msgs: msgs,
 		t: t, next: next, done: done}, true
 }
@@ -145,6 +152,8 @@ func (t *turn) checkpointed(w *threadWrite) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ckptEarly = false
+	close(t.ckptWriting)
+	t.ckptWriting = nil
 	if w.err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(context.Background(), slog.LevelWarn, "chat turn checkpoint not stored; the next tick tries again",

@@ -417,6 +417,7 @@ type turn struct {
 	// persister holds it for a checkpoint; ckptEarly: a checkpoint asked
 	// for ahead of the clock has not ended yet.
 	ckptDue, ckptQueued, ckptEarly bool
+	ckptWriting                    chan struct{} // closed when the checkpoint being written is stored or failed
 	lines                          []Line
 	pub                            int             // lines[:pub] are published: below reserved
 	size                           int             // bytes in lines
@@ -590,9 +591,13 @@ func (t *turn) finish(o outcome) {
 	}
 	t.finishing = true
 	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
+	writing := t.ckptWriting
 	t.mu.Unlock()
-	// The persister drops a checkpoint of the turn it has not taken yet
-	// and writes the final messages after one it has.
+	// No checkpoint of the turn is taken from here on; one being written
+	// is stored before the final messages.
+	if writing != nil {
+		<-writing
+	}
 	err := t.reg.persist.final(threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
 	if err != nil {
 		if t.reg.log != nil {
