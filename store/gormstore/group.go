@@ -3,7 +3,6 @@ package gormstore
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"sync"
 
@@ -15,11 +14,10 @@ import (
 // group is SQLite's group commit. SQLite writes one transaction at a time
 // and a commit (the changed pages written to the WAL) costs more than the
 // few statements of a request, so the InTx calls that queue for the writer
-// share one transaction: the first leads and hands the transaction to each
-// waiting call in turn; each runs its fn on its own goroutine under its own
-// context, inside a savepoint that undoes that call alone if it fails; one
-// commit ends them all. The transaction runs under a context of its own,
-// since it serves several callers.
+// share one transaction: the first leads and hands it to the waiting calls
+// one by one, each running its fn on its own goroutine under its own
+// context, in a savepoint that undoes that call alone if it fails; one
+// commit ends them all. The transaction runs under a context of its own.
 type group struct {
 	mu      sync.Mutex
 	waiting []*member
@@ -33,13 +31,12 @@ type member struct {
 	done chan error    // the commit's result
 }
 
-// maxGroup bounds the calls that share a transaction, so that a leader
-// returns while calls keep arriving.
+// maxGroup bounds the calls of a transaction, so that a leader returns
+// while calls keep arriving.
 const maxGroup = 64
 
-// errGroupAborted fails the calls of a transaction that another call's
-// failure ended (an interrupted statement rolls back SQLite's whole
-// transaction); InTx runs them again.
+// errGroupAborted fails the calls of a transaction that ended for another
+// call's failure; InTx runs them again.
 var errGroupAborted = fmt.Errorf("gormstore: commit: a call sharing the transaction failed: %w", store.ErrUnavailable)
 
 // join runs fn in the group's next transaction; ctx bounds the wait.
@@ -66,10 +63,11 @@ func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
 			}
 		}()
 		err := s.run(tx, fn)
-		told = true
-		if m.ran <- err; err != nil {
+		if told = true; err != nil {
+			m.ran <- err
 			return err
 		}
+		m.ran <- nil
 		return <-m.done
 	case <-ctx.Done(): // the leader sees it too and skips this call
 		return wrapErr("begin", ctx.Err())
@@ -86,9 +84,9 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
 	return err
 }
 
-// lead runs fn and then the waiting calls, up to maxGroup, in one
-// transaction, and hands the lead on.
-func (s *Store) lead(fn func(store.Tx) error) (err error) {
+// lead runs fn, then the waiting calls, in one transaction, and hands the
+// lead on.
+func (s *Store) lead(fn func(store.Tx) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
 	defer cancel()
 	var ran []*member // waiting for the commit
@@ -103,30 +101,21 @@ func (s *Store) lead(fn func(store.Tx) error) (err error) {
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback().Error
-		}
-	}()
-	conn := tx.Statement.ConnPool
-	var kept *stmtTx
-	if sqlTx, ok := conn.(*sql.Tx); ok {
-		kept = &stmtTx{Tx: sqlTx, c: s.stmts}
-		tx.Statement.ConnPool, conn = kept, kept
-	}
+	defer func() { _ = tx.Rollback().Error }() // after the commit, a no-op
+	conn := newStmtTx(tx.Statement.ConnPool, s.stmts)
+	tx.Statement.ConnPool = conn
 	// step runs one call in a savepoint; !ok: the transaction is lost.
-	bg := context.Background() // statements that cannot block (and cost no goroutine in go-sqlite3)
+	bg := context.Background() // for statements that cannot block: no goroutine in go-sqlite3
 	step := func(call func() error) (err error, ok bool) {
 		if _, err := conn.ExecContext(bg, "SAVEPOINT embedkit_call"); err != nil {
 			return err, false
 		}
+		end := "RELEASE embedkit_call"
 		if err = call(); err != nil {
-			_, xerr := conn.ExecContext(bg, "ROLLBACK TO embedkit_call")
-			return err, xerr == nil
+			end = "ROLLBACK TO embedkit_call"
 		}
-		_, xerr := conn.ExecContext(bg, "RELEASE embedkit_call")
-		return nil, xerr == nil
+		_, xerr := conn.ExecContext(bg, end)
+		return err, xerr == nil
 	}
 	selfErr, ok := step(func() error { return s.run(tx, fn) })
 	for n := 1; ok && n < maxGroup; {
@@ -138,15 +127,15 @@ func (s *Store) lead(fn func(store.Tx) error) (err error) {
 			break
 		}
 		for i, m := range take {
-			var merr error
-			if merr, ok = step(func() error {
+			var err error
+			if err, ok = step(func() error {
 				select {
 				case m.turn <- tx:
 					return <-m.ran
 				case <-m.ctx.Done():
 					return m.ctx.Err()
 				}
-			}); merr == nil {
+			}); err == nil {
 				ran = append(ran, m)
 			}
 			if !ok { // the calls not run yet go to the next leader
@@ -159,16 +148,15 @@ func (s *Store) lead(fn func(store.Tx) error) (err error) {
 		}
 	}
 	if ok {
-		committed = true
 		cerr = wrapErr("commit", tx.Commit().Error)
 	}
-	if kept != nil && s.stmts != nil && len(kept.missed) > 0 {
-		s.stmts.prepare(ctx, kept.missed)
+	if len(conn.missed) > 0 && conn.c != nil {
+		s.stmts.prepare(ctx, conn.missed)
 	}
 	return cmp.Or(selfErr, cerr)
 }
 
-// handOff passes the lead to the first waiting call still waiting.
+// handOff passes the lead to the first call still waiting.
 func (s *Store) handOff() {
 	g := s.group
 	for {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+
+	"gorm.io/gorm"
 )
 
 // stmts keeps SQLite statements prepared, one per statement text: compiling
@@ -57,17 +59,23 @@ func (c *stmts) close() {
 }
 
 // stmtTx is the group's transaction as GORM's connection pool: it runs the
-// kept statements (c may be nil) on the transaction's connection and notes
-// the texts it ran unprepared. A statement, once started, is not
+// kept statements on the transaction's connection (a plain *sql.Tx) and
+// notes the texts it ran unprepared. A statement, once started, is not
 // interrupted by its context (the driver gets the context without its
 // cancellation): interrupting a SQLite statement rolls back the whole
 // transaction, which other calls share. A call whose context ended fails
-// before its next statement. (Row, which no statement of a transaction
-// uses, runs unprepared and interruptible.)
+// before its next statement.
 type stmtTx struct {
-	*sql.Tx
+	gorm.ConnPool
 	c      *stmts
 	missed []string
+}
+
+func newStmtTx(pool gorm.ConnPool, c *stmts) *stmtTx {
+	if _, ok := pool.(*sql.Tx); !ok {
+		c = nil
+	}
+	return &stmtTx{ConnPool: pool, c: c}
 }
 
 func (t *stmtTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
@@ -76,10 +84,10 @@ func (t *stmtTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Re
 	}
 	ctx = context.WithoutCancel(ctx)
 	if st := t.c.get(q); st != nil {
-		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		return t.ConnPool.(*sql.Tx).StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
 	t.missed = append(t.missed, q)
-	return t.Tx.ExecContext(ctx, q, args...)
+	return t.ConnPool.ExecContext(ctx, q, args...)
 }
 
 func (t *stmtTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -88,8 +96,11 @@ func (t *stmtTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.
 	}
 	ctx = context.WithoutCancel(ctx)
 	if st := t.c.get(q); st != nil {
-		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+		return t.ConnPool.(*sql.Tx).StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
 	t.missed = append(t.missed, q)
-	return t.Tx.QueryContext(ctx, q, args...)
+	return t.ConnPool.QueryContext(ctx, q, args...)
 }
+
+func (t *stmtTx) Commit() error   { return t.ConnPool.(gorm.TxCommitter).Commit() }
+func (t *stmtTx) Rollback() error { return t.ConnPool.(gorm.TxCommitter).Rollback() }
