@@ -1,0 +1,110 @@
+package gormstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/embedkit/embedkit/store"
+)
+
+// TestGroupCommit holds one SQLite transaction open until ten more calls
+// wait for the writer, then checks that they shared one transaction, each
+// under its own context, and that a failing call, a panicking one and one
+// whose context ended while it waited left no trace and cost the others
+// nothing.
+func TestGroupCommit(t *testing.T) {
+	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/g.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
+		&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenDB(db, WithCloseDB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := t.Context()
+	waiting := func() int {
+		st.group.mu.Lock()
+		defer st.group.mu.Unlock()
+		return len(st.group.waiting)
+	}
+	type key struct{}
+	const n = 10
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		pools = map[any]bool{}
+		errs  = make([]error, n)
+	)
+	started, release := make(chan struct{}), make(chan struct{})
+	wg.Go(func() {
+		_ = st.InTx(ctx, func(tx store.Tx) error {
+			close(started)
+			<-release
+			return nil
+		})
+	})
+	<-started
+	gone, cancel := context.WithCancel(ctx)
+	for i := range n {
+		wg.Go(func() {
+			defer func() { _ = recover() }()
+			c := context.WithValue(ctx, key{}, i)
+			if i == 9 {
+				c = context.WithValue(gone, key{}, i)
+			}
+			errs[i] = st.InTx(c, func(tx store.Tx) error {
+				if _, err := tx.SaveAccount(c, store.Account{Name: fmt.Sprint("a", i)}); err != nil {
+					return err
+				}
+				mu.Lock()
+				pools[tx.(*txn).db.Statement.ConnPool] = true
+				mu.Unlock()
+				if got := tx.(*txn).db.WithContext(c).Statement.Context.Value(key{}); got != i {
+					t.Errorf("call %d runs under the context of %v", i, got)
+				}
+				switch i {
+				case 3:
+					return errors.New("refused")
+				case 5:
+					panic("boom")
+				}
+				return nil
+			})
+		})
+	}
+	for waiting() < n {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(release)
+	wg.Wait()
+	for i := range n {
+		_, err := st.AccountByName(ctx, fmt.Sprint("a", i))
+		switch i {
+		case 3, 5, 9:
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("call %d left its account: %v", i, err)
+			}
+		default:
+			if err != nil || errs[i] != nil {
+				t.Errorf("call %d: %v, account: %v", i, errs[i], err)
+			}
+		}
+	}
+	if !errors.Is(errs[9], context.Canceled) {
+		t.Errorf("call with an ended context: %v", errs[9])
+	}
+	if len(pools) != 1 {
+		t.Errorf("the calls ran in %d transactions, want 1", len(pools))
+	}
+}
