@@ -113,13 +113,16 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithCacheTTL makes the handler remember resolved API keys (with their
-// account) and existing deployments for d, and embed tenants once created
-// (they are never deleted). A generate-session then skips the API key
-// read, the embed tenant read, and the deployment check (a statement of its
-// own when the request names no attributes or groups, else part of the
-// read of their definitions); on SQLite the embed-tenant read leaves the
-// serialized write transaction. Changes to accounts or deployments in the store are
-// then noticed at most d later. API keys are cached for d or
+// account), existing deployments and the attribute and group definitions
+// that requests name for d, and embed tenants once created (they are never
+// deleted). A generate-session then skips the API key read, the embed
+// tenant read, and, when it defines nothing and names only known
+// definitions, the read of its deployment and definitions ([store.Lookup]).
+// Changes to accounts, deployments or definitions in the store are then
+// noticed at most d later, except that a definition deleted through this
+// handler is forgotten at once: within d, another process's deletion may
+// let a request store a value or membership of the deleted definition,
+// which reads ignore (definition IDs are never reused). API keys are cached for d or
 // middleware.MaxKeyCacheTTL (5 s), whichever is shorter: a key revoked
 // through this process is refused at once, one revoked by another process
 // within that time. Each cache holds at most [WithCacheSize] entries.
@@ -137,7 +140,7 @@ func WithCacheTTL(d time.Duration) Option {
 const DefaultCacheSize = 10000
 
 // WithCacheSize bounds each cache of [WithCacheTTL] (API keys, deployments,
-// embed tenants) to n entries; beyond it the least recently used entry is
+// embed tenants, attribute and group definitions) to n entries; beyond it the least recently used entry is
 // evicted, so that memory does not grow with the number of embed tenants
 // or keys that clients use. Default: [DefaultCacheSize] (10,000). n must be
 // positive; WithCacheSize panics otherwise.

@@ -3,6 +3,7 @@ package embedsession_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -156,6 +157,66 @@ func TestStatementsWithCaches(t *testing.T) {
 			if c.max > 0 && len(got) > c.max {
 				t.Errorf("%s: %d statements, want at most %d:\n%s", c.name, len(got), c.max, strings.Join(got, "\n"))
 			}
+		}
+	})
+}
+
+// TestCachedDefinitions checks WithCacheTTL's cache of definitions: a
+// request naming known definitions does not read them again, and a
+// definition deleted through the handler is forgotten at once.
+func TestCachedDefinitions(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		var (
+			mu    sync.Mutex
+			stmts []string
+		)
+		hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
+			return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
+				mu.Lock()
+				stmts = append(stmts, sql)
+				mu.Unlock()
+			})
+		})
+		s := apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
+		s.GenerateSession(t, body("defs", obj{"creatorMode": true, "embedTenantName": "defs-t",
+			"groupDefinitions": []any{obj{"name": "g"}}, "userAttributeDefinitions": []any{obj{"name": "a", "type": "string"}}}))
+		use := body("defs", obj{"creatorMode": true, "embedTenantName": "defs-t", "groups": []string{"g"}, "userAttributes": attrs("a", "x")})
+		reads := func() int {
+			mu.Lock()
+			stmts = nil
+			mu.Unlock()
+			s.GenerateSession(t, use)
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, q := range stmts {
+				if strings.Contains(q, "embedkit_catalog_") {
+					n++
+				}
+			}
+			return n
+		}
+		if n := reads(); n == 0 {
+			t.Fatal("the first use of the definitions did not read them")
+		}
+		if n := reads(); n != 0 {
+			t.Errorf("a second use read the definitions %d times", n)
+		}
+		if u := s.User(t, apitest.Account, "defs", "defs-t"); len(u.Groups) != 1 || len(u.Attributes) != 1 {
+			t.Errorf("user's groups %v, attributes %v", u.Groups, u.Attributes)
+		}
+		status, list := s.Do(t, http.MethodGet, "/api/v1/embed-tenants/defs-t/groups", apitest.AdminKey, nil)
+		items, _ := list["items"].([]any)
+		if status != http.StatusOK || len(items) != 1 {
+			t.Fatalf("groups: %d %v", status, list)
+		}
+		id, _ := items[0].(map[string]any)["id"].(string)
+		if status, _ := s.Do(t, http.MethodDelete, "/api/v1/embed-tenants/defs-t/groups/"+id, apitest.AdminKey, nil); status != http.StatusNoContent {
+			t.Fatalf("delete group: %d", status)
+		}
+		status, resp := s.Do(t, http.MethodPost, embedsession.PathGenerateSession, apitest.AdminKey, use)
+		if status != http.StatusBadRequest || resp["error"] != "Groups with names g not found" {
+			t.Errorf("a deleted group still used: %d %v", status, resp)
 		}
 	})
 }
