@@ -14,7 +14,7 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Opening a turn, top to bottom (open, then runTurn): provision the user in a
+// Opening a turn, top to bottom (open, then startTurn): provision the user in a
 // transaction of its own, reserve the turn for the user's id (in this
 // process and in the cluster), open the stream (thread and user echo in one
 // transaction), then start the agent and stream the turn. A refused

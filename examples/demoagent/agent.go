@@ -228,7 +228,8 @@ func (a *Agent) Close() error {
 // the runtime shrinks a waiting goroutine's stack only to four times what
 // its frames use: Answer streams the texts that the steps of a turn
 // return, and the steps (reading the history, the tool calls) run in
-// functions of their own that have returned by the time it waits.
+// functions of their own that have returned by the time it waits. Nor does
+// a waiting turn hold their state: each step reads what it needs again.
 func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
 	if a.closed.Load() {
 		return ErrClosed
@@ -236,9 +237,8 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tn := a.newTurn(&t, e)
-	for {
-		text, done, err := tn.next(ctx)
+	for step := 0; ; step++ {
+		text, done, err := a.step(ctx, &t, e, step)
 		if err != nil {
 			return err
 		}
@@ -253,23 +253,22 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 	}
 }
 
-// turn is the state of a turn between the texts Answer streams.
+// turn is what a step of a turn knows.
 type turn struct {
-	a *Agent
-	t *chatstream.Turn
-	e chatstream.Emitter
-	// step is the next step: 0 the first, 1 the tool calls after the
-	// first text.
-	step     int
-	history  []string
-	memoryID string
+	a        *Agent
+	t        *chatstream.Turn
+	e        chatstream.Emitter
+	history  []string // the user's earlier questions
+	memoryID string   // the last result's memory id
 	access   analytics.Access
 	q        parsed
+	ok       bool // q is understood
 }
 
-// newTurn reads the turn's history: the user's earlier questions and the
-// last result's memory id.
-func (a *Agent) newTurn(t *chatstream.Turn, e chatstream.Emitter) *turn {
+// step runs the turn's step (0, then 1 after the first text) and returns
+// the text to stream after it; done is true when the answer is complete
+// once it is streamed.
+func (a *Agent) step(ctx context.Context, t *chatstream.Turn, e chatstream.Emitter, step int) (text string, done bool, err error) {
 	tn := &turn{a: a, t: t, e: e}
 	for _, m := range t.History {
 		if m.Role == chatstream.RoleUser {
@@ -285,36 +284,26 @@ func (a *Agent) newTurn(t *chatstream.Turn, e chatstream.Emitter) *turn {
 		}
 	}
 	tn.access = analytics.AccessOf(a.model, t.User)
-	return tn
-}
-
-// next runs the turn's next step and returns the text to stream after it;
-// done is true when the answer is complete once it is streamed.
-func (tn *turn) next(ctx context.Context) (text string, done bool, err error) {
-	step := tn.step
-	tn.step++
-	if looksLikeSQL(tn.t.Input) {
+	if looksLikeSQL(t.Input) {
 		if step == 0 {
 			return tn.sqlIntro()
 		}
 		return tn.runSQL(ctx)
 	}
+	tn.q, tn.ok = understand(t.Input, tn.history)
 	if step == 0 {
 		return tn.first()
 	}
 	return tn.lookup(ctx)
 }
 
-// first understands the question and emits the thinking about it; it
-// returns the first text.
+// first emits the thinking about the question; it returns the first text.
 func (tn *turn) first() (string, bool, error) {
 	e := tn.e
-	var ok bool
-	tn.q, ok = understand(tn.t.Input, tn.history)
 	if tn.q.cannot() {
 		return tn.cannot()
 	}
-	if !ok {
+	if !tn.ok {
 		if err := e.Thinking("The message names no metric or breakdown of the sample data that I know, so I will explain what I can answer."); err != nil {
 			return "", false, err
 		}
