@@ -58,8 +58,9 @@ type userReader func(context.Context) (User, error)
 // answer runs the agent on info, after setting info.User with user unless
 // it is nil: the turn's span and metrics cover the reading, so a turn
 // whose user cannot be read ends as an agent error, traced and measured
-// like any turn. info is a pointer so that the agent's goroutine, parked
-// under this frame for the turn's life, holds one copy of it.
+// like any turn. info is a pointer so that the frames between the turn's
+// goroutine and the agent, parked for the turn's life, do not each hold a
+// copy of it.
 func (a instrumented) answer(ctx context.Context, info *Turn, user userReader, e Emitter) (err error) {
 	ctx, tt := a.tel.StartTurn(ctx, info.AgentID, info.ChatID)
 	defer endTurn(ctx, tt, &err)
@@ -68,10 +69,7 @@ func (a instrumented) answer(ctx context.Context, info *Turn, user userReader, e
 			return err
 		}
 	}
-	// The emitter first: the Turn is then copied straight into the call's
-	// arguments, not through a copy of its own in this frame.
-	te := &tracingEmitter{Emitter: e, turn: tt}
-	return a.agent.Answer(ctx, *info, te)
+	return a.agent.Answer(ctx, *info, &tracingEmitter{Emitter: e, turn: tt})
 }
 
 // readUser sets info.User with user. It is not inlined: answer's frame
