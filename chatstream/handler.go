@@ -35,7 +35,7 @@ type Route struct {
 // when the server stops. A Handler is safe for concurrent use.
 type Handler struct {
 	st    store.Store
-	agent Agent
+	agent instrumented
 	cfg   config
 	turns *registry
 	tel   *telemetry.Telemetry
@@ -68,7 +68,7 @@ func (h *Handler) Routes() []Route {
 	}
 	auth := middleware.APIKeyOrToken(h.st, mo...)
 	return []Route{
-		{Method: http.MethodPost, Pattern: StreamPattern, Handler: h.tel.Route(http.MethodPost, StreamPattern, auth(http.HandlerFunc(h.serveStream)))},
+		{Method: http.MethodPost, Pattern: StreamPattern, Handler: h.tel.Route(http.MethodPost, StreamPattern, h.stream(auth))},
 		{Method: http.MethodPost, Pattern: AbortPattern, Handler: h.tel.Route(http.MethodPost, AbortPattern, auth(http.HandlerFunc(h.serveAbort)))},
 		{Method: http.MethodPost, Pattern: DataPattern, Handler: h.tel.Route(http.MethodPost, DataPattern, auth(http.HandlerFunc(h.serveData)))},
 	}
@@ -79,7 +79,7 @@ func (h *Handler) Routes() []Route {
 // middleware.EmbedSessionFromContext) to be set by the host's middleware,
 // and answers 401 otherwise. Most hosts mount [Handler.Routes] instead.
 func (h *Handler) Stream() http.Handler {
-	return h.tel.Route(http.MethodPost, StreamPattern, http.HandlerFunc(h.serveStream))
+	return h.tel.Route(http.MethodPost, StreamPattern, h.stream(nil))
 }
 
 // Abort returns the abort endpoint without authentication; see
@@ -216,32 +216,55 @@ func admit[T any](h *Handler, w http.ResponseWriter, r *http.Request, decode fun
 	return c, req, checkTokenUser(c.es, settings(req))
 }
 
-func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
-	var (
-		c   caller
-		req chatRequest
-		t   *turn
-		op  openedTurn
-		err error
-	)
-	// The admission and a turn's opening run on a goroutine that ends with
-	// them: store calls grow a goroutine's stack far beyond what streaming
-	// needs, and the request's goroutine keeps its stack as long as the
-	// stream is open.
-	onOwnStack(func() {
-		c, req, err = admit(h, w, r, decodeChatRequest, func(q chatRequest) *SessionSettings { return q.SessionSettings })
-		if err == nil && req.Input != "" {
-			t, op, err = h.open(r.Context(), c, req, h.cfg.now())
-		}
-	})
-	switch {
-	case err != nil:
-		h.fail(w, r, err)
-	case req.Input == "":
-		h.serveState(w, r, c, req)
-	default:
-		h.runTurn(w, r, c, t, op)
+// stream returns the stream-chat-state endpoint behind auth (nil: the host
+// authenticates).
+func (h *Handler) stream(auth func(http.Handler) http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveStream(w, r, auth) })
+}
+
+// serveStream serves stream-chat-state. The authentication, the admission,
+// the turn's opening and its start run on a goroutine that ends with them:
+// store calls grow a goroutine's stack far beyond what streaming needs, and
+// the runtime shrinks the stack of a parked goroutine only to four times
+// what its frames use. The request's goroutine, which waits for the
+// stream's lines as long as the turn runs, then holds only the frames of
+// the router above and of the stream's rest below.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, auth func(http.Handler) http.Handler) {
+	var rest func()
+	onOwnStack(func() { rest = h.admitStream(w, r, auth) })
+	if rest != nil {
+		rest()
 	}
+}
+
+// admitStream authenticates the request with auth (unless nil), admits it
+// and, for an input, opens and starts its turn. It returns what the
+// request's goroutine does next (following the turn, or the thread's
+// state), or nil once the answer is complete (an error).
+func (h *Handler) admitStream(w http.ResponseWriter, r *http.Request, auth func(http.Handler) http.Handler) (rest func()) {
+	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, req, err := admit(h, w, r, decodeChatRequest, func(q chatRequest) *SessionSettings { return q.SessionSettings })
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if req.Input == "" {
+			rest = func() { h.serveState(w, r, c, req) }
+			return
+		}
+		t, op, err := h.open(r.Context(), c, req, h.cfg.now())
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		rest = h.startTurn(w, r, t, op)
+	})
+	if auth == nil {
+		serve(w, r)
+	} else {
+		auth(serve).ServeHTTP(w, r)
+	}
+	return rest
 }
 
 // onOwnStack runs f on a new goroutine and waits for it; a panic of f

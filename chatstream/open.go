@@ -14,7 +14,7 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Opening a turn, top to bottom (open, then runTurn): provision the user in a
+// Opening a turn, top to bottom (open, then startTurn): provision the user in a
 // transaction of its own, reserve the turn for the user's id (in this
 // process and in the cluster), open the stream (thread and user echo in one
 // transaction), then start the agent and stream the turn. A refused
@@ -51,7 +51,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		return nil, openedTurn{}, err
 	}
 	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
-	op.agent = h.withUserData(user, scope)
+	op.user = h.userReader(user, scope)
 	return t, op, nil
 }
 
@@ -90,14 +90,13 @@ func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time
 	}
 }
 
-// withUserData returns the turn's agent, which first reads the user's
-// attributes and groups of scope: on the turn's goroutine, after the
-// first line, off the opening's path. The turn cannot run without them
-// (they drive row-level security): if they cannot be read, it ends as an
-// agent error, traced and measured like any turn.
-func (h *Handler) withUserData(u store.User, scope store.Scope) Agent {
-	inner := h.agent.(instrumented)
-	return instrumented{AgentFunc(func(ctx context.Context, info Turn, e Emitter) error {
+// userReader returns how the turn reads the user's attributes and groups
+// of scope: on the turn's goroutine, after the first line, off the
+// opening's path. The turn cannot run without them (they drive row-level
+// security): if they cannot be read, it ends as an agent error, traced and
+// measured like any turn.
+func (h *Handler) userReader(u store.User, scope store.Scope) userReader {
+	return func(ctx context.Context) (User, error) {
 		var (
 			data store.UserData
 			err  error
@@ -106,11 +105,10 @@ func (h *Handler) withUserData(u store.User, scope store.Scope) Agent {
 		// goroutine keeps its stack for the turn's life.
 		onOwnStack(func() { data, err = h.st.UserData(ctx, u.ID, scope) })
 		if err != nil {
-			return fmt.Errorf("chatstream: read the user's attributes and groups: %w", err)
+			return User{}, fmt.Errorf("chatstream: read the user's attributes and groups: %w", err)
 		}
-		info.User = turnUser(u, data)
-		return inner.agent.Answer(ctx, info, e)
-	}), inner.tel}
+		return turnUser(u, data), nil
+	}
 }
 
 // errUserGone answers a turn whose user was deleted between its
@@ -127,8 +125,8 @@ type openedTurn struct {
 	// maxSize caps the turn's stream: what is left of the thread's byte
 	// budget (see threadRoom).
 	maxSize int
-	// agent answers the turn (set by open).
-	agent Agent
+	// user reads the turn's user for the agent (set by open).
+	user userReader
 }
 
 // openStream finds or creates the thread chatID of user, reserved for
@@ -222,21 +220,27 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 	return op, err
 }
 
-// runTurn starts the turn opened by openStream on its reservation t and
-// streams it.
-func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, c caller, t *turn, op openedTurn) {
+// startTurn writes the stream's first line and starts the turn opened by
+// openStream on its reservation t. It returns the rest of the stream, which
+// the request's goroutine runs: following the turn to its end.
+func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op openedTurn) func() {
 	ctx := r.Context()
-	chatID, seq, echo := op.chatID, op.seq, op.echo
-
 	lw := h.newLineWriter(r, w)
+	lw.send(cutoffMessage(op.chatID, false))
+
+	t.seq = op.seq
+	t.reserved = op.echo.Sort + sortBlock // stored with the echo
+	start := op.seq.start(newID())
+	info := op.info
+	t.begin(ctx, h.cfg.turnTimeout, h.agent, &info, op.user, op.echo, start)
+	return func() { h.followTurn(ctx, lw, t) }
+}
+
+// followTurn streams the turn t to lw until it ends or the client goes
+// away. It is what a stream's request goroutine waits in for the turn's
+// life, so it is a short call chain.
+func (h *Handler) followTurn(ctx context.Context, lw *lineWriter, t *turn) {
 	defer lw.end()
-	lw.send(cutoffMessage(chatID, false))
-
-	t.seq = seq
-	t.reserved = echo.Sort + sortBlock // stored with the echo
-	start := seq.start(newID())
-	t.begin(ctx, h.cfg.turnTimeout, op.agent, op.info, echo, start)
-
 	if !t.follow(ctx, lw, 0) && h.cfg.cancelOnDisconnect && ctx.Err() != nil {
 		t.stop(errDisconnected, outcomeAborted)
 	}

@@ -47,16 +47,48 @@ type instrumented struct {
 	tel   *telemetry.Telemetry
 }
 
-func (a instrumented) Answer(ctx context.Context, info Turn, e Emitter) (err error) {
+func (a instrumented) Answer(ctx context.Context, info Turn, e Emitter) error {
+	return a.answer(ctx, &info, nil, e)
+}
+
+// userReader reads the user of a turn (its attributes and groups) for the
+// agent.
+type userReader func(context.Context) (User, error)
+
+// answer runs the agent on info, after setting info.User with user unless
+// it is nil: the turn's span and metrics cover the reading, so a turn
+// whose user cannot be read ends as an agent error, traced and measured
+// like any turn. info is a pointer so that the frames between the turn's
+// goroutine and the agent, parked for the turn's life, do not each hold a
+// copy of it.
+func (a instrumented) answer(ctx context.Context, info *Turn, user userReader, e Emitter) (err error) {
 	ctx, tt := a.tel.StartTurn(ctx, info.AgentID, info.ChatID)
-	defer func() {
-		if p := recover(); p != nil {
-			tt.End(telemetry.OutcomeError, errors.New("chatstream: agent panicked"))
-			panic(p) // runAgent turns it into the turn's error
+	defer endTurn(ctx, tt, &err)
+	if user != nil {
+		if err := readUser(ctx, info, user); err != nil {
+			return err
 		}
-		tt.End(turnOutcome(ctx, err))
-	}()
-	return a.agent.Answer(ctx, info, &tracingEmitter{Emitter: e, turn: tt})
+	}
+	return a.agent.Answer(ctx, *info, &tracingEmitter{Emitter: e, turn: tt})
+}
+
+// readUser sets info.User with user. It is not inlined: answer's frame
+// stays parked for the turn's life and would hold the User it returns.
+//
+//go:noinline
+func readUser(ctx context.Context, info *Turn, user userReader) (err error) {
+	info.User, err = user(ctx)
+	return err
+}
+
+// endTurn ends the turn's span and metrics (deferred by answer, whose err
+// it reads).
+func endTurn(ctx context.Context, tt *telemetry.Turn, err *error) {
+	if p := recover(); p != nil {
+		tt.End(telemetry.OutcomeError, errors.New("chatstream: agent panicked"))
+		panic(p) // runAgent turns it into the turn's error
+	}
+	tt.End(turnOutcome(ctx, *err))
 }
 
 // turnOutcome tells how a turn ended from its context and the agent's

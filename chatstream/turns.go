@@ -478,8 +478,9 @@ func (t *turn) publishLocked() {
 
 // begin starts the turn: it registers it as running, logs the user echo and
 // the assistant start, and runs the agent on a goroutine owned by the
-// registry.
-func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, info Turn, echo, start Message) {
+// registry. user, when not nil, reads the turn's user (info.User) on that
+// goroutine before the agent answers.
+func (t *turn) begin(base context.Context, timeout time.Duration, agent instrumented, info *Turn, user userReader, echo, start Message) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(base))
 	ctx, cancelDeadline := context.WithDeadlineCause(ctx, time.Now().Add(timeout), errDeadline)
 	t.ctx = ctx
@@ -517,47 +518,63 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent Agent, i
 			}
 		}()
 	}
+	go t.run(agent, info, user, stopped)
+}
 
-	go func() {
-		defer r.ended()
-		defer t.cancel(nil)
-		stop := context.AfterFunc(ctx, func() { t.finish(causeOutcome(context.Cause(ctx))) })
-		if stopped {
-			t.cancel(errShutdown)
+// run is the turn's goroutine: it runs the agent, then ends the turn. The
+// agent's goroutine lives as long as the turn, and the runtime shrinks a
+// parked goroutine's stack only to four times what it uses: the frames
+// under the agent (run, runAgent, instrumented.answer) stay small, and
+// what runs before and after the agent is in functions of their own.
+func (t *turn) run(agent instrumented, info *Turn, user userReader, stopped bool) {
+	defer t.reg.ended()
+	defer t.cancel(nil)
+	stop := context.AfterFunc(t.ctx, t.finishOnCancel)
+	if stopped {
+		t.cancel(errShutdown)
+	}
+	err := runAgent(t.ctx, agent, info, user, &emitter{t: t})
+	t.agentDone(err, stop)
+}
+
+// finishOnCancel finishes the turn once its context ends.
+func (t *turn) finishOnCancel() { t.finish(causeOutcome(context.Cause(t.ctx))) }
+
+// agentDone ends the turn once its agent returned err; stop undoes
+// finishOnCancel.
+func (t *turn) agentDone(err error, stop func() bool) {
+	r, ctx := t.reg, t.ctx
+	r.agentReturned(t)
+	stop()
+	t.mu.Lock()
+	tooLong := t.tooLong
+	t.mu.Unlock()
+	if tooLong && err == nil {
+		err = ErrTurnTooLong
+	}
+	o := outcomeDone
+	switch {
+	case ctx.Err() != nil:
+		o = causeOutcome(context.Cause(ctx))
+	case err != nil:
+		o = outcomeError
+		if r.log != nil {
+			r.log.LogAttrs(ctx, slog.LevelError, "chat agent failed",
+				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
 		}
-		err := runAgent(ctx, agent, info, &emitter{t: t})
-		r.agentReturned(t)
-		stop()
-		t.mu.Lock()
-		tooLong := t.tooLong
-		t.mu.Unlock()
-		if tooLong && err == nil {
-			err = ErrTurnTooLong
-		}
-		o := outcomeDone
-		switch {
-		case ctx.Err() != nil:
-			o = causeOutcome(context.Cause(ctx))
-		case err != nil:
-			o = outcomeError
-			if r.log != nil {
-				r.log.LogAttrs(ctx, slog.LevelError, "chat agent failed",
-					slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
-			}
-		}
-		t.finish(o)
-	}()
+	}
+	t.finish(o)
 }
 
 // runAgent calls the agent, turning a panic into an error so that one bad
 // turn cannot take the server down.
-func runAgent(ctx context.Context, agent Agent, info Turn, e Emitter) (err error) {
+func runAgent(ctx context.Context, agent instrumented, info *Turn, user userReader, e Emitter) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("chatstream: agent panicked: %v", p)
 		}
 	}()
-	return agent.Answer(ctx, info, e)
+	return agent.answer(ctx, info, user, e)
 }
 
 func causeOutcome(cause error) outcome {

@@ -223,6 +223,13 @@ func (a *Agent) Close() error {
 
 // Answer answers one turn; see the package documentation for the flow.
 // It implements [chatstream.Agent].
+//
+// A turn's goroutine waits in say, under Answer, for most of the turn, and
+// the runtime shrinks a waiting goroutine's stack only to four times what
+// its frames use: Answer streams the texts that the steps of a turn
+// return, and the steps (reading the history, the tool calls) run in
+// functions of their own that have returned by the time it waits. Nor does
+// a waiting turn hold their state: each step reads what it needs again.
 func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
 	if a.closed.Load() {
 		return ErrClosed
@@ -230,54 +237,98 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var history []string
-	var memoryID string
+	for step := 0; ; step++ {
+		text, done, err := a.step(ctx, &t, e, step)
+		if err != nil {
+			return err
+		}
+		if text != "" {
+			if err := a.say(ctx, e, text); err != nil {
+				return err
+			}
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// turn is what a step of a turn knows.
+type turn struct {
+	a        *Agent
+	t        *chatstream.Turn
+	e        chatstream.Emitter
+	history  []string // the user's earlier questions
+	memoryID string   // the last result's memory id
+	access   analytics.Access
+	q        parsed
+	ok       bool // q is understood
+}
+
+// step runs the turn's step (0, then 1 after the first text) and returns
+// the text to stream after it; done is true when the answer is complete
+// once it is streamed.
+func (a *Agent) step(ctx context.Context, t *chatstream.Turn, e chatstream.Emitter, step int) (text string, done bool, err error) {
+	tn := &turn{a: a, t: t, e: e}
 	for _, m := range t.History {
 		if m.Role == chatstream.RoleUser {
-			history = append(history, m.Content)
+			tn.history = append(tn.history, m.Content)
 		}
 		if tc := m.ToolCall; tc != nil && tc.Name == ToolSQL && tc.Result != nil {
 			var r struct {
 				UUID string `json:"uuid"`
 			}
 			if json.Unmarshal([]byte(*tc.Result), &r) == nil && r.UUID != "" {
-				memoryID = r.UUID
+				tn.memoryID = r.UUID
 			}
 		}
 	}
-	access := analytics.AccessOf(a.model, t.User)
-
+	tn.access = analytics.AccessOf(a.model, t.User)
 	if looksLikeSQL(t.Input) {
-		return a.runSQL(ctx, t, e, access)
-	}
-	q, ok := understand(t.Input, history)
-	if q.cannot() {
-		return a.cannot(ctx, t, e, q)
-	}
-	if !ok {
-		if err := e.Thinking("The message names no metric or breakdown of the sample data that I know, so I will explain what I can answer."); err != nil {
-			return err
+		if step == 0 {
+			return tn.sqlIntro()
 		}
-		return a.say(ctx, e, helpText())
+		return tn.runSQL(ctx)
 	}
+	tn.q, tn.ok = understand(t.Input, tn.history)
+	if step == 0 {
+		return tn.first()
+	}
+	return tn.lookup(ctx)
+}
 
-	if err := e.Thinking(reasoning(q, access)); err != nil {
-		return err
+// first emits the thinking about the question; it returns the first text.
+func (tn *turn) first() (string, bool, error) {
+	e := tn.e
+	if tn.q.cannot() {
+		return tn.cannot()
 	}
-	if err := a.say(ctx, e, "Let me look that up in the sample shop data."); err != nil {
-		return err
+	if !tn.ok {
+		if err := e.Thinking("The message names no metric or breakdown of the sample data that I know, so I will explain what I can answer."); err != nil {
+			return "", false, err
+		}
+		return helpText(), true, nil
 	}
+	if err := e.Thinking(reasoning(tn.q, tn.access)); err != nil {
+		return "", false, err
+	}
+	return "Let me look that up in the sample shop data.", false, nil
+}
 
+// lookup searches the data model, runs the question's SQL and returns the
+// answer's text.
+func (tn *turn) lookup(ctx context.Context) (string, bool, error) {
+	a, t, e, q := tn.a, tn.t, tn.e, tn.q
 	search := searchText(q.plan)
 	meta, err := e.ToolCall(ToolMeta, analytics.MetaInput{SearchQuery: search})
 	if err != nil {
-		return err
+		return "", false, err
 	}
 	if err := meta.Result(a.model.Search(search)); err != nil {
-		return err
+		return "", false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", false, err
 	}
 
 	in := analytics.SQLInput{
@@ -285,23 +336,23 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 		QueryTitle:  q.title(),
 		Description: q.description(),
 		UserRequest: t.Input,
-		MemoryID:    memoryID,
+		MemoryID:    tn.memoryID,
 		VegaSpec:    q.vega(),
 	}
 	call, err := e.ToolCall(ToolSQL, in)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	res, failed, err := a.run(ctx, t, in, call)
+	res, failed, err := a.run(ctx, *t, in, call)
 	switch {
 	case err != nil:
-		return err
+		return "", false, err
 	case res == nil && strings.HasPrefix(failed, "branch "):
-		return a.say(ctx, e, "\n\n"+unknownBranchText(t.ActiveBranchName, t.Branches))
+		return "\n\n" + unknownBranchText(t.ActiveBranchName, t.Branches), true, nil
 	case res == nil:
-		return a.say(ctx, e, "\n\nI could not run the query: "+failed+".")
+		return "\n\nI could not run the query: " + failed + ".", true, nil
 	}
-	return a.say(ctx, e, "\n\n"+summary(q, res, access))
+	return "\n\n" + summary(q, res, tn.access), true, nil
 }
 
 // run runs one svcSqlApi call and ends it. When the tool refuses the query
@@ -328,51 +379,56 @@ func (a *Agent) run(ctx context.Context, t chatstream.Turn, in analytics.SQLInpu
 	return nil, "", err
 }
 
-// runSQL answers a message that is an SQL statement: it hands the
-// statement to svcSqlApi as it is, which runs it only if it is a single
-// read-only SELECT over the data model, under the user's row access.
-func (a *Agent) runSQL(ctx context.Context, t chatstream.Turn, e chatstream.Emitter, access analytics.Access) error {
-	if err := e.Thinking("The message is an SQL statement, not a question. I will pass it to the SQL tool unchanged: the tool runs only a single read-only SELECT over the data model's views, with the user's row access."); err != nil {
-		return err
+// sqlIntro starts the answer to a message that is an SQL statement.
+func (tn *turn) sqlIntro() (string, bool, error) {
+	if err := tn.e.Thinking("The message is an SQL statement, not a question. I will pass it to the SQL tool unchanged: the tool runs only a single read-only SELECT over the data model's views, with the user's row access."); err != nil {
+		return "", false, err
 	}
-	if err := a.say(ctx, e, "That looks like an SQL statement, so I passed it to the query tool as it is."); err != nil {
-		return err
-	}
+	return "That looks like an SQL statement, so I passed it to the query tool as it is.", false, nil
+}
+
+// runSQL hands a message that is an SQL statement to svcSqlApi as it is,
+// which runs it only if it is a single read-only SELECT over the data
+// model, under the user's row access; it returns the answer's text.
+func (tn *turn) runSQL(ctx context.Context) (string, bool, error) {
+	t := tn.t
 	in := analytics.SQLInput{
 		SQLQuery: t.Input, QueryTitle: "Your SQL statement",
 		Description: "The statement from the message, run as given.", UserRequest: t.Input,
 	}
-	call, err := e.ToolCall(ToolSQL, in)
+	call, err := tn.e.ToolCall(ToolSQL, in)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	res, failed, err := a.run(ctx, t, in, call)
+	res, failed, err := tn.a.run(ctx, *t, in, call)
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	return a.say(ctx, e, "\n\n"+sqlAnswer(res, failed, access))
+	return "\n\n" + sqlAnswer(res, failed, tn.access), true, nil
 }
 
 // cannot answers a question whose measure or breakdown the data lacks: it
-// searches the data model for it, finds nothing, and says so.
-func (a *Agent) cannot(ctx context.Context, t chatstream.Turn, e chatstream.Emitter, q parsed) error {
+// searches the data model for it, finds nothing, and returns the text
+// that says so.
+func (tn *turn) cannot() (string, bool, error) {
+	q, e := tn.q, tn.e
 	words := append(slices.Clone(q.lacking), q.badStats...)
 	if len(words) == 0 {
 		words = []string{q.badGrain}
 	}
 	search := strings.Join(words, " ")
 	if err := e.Thinking(fmt.Sprintf("The question asks for %s. I will search the data model for it before answering.", joinAnd(words))); err != nil {
-		return err
+		return "", false, err
 	}
 	meta, err := e.ToolCall(ToolMeta, analytics.MetaInput{SearchQuery: search})
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	found := a.model.Search(search)
+	found := tn.a.model.Search(search)
 	if err := meta.Result(found); err != nil {
-		return err
+		return "", false, err
 	}
-	return a.say(ctx, e, cannotText(q))
+	return cannotText(q), true, nil
 }
 
 // unknownBranchText explains a failed query on an unknown branch.
@@ -399,7 +455,9 @@ func (a *Agent) say(ctx context.Context, e chatstream.Emitter, text string) erro
 			timer.Stop()
 		}
 	}()
-	for i, piece := range pieces(text) {
+	for i := 0; text != ""; i++ {
+		var piece string
+		piece, text = nextPiece(text)
 		if i > 0 && a.delay > 0 {
 			if timer == nil {
 				timer = time.NewTimer(a.delay)
@@ -421,19 +479,14 @@ func (a *Agent) say(ctx context.Context, e chatstream.Emitter, text string) erro
 	return nil
 }
 
-// pieces splits text after each run of spaces, so that concatenating the
-// pieces gives text back.
-func pieces(text string) []string {
-	var out []string
-	start := 0
+// nextPiece splits text after its first run of spaces (a turn holds the
+// text it streams, not a list of its pieces): concatenating the pieces
+// gives text back.
+func nextPiece(text string) (piece, rest string) {
 	for i := 0; i < len(text); i++ {
 		if text[i] == ' ' && (i+1 == len(text) || text[i+1] != ' ') {
-			out = append(out, text[start:i+1])
-			start = i + 1
+			return text[:i+1], text[i+1:]
 		}
 	}
-	if start < len(text) {
-		out = append(out, text[start:])
-	}
-	return out
+	return text, ""
 }

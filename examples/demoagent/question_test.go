@@ -159,13 +159,18 @@ func TestFormatNumber(t *testing.T) {
 
 func TestPieces(t *testing.T) {
 	for _, s := range []string{"", "one", "Revenue by country:  Germany leads.\n\n1. A: 2", " lead", "trail  "} {
-		ps := pieces(s)
+		var ps []string
+		for rest := s; rest != ""; {
+			var p string
+			p, rest = nextPiece(rest)
+			ps = append(ps, p)
+		}
 		if got := strings.Join(ps, ""); got != s {
-			t.Errorf("pieces(%q) joined = %q", s, got)
+			t.Errorf("nextPiece pieces of %q joined = %q", s, got)
 		}
 		for _, p := range ps {
 			if p == "" {
-				t.Errorf("pieces(%q) has an empty piece", s)
+				t.Errorf("nextPiece of %q gave an empty piece", s)
 			}
 		}
 	}

@@ -38,33 +38,56 @@ func (t *Telemetry) Route(method, pattern string, next http.Handler) http.Handle
 	name := method + " " + pattern
 	route := semconv.HTTPRoute(pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		ctx := r.Context()
-		kind := trace.SpanKindServer
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsRemote() {
-			kind = trace.SpanKindInternal
-		} else if !sc.IsValid() {
-			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
-		}
-		m := requestMethod(r.Method)
-		ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(kind),
-			trace.WithAttributes(m, route, semconv.URLScheme(scheme(r))))
-		ctx = NewContext(ctx, t)
-		rw := &responseWriter{ResponseWriter: w, rc: http.NewResponseController(w), ctx: ctx, t: t}
-		defer func() {
-			// A panic still ends the span and counts as a 500 unless the
-			// answer had started.
-			if p := recover(); p != nil {
-				if rw.status == 0 {
-					rw.status = http.StatusInternalServerError
-				}
-				t.endRequest(ctx, span, rw, start, m, route)
-				panic(p)
-			}
-		}()
-		next.ServeHTTP(rw, r.WithContext(ctx))
-		t.endRequest(ctx, span, rw, start, m, route)
+		// A chat stream's goroutine stays parked under this frame for the
+		// stream's life, and the runtime shrinks its stack only to four
+		// times what its frames use: the work is in start and end.
+		rq := t.start(w, r, name, route)
+		defer rq.end()
+		next.ServeHTTP(rq.rw, r.WithContext(rq.ctx))
 	})
+}
+
+// request is a request of a [Telemetry.Route].
+type request struct {
+	t     *Telemetry
+	ctx   context.Context
+	span  trace.Span
+	rw    *responseWriter
+	start time.Time
+	m     attribute.KeyValue
+	route attribute.KeyValue
+}
+
+// start opens the span of a request to a route.
+func (t *Telemetry) start(w http.ResponseWriter, r *http.Request, name string, route attribute.KeyValue) *request {
+	start := time.Now()
+	ctx := r.Context()
+	kind := trace.SpanKindServer
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsRemote() {
+		kind = trace.SpanKindInternal
+	} else if !sc.IsValid() {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	m := requestMethod(r.Method)
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(kind),
+		trace.WithAttributes(m, route, semconv.URLScheme(scheme(r))))
+	ctx = NewContext(ctx, t)
+	rw := &responseWriter{ResponseWriter: w, rc: http.NewResponseController(w), ctx: ctx, t: t}
+	return &request{t: t, ctx: ctx, span: span, rw: rw, start: start, m: m, route: route}
+}
+
+// end ends the request's span and records its duration; it is deferred,
+// so that a panic still ends the span and counts as a 500 unless the
+// answer had started.
+func (rq *request) end() {
+	if p := recover(); p != nil {
+		if rq.rw.status == 0 {
+			rq.rw.status = http.StatusInternalServerError
+		}
+		rq.t.endRequest(rq.ctx, rq.span, rq.rw, rq.start, rq.m, rq.route)
+		panic(p)
+	}
+	rq.t.endRequest(rq.ctx, rq.span, rq.rw, rq.start, rq.m, rq.route)
 }
 
 func (t *Telemetry) endRequest(ctx context.Context, span trace.Span, rw *responseWriter, start time.Time, m, route attribute.KeyValue) {
