@@ -68,36 +68,49 @@ func (t *turn) requestCheckpoint() {
 // The running turns of a registry share it, so that their checkpoints are
 // stored together in a few large transactions rather than in many small
 // ones spread over the interval. It has no goroutine: a timer runs the
-// tick, and a tick is pending only while some turn is due.
+// tick, and a tick is pending only while some turn is due. Ticks do not
+// overlap: turns that fall due while a tick writes wait for the next,
+// which follows at once when the writes took longer than the interval.
 type checkpointClock struct {
-	reg *registry
-	mu  sync.Mutex
-	due []*turn // the turns to checkpoint at the pending tick
+	reg     *registry
+	mu      sync.Mutex
+	due     []*turn // the turns to checkpoint at the pending tick
+	writing bool    // a tick is storing its checkpoints
 }
 
-// schedule adds t to the turns checkpointed at the next tick. The pending
-// tick counts as a goroutine of the registry, so that a shutdown waits for
-// its writes.
+// schedule adds t to the turns checkpointed at the next tick.
 func (c *checkpointClock) schedule(t *turn) {
 	c.mu.Lock()
-	if len(c.due) == 0 {
-		c.reg.mu.Lock()
-		c.reg.active++
-		c.reg.mu.Unlock()
-		time.AfterFunc(checkpointInterval, c.tick)
+	if len(c.due) == 0 && !c.writing {
+		c.startLocked(checkpointInterval)
 	}
 	c.due = append(c.due, t)
 	c.mu.Unlock()
 }
 
+// startLocked arms the next tick. The pending tick counts as a goroutine
+// of the registry, so that a shutdown waits for its writes.
+func (c *checkpointClock) startLocked(d time.Duration) {
+	c.reg.mu.Lock()
+	c.reg.active++
+	c.reg.mu.Unlock()
+	time.AfterFunc(d, c.tick)
+}
+
 // tick stores the checkpoints of the due turns.
 func (c *checkpointClock) tick() {
 	defer c.reg.ended()
+	start := time.Now()
 	c.mu.Lock()
 	due := c.due
-	c.due = nil
+	c.due, c.writing = nil, true
 	c.mu.Unlock()
 	c.reg.persist.checkpoint(due)
+	c.mu.Lock()
+	if c.writing = false; len(c.due) > 0 {
+		c.startLocked(max(0, checkpointInterval-time.Since(start)))
+	}
+	c.mu.Unlock()
 }
 
 // queueCheckpoint reports whether the turn's checkpoint is to be stored:
