@@ -20,12 +20,12 @@ import (
 	"github.com/embedkit/embedkit/store/gormstore"
 )
 
-// PoolSize returns the size of the connection pool Open creates: four
-// connections per core the Go runtime may use (runtime.GOMAXPROCS), so
-// that the pool follows the machine (a fixed pool fell behind on larger
-// ones). A host that wants another size opens the database itself and
-// hands it to [gormstore.OpenDB], which uses its pool as it is.
-func PoolSize() int { return 4 * runtime.GOMAXPROCS(0) }
+// PoolSize returns the size of the pool Open creates: four connections per
+// core the Go runtime may use (runtime.GOMAXPROCS), at least 16, since a
+// transaction holds its connection over a round trip per statement, mostly
+// waiting (fewer queued chat openings on small machines). A host wanting
+// another size hands its own handle to [gormstore.OpenDB].
+func PoolSize() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 
 // Open connects to the PostgreSQL database named by dsn (a URL or
 // keyword/value DSN of pgx) and returns a migrated store that owns the

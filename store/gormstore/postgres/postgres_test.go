@@ -8,12 +8,13 @@ import (
 	"github.com/embedkit/embedkit/store/gormstore/postgres"
 )
 
-// TestPoolFollowsTheCores: the pool Open sizes grows with GOMAXPROCS.
+// TestPoolFollowsTheCores: the pool Open sizes grows with GOMAXPROCS, from
+// 16 connections on small machines.
 func TestPoolFollowsTheCores(t *testing.T) {
 	prev := runtime.GOMAXPROCS(2)
 	defer runtime.GOMAXPROCS(prev)
-	if got := postgres.PoolSize(); got != 8 {
-		t.Errorf("PoolSize on 2 cores = %d, want 8", got)
+	if got := postgres.PoolSize(); got != 16 {
+		t.Errorf("PoolSize on 2 cores = %d, want 16", got)
 	}
 	runtime.GOMAXPROCS(8)
 	if got := postgres.PoolSize(); got != 32 {
@@ -25,6 +26,6 @@ func TestPoolFollowsTheCores(t *testing.T) {
 // wants another size opens PostgreSQL itself and hands the handle to
 // gormstore.OpenDB, which keeps the host's pool as configured.
 func ExamplePoolSize() {
-	fmt.Println(postgres.PoolSize() == 4*runtime.GOMAXPROCS(0))
+	fmt.Println(postgres.PoolSize() == max(16, 4*runtime.GOMAXPROCS(0)))
 	// Output: true
 }
