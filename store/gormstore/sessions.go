@@ -152,13 +152,17 @@ func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store
 func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	const op = "append messages"
 	return t.atomic(ctx, func(t *txn) error {
+		// The thread's row is written only when lastSort rises, as few of a
+		// running turn's checkpoints need; a missing thread then fails the
+		// messages' foreign key.
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ?", accountID, chatID).Updates(map[string]any{
-				"last_sort":  gorm.Expr("CASE WHEN last_sort < ? THEN ? ELSE last_sort END", lastSort, lastSort),
-				"updated_at": time.Now().UnixNano(),
-			})
+			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ? AND last_sort < ?", accountID, chatID, lastSort).
+				Updates(map[string]any{"last_sort": lastSort, "updated_at": time.Now().UnixNano()})
 		})
-		if err := someRow(op, n, err); err != nil {
+		if err == nil && n == 0 && len(msgs) == 0 {
+			_, err = t.Thread(ctx, accountID, chatID)
+		}
+		if err != nil {
 			return err
 		}
 		return t.putMessages(ctx, op, accountID, chatID, msgs)
