@@ -9,13 +9,13 @@ import (
 
 // A tick's checkpoints are stored maxPersistBatch threads per transaction,
 // so that a transaction does not hold the database (SQLite's one writer)
-// much longer than the requests around it, unless more than
-// maxPersistBatch*persistSplit turns are due: then persistSplit
-// transactions take them all, so that however many turns run, their
-// checkpoints of a tick cost at most about persistSplit transactions.
+// long: the turn openings queued behind it wait less. When more than
+// maxPersistBatch*persistSplit turns are due, persistSplit transactions
+// take them all, so that however many turns run, their checkpoints of a
+// tick cost at most persistSplit transactions.
 const (
-	maxPersistBatch = 256
-	persistSplit    = 8
+	maxPersistBatch = 32
+	persistSplit    = 32
 )
 
 // persister stores the final messages of ending turns and the checkpoints
