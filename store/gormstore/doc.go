@@ -23,9 +23,9 @@
 // one; docs/storage.md lists them.
 //
 // The store uses the handle's pool as it is; the postgres sub-package
-// sizes it from GOMAXPROCS. On SQLite a write queues first for the
-// store's write lock (a wait that ends with the context), then for
-// SQLite's (BEGIN IMMEDIATE, busy timeout); readers run beside it (WAL).
+// sizes it from GOMAXPROCS. On SQLite the transactions of concurrent
+// calls share one SQLite transaction (group commit, group.go), each in a
+// savepoint of its own; readers run beside it (WAL).
 // [Migrate] brings a database of any earlier schema version to the
 // current one, keeping every row (docs/storage.md).
 package gormstore
