@@ -537,7 +537,7 @@ func TestRejoin(t *testing.T) {
 		e := newEnv(t, tg, envOpts{})
 		ctx := t.Context()
 		id := "rejoin"
-		got, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "paced", ChatID: id, SessionSettings: ext("joiner")},
+		got, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "paced-long", ChatID: id, SessionSettings: ext("joiner")},
 			func(m chatstream.Message) bool { return isContent(m) && m.Sort > 10 })
 		resume := last(got).Sort
 

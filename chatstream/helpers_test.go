@@ -64,7 +64,7 @@ var slowScript = &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
 }}
 
 func testScripts() scripts {
-	pieces := make([]chatstreamtest.Event, 40)
+	pieces := make([]chatstreamtest.Event, 200)
 	for i := range pieces {
 		pieces[i] = chatstreamtest.Content("p" + string(rune('a'+i%26)) + " ")
 	}
@@ -72,8 +72,11 @@ func testScripts() scripts {
 		"":      defaultScript,
 		"slow":  slowScript,
 		"fail":  {Events: []chatstreamtest.Event{chatstreamtest.Content("half"), chatstreamtest.Fail("database exploded: password=hunter2")}},
-		"paced": {Events: pieces, Delay: 5 * time.Millisecond},
-		"wait":  {Events: []chatstreamtest.Event{chatstreamtest.Content("start "), chatstreamtest.Pause(300 * time.Millisecond), chatstreamtest.Content("done")}},
+		"paced": {Events: pieces[:40], Delay: 5 * time.Millisecond},
+		// "paced-long" runs about a second: long enough for rejoins on a
+		// loaded machine to find it running.
+		"paced-long": {Events: pieces, Delay: 5 * time.Millisecond},
+		"wait":       {Events: []chatstreamtest.Event{chatstreamtest.Content("start "), chatstreamtest.Pause(300 * time.Millisecond), chatstreamtest.Content("done")}},
 		"tool-open": {Events: []chatstreamtest.Event{
 			{Kind: chatstreamtest.KindContent, Text: "x"},
 			chatstreamtest.Pause(30 * time.Second),
