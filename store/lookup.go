@@ -26,18 +26,3 @@ type LookupResult struct {
 	Attributes []Attribute
 	Groups     []Group
 }
-
-// In reports whether every definition of r belongs to scope s.
-func (r LookupResult) In(s Scope) bool {
-	for _, a := range r.Attributes {
-		if a.Scope != s {
-			return false
-		}
-	}
-	for _, g := range r.Groups {
-		if g.Scope != s {
-			return false
-		}
-	}
-	return true
-}

@@ -542,7 +542,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		look.GroupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
 	}
 	var found store.LookupResult
-	if k := r.KnownDefinitions; k != nil && look.DeploymentID == 0 && len(r.AttributeDefinitions)+len(r.GroupDefinitions) == 0 && k.In(res.Scope) {
+	if k := r.KnownDefinitions; k != nil && look.DeploymentID == 0 && len(r.AttributeDefinitions)+len(r.GroupDefinitions) == 0 && inScope(*k, res.Scope) {
 		found = *k
 	} else if look.DeploymentID != 0 || len(look.AttrNames) > 0 || len(look.GroupNames) > 0 {
 		var err error
@@ -641,6 +641,21 @@ func embedTenant(ctx context.Context, tx store.Tx, acct store.Account, r Request
 		return store.EmbedTenant{}, wire.Limited("embedTenants", wire.Errorf(http.StatusForbidden, "embed tenant limit of %d reached for this account", r.MaxEmbedTenants))
 	}
 	return et, err
+}
+
+// inScope reports whether every definition of r belongs to scope s.
+func inScope(r store.LookupResult, s store.Scope) bool {
+	for _, a := range r.Attributes {
+		if a.Scope != s {
+			return false
+		}
+	}
+	for _, g := range r.Groups {
+		if g.Scope != s {
+			return false
+		}
+	}
+	return true
 }
 
 func compact(v json.RawMessage) json.RawMessage {
