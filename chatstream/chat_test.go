@@ -512,7 +512,10 @@ func TestCancelOnDisconnect(t *testing.T) {
 		e := newEnv(t, tg, envOpts{opts: []chatstream.Option{chatstream.WithCancelOnDisconnect(true)}})
 		ctx, cancel := context.WithCancel(t.Context())
 		id := "cancel-on-disconnect"
-		_, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("leaver")}, isContent)
+		// Leave once both pieces arrived: the agent then waits 30 s, so the
+		// turn is surely running when the client disconnects.
+		_, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "slow", ChatID: id, SessionSettings: ext("leaver")},
+			func(m chatstream.Message) bool { return isContent(m) && strings.HasSuffix(m.Content, "answer") })
 		cancel()
 		wait()
 		deadline := time.Now().Add(5 * time.Second)

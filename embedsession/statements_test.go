@@ -114,27 +114,7 @@ func TestStatementCount(t *testing.T) {
 // definitions when it names some.
 func TestStatementsWithCaches(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		var (
-			mu    sync.Mutex
-			stmts []string
-		)
-		hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
-			return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
-				mu.Lock()
-				stmts = append(stmts, sql)
-				mu.Unlock()
-			})
-		})
-		s := apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
-		run := func(b obj) []string {
-			mu.Lock()
-			stmts = nil
-			mu.Unlock()
-			s.GenerateSession(t, b)
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]string(nil), stmts...)
-		}
+		_, run := cachedServer(t, tg)
 		creator := body("cached", obj{"creatorMode": true, "embedTenantName": "cached-t", "groupDefinitions": []any{obj{"name": "g"}}, "groups": []string{"g"}})
 		run(creator) // fills the caches
 		for _, c := range []struct {
@@ -166,30 +146,13 @@ func TestStatementsWithCaches(t *testing.T) {
 // definition deleted through the handler is forgotten at once.
 func TestCachedDefinitions(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		var (
-			mu    sync.Mutex
-			stmts []string
-		)
-		hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
-			return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
-				mu.Lock()
-				stmts = append(stmts, sql)
-				mu.Unlock()
-			})
-		})
-		s := apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
+		s, run := cachedServer(t, tg)
 		s.GenerateSession(t, body("defs", obj{"creatorMode": true, "embedTenantName": "defs-t",
 			"groupDefinitions": []any{obj{"name": "g"}}, "userAttributeDefinitions": []any{obj{"name": "a", "type": "string"}}}))
 		use := body("defs", obj{"creatorMode": true, "embedTenantName": "defs-t", "groups": []string{"g"}, "userAttributes": attrs("a", "x")})
 		reads := func() int {
-			mu.Lock()
-			stmts = nil
-			mu.Unlock()
-			s.GenerateSession(t, use)
-			mu.Lock()
-			defer mu.Unlock()
 			n := 0
-			for _, q := range stmts {
+			for _, q := range run(use) {
 				if strings.Contains(q, "embedkit_catalog_") {
 					n++
 				}
@@ -219,4 +182,31 @@ func TestCachedDefinitions(t *testing.T) {
 			t.Errorf("a deleted group still used: %d %v", status, resp)
 		}
 	})
+}
+
+// cachedServer serves the API with WithCacheTTL on a store whose
+// statements it records; run sends a generate-session and returns the
+// statements it caused.
+func cachedServer(t *testing.T, tg apitest.Target) (s *apitest.Server, run func(b obj) []string) {
+	var (
+		mu    sync.Mutex
+		stmts []string
+	)
+	hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
+		return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
+			mu.Lock()
+			stmts = append(stmts, sql)
+			mu.Unlock()
+		})
+	})
+	s = apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
+	return s, func(b obj) []string {
+		mu.Lock()
+		stmts = nil
+		mu.Unlock()
+		s.GenerateSession(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), stmts...)
+	}
 }
