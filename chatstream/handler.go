@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/embedkit/embedkit/internal/lru"
+	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
@@ -41,6 +43,15 @@ type Handler struct {
 	tel   *telemetry.Telemetry
 	// data is the agent when it is a DataAgent, for the data query API.
 	data DataAgent
+	// Caches of WithKeyCache (nil without): agents, and the definitions
+	// that sessionSettings name.
+	agents *lru.Cache[agentKey, store.Agent]
+	defs   *provision.DefinitionCache
+}
+
+type agentKey struct {
+	accountID int64
+	id        string
 }
 
 // NewHandler returns a handler that answers chat requests with agent and
@@ -55,7 +66,12 @@ func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	tel := telemetry.New(scope, cfg.tp, cfg.mp)
 	data, _ := agent.(DataAgent)
-	return &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster, st), tel: tel, data: data}
+	h := &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster, st), tel: tel, data: data,
+		defs: provision.NewDefinitionCache(middleware.DefaultKeyCacheSize, cfg.keyCacheTTL)}
+	if cfg.keyCacheTTL > 0 {
+		h.agents = lru.New[agentKey, store.Agent](middleware.DefaultKeyCacheSize)
+	}
+	return h
 }
 
 // Routes returns the chat endpoints (stream-chat-state, abort) and the
@@ -162,7 +178,7 @@ func (h *Handler) authorize(r *http.Request) (caller, error) {
 	if !wire.ValidText(agentID) {
 		return caller{}, errAgentGone
 	}
-	ag, err := h.st.Agent(ctx, acct.ID, agentID)
+	ag, err := h.readAgent(ctx, acct.ID, agentID)
 	if errors.Is(err, store.ErrNotFound) {
 		return caller{}, errAgentGone
 	}
@@ -177,6 +193,22 @@ func (h *Handler) authorize(r *http.Request) (caller, error) {
 		c.es = &es
 	}
 	return c, nil
+}
+
+// readAgent reads an agent, through the cache of WithKeyCache.
+func (h *Handler) readAgent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
+	if h.agents == nil {
+		return h.st.Agent(ctx, accountID, id)
+	}
+	k := agentKey{accountID, id}
+	if ag, ok := h.agents.Get(k, time.Now()); ok {
+		return ag, nil
+	}
+	ag, err := h.st.Agent(ctx, accountID, id)
+	if err == nil {
+		h.agents.Add(k, ag, time.Now().Add(h.cfg.keyCacheTTL))
+	}
+	return ag, err
 }
 
 // checkTokenUser enforces that sessionSettings, when sent with a token,

@@ -62,14 +62,19 @@ func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, 
 	if c.es != nil {
 		return c.es.User, c.es.Session.Scope(), nil
 	}
+	p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+	p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+	p.KnownDefinitions = h.defs.Known(c.acct.ID, p)
+	gen := h.defs.Generation()
 	var res provision.Result
 	err := h.st.InTx(ctx, func(tx store.Tx) error {
-		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
-		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 		var err error
 		res, err = provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 		return err
 	})
+	if err == nil {
+		h.defs.Add(gen, res.Found)
+	}
 	return res.User, res.Scope, err
 }
 

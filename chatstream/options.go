@@ -263,7 +263,13 @@ func WithCluster(cl Cluster) Option {
 // request (see middleware.WithKeyCache). The cache holds at most
 // middleware.DefaultKeyCacheSize keys (least recently used evicted). A key
 // revoked through this process is refused at once; a key removed by another process, or an account
-// changed, is noticed at most ttl later. Default: 0, no cache. ttl must be
+// changed, is noticed at most ttl later. The handler also remembers, for
+// ttl and as many of each, the agents it serves and the attribute and
+// group definitions that sessionSettings name, saving a store read each:
+// an agent removed, or a definition deleted, elsewhere (another handler
+// or process, the operator) may still be used for up to ttl (a stored
+// value of a deleted definition is ignored by every read, as definition
+// IDs are never reused). Default: 0, no cache. ttl must be
 // between 0 and middleware.MaxKeyCacheTTL (5 s); WithKeyCache panics
 // otherwise.
 func WithKeyCache(ttl time.Duration) Option {

@@ -608,6 +608,9 @@ func (t *turn) finish(o outcome) {
 	}
 	t.finishing = true
 	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
+	if lastSort <= t.reserved {
+		lastSort = 0 // stored already (t.reserved rises only once stored): the thread's row is not written
+	}
 	writing := t.ckptWriting
 	t.mu.Unlock()
 	// No checkpoint of the turn is taken from here on; one being written

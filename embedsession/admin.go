@@ -171,7 +171,7 @@ func (h *Handler) deleteItem(w http.ResponseWriter, r *http.Request, notFound er
 		return
 	}
 	err = del(ctx, scope, id)
-	h.defsGen.Add(1) // also after an error: the deletion may have committed
+	h.defs.Forget() // also after an error: the deletion may have committed
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = notFound

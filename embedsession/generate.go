@@ -60,9 +60,9 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		if et, ok := h.tenants.Get(tk, time.Time{}); ok { // entries never expire
 			preq.KnownEmbedTenant = et
 		}
-		preq.KnownDefinitions = h.knownDefinitions(acct.ID, preq)
+		preq.KnownDefinitions = h.defs.Known(acct.ID, preq)
 	}
-	gen := h.defsGen.Load()
+	gen := h.defs.Generation()
 	now := h.o.now()
 	var tenant store.EmbedTenant
 	var found *store.LookupResult
@@ -112,46 +112,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		if tenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
 			h.tenants.Add(tk, tenant, time.Time{})
 		}
-		if found != nil {
-			exp := time.Now().Add(h.o.cacheTTL)
-			for _, a := range found.Attributes {
-				h.attrs.Add(defKey{gen, a.Scope, a.Name}, a, exp)
-			}
-			for _, g := range found.Groups {
-				h.groups.Add(defKey{gen, g.Scope, g.Name}, g, exp)
-			}
-		}
+		h.defs.Add(gen, found)
 	}
 	wire.WriteJSON(w, http.StatusOK, SessionResponse{SessionID: sid.Reveal()})
-}
-
-// knownDefinitions returns the cached definitions of every attribute and
-// group name of r, or nil if one is missing or r defines any (then the
-// transaction reads them). The scope must be known: in creator mode, the
-// embed tenant's.
-func (h *Handler) knownDefinitions(accountID int64, r provision.Request) *store.LookupResult {
-	scope := store.TenantWide(accountID)
-	if r.CreatorMode {
-		scope.EmbedTenantID = r.KnownEmbedTenant.ID
-	}
-	if scope.EmbedTenantID == 0 && r.CreatorMode || len(r.AttributeDefinitions)+len(r.GroupDefinitions) > 0 || r.InternalID != "" {
-		return nil
-	}
-	gen, now := h.defsGen.Load(), time.Now()
-	var k store.LookupResult
-	for _, in := range r.Attributes {
-		a, ok := h.attrs.Get(defKey{gen, scope, in.Name}, now)
-		if !ok {
-			return nil
-		}
-		k.Attributes = append(k.Attributes, a)
-	}
-	for _, n := range r.Groups {
-		g, ok := h.groups.Get(defKey{gen, scope, n}, now)
-		if !ok {
-			return nil
-		}
-		k.Groups = append(k.Groups, g)
-	}
-	return &k
 }

@@ -2,9 +2,9 @@ package embedsession
 
 import (
 	"net/http"
-	"sync/atomic"
 
 	"github.com/embedkit/embedkit/internal/lru"
+	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -21,15 +21,7 @@ type Handler struct {
 	// Caches of WithCacheTTL, each bounded by WithCacheSize.
 	deployments *lru.Cache[[2]int64, struct{}]           // {accountID, deploymentID} of existing deployments
 	tenants     *lru.Cache[tenantKey, store.EmbedTenant] // committed embed tenants (never deleted: no expiry)
-	attrs       *lru.Cache[defKey, store.Attribute]      // definitions by scope and name, of generation defsGen
-	groups      *lru.Cache[defKey, store.Group]
-	defsGen     atomic.Int64 // a deletion through this handler forgets every cached definition
-}
-
-type defKey struct {
-	gen   int64
-	scope store.Scope
-	name  string
+	defs        *provision.DefinitionCache               // nil without WithCacheTTL; a deletion through this handler forgets it
 }
 
 type tenantKey struct {
@@ -43,8 +35,7 @@ func NewHandler(st store.Store, opts ...Option) *Handler {
 	return &Handler{st: st, o: o, tel: telemetry.New(scope, o.tp, o.mp),
 		deployments: lru.New[[2]int64, struct{}](o.cacheSize),
 		tenants:     lru.New[tenantKey, store.EmbedTenant](o.cacheSize),
-		attrs:       lru.New[defKey, store.Attribute](o.cacheSize),
-		groups:      lru.New[defKey, store.Group](o.cacheSize)}
+		defs:        provision.NewDefinitionCache(o.cacheSize, o.cacheTTL)}
 }
 
 // Route is one endpoint: mount Handler for Method and Pattern on a router.

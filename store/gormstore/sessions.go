@@ -153,12 +153,19 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 	const op = "append messages"
 	return t.atomic(ctx, func(t *txn) error {
 		// The thread's row is written only when lastSort rises, as few of a
-		// running turn's checkpoints need; a missing thread then fails the
-		// messages' foreign key.
-		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ? AND last_sort < ?", accountID, chatID, lastSort).
-				Updates(map[string]any{"last_sort": lastSort, "updated_at": time.Now().UnixNano()})
-		})
+		// running turn's writes need (chatstream passes 0 when it knows the
+		// stored mark covers it); a missing thread then fails the messages'
+		// foreign key.
+		var (
+			n   int64
+			err error
+		)
+		if lastSort > 0 {
+			n, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+				return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ? AND last_sort < ?", accountID, chatID, lastSort).
+					Updates(map[string]any{"last_sort": lastSort, "updated_at": time.Now().UnixNano()})
+			})
+		}
 		if err == nil && n == 0 && len(msgs) == 0 {
 			_, err = t.Thread(ctx, accountID, chatID)
 		}
