@@ -102,6 +102,11 @@ func (p *persister) write(ws []*threadWrite) {
 			ss = append(ss, stored{w, msgs})
 		}
 	}
+	if len(ss) == 1 { // the store makes it atomic, in fewer round trips where it can
+		s := ss[0]
+		s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
+		return
+	}
 	err := p.st.InTx(ctx, func(tx store.Tx) error {
 		for _, s := range ss {
 			if err := tx.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs); err != nil {
