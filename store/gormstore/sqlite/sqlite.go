@@ -11,7 +11,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 
@@ -37,7 +36,7 @@ var memCounter atomic.Int64
 func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if path == ":memory:" || path == "file::memory:" {
 		// A unique name keeps the stores of one process apart.
-		path = fmt.Sprintf("file:embedkit-mem-%d-%d?mode=memory&cache=shared", memCounter.Add(1), rand.Int64())
+		path = fmt.Sprintf("file:embedkit-mem-%d?mode=memory&cache=shared", memCounter.Add(1))
 	}
 	db, err := gorm.Open(Dialector(path), &gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
 	if err != nil {
