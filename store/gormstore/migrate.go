@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/schema"
 )
 
 // schemaVersion is the version of the current models; each version is a
@@ -176,9 +174,8 @@ func upgrade(tx *gorm.DB) error {
 				}
 			}
 		}
-		for _, idx := range stmt.Schema.ParseIndexes() { // those whose columns exist
-			missing := slices.ContainsFunc(idx.Fields, func(f schema.IndexOption) bool { return !m.HasColumn(model, f.DBName) })
-			if !missing && !m.HasIndex(model, idx.Name) {
+		for _, idx := range stmt.Schema.ParseIndexes() {
+			if !m.HasIndex(model, idx.Name) {
 				if err := m.CreateIndex(model, idx.Name); err != nil {
 					return err
 				}

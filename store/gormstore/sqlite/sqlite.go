@@ -59,11 +59,8 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	}
 	sqlDB.SetMaxOpenConns(n)
 	sqlDB.SetMaxIdleConns(n)
-	st, err := gormstore.OpenDB(db, append(own, opts...)...)
-	if err != nil {
-		_ = sqlDB.Close()
-	}
-	return st, err
+	// With WithCloseDB, OpenDB closes the pool when the migration fails.
+	return gormstore.OpenDB(db, append(own, opts...)...)
 }
 
 // Dialector returns the dialector for path with the settings the store
