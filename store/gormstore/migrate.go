@@ -52,8 +52,10 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		}
 		var err error
 		switch {
-		case current == 0:
-			err = createTables(tx)
+		case current == 0: // the foreign key of a has-many relation comes with the table on PostgreSQL, on demand on SQLite
+			if err = m.CreateTable(Models()...); err == nil && !m.HasConstraint(&Thread{}, "Messages") {
+				err = m.CreateConstraint(&Thread{}, "Messages")
+			}
 		case current < 4: // the current models' tables carry the prefix: rename first
 			err = prefixNames(tx)
 		}
@@ -71,17 +73,6 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 
 func record(tx *gorm.DB, version int64) error {
 	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
-}
-
-// createTables creates every table of tables.go in an empty database.
-func createTables(tx *gorm.DB) error {
-	m := tx.Migrator()
-	if err := m.CreateTable(Models()...); err != nil || m.HasConstraint(&Thread{}, "Messages") {
-		return err
-	}
-	// The child table of a has-many relation gets its foreign key with
-	// the table on PostgreSQL, on demand on SQLite.
-	return m.CreateConstraint(&Thread{}, "Messages")
 }
 
 // legacyTables are embedkit's tables before version 4, renamed only in a
