@@ -108,12 +108,11 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	}
 	// A nil field keeps the stored value: COALESCE with the inserted one.
 	keep := func(table string, cols ...string) clause.OnConflict {
-		set := clause.Set{{Column: clause.Column{Name: "updated_at"}, Value: clause.Expr{SQL: "excluded.updated_at"}}}
+		set := map[string]any{"updated_at": gorm.Expr("excluded.updated_at")}
 		for _, c := range cols {
-			set = append(set, clause.Assignment{Column: clause.Column{Name: c},
-				Value: clause.Expr{SQL: "COALESCE(excluded." + c + ", " + table + "." + c + ")"}})
+			set[c] = gorm.Expr("COALESCE(excluded." + c + ", " + table + "." + c + ")")
 		}
-		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: set}
+		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: clause.Assignments(set)}
 	}
 	if err != nil || len(gs)+len(as) == 0 {
 		return err
