@@ -79,14 +79,9 @@ func differs(want, have *string) bool { return want != nil && *want != str(have)
 // requests resend what is stored, and on PostgreSQL ON CONFLICT DO UPDATE
 // locks a row even when it changes nothing, queueing concurrent requests.
 func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
-	l := store.Lookup{Scope: s}
-	for _, g := range groups {
-		l.GroupNames = append(l.GroupNames, g.Name)
-	}
-	for _, a := range attrs {
-		l.AttrNames = append(l.AttrNames, a.Name)
-	}
-	rows, err := t.lookupRows(ctx, l, true)
+	rows, err := t.lookupRows(ctx, store.Lookup{Scope: s,
+		GroupNames: convert(groups, func(g store.GroupDef) string { return g.Name }),
+		AttrNames:  convert(attrs, func(a store.AttributeDef) string { return a.Name })}, true)
 	have := make(map[string]catalogRow, len(rows)) // by kind and name
 	for _, r := range rows {
 		have[r.Kind+r.Name] = r
@@ -113,12 +108,11 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 	}
 	// A nil field keeps the stored value: COALESCE with the inserted one.
 	keep := func(table string, cols ...string) clause.OnConflict {
-		set := clause.Set{{Column: clause.Column{Name: "updated_at"}, Value: clause.Expr{SQL: "excluded.updated_at"}}}
+		set := map[string]any{"updated_at": gorm.Expr("excluded.updated_at")}
 		for _, c := range cols {
-			set = append(set, clause.Assignment{Column: clause.Column{Name: c},
-				Value: clause.Expr{SQL: "COALESCE(excluded." + c + ", " + table + "." + c + ")"}})
+			set[c] = gorm.Expr("COALESCE(excluded." + c + ", " + table + "." + c + ")")
 		}
-		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: set}
+		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: clause.Assignments(set)}
 	}
 	if err != nil || len(gs)+len(as) == 0 {
 		return err
@@ -197,9 +191,6 @@ func (r catalogRow) group() store.Group {
 
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
 	rows, err := t.lookupRows(ctx, l, false)
-	if err != nil {
-		return store.LookupResult{}, err
-	}
 	var res store.LookupResult
 	for _, r := range rows {
 		switch r.Kind {
@@ -211,7 +202,7 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 			res.Deployment, res.DeploymentFound = store.Deployment{AccountID: r.AccountID, ID: r.ID, Name: r.Name}, true
 		}
 	}
-	return res, nil
+	return res, err
 }
 
 const inScope = "account_id = ? AND embed_tenant_id = ?"

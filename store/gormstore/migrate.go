@@ -5,29 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/schema"
 )
 
-// migrations are the versions of the schema from 1, applied in order in one
-// transaction that records each in embedkit_schema_versions.
-var migrations = []struct {
-	version int64
-	name    string
-	up      func(tx *gorm.DB) error
-}{
-	{1, "create embedkit's tables", createTables},
-	// Versions 2 to 5 (and the columns of 6) are applied by prefixNames
-	// and upgrade before the others (see Migrate).
-	{2, "origin, name and creation time of API keys", nil},
-	{3, "account limits, quota counters, expiry indexes of sessions and tokens", nil},
-	{4, "the embedkit_ prefix on every table, index and sequence", nil},
-	{5, "the API key that minted each session id and token", nil},
-	{6, "attribute values and group memberships as JSON columns of embedkit_users", foldUserData},
-}
+// schemaVersion is the version of the current models; each version is a
+// row of embedkit_schema_versions (docs/storage.md describes them). 1
+// creates the tables, 4 prefixes their names with embedkit_ (prefixNames),
+// and 6 moves attribute values and group memberships into JSON columns of
+// embedkit_users (foldUserData); upgrade adds the tables, columns and
+// indexes of the others.
+const schemaVersion = 6
 
 const migrationLock = 7318002119
 
@@ -61,43 +50,29 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
 			return err
 		}
-		if current > 0 && current < 4 { // the current models' tables carry the prefix: rename first
-			if err := prefixNames(tx); err != nil {
-				return fmt.Errorf("version 4: %w", err)
+		var err error
+		switch {
+		case current == 0: // the foreign key of a has-many relation comes with the table on PostgreSQL, on demand on SQLite
+			if err = m.CreateTable(Models()...); err == nil && !m.HasConstraint(&Thread{}, "Messages") {
+				err = m.CreateConstraint(&Thread{}, "Messages")
+			}
+		case current < 4: // the current models' tables carry the prefix: rename first
+			err = prefixNames(tx)
+		}
+		if err == nil && current > 0 && current < schemaVersion {
+			if err = upgrade(tx); err == nil {
+				err = foldUserData(tx)
 			}
 		}
-		if current > 0 && current < 6 {
-			if err := upgrade(tx); err != nil {
-				return fmt.Errorf("versions 2 to 6: %w", err)
-			}
+		for v := current + 1; err == nil && v <= schemaVersion; v++ {
+			err = record(tx, v)
 		}
-		for _, mg := range migrations[min(current, int64(len(migrations))):] { // those above current
-			if mg.up != nil {
-				if err := mg.up(tx); err != nil {
-					return fmt.Errorf("version %d (%s): %w", mg.version, mg.name, err)
-				}
-			}
-			if err := record(tx, mg.version); err != nil {
-				return err
-			}
-		}
-		return nil
+		return err
 	}))
 }
 
 func record(tx *gorm.DB, version int64) error {
 	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
-}
-
-// createTables is version 1: every table of tables.go.
-func createTables(tx *gorm.DB) error {
-	m := tx.Migrator()
-	if err := m.CreateTable(Models()...); err != nil || m.HasConstraint(&Thread{}, "Messages") {
-		return err
-	}
-	// The child table of a has-many relation gets its foreign key with
-	// the table on PostgreSQL, on demand on SQLite.
-	return m.CreateConstraint(&Thread{}, "Messages")
 }
 
 // legacyTables are embedkit's tables before version 4, renamed only in a
@@ -190,9 +165,8 @@ func upgrade(tx *gorm.DB) error {
 				}
 			}
 		}
-		for _, idx := range stmt.Schema.ParseIndexes() { // those whose columns exist
-			missing := slices.ContainsFunc(idx.Fields, func(f schema.IndexOption) bool { return !m.HasColumn(model, f.DBName) })
-			if !missing && !m.HasIndex(model, idx.Name) {
+		for _, idx := range stmt.Schema.ParseIndexes() {
+			if !m.HasIndex(model, idx.Name) {
 				if err := m.CreateIndex(model, idx.Name); err != nil {
 					return err
 				}

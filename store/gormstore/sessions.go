@@ -110,9 +110,6 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 	return total, err
 }
 
-// messageBatch keeps the parameters of one INSERT below drivers' limits.
-const messageBatch = 500
-
 func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	if len(msgs) == 0 {
 		return nil
@@ -120,6 +117,9 @@ func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatI
 	_, err := t.do(ctx, op, insertMessages(accountID, chatID, msgs))
 	return err
 }
+
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
+const messageBatch = 500
 
 func insertMessages(accountID int64, chatID string, msgs []store.ThreadMessage) func(db *gorm.DB) *gorm.DB {
 	rows := make([]ThreadMessage, len(msgs))
@@ -186,14 +186,12 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 
 func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
 	var rows []ThreadMessage
-	if _, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
+	_, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
 		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
-	}); err != nil {
-		return nil, err
-	}
+	})
 	return convert(rows, func(r ThreadMessage) store.ThreadMessage {
 		return store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
-	}), nil
+	}), err
 }
 
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {

@@ -49,7 +49,7 @@ type upsertUser struct {
 	out           store.User
 }
 
-// UpsertUser costs what the package doc says; the rare cases (an expired
+// UpsertUser costs what docs/storage.md says; the rare cases (an expired
 // user to replace, a conversion, a concurrent first insert) read the row
 // under a lock and take more.
 func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User, error) {
@@ -86,13 +86,11 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			}
 			// Expired, converted or inserted concurrently.
 			var row User
-			n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return t.lockForUpdate(byKey(db, u.UserKey)).Limit(1).Find(&row)
-			})
-			if err != nil {
-				return err
-			} else if n == 0 {
+			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return t.lockForUpdate(byKey(db, u.UserKey)) })
+			if errors.Is(err, store.ErrNotFound) {
 				continue // deleted meanwhile
+			} else if err != nil {
+				return err
 			}
 			byID := whereSQL("id = ?", row.ID)
 			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()

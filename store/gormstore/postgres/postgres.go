@@ -44,9 +44,6 @@ func Open(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	sqlDB.SetMaxOpenConns(n)
 	sqlDB.SetMaxIdleConns(n)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	st, err := gormstore.OpenDB(db, append([]gormstore.Option{gormstore.WithCloseDB()}, opts...)...)
-	if err != nil {
-		_ = sqlDB.Close()
-	}
-	return st, err
+	// With WithCloseDB, OpenDB closes the pool when the migration fails.
+	return gormstore.OpenDB(db, append([]gormstore.Option{gormstore.WithCloseDB()}, opts...)...)
 }

@@ -11,7 +11,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 
@@ -37,7 +36,7 @@ var memCounter atomic.Int64
 func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if path == ":memory:" || path == "file::memory:" {
 		// A unique name keeps the stores of one process apart.
-		path = fmt.Sprintf("file:embedkit-mem-%d-%d?mode=memory&cache=shared", memCounter.Add(1), rand.Int64())
+		path = fmt.Sprintf("file:embedkit-mem-%d?mode=memory&cache=shared", memCounter.Add(1))
 	}
 	db, err := gorm.Open(Dialector(path), &gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
 	if err != nil {
@@ -60,11 +59,8 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	}
 	sqlDB.SetMaxOpenConns(n)
 	sqlDB.SetMaxIdleConns(n)
-	st, err := gormstore.OpenDB(db, append(own, opts...)...)
-	if err != nil {
-		_ = sqlDB.Close()
-	}
-	return st, err
+	// With WithCloseDB, OpenDB closes the pool when the migration fails.
+	return gormstore.OpenDB(db, append(own, opts...)...)
 }
 
 // Dialector returns the dialector for path with the settings the store
