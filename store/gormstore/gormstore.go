@@ -25,7 +25,6 @@ type Store struct {
 	pg     bool
 	db     *gorm.DB       // the host's handle, in a session of the store's own
 	group  *group         // SQLite's group commit; nil on PostgreSQL
-	stmts  *stmts         // SQLite on a plain pool; nil otherwise
 	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
 	closed atomic.Bool
 	close  func() error // once
@@ -60,14 +59,8 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
-	if _, plain := db.Statement.ConnPool.(*sql.DB); plain && !s.pg {
-		s.stmts = &stmts{db: sqlDB, m: map[string]*sql.Stmt{}}
-	}
 	s.close = sync.OnceValue(func() error {
 		s.closed.Store(true)
-		if s.stmts != nil {
-			s.stmts.close()
-		}
 		if s.cfg.onClose != nil {
 			if err := s.cfg.onClose(); err != nil {
 				return err

@@ -3,6 +3,7 @@ package gormstore
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 
@@ -102,7 +103,7 @@ func (s *Store) lead(fn func(store.Tx) error) error {
 		return wrapErr("begin", tx.Error)
 	}
 	defer func() { _ = tx.Rollback().Error }() // after the commit, a no-op
-	conn := newStmtTx(tx.Statement.ConnPool, s.stmts)
+	conn := &groupTx{tx.Statement.ConnPool}
 	tx.Statement.ConnPool = conn
 	// step runs one call in a savepoint; !ok: the transaction is lost.
 	bg := context.Background() // for statements that cannot block: no goroutine in go-sqlite3
@@ -150,9 +151,6 @@ func (s *Store) lead(fn func(store.Tx) error) error {
 	if ok {
 		cerr = wrapErr("commit", tx.Commit().Error)
 	}
-	if len(conn.missed) > 0 && conn.c != nil {
-		s.stmts.prepare(ctx, conn.missed)
-	}
 	return cmp.Or(selfErr, cerr)
 }
 
@@ -176,3 +174,27 @@ func (s *Store) handOff() {
 		}
 	}
 }
+
+// groupTx is the group's transaction as GORM's connection pool. A
+// statement, once started, is not interrupted by its context (the driver
+// gets the context without its cancellation): interrupting a SQLite
+// statement rolls back the whole transaction, which other calls share. A
+// call whose context ended fails before its next statement.
+type groupTx struct{ gorm.ConnPool }
+
+func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return t.ConnPool.ExecContext(context.WithoutCancel(ctx), q, args...)
+}
+
+func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return t.ConnPool.QueryContext(context.WithoutCancel(ctx), q, args...)
+}
+
+func (t *groupTx) Commit() error   { return t.ConnPool.(gorm.TxCommitter).Commit() }
+func (t *groupTx) Rollback() error { return t.ConnPool.(gorm.TxCommitter).Rollback() }
