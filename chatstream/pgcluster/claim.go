@@ -57,15 +57,14 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	for _, other := range c.claims {
-		if other.key == key && !other.released {
-			// The caller runs a turn of this thread already (the registry
-			// prevents this; be safe anyway).
-			c.mu.Unlock()
-			return nil, &chatstream.TurnElsewhereError{UserID: userID}
-		}
+	if c.threads[key] != nil {
+		// The caller runs a turn of this thread already (the registry
+		// prevents this; be safe anyway).
+		c.mu.Unlock()
+		return nil, &chatstream.TurnElsewhereError{UserID: userID}
 	}
 	c.claims[ct.id] = ct
+	c.threads[key] = ct
 	c.mu.Unlock()
 
 	var err error
@@ -77,6 +76,7 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 	if err != nil {
 		c.mu.Lock()
 		delete(c.claims, ct.id)
+		delete(c.threads, key)
 		c.mu.Unlock()
 		return nil, err
 	}
@@ -205,6 +205,7 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 	c := ct.c
 	c.mu.Lock()
 	ct.released = true // no more renewal, polls, aborts or lines
+	delete(c.threads, ct.key)
 	if c.closed {
 		delete(c.claims, ct.id)
 		c.mu.Unlock()

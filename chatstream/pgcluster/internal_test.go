@@ -130,6 +130,7 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	// database, but the replica no longer holds it.
 	a.mu.Lock()
 	delete(a.claims, ct.(*claimedTurn).id)
+	delete(a.threads, ct.(*claimedTurn).key)
 	a.mu.Unlock()
 
 	if _, err := b.Claim(ctx, k, 7, chatstream.TurnLimits{}); !errors.Is(err, chatstream.ErrTurnElsewhere) {

@@ -85,8 +85,9 @@ type Cluster struct {
 	pings     atomic.Int64 // pings of the LISTEN connection, for tests
 
 	mu      sync.Mutex
-	claims  map[string]*claimedTurn // by turn id
-	waiters map[string]*waiter      // readers waiting for lines, by turn id
+	claims  map[string]*claimedTurn               // by turn id
+	threads map[chatstream.ThreadKey]*claimedTurn // the claims not released
+	waiters map[string]*waiter                    // readers waiting for lines, by turn id
 	closed  bool
 }
 
@@ -127,6 +128,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 		endSig:   make(chan struct{}, 1),
 		pollSig:  make(chan struct{}, 1),
 		claims:   make(map[string]*claimedTurn),
+		threads:  make(map[chatstream.ThreadKey]*claimedTurn),
 		waiters:  make(map[string]*waiter),
 	}
 	c.wg.Add(3)
