@@ -226,7 +226,11 @@ func TestReleasesAreBatched(t *testing.T) {
 		})
 	}
 	release(0)
+	deadline = time.Now().Add(5 * time.Second)
 	for a.flushes.Load() == before { // the first write waits for the row lock
+		if time.Now().After(deadline) {
+			t.Fatal("the first release was not written within 5s")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	for i := 1; i < n; i++ {
@@ -243,6 +247,11 @@ func TestReleasesAreBatched(t *testing.T) {
 		a.mu.Unlock()
 		if waiting == n {
 			break
+		}
+		if time.Now().After(deadline) {
+			_ = tx.Rollback(ctx)
+			wg.Wait()
+			t.Fatalf("%d of %d releases waiting for a write after 5s, want all", waiting, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
