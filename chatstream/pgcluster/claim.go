@@ -29,11 +29,14 @@ type claimedTurn struct {
 	aborted chan struct{}
 	once    sync.Once
 
-	// Guarded by c.mu.
+	// Guarded by c.mu. A released claim stays in c.claims until the flush
+	// that ends it.
 	live     bool              // the claim is committed: renew and poll it
 	buf      []chatstream.Line // published, not yet written
 	next     int               // seq of buf[0]
 	released bool
+	ended    chan struct{} // made by Release, closed by finish
+	endErr   error         // Release's result, set before ended closes
 
 	relOnce sync.Once
 }
@@ -54,15 +57,14 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	for _, other := range c.claims {
-		if other.key == key {
-			// The caller runs a turn of this thread already (the registry
-			// prevents this; be safe anyway).
-			c.mu.Unlock()
-			return nil, &chatstream.TurnElsewhereError{UserID: userID}
-		}
+	if c.threads[key] != nil {
+		// The caller runs a turn of this thread already (the registry
+		// prevents this; be safe anyway).
+		c.mu.Unlock()
+		return nil, &chatstream.TurnElsewhereError{UserID: userID}
 	}
 	c.claims[ct.id] = ct
+	c.threads[key] = ct
 	c.mu.Unlock()
 
 	var err error
@@ -74,6 +76,7 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 	if err != nil {
 		c.mu.Lock()
 		delete(c.claims, ct.id)
+		delete(c.threads, key)
 		c.mu.Unlock()
 		return nil, err
 	}
@@ -190,7 +193,8 @@ func (ct *claimedTurn) Aborted() <-chan struct{} { return ct.aborted }
 func (ct *claimedTurn) abort() { ct.once.Do(func() { close(ct.aborted) }) }
 
 // Release implements [chatstream.ClaimedTurn]: the remaining lines, an eof
-// row, ended_at and the notification in one transaction.
+// row and ended_at go with the flusher's next write, at once, together with
+// every other turn ending meanwhile (one transaction for all of them).
 func (ct *claimedTurn) Release(ctx context.Context, final []chatstream.Line) error {
 	var err error // nil for the calls after the first
 	ct.relOnce.Do(func() { err = ct.release(ctx, final) })
@@ -200,60 +204,58 @@ func (ct *claimedTurn) Release(ctx context.Context, final []chatstream.Line) err
 func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) error {
 	c := ct.c
 	c.mu.Lock()
-	ct.released = true
-	delete(c.claims, ct.id) // no more renewal, polls or notifications
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	ct.released = true // no more renewal, polls, aborts or lines
+	delete(c.threads, ct.key)
+	if c.closed {
+		delete(c.claims, ct.id)
+		c.mu.Unlock()
 		return ErrClosed
 	}
+	ct.buf = append(ct.buf, final...)
+	ct.ended = make(chan struct{})
+	c.mu.Unlock()
+	signal(c.endSig)
 
-	// After any write of this turn's earlier lines.
 	select {
-	case c.writing <- struct{}{}:
+	case <-ct.ended:
+		return ct.endErr
 	case <-ctx.Done():
+	}
+	// Given up: the claim expires after the lease (unless the write in
+	// progress ends it).
+	c.mu.Lock()
+	delete(c.claims, ct.id)
+	c.mu.Unlock()
+	select {
+	case <-ct.ended:
+		return ct.endErr
+	default:
 		return fmt.Errorf("pgcluster: release turn: %w", ctx.Err())
 	}
-	defer func() { <-c.writing }()
-	c.mu.Lock()
-	p := pending{ct: ct, first: ct.next, lines: append(ct.buf, final...)}
-	ct.buf = nil
-	ct.next += len(p.lines)
-	c.mu.Unlock()
-
-	// Retried until ctx ends: a pooled connection may have died (the write
-	// is idempotent, so a retry after a lost reply does no harm).
-	var (
-		ended bool
-		err   error
-	)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		if ended, err = c.writeLines(ctx, []pending{p}, ct); err == nil {
-			break
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("pgcluster: release turn: %w", err)
-		}
-	}
-	if !ended {
-		return fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost)
-	}
-	return nil
 }
 
-// pending are lines of one turn to write, from seq first on.
+// finish wakes the turn's Release with err; the caller holds c.mu, and the
+// claim is no longer in c.claims.
+func (ct *claimedTurn) finish(err error) {
+	ct.endErr = err
+	close(ct.ended)
+}
+
+// pending are lines of one turn to write, from seq first on, and for end
+// its eof row and ended_at.
 type pending struct {
 	ct    *claimedTurn
 	first int
 	lines []chatstream.Line
+	end   bool
 }
 
-// flushLoop writes the buffered lines of all claims, at most once per
-// publish interval, until the cluster closes; then it writes them once more.
+// flushLoop writes the buffered lines of all claims and ends the released
+// ones. Lines wait for the rest of the publish interval since the last
+// write, so that they go out in batches; a release does not wait, and the
+// releases that come while a write is in progress go with the next one.
+// When the cluster closes it writes once more, then fails the releases
+// still waiting with ErrClosed.
 func (c *Cluster) flushLoop() {
 	defer c.wg.Done()
 	var (
@@ -263,17 +265,34 @@ func (c *Cluster) flushLoop() {
 	for {
 		select {
 		case <-c.flushSig:
+			if wait := c.cfg.publishInterval - time.Since(last); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-c.endSig:
+				case <-c.ctx.Done():
+				}
+				t.Stop()
+			}
+		case <-c.endSig:
 		case <-c.ctx.Done():
+		}
+		if c.ctx.Err() != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if err := c.flush(ctx); err != nil {
 				c.cfg.log.LogAttrs(ctx, slog.LevelWarn, "pgcluster: last write of lines failed",
 					slog.String("replica", c.cfg.replicaID), slog.String("error", err.Error()))
 			}
 			cancel()
+			c.mu.Lock()
+			for id, ct := range c.claims {
+				if ct.released {
+					delete(c.claims, id)
+					ct.finish(ErrClosed)
+				}
+			}
+			c.mu.Unlock()
 			return
-		}
-		if wait := c.cfg.publishInterval - time.Since(last); wait > 0 && !c.sleep(wait) {
-			continue // closing: the case above writes the rest
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
@@ -297,20 +316,15 @@ func (c *Cluster) flushLoop() {
 	}
 }
 
-// flush writes the buffered lines of every claim in one transaction; on
-// failure they go back to their buffers.
+// flush writes the buffered lines of every claim and ends the released
+// ones, in one transaction, then wakes their Releases. On failure the lines
+// go back to their buffers and the releases wait for the next flush.
 func (c *Cluster) flush(ctx context.Context) error {
-	select {
-	case c.writing <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-c.writing }()
 	c.mu.Lock()
 	var ps []pending
 	for _, ct := range c.claims {
-		if len(ct.buf) > 0 {
-			ps = append(ps, pending{ct: ct, first: ct.next, lines: ct.buf})
+		if len(ct.buf) > 0 || ct.released {
+			ps = append(ps, pending{ct: ct, first: ct.next, lines: ct.buf, end: ct.released})
 			ct.next += len(ct.buf)
 			ct.buf = nil
 		}
@@ -319,22 +333,35 @@ func (c *Cluster) flush(ctx context.Context) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	if _, err := c.writeLines(ctx, ps, nil); err != nil {
-		c.mu.Lock()
+	ended, err := c.writeLines(ctx, ps)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
 		for _, p := range ps {
 			p.ct.buf = append(p.lines, p.ct.buf...)
 			p.ct.next = p.first
 		}
-		c.mu.Unlock()
 		return err
+	}
+	for _, p := range ps {
+		if !p.end {
+			continue
+		}
+		delete(c.claims, p.ct.id)
+		if ended[p.ct.id] {
+			p.ct.finish(nil)
+		} else {
+			p.ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
+		}
 	}
 	return nil
 }
 
-// writeLines inserts the lines of ps, and for end its eof row and ended_at,
-// and notifies their readers, in one implicit transaction (one round trip).
-// ended reports whether end's claim was still this process's.
-func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn) (ended bool, err error) {
+// writeLines inserts the lines of ps, and for those that end their eof
+// rows and ended_at, and notifies their readers, in one implicit
+// transaction (one round trip). ended holds the ending turns whose claim
+// was still theirs.
+func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended map[string]bool, err error) {
 	c.flushes.Add(1)
 	var (
 		b       pgx.Batch
@@ -347,6 +374,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn
 		size    int
 		inserts int
 		turns   []string
+		ends    []string
 	)
 	queue := func() {
 		if len(ids) == 0 {
@@ -378,38 +406,47 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, end *claimedTurn
 		for i, l := range p.lines {
 			add(p.ct.id, p.first+i, l, false)
 		}
-		if p.ct == end {
-			add(end.id, p.first+len(p.lines), chatstream.Line{}, true)
+		if p.end {
+			add(p.ct.id, p.first+len(p.lines), chatstream.Line{}, true)
+			ends = append(ends, p.ct.id)
 		}
 		turns = append(turns, p.ct.id)
 	}
 	queue()
-	if end != nil {
+	if len(ends) > 0 {
+		// A claim taken over has another turn id: its row is left alone.
 		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, statement_timestamp()), heartbeat_at = statement_timestamp()
-			WHERE turn_id = $1`, end.id)
+			WHERE turn_id = ANY($1) RETURNING turn_id`, ends)
 	}
 	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
 
 	br := c.pool.SendBatch(ctx, &b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
+			ended, err = nil, cerr
 		}
 	}()
 	for range inserts {
 		if _, err := br.Exec(); err != nil {
-			return false, err
+			return nil, err
 		}
 	}
-	if end != nil {
-		tag, err := br.Exec()
+	if len(ends) > 0 {
+		rows, err := br.Query()
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		ended = tag.RowsAffected() == 1
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		ended = make(map[string]bool, len(got))
+		for _, id := range got {
+			ended[id] = true
+		}
 	}
 	if _, err := br.Exec(); err != nil {
-		return false, err
+		return nil, err
 	}
 	return ended, nil
 }

@@ -2,6 +2,7 @@ package pgcluster_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/embedkit/embedkit/chatstream"
@@ -29,4 +30,28 @@ func BenchmarkClaim(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTurnsParallel measures whole turns (a claim, two published
+// lines, a release with a final line) run by many goroutines at once, as
+// a loaded server ends many turns together.
+func BenchmarkTurnsParallel(b *testing.B) {
+	_, a, _ := replicas(b, nil, nil)
+	var n atomic.Int64
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			ct, err := a.Claim(b.Context(), key(fmt.Sprintf("c%d", i)), i%7, chatstream.TurnLimits{})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			ct.Publish(mkLines(0, 2))
+			if err := ct.Release(b.Context(), mkLines(2, 1)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

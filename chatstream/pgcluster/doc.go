@@ -44,8 +44,11 @@
 // publish interval ([WithPublishInterval]) and notifies 'embedkit_lines' with
 // the turn ids, which wakes the readers of those turns on every replica
 // ([chatstream.RemoteTurn.Next]), fanned out from the LISTEN connection
-// through channels, with a poll as fallback. Release writes the rest, an eof
-// row and ended_at in one transaction. Lines of ended turns are deleted after
+// through channels, with a poll as fallback. Release hands the rest and an
+// eof row to the flusher, which writes at once, without waiting for the
+// publish interval: the lines, eof rows and ended_at of every turn ending
+// meanwhile go in the same transaction, and the releases that come during
+// a write go with the next one. Lines of ended turns are deleted after
 // [WithRetention] by whichever replica takes an advisory lock first.
 //
 // [WithListen](false) runs without LISTEN, by polling alone, for connection

@@ -1,10 +1,14 @@
 package pgcluster
 
 import (
+	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -126,6 +130,7 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	// database, but the replica no longer holds it.
 	a.mu.Lock()
 	delete(a.claims, ct.(*claimedTurn).id)
+	delete(a.threads, ct.(*claimedTurn).key)
 	a.mu.Unlock()
 
 	if _, err := b.Claim(ctx, k, 7, chatstream.TurnLimits{}); !errors.Is(err, chatstream.ErrTurnElsewhere) {
@@ -139,6 +144,150 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 		t.Errorf("second claim while holding one = %v, want ErrTurnElsewhere", err)
 	}
 	if err := again.Release(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleasesAreBatched checks that turns ending together are ended in one
+// write, each Release with its own result: here one write for the first
+// release (held on a row lock), one for the releases that came meanwhile,
+// among them one whose claim was taken over (ErrTurnLost, and the new turn
+// is left running).
+func TestReleasesAreBatched(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	ctx := t.Context()
+	a, err := New(ctx, dsn, WithReplicaID("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := New(ctx, dsn, WithReplicaID("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+
+	const n, lost = 40, 7
+	var turns []*claimedTurn
+	for i := range n {
+		ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c" + strconv.Itoa(i)}, 7, chatstream.TurnLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}, {Sort: 2, Data: []byte("{}\n")}})
+		turns = append(turns, ct.(*claimedTurn))
+	}
+	// A stalls on turn lost past the lease and B takes it over (the owner
+	// is renamed, or A's next heartbeat could renew the row first).
+	if _, err := conn.Exec(ctx, `UPDATE embedkit_turns SET heartbeat_at = now() - interval '1 hour', owner = 'stalled'
+		WHERE turn_id = $1`, turns[lost].id); err != nil {
+		t.Fatal(err)
+	}
+	next, err := b.Claim(ctx, turns[lost].key, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	// The published lines are written before the releases start.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var lines int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM embedkit_turn_lines`).Scan(&lines); err != nil {
+			t.Fatal(err)
+		}
+		if lines == 2*n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines written in 5s, want %d", lines, 2*n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM embedkit_turns WHERE turn_id = $1 FOR UPDATE`, turns[0].id); err != nil {
+		t.Fatal(err)
+	}
+	before := a.flushes.Load()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	release := func(i int) {
+		wg.Go(func() {
+			errs[i] = turns[i].Release(ctx, []chatstream.Line{{Sort: 3, State: true, Data: []byte(`{"state":` + strconv.Itoa(i) + "}\n")}})
+		})
+	}
+	release(0)
+	deadline = time.Now().Add(5 * time.Second)
+	for a.flushes.Load() == before { // the first write waits for the row lock
+		if time.Now().After(deadline) {
+			t.Fatal("the first release was not written within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < n; i++ {
+		release(i)
+	}
+	for { // every release waits
+		a.mu.Lock()
+		waiting := 0
+		for _, ct := range a.claims {
+			if ct.released {
+				waiting++
+			}
+		}
+		a.mu.Unlock()
+		if waiting == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = tx.Rollback(ctx)
+			wg.Wait()
+			t.Fatalf("%d of %d releases waiting for a write after 5s, want all", waiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	if writes := a.flushes.Load() - before; writes != 2 {
+		t.Errorf("%d releases in %d writes, want 2", n, writes)
+	}
+	for i, err := range errs {
+		if i == lost {
+			if !errors.Is(err, chatstream.ErrTurnLost) {
+				t.Errorf("Release of the claim taken over = %v, want ErrTurnLost", err)
+			}
+		} else if err != nil {
+			t.Errorf("Release %d = %v", i, err)
+		}
+	}
+	for i, ct := range turns {
+		var lines, eofAt int
+		var ended bool
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT eof), coalesce(min(seq) FILTER (WHERE eof), -1),
+				coalesce((SELECT ended_at IS NOT NULL FROM embedkit_turns WHERE turn_id = $1), false)
+			FROM embedkit_turn_lines WHERE turn_id = $1`, ct.id).Scan(&lines, &eofAt, &ended); err != nil {
+			t.Fatal(err)
+		}
+		if lines != 3 || eofAt != 3 || ended != (i != lost) {
+			t.Errorf("turn %d: %d lines, eof at %d, ended %v; want 3 lines, eof at 3, ended %v", i, lines, eofAt, ended, i != lost)
+		}
+	}
+	if _, ok, err := a.Join(ctx, turns[lost].key); !ok || err != nil {
+		t.Errorf("Join of the turn that took over = %v, %v: the old owner's Release ended it", ok, err)
+	}
+	if err := next.Release(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 }

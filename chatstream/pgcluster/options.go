@@ -123,8 +123,9 @@ func WithLeaseTimeout(d time.Duration) Option {
 }
 
 // WithPublishInterval sets the least time between two writes of published
-// lines (one multi-row INSERT for all of the replica's turns). Remote
-// readers see lines this much later at most, plus the write. Default:
+// lines (one multi-row INSERT for all of the replica's turns), unless a
+// turn ends: its release is written at once, with the lines buffered then.
+// Remote readers see lines this much later at most, plus the write. Default:
 // [DefaultPublishInterval] (50 ms). d must be positive; it panics
 // otherwise.
 func WithPublishInterval(d time.Duration) Option {

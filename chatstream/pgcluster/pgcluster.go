@@ -77,16 +77,17 @@ type Cluster struct {
 	once   sync.Once
 
 	flushSig chan struct{} // buffered lines wait; cap 1
+	endSig   chan struct{} // a release waits; cap 1
 	pollSig  chan struct{} // poll aborts now; cap 1
-	writing  chan struct{} // held (cap 1) by the write of lines in progress
 
 	listening atomic.Bool
 	flushes   atomic.Int64 // writes of lines, for tests
 	pings     atomic.Int64 // pings of the LISTEN connection, for tests
 
 	mu      sync.Mutex
-	claims  map[string]*claimedTurn // by turn id
-	waiters map[string]*waiter      // readers waiting for lines, by turn id
+	claims  map[string]*claimedTurn               // by turn id
+	threads map[chatstream.ThreadKey]*claimedTurn // the claims not released
+	waiters map[string]*waiter                    // readers waiting for lines, by turn id
 	closed  bool
 }
 
@@ -124,9 +125,10 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 		ctx:      cctx,
 		cancel:   cancel,
 		flushSig: make(chan struct{}, 1),
+		endSig:   make(chan struct{}, 1),
 		pollSig:  make(chan struct{}, 1),
-		writing:  make(chan struct{}, 1),
 		claims:   make(map[string]*claimedTurn),
+		threads:  make(map[chatstream.ThreadKey]*claimedTurn),
 		waiters:  make(map[string]*waiter),
 	}
 	c.wg.Add(3)
@@ -218,7 +220,7 @@ func (c *Cluster) liveClaims() []string {
 	defer c.mu.Unlock()
 	ids := make([]string, 0, len(c.claims))
 	for id, ct := range c.claims {
-		if ct.live {
+		if ct.live && !ct.released {
 			ids = append(ids, id)
 		}
 	}
@@ -287,7 +289,8 @@ func (c *Cluster) renew(ids []string) {
 	c.abortLocal(aborted)
 }
 
-// abortLocal closes Aborted of this replica's live claims among ids.
+// abortLocal closes Aborted of this replica's claims among ids that are
+// not released.
 func (c *Cluster) abortLocal(ids []string) {
 	if len(ids) == 0 {
 		return
@@ -295,7 +298,7 @@ func (c *Cluster) abortLocal(ids []string) {
 	c.mu.Lock()
 	var hit []*claimedTurn
 	for _, id := range ids {
-		if ct, ok := c.claims[id]; ok {
+		if ct, ok := c.claims[id]; ok && !ct.released {
 			hit = append(hit, ct)
 		}
 	}
