@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/embedkit/embedkit/store"
@@ -207,15 +206,6 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 // primary sends a read that must see the latest write to a source of
 // gorm.io/plugin/dbresolver, not to a replica that may lag.
 func primary(db *gorm.DB) *gorm.DB { return db.Clauses(dbresolver.Write) }
-
-// lockForUpdate locks the rows read on PostgreSQL (SQLite's writers are
-// serialized already).
-func (t *txn) lockForUpdate(db *gorm.DB) *gorm.DB {
-	if t.s.pg {
-		return db.Clauses(clause.Locking{Strength: "UPDATE"})
-	}
-	return db
-}
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 

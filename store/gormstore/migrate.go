@@ -62,14 +62,10 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 			}
 		}
 		for v := current + 1; err == nil && v <= schemaVersion; v++ {
-			err = record(tx, v)
+			err = tx.Create(&SchemaVersion{Version: v, AppliedAt: time.Now().UnixNano()}).Error
 		}
 		return err
 	}))
-}
-
-func record(tx *gorm.DB, version int64) error {
-	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
 }
 
 // legacyTables are embedkit's tables before version 4, renamed only in a
@@ -92,9 +88,6 @@ func prefixNames(tx *gorm.DB) error {
 		renames = renamesPostgres
 	}
 	for _, old := range legacyTables {
-		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
-			continue
-		}
 		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
@@ -141,18 +134,17 @@ func upgrade(tx *gorm.DB) error {
 			return err
 		}
 		for _, col := range stmt.Schema.DBNames {
-			switch {
+			var err error
+			switch table := stmt.Schema.Table; {
 			case m.HasColumn(model, col):
 			case col == "key_hash":
-				table, typ := stmt.Schema.Table, tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col))
-				if err := tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + table +
-					"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error; err != nil {
-					return err
-				}
+				err = tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col)) +
+					" CONSTRAINT fk_" + table + "_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error
 			default:
-				if err := m.AddColumn(model, col); err != nil {
-					return err
-				}
+				err = m.AddColumn(model, col)
+			}
+			if err != nil {
+				return err
 			}
 		}
 		for _, idx := range stmt.Schema.ParseIndexes() {

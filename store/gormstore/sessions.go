@@ -164,10 +164,8 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 		// running turn's writes need (chatstream passes 0 when it knows the
 		// stored mark covers it); a missing thread then fails the messages'
 		// foreign key.
-		var (
-			n   int64
-			err error
-		)
+		var n int64
+		var err error
 		if lastSort > 0 {
 			n, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ? AND last_sort < ?", accountID, chatID, lastSort).

@@ -86,7 +86,12 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			}
 			// Expired, converted or inserted concurrently.
 			var row User
-			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return t.lockForUpdate(byKey(db, u.UserKey)) })
+			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB {
+				if t.s.pg { // SQLite's writers are serialized already
+					db = db.Clauses(clause.Locking{Strength: "UPDATE"})
+				}
+				return byKey(db, u.UserKey)
+			})
 			if errors.Is(err, store.ErrNotFound) {
 				continue // deleted meanwhile
 			} else if err != nil {
@@ -320,7 +325,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 			// lock, which FOR UPDATE waits for), so that the next
 			// statement's snapshot sees what it committed.
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return t.lockForUpdate(db.Model(&User{}).Select("id").Where("id = ?", userID)).Find(&[]int64{})
+				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
 			}); err != nil {
 				return err
 			}
