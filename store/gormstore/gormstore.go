@@ -1,3 +1,20 @@
+// Package gormstore implements [store.Store] on SQLite and PostgreSQL
+// through GORM: every statement runs through the *gorm.DB the host hands to
+// [OpenDB], under the context of the call, so the host's logger, callbacks
+// and plugins (tracing, metrics, gorm.io/plugin/dbresolver) see it.
+//
+//	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: myLogger})
+//	st, err := gormstore.OpenDB(db) // migrates embedkit's tables
+//	defer st.Close()                // leaves db open
+//
+// The sub-packages sqlite (cgo) and postgres (pgx) open a store from a DSN;
+// this package registers no driver and needs no cgo.
+//
+// Statements use GORM's query API; hand-written SQL is kept to what GORM
+// cannot say (the Lookup's UNION ALL, JSON merges, migration DDL). The
+// store uses the handle's pool as it is. docs/storage.md describes the
+// tables, the statements of each call, SQLite's group commit and the
+// migrations.
 package gormstore
 
 import (
@@ -27,9 +44,8 @@ type Store struct {
 	txn
 	cfg    config
 	pg     bool
-	db     *gorm.DB       // the host's handle, in a session of the store's own
-	group  *group         // SQLite's group commit; nil on PostgreSQL
-	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
+	db     *gorm.DB // the host's handle, in a session of the store's own
+	group  *group   // SQLite's group commit; nil on PostgreSQL
 	closed atomic.Bool
 	close  func() error // once
 }
@@ -50,7 +66,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	switch name := db.Dialector.Name(); name {
 	case "postgres":
-		s.pg, s.txOpts = true, &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+		s.pg = true
 	case "sqlite", "sqlite3":
 		s.group = &group{}
 	default:
@@ -125,20 +141,15 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.group != nil {
 		return s.join(ctx, fn)
 	}
-	tx := s.db.WithContext(ctx).Begin(s.txOpts)
+	// READ COMMITTED, whatever the default of the host's role or database.
+	tx := s.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
-	committed := false
-	defer func() {
-		if !committed { // also after a panic or runtime.Goexit in fn
-			_ = tx.Rollback().Error
-		}
-	}()
+	defer func() { _ = tx.Rollback().Error }() // also after a panic or runtime.Goexit in fn; after the commit, a no-op
 	if err := s.run(tx, fn); err != nil {
 		return err
 	}
-	committed = true
 	return wrapErr("commit", tx.Commit().Error)
 }
 

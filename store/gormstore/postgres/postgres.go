@@ -36,10 +36,7 @@ func Open(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
 		// gorm.Open pings the server: it is unreachable or refuses us.
 		return nil, fmt.Errorf("gormstore/postgres: open: %w: %w", store.ErrUnavailable, err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("gormstore/postgres: open: %w", err)
-	}
+	sqlDB, _ := db.DB() // the dialector's *sql.DB
 	n := PoolSize()
 	sqlDB.SetMaxOpenConns(n)
 	sqlDB.SetMaxIdleConns(n)

@@ -42,10 +42,7 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
-	}
+	sqlDB, _ := db.DB() // the dialector's *sql.DB
 	n := 5
 	own := []gormstore.Option{gormstore.WithCloseDB()}
 	if strings.Contains(path, "mode=memory") {
