@@ -11,8 +11,7 @@ import (
 )
 
 // schemaVersion is the version of the current models; each version is a
-// row of embedkit_schema_versions (docs/storage.md describes them). A
-// database of version 3 (embedkit b908add) or later is brought up to it.
+// row of embedkit_schema_versions (docs/storage.md describes them).
 const schemaVersion = 6
 
 const migrationLock = 7318002119
@@ -69,8 +68,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 }
 
 // legacyTables are embedkit's tables before version 4, renamed only in a
-// database that embedkit_schema_versions marks as embedkit's: never a
-// host's own.
+// database whose embedkit_schema_versions says 3: never a host's own.
 var legacyTables = []string{
 	"accounts", "account_user_slots", "api_keys", "deployments", "agents", "users", "embed_tenants",
 	"catalog_groups", "catalog_attributes", "group_members", "attribute_values", "sessions", "tokens",
@@ -185,10 +183,8 @@ func foldUserData(tx *gorm.DB) error {
 		if pg {
 			q = f.postgres
 		}
-		if m.HasTable(f.table) {
-			if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
-				return err
-			}
+		if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
+			return err
 		}
 	}
 	return errors.Join(tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error, tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)

@@ -123,15 +123,6 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	return u.out, err
 }
 
-// mergeJSON merges the JSON object patch into column col, a null member
-// removing the key. Hand-written per dialect: GORM has no JSON expressions.
-func (t *txn) mergeJSON(col string, patch []byte) clause.Expr {
-	if t.s.pg {
-		return gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
-	}
-	return gorm.Expr("json_patch("+col+", ?)", string(patch))
-}
-
 // updateUser applies u to the user where selects, converting it to
 // persistent when persist is set, and reports whether a row matched.
 func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB) *gorm.DB, persist bool) (bool, error) {
@@ -144,9 +135,14 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	if u.SecurityContext != nil {
 		set["security_context"] = string(u.SecurityContext)
 	}
+	// Merged per dialect (GORM has no JSON expressions); a null member removes its key.
 	for col, patch := range map[string][]byte{"attribute_values": u.attrs, "group_ids": u.groups} {
-		if patch != nil {
-			set[col] = t.mergeJSON(col, patch)
+		switch {
+		case patch == nil:
+		case t.s.pg:
+			set[col] = gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
+		default:
+			set[col] = gorm.Expr("json_patch("+col+", ?)", string(patch))
 		}
 	}
 	if persist {

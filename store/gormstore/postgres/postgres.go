@@ -37,9 +37,8 @@ func Open(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
 		return nil, fmt.Errorf("gormstore/postgres: open: %w: %w", store.ErrUnavailable, err)
 	}
 	sqlDB, _ := db.DB() // the dialector's *sql.DB
-	n := PoolSize()
-	sqlDB.SetMaxOpenConns(n)
-	sqlDB.SetMaxIdleConns(n)
+	sqlDB.SetMaxOpenConns(PoolSize())
+	sqlDB.SetMaxIdleConns(PoolSize())
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	// With WithCloseDB, OpenDB closes the pool when the migration fails.
 	return gormstore.OpenDB(db, append([]gormstore.Option{gormstore.WithCloseDB()}, opts...)...)

@@ -28,8 +28,6 @@ var memCounter atomic.Int64
 // [gormstore.Store.Close] closes it. path may carry query parameters of
 // github.com/mattn/go-sqlite3. GORM logs nothing.
 //
-// A file gets five connections: transactions take turns on the write lock
-// (BEGIN IMMEDIATE), and reads outside them run beside the writer (WAL).
 // An in-memory database lives as long as one of its connections: the store
 // holds one for its life (database/sql closes a connection whose
 // transaction's context ended), and its pool has one other.
