@@ -141,8 +141,7 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.group != nil {
 		return s.join(ctx, fn)
 	}
-	// READ COMMITTED, whatever the default of the host's role or database.
-	tx := s.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx := s.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted}) // whatever the host's default
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
