@@ -3,9 +3,7 @@ package gormstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -141,8 +139,8 @@ type catalogRow struct {
 }
 
 const (
-	attrSelect  = "SELECT 'a' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, c.type, c.display_name, c.default_value, c.description, c.created_at, c.updated_at FROM %sembedkit_catalog_attributes c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name %s"
-	groupSelect = "SELECT 'g' AS kind, c.id, c.account_id, c.embed_tenant_id, c.name, '' AS type, NULL AS display_name, NULL AS default_value, c.description, c.created_at, c.updated_at FROM %sembedkit_catalog_groups c WHERE c.account_id = ? AND c.embed_tenant_id = ? AND c.name %s"
+	attrSelect  = "SELECT 'a' AS kind, id, account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	groupSelect = "SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, description, created_at, updated_at FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
@@ -152,14 +150,8 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]cat
 	var parts []string
 	var args []any
 	for i, names := range [][]string{l.AttrNames, l.GroupNames} {
-		sel := []string{attrSelect, groupSelect}[i]
-		switch {
-		case len(names) == 0:
-		case t.s.pg:
-			parts, args = append(parts, fmt.Sprintf(sel, "", "IN ?")), append(args, l.Scope.AccountID, l.Scope.EmbedTenantID, names)
-		default: // a JSON array joined, not an IN list, which costs SQLite an ephemeral table
-			b, _ := json.Marshal(slices.Compact(slices.Sorted(slices.Values(names))))
-			parts, args = append(parts, fmt.Sprintf(sel, "json_each(?) j CROSS JOIN ", "= j.value")), append(args, string(b), l.Scope.AccountID, l.Scope.EmbedTenantID)
+		if len(names) > 0 {
+			parts, args = append(parts, []string{attrSelect, groupSelect}[i]), append(args, l.Scope.AccountID, l.Scope.EmbedTenantID, names)
 		}
 	}
 	if l.DeploymentID != 0 {

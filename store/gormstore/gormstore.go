@@ -1,17 +1,38 @@
+// Package gormstore implements [store.Store] on SQLite and PostgreSQL
+// through GORM: every statement runs through the *gorm.DB the host hands to
+// [OpenDB], under the context of the call, so the host's logger, callbacks
+// and plugins (tracing, metrics, gorm.io/plugin/dbresolver) see it.
+//
+//	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: myLogger})
+//	st, err := gormstore.OpenDB(db) // migrates embedkit's tables
+//	defer st.Close()                // leaves db open
+//
+// The sub-packages sqlite (cgo) and postgres (pgx) open a store from a DSN;
+// this package registers no driver and needs no cgo.
+//
+// Statements use GORM's query API; hand-written SQL is kept to what GORM
+// cannot say (the Lookup's UNION ALL, JSON merges, migration DDL). The
+// store uses the handle's pool as it is. docs/storage.md describes the
+// tables, the statements of each call, SQLite's group commit and the
+// migrations.
 package gormstore
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/embedkit/embedkit/store"
@@ -23,9 +44,8 @@ type Store struct {
 	txn
 	cfg    config
 	pg     bool
-	db     *gorm.DB       // the host's handle, in a session of the store's own
-	group  *group         // SQLite's group commit; nil on PostgreSQL
-	txOpts *sql.TxOptions // READ COMMITTED on PostgreSQL, whatever the host's default
+	db     *gorm.DB // the host's handle, in a session of the store's own
+	group  *group   // SQLite's group commit; nil on PostgreSQL
 	closed atomic.Bool
 	close  func() error // once
 }
@@ -46,7 +66,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	switch name := db.Dialector.Name(); name {
 	case "postgres":
-		s.pg, s.txOpts = true, &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+		s.pg = true
 	case "sqlite", "sqlite3":
 		s.group = &group{}
 	default:
@@ -121,20 +141,14 @@ func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
 	if s.group != nil {
 		return s.join(ctx, fn)
 	}
-	tx := s.db.WithContext(ctx).Begin(s.txOpts)
+	tx := s.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted}) // whatever the host's default
 	if tx.Error != nil {
 		return wrapErr("begin", tx.Error)
 	}
-	committed := false
-	defer func() {
-		if !committed { // also after a panic or runtime.Goexit in fn
-			_ = tx.Rollback().Error
-		}
-	}()
+	defer func() { _ = tx.Rollback().Error }() // also after a panic or runtime.Goexit in fn; after the commit, a no-op
 	if err := s.run(tx, fn); err != nil {
 		return err
 	}
-	committed = true
 	return wrapErr("commit", tx.Commit().Error)
 }
 
@@ -203,15 +217,6 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 // gorm.io/plugin/dbresolver, not to a replica that may lag.
 func primary(db *gorm.DB) *gorm.DB { return db.Clauses(dbresolver.Write) }
 
-// lockForUpdate locks the rows read on PostgreSQL (SQLite's writers are
-// serialized already).
-func (t *txn) lockForUpdate(db *gorm.DB) *gorm.DB {
-	if t.s.pg {
-		return db.Clauses(clause.Locking{Strength: "UPDATE"})
-	}
-	return db
-}
-
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 func nowOr(t time.Time) time.Time {
@@ -263,4 +268,76 @@ func WithMaxRetries(n int) Option {
 		panic(fmt.Sprintf("gormstore: WithMaxRetries: count must not be negative, got %d", n))
 	}
 	return func(c *config) { c.maxRetries = n }
+}
+
+// opError is an error of the store: "gormstore: <op>: " and the sentinel
+// of the contract, if any, then the driver's error.
+type opError struct{ error }
+
+func (e opError) Unwrap() error { return e.error }
+
+// newErr reports a condition of the contract the adapter found itself.
+func newErr(op string, kind error) error { return opError{fmt.Errorf("gormstore: %s: %w", op, kind)} }
+
+// wrapErr translates a driver or GORM error (see txn.do for the dialect's
+// translation of constraint violations): a duplicate key is
+// [store.ErrConflict], a missing referenced row [store.ErrNotFound]; busy,
+// locked, serialization failure or deadlock (retried by [Store.InTx]) and a
+// lost connection, deadline or shutdown are [store.ErrUnavailable].
+func wrapErr(op string, err error) error {
+	if err == nil || errors.As(err, new(opError)) {
+		return err
+	}
+	if kind, _ := classify(err); kind != nil {
+		return opError{fmt.Errorf("gormstore: %s: %w: %w", op, kind, err)}
+	}
+	return opError{fmt.Errorf("gormstore: %s: %w", op, err)}
+}
+
+func classify(err error) (kind error, retry bool) {
+	switch {
+	case errors.Is(err, errGroupAborted):
+		return store.ErrUnavailable, true
+	case errors.Is(err, gorm.ErrDuplicatedKey):
+		return store.ErrConflict, false
+	case errors.Is(err, gorm.ErrForeignKeyViolated), errors.Is(err, gorm.ErrRecordNotFound):
+		return store.ErrNotFound, false
+	}
+	// PostgreSQL (pgx's *pgconn.PgError, lib/pq) reports its SQLSTATE.
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		switch code := pe.SQLState(); {
+		case code == "40001", code == "40P01":
+			return store.ErrUnavailable, true
+		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57": // connection, resources, operator intervention
+			return store.ErrUnavailable, false
+		}
+		return nil, false
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "database is locked"), strings.Contains(msg, "database table is locked"):
+		return store.ErrUnavailable, true // SQLite busy or locked
+	case errors.Is(err, context.Canceled):
+		return nil, false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, gorm.ErrInvalidTransaction), errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(net.Error)):
+		return store.ErrUnavailable, false
+	}
+	// Errors without a code: a closed pool or connection, SQLite's file.
+	for _, s := range []string{"sql: database is closed", "conn closed", "timeout", "failed to connect", "connection refused",
+		"disk I/O error", "database or disk is full", "unable to open database file", "file is not a database"} {
+		if strings.Contains(msg, s) {
+			return store.ErrUnavailable, false
+		}
+	}
+	return nil, false
+}
+
+// isRetryable reports whether a transaction that failed with err may succeed again.
+func isRetryable(err error) bool {
+	_, retry := classify(err)
+	return retry
 }

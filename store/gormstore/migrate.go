@@ -11,11 +11,7 @@ import (
 )
 
 // schemaVersion is the version of the current models; each version is a
-// row of embedkit_schema_versions (docs/storage.md describes them). 1
-// creates the tables, 4 prefixes their names with embedkit_ (prefixNames),
-// and 6 moves attribute values and group memberships into JSON columns of
-// embedkit_users (foldUserData); upgrade adds the tables, columns and
-// indexes of the others.
+// row of embedkit_schema_versions (docs/storage.md describes them).
 const schemaVersion = 6
 
 const migrationLock = 7318002119
@@ -23,7 +19,8 @@ const migrationLock = 7318002119
 // Migrate brings embedkit's tables in db up to date, and only them; [OpenDB]
 // calls it, a host may call it as a step of its own. Processes starting at
 // once take turns (an advisory lock on PostgreSQL, the write lock on
-// SQLite). A database created before versioned migrations is version 1.
+// SQLite). A database older than version 3 is refused: embedkit b908add
+// migrates it to version 3.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if tx.Dialector.Name() == "postgres" { // READ COMMITTED: what the lock's last holder did is seen
@@ -33,21 +30,18 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 			}
 		}
 		m := tx.Migrator()
+		var current int64
 		if !m.HasTable(&SchemaVersion{}) {
-			legacy := !m.HasTable(&Account{})
-			for _, name := range legacyTables[:len(legacyTables)-1] { // version 1's
-				legacy = legacy && m.HasTable(name)
+			current = 1 // if it holds version 1's tables: a release before versioned migrations
+			for _, name := range legacyTables[:len(legacyTables)-1] {
+				if !m.HasTable(name) {
+					current = 0
+				}
 			}
-			err := m.CreateTable(&SchemaVersion{})
-			if err == nil && legacy { // a release before versioned migrations
-				err = record(tx, 1)
-			}
-			if err != nil {
+			if err := m.CreateTable(&SchemaVersion{}); err != nil {
 				return err
 			}
-		}
-		var current int64
-		if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
+		} else if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
 			return err
 		}
 		var err error
@@ -56,7 +50,9 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 			if err = m.CreateTable(Models()...); err == nil && !m.HasConstraint(&Thread{}, "Messages") {
 				err = m.CreateConstraint(&Thread{}, "Messages")
 			}
-		case current < 4: // the current models' tables carry the prefix: rename first
+		case current < 3:
+			return fmt.Errorf("schema version %d is older than 3: upgrade through embedkit b908add first", current)
+		case current == 3: // the current models' tables carry the prefix: rename first
 			err = prefixNames(tx)
 		}
 		if err == nil && current > 0 && current < schemaVersion {
@@ -65,19 +61,14 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 			}
 		}
 		for v := current + 1; err == nil && v <= schemaVersion; v++ {
-			err = record(tx, v)
+			err = tx.Create(&SchemaVersion{Version: v, AppliedAt: time.Now().UnixNano()}).Error
 		}
 		return err
 	}))
 }
 
-func record(tx *gorm.DB, version int64) error {
-	return tx.Create(&SchemaVersion{Version: version, AppliedAt: time.Now().UnixNano()}).Error
-}
-
 // legacyTables are embedkit's tables before version 4, renamed only in a
-// database that embedkit_schema_versions (or, before versioned
-// migrations, the whole set) marks as embedkit's: never a host's own.
+// database whose embedkit_schema_versions says 3: never a host's own.
 var legacyTables = []string{
 	"accounts", "account_user_slots", "api_keys", "deployments", "agents", "users", "embed_tenants",
 	"catalog_groups", "catalog_attributes", "group_members", "attribute_values", "sessions", "tokens",
@@ -95,9 +86,6 @@ func prefixNames(tx *gorm.DB) error {
 		renames = renamesPostgres
 	}
 	for _, old := range legacyTables {
-		if !m.HasTable(old) || m.HasTable("embedkit_"+old) {
-			continue
-		}
 		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
@@ -130,9 +118,8 @@ const renamesPostgres = `WITH t AS (SELECT (quote_ident(current_schema()) || '.'
 const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
 	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`
 
-// upgrade adds the tables, columns and indexes of the current models that
-// a database of an earlier version lacks (versions 2, 3 and 5 add them,
-// version 6 the users' JSON columns). The API key of sessions and
+// upgrade adds the columns and indexes of the current models that a
+// database of version 3 to 5 lacks. The API key of sessions and
 // tokens (version 5) is added by hand-written ALTER TABLE: GORM's SQLite
 // migrator adds a foreign key by rebuilding the table, which drops its
 // indexes, where SQLite adds a nullable column with its REFERENCES clause
@@ -140,29 +127,22 @@ const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' 
 func upgrade(tx *gorm.DB) error {
 	m := tx.Migrator()
 	for _, model := range Models() {
-		if !m.HasTable(model) {
-			if err := m.CreateTable(model); err != nil {
-				return err
-			}
-			continue
-		}
 		stmt := &gorm.Statement{DB: tx}
 		if err := stmt.Parse(model); err != nil {
 			return err
 		}
 		for _, col := range stmt.Schema.DBNames {
-			switch {
+			var err error
+			switch table := stmt.Schema.Table; {
 			case m.HasColumn(model, col):
 			case col == "key_hash":
-				table, typ := stmt.Schema.Table, tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col))
-				if err := tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + typ + " CONSTRAINT fk_" + table +
-					"_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error; err != nil {
-					return err
-				}
+				err = tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col)) +
+					" CONSTRAINT fk_" + table + "_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error
 			default:
-				if err := m.AddColumn(model, col); err != nil {
-					return err
-				}
+				err = m.AddColumn(model, col)
+			}
+			if err != nil {
+				return err
 			}
 		}
 		for _, idx := range stmt.Schema.ParseIndexes() {
@@ -203,10 +183,8 @@ func foldUserData(tx *gorm.DB) error {
 		if pg {
 			q = f.postgres
 		}
-		if m.HasTable(f.table) {
-			if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
-				return err
-			}
+		if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
+			return err
 		}
 	}
 	return errors.Join(tx.Where("1 = 1").Delete(&AccountUserSlot{}).Error, tx.Exec(`INSERT INTO embedkit_account_user_slots (account_id, shard, n)

@@ -3,17 +3,16 @@ package gormstore_test
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"gorm.io/gorm"
 
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -21,91 +20,48 @@ import (
 	"github.com/embedkit/embedkit/store/gormstore"
 )
 
-// The tokens that the release before versioned migrations handed to
-// "alice" and "bob" in the databases of testdata (see testdata/README.md).
-var releaseTokens = map[string]map[string]string{
-	testdb.SQLite: {
-		"alice": "R7yTnOaxDHmkYh6hsR8g_R7ZsxCsPGVaicAQhpPW8FA",
-		"bob":   "K9agXoAOTVRBtuX4yVovpfkI2E54DabxC5UOLE0m9Ug",
-	},
-	testdb.Postgres: {
-		"alice": "MHwRDgK9oR2qfvHFwzIjWZDZzjm7c-ozte4QWNhygcw",
-		"bob":   "27mldiKuslVJdLSC68iAHPk22sPNQxFbWJKmOC4D7hk",
-	},
-}
-
-// TestMigrateFromRelease opens databases written by the release before this
-// schema was created by GORM's migrator (hand-written DDL) and checks that
-// every row is still there and usable, that the migration is recorded once,
-// and that it left the host's other tables alone.
-func TestMigrateFromRelease(t *testing.T) {
+// TestMigrateRefusesBeforeVersion3 opens databases older than schema
+// version 3, the previous release's: one written before versioned
+// migrations (commit b8b8fcb) and one that records versions 1 and 2 only.
+// Both are refused with an error naming the release to upgrade through, and
+// the database is left as it was.
+func TestMigrateRefusesBeforeVersion3(t *testing.T) {
 	for _, backend := range testdb.Backends() {
-		t.Run(backend, func(t *testing.T) {
-			dsn := testdb.OpenDSN(t, backend)
-			if backend == testdb.SQLite {
-				copyFile(t, "testdata/release-b8b8fcb.db", dsn)
-			} else {
-				loadDump(t, dsn, "testdata/release-b8b8fcb-postgres.sql")
-			}
-			ctx := t.Context()
-			for open := range 2 { // the second open finds nothing to do
-				st, err := testdb.OpenStore(dsn)
-				if err != nil {
-					t.Fatalf("open %d: %v", open, err)
+		for _, release := range []string{"b8b8fcb", "b908add"} {
+			t.Run(backend+"/"+release, func(t *testing.T) {
+				dsn := testdb.OpenDSN(t, backend)
+				version := "1"
+				switch {
+				case release == "b908add":
+					loadRelease(t, backend, dsn, release)
+					if err := testdb.OpenGormDSN(t, dsn, nil).Exec("DELETE FROM embedkit_schema_versions WHERE version = 3").Error; err != nil {
+						t.Fatal(err)
+					}
+					version = "2"
+				case backend == testdb.SQLite:
+					copyFile(t, "testdata/release-b8b8fcb.db", dsn)
+				default:
+					loadDump(t, dsn, "testdata/release-b8b8fcb-postgres.sql")
 				}
-				checkReleaseData(t, st, releaseTokens[backend])
-				checkReleaseKeys(t, st)
-				if open == 1 {
-					checkIDsNotReused(t, st)
-				}
-				if err := st.Close(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			db := testdb.OpenGormDSN(t, dsn, nil)
-			var versions []gormstore.SchemaVersion
-			if err := db.WithContext(ctx).Find(&versions).Error; err != nil {
-				t.Fatal(err)
-			}
-			// Version 1 is the release's schema; version 2 adds the API
-			// keys' origin, name and creation time, version 3 the account
-			// limits, version 4 the embedkit_ prefix, version 5 the key of
-			// sessions and tokens, version 6 the users' JSON columns.
-			if !versionsOnce(versions, 6) {
-				t.Errorf("schema versions = %+v, want versions 1 to 6 once each", versions)
-			}
-			// Counts through the exported models, as a host would query.
-			counts := map[any]int64{&gormstore.User{}: 26, &gormstore.Session{}: 38, &gormstore.Token{}: 2,
-				&gormstore.Thread{}: 4, &gormstore.ThreadMessage{}: 16}
-			members, values := 40, 60
-			if backend == testdb.Postgres {
-				counts = map[any]int64{&gormstore.User{}: 14, &gormstore.Session{}: 10, &gormstore.Token{}: 2,
-					&gormstore.Thread{}: 3, &gormstore.ThreadMessage{}: 12}
-				members, values = 16, 24
-			}
-			// Every membership and value of the release's tables is in
-			// the users' JSON columns.
-			if m, v := foldedUserData(t, db); m != members || v != values {
-				t.Errorf("users' JSON columns hold %d memberships and %d values, want %d and %d", m, v, members, values)
-			}
-			for model, want := range counts {
-				var n int64
-				if err := db.WithContext(ctx).Model(model).Count(&n).Error; err != nil {
-					t.Fatal(err)
-				}
-				if n != want {
-					t.Errorf("%T: %d rows, want %d", model, n, want)
-				}
-			}
-			if backend == testdb.Postgres {
-				// pgcluster's tables of the same database are untouched.
-				for _, table := range []string{"embedkit_turns", "embedkit_turn_lines"} {
-					if !db.Migrator().HasTable(table) {
-						t.Errorf("the migration dropped the host's table %s", table)
+				want := "gormstore: migrate: schema version " + version + " is older than 3: upgrade through embedkit b908add first"
+				for open := range 2 { // the first refusal changed nothing
+					if st, err := testdb.OpenStore(dsn); err == nil || err.Error() != want {
+						if st != nil {
+							st.Close()
+						}
+						t.Fatalf("open %d: %v, want %q", open, err, want)
 					}
 				}
-			}
-		})
+				db := testdb.OpenGormDSN(t, dsn, nil)
+				if release == "b8b8fcb" && db.Migrator().HasTable(&gormstore.SchemaVersion{}) {
+					t.Error("the refused migration created embedkit_schema_versions")
+				}
+				var names []string
+				if err := db.Table("accounts").Pluck("name", &names).Error; err != nil || !slices.Equal(names, []string{"acme"}) {
+					t.Errorf("the release's accounts after the refusal: %q %v", names, err)
+				}
+			})
+		}
 	}
 }
 
@@ -313,29 +269,4 @@ func loadDump(t *testing.T, dsn, file string) {
 	if _, err := conn.Exec(ctx, string(sqlText)); err != nil {
 		t.Fatalf("load %s: %v", file, err)
 	}
-}
-
-// foldedUserData counts the group IDs and attribute values held by the
-// users' JSON columns, read through the exported model as a host would.
-func foldedUserData(t *testing.T, db *gorm.DB) (members, values int) {
-	t.Helper()
-	var users []gormstore.User
-	if err := db.WithContext(t.Context()).Find(&users).Error; err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range users {
-		var groups map[string][]int64
-		var vals map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(u.GroupIDs), &groups); err != nil {
-			t.Fatalf("group_ids of user %d: %v", u.ID, err)
-		}
-		if err := json.Unmarshal([]byte(u.AttributeValues), &vals); err != nil {
-			t.Fatalf("attribute_values of user %d: %v", u.ID, err)
-		}
-		for _, ids := range groups {
-			members += len(ids)
-		}
-		values += len(vals)
-	}
-	return members, values
 }

@@ -110,25 +110,21 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 	return total, err
 }
 
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
+const messageBatch = 500
+
 func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	_, err := t.do(ctx, op, insertMessages(accountID, chatID, msgs))
-	return err
-}
-
-// messageBatch keeps the parameters of one INSERT below drivers' limits.
-const messageBatch = 500
-
-func insertMessages(accountID int64, chatID string, msgs []store.ThreadMessage) func(db *gorm.DB) *gorm.DB {
 	rows := make([]ThreadMessage, len(msgs))
 	for i, m := range msgs {
 		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
 	}
-	return func(db *gorm.DB) *gorm.DB {
+	_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
-	}
+	})
+	return err
 }
 
 func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
@@ -156,18 +152,15 @@ func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store
 func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	const op = "append messages"
 	if lastSort <= 0 && len(msgs) > 0 && len(msgs) <= messageBatch {
-		_, err := t.write(ctx, op, insertMessages(accountID, chatID, msgs)) // one statement
-		return err
+		return t.putMessages(ctx, op, accountID, chatID, msgs) // one statement, a write of its own
 	}
 	return t.atomic(ctx, func(t *txn) error {
 		// The thread's row is written only when lastSort rises, as few of a
 		// running turn's writes need (chatstream passes 0 when it knows the
 		// stored mark covers it); a missing thread then fails the messages'
 		// foreign key.
-		var (
-			n   int64
-			err error
-		)
+		var n int64
+		var err error
 		if lastSort > 0 {
 			n, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ? AND last_sort < ?", accountID, chatID, lastSort).

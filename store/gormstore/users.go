@@ -86,7 +86,12 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			}
 			// Expired, converted or inserted concurrently.
 			var row User
-			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return t.lockForUpdate(byKey(db, u.UserKey)) })
+			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB {
+				if t.s.pg { // SQLite's writers are serialized already
+					db = db.Clauses(clause.Locking{Strength: "UPDATE"})
+				}
+				return byKey(db, u.UserKey)
+			})
 			if errors.Is(err, store.ErrNotFound) {
 				continue // deleted meanwhile
 			} else if err != nil {
@@ -118,15 +123,6 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	return u.out, err
 }
 
-// mergeJSON merges the JSON object patch into column col, a null member
-// removing the key. Hand-written per dialect: GORM has no JSON expressions.
-func (t *txn) mergeJSON(col string, patch []byte) clause.Expr {
-	if t.s.pg {
-		return gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
-	}
-	return gorm.Expr("json_patch("+col+", ?)", string(patch))
-}
-
 // updateUser applies u to the user where selects, converting it to
 // persistent when persist is set, and reports whether a row matched.
 func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB) *gorm.DB, persist bool) (bool, error) {
@@ -139,9 +135,14 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	if u.SecurityContext != nil {
 		set["security_context"] = string(u.SecurityContext)
 	}
+	// Merged per dialect (GORM has no JSON expressions); a null member removes its key.
 	for col, patch := range map[string][]byte{"attribute_values": u.attrs, "group_ids": u.groups} {
-		if patch != nil {
-			set[col] = t.mergeJSON(col, patch)
+		switch {
+		case patch == nil:
+		case t.s.pg:
+			set[col] = gorm.Expr("jsonb_strip_nulls("+col+"::jsonb || ?::jsonb)::text", string(patch))
+		default:
+			set[col] = gorm.Expr("json_patch("+col+", ?)", string(patch))
 		}
 	}
 	if persist {
@@ -320,7 +321,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 			// lock, which FOR UPDATE waits for), so that the next
 			// statement's snapshot sees what it committed.
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return t.lockForUpdate(db.Model(&User{}).Select("id").Where("id = ?", userID)).Find(&[]int64{})
+				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
 			}); err != nil {
 				return err
 			}

@@ -36,13 +36,9 @@ func Open(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
 		// gorm.Open pings the server: it is unreachable or refuses us.
 		return nil, fmt.Errorf("gormstore/postgres: open: %w: %w", store.ErrUnavailable, err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("gormstore/postgres: open: %w", err)
-	}
-	n := PoolSize()
-	sqlDB.SetMaxOpenConns(n)
-	sqlDB.SetMaxIdleConns(n)
+	sqlDB, _ := db.DB() // the dialector's *sql.DB
+	sqlDB.SetMaxOpenConns(PoolSize())
+	sqlDB.SetMaxIdleConns(PoolSize())
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	// With WithCloseDB, OpenDB closes the pool when the migration fails.
 	return gormstore.OpenDB(db, append([]gormstore.Option{gormstore.WithCloseDB()}, opts...)...)

@@ -28,8 +28,6 @@ var memCounter atomic.Int64
 // [gormstore.Store.Close] closes it. path may carry query parameters of
 // github.com/mattn/go-sqlite3. GORM logs nothing.
 //
-// A file gets five connections: transactions take turns on the write lock
-// (BEGIN IMMEDIATE), and reads outside them run beside the writer (WAL).
 // An in-memory database lives as long as one of its connections: the store
 // holds one for its life (database/sql closes a connection whose
 // transaction's context ended), and its pool has one other.
@@ -42,10 +40,7 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
-	}
+	sqlDB, _ := db.DB() // the dialector's *sql.DB
 	n := 5
 	own := []gormstore.Option{gormstore.WithCloseDB()}
 	if strings.Contains(path, "mode=memory") {
