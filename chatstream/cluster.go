@@ -121,8 +121,9 @@ type Cluster interface {
 // methods are safe for concurrent use.
 type ClaimedTurn interface {
 	// Publish appends lines to the turn's shared log, in order. It never
-	// waits for the database: lines are buffered and written in batches (at
-	// most one write per publish interval for all of the process's turns).
+	// waits for the database: lines are buffered and written in batches
+	// for all of the process's turns (pgcluster writes them once per
+	// publish interval, and at once when a turn ends).
 	// The Cluster keeps the slices; callers must not modify them. Publish
 	// after Release does nothing.
 	Publish(lines []Line)
