@@ -18,7 +18,8 @@ import (
 // new thread, as a host's GORM logger sees them: with WithKeyCache, the
 // agent and the definitions that sessionSettings name are not read again,
 // and a turn whose sorts stayed within its reserved block does not write
-// its thread's row again at its end.
+// its thread's row again, neither at its checkpoint (the turn pauses
+// longer than the checkpoint interval) nor at its end.
 func TestTurnStatements(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
@@ -50,6 +51,10 @@ func TestTurnStatements(t *testing.T) {
 						n++
 					}
 				}
+				if inserts := count("INSERT INTO \"embedkit_thread_messages\"") + count("INSERT INTO `embedkit_thread_messages`"); inserts < 3 {
+					t.Errorf("cached=%v: %d message writes, want the echo, a checkpoint and the end:\n%s",
+						cached, inserts, strings.Join(stmts, "\n"))
+				}
 				if n != 0 {
 					t.Errorf("cached=%v: %d updates besides the user's, want none (the thread's row is written with the echo):\n%s",
 						cached, n, strings.Join(stmts, "\n"))
@@ -74,7 +79,8 @@ func turnStatements(t *testing.T, backend string, cached bool) []string {
 			got = append(got, sql)
 		}
 	}
-	agent := scripts{"q": {Events: []chatstreamtest.Event{chatstreamtest.Content("x")}}}
+	agent := scripts{"q": {Events: []chatstreamtest.Event{chatstreamtest.Content("x"),
+		chatstreamtest.Pause(800 * time.Millisecond), chatstreamtest.Content("y")}}}
 	opts := []chatstream.Option{}
 	if cached {
 		opts = append(opts, chatstream.WithKeyCache(5*time.Second))

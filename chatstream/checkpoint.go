@@ -148,13 +148,14 @@ func (t *turn) checkpointWrite() (w threadWrite, ok bool) {
 		t.ckptEarly = false
 		return threadWrite{}, false
 	}
-	reserve := t.reserved
+	reserve, raise := t.reserved, int64(0) // t.reserved is stored: no need to raise it
 	if low {
 		reserve = next + sortBlock
+		raise = reserve
 	}
 	msgs, done := t.seq.checkpoint(reserve)
 	t.ckptWriting = make(chan struct{})
-	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: reserve, msgs: msgs,
+	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: raise, msgs: msgs,
 		t: t, next: next, done: done}, true
 }
 

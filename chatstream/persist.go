@@ -34,7 +34,7 @@ type persister struct {
 type threadWrite struct {
 	accountID int64
 	chatID    string
-	lastSort  int64
+	lastSort  int64 // the thread's new last sort; 0 when the stored one covers the write
 	msgs      []Message
 	err       error
 
