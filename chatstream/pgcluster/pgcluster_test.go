@@ -380,6 +380,26 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 		t.Fatalf("connect: %v", err)
 	}
 	defer conn.Close(context.Background())
+	// A listens on a connection of its own, which it may still be making.
+	listening := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+				"embedkit-listen "+a.ReplicaID()).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("A has no LISTEN connection")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	listening()
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
 		"embedkit-listen "+a.ReplicaID()).Scan(&n); err != nil || n != 1 {
@@ -397,21 +417,7 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
-			"embedkit-listen "+a.ReplicaID()).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("A did not reconnect its LISTEN connection")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	listening() // again, after the drop
 	if ok, err := b.Abort(ctx, key("c2")); !ok || err != nil {
 		t.Fatalf("Abort = %v, %v", ok, err)
 	}
