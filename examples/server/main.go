@@ -182,11 +182,13 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	defer metrics.close()
 
-	// Accounts and deployments come from the bootstrap config and change
-	// only at a restart, so caching them for a few seconds is safe and
-	// saves store reads on every request. A key revoked through
+	// Accounts, deployments and agents come from the bootstrap config and
+	// change only at a restart, so caching them for a few seconds is safe
+	// and saves store reads on every request. A key revoked through
 	// store/operator is refused at once by this process, and by the other
-	// replicas once their key caches expire (at most 5 s).
+	// replicas once their key caches expire (at most 5 s). An attribute or
+	// group definition deleted through the admin API may still be used by
+	// chat turns for up to 5 s; the values stored meanwhile are ignored.
 	embed := embedsession.NewHandler(st, embedsession.WithLogger(log), embedsession.WithCacheTTL(5*time.Second))
 	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log), chatstream.WithKeyCache(5 * time.Second)}
 	// On PostgreSQL, running chat turns are shared with the other
