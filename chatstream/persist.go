@@ -84,13 +84,11 @@ func (p *persister) checkpoint(turns []*turn) {
 	}
 }
 
-// write stores ws in one transaction.
+// write stores ws in one transaction (one write: as the store does it).
 func (p *persister) write(ws []*threadWrite) {
 	if len(ws) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
-	defer cancel()
 	type stored struct {
 		w    *threadWrite
 		msgs []store.ThreadMessage
@@ -102,31 +100,32 @@ func (p *persister) write(ws []*threadWrite) {
 			ss = append(ss, stored{w, msgs})
 		}
 	}
-	if len(ss) == 1 { // the store makes it atomic, in fewer round trips where it can
-		s := ss[0]
-		s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
-		return
-	}
-	err := p.st.InTx(ctx, func(tx store.Tx) error {
-		for _, s := range ss {
-			if err := tx.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs); err != nil {
-				return err
+	if len(ss) > 1 {
+		ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+		err := p.st.InTx(ctx, func(tx store.Tx) error {
+			for _, s := range ss {
+				if err := tx.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs); err != nil {
+					return err
+				}
 			}
+			return nil
+		})
+		cancel()
+		// An unreachable database fails them all alike.
+		if err == nil || errors.Is(err, store.ErrUnavailable) {
+			for _, s := range ss {
+				s.w.err = err
+			}
+			return
 		}
-		return nil
-	})
-	// A batch that failed for a thread of its own (deleted meanwhile) is
-	// stored thread by thread, so that one bad thread does not fail the
-	// others; an unreachable database fails them all alike.
-	if err != nil && len(ss) > 1 && !errors.Is(err, store.ErrUnavailable) {
-		for _, s := range ss {
-			ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
-			s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
-			cancel()
-		}
-		return
 	}
+	// One write (the store makes it atomic, in fewer round trips where it
+	// can), or a batch that failed for a thread of its own (deleted
+	// meanwhile): thread by thread, so that one bad thread does not fail
+	// the others.
 	for _, s := range ss {
-		s.w.err = err
+		ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+		s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
+		cancel()
 	}
 }

@@ -31,18 +31,8 @@ const (
 // attributes and 10 groups cost what 3 and 2 cost.
 func TestStatementCount(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		var (
-			mu    sync.Mutex
-			stmts []string
-		)
 		// A host's GORM logger sees every statement of the store.
-		hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
-			return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
-				mu.Lock()
-				stmts = append(stmts, sql)
-				mu.Unlock()
-			})
-		})
+		hook, during := recordStatements()
 		extra := apitest.WithConfig(func(c *operator.Config) {
 			for i := range 10 {
 				c.Accounts[0].UserAttributes = append(c.Accounts[0].UserAttributes, operator.Attribute{Name: fmt.Sprintf("attr%d", i), Type: store.TypeString})
@@ -61,14 +51,10 @@ func TestStatementCount(t *testing.T) {
 			for i := range groups {
 				gs = append(gs, fmt.Sprintf("grp%d", i))
 			}
-			mu.Lock()
-			stmts = nil
-			mu.Unlock()
-			s.GenerateSession(t, body(ext, obj{"userProfile": obj{"displayName": "X " + value, "picture": "https://x.test/" + value + ".png"},
-				"userAttributes": as, "groups": gs}))
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]string(nil), stmts...)
+			return during(func() {
+				s.GenerateSession(t, body(ext, obj{"userProfile": obj{"displayName": "X " + value, "picture": "https://x.test/" + value + ".png"},
+					"userAttributes": as, "groups": gs}))
+			})
 		}
 		check := func(what string, got []string, max int) {
 			t.Helper()
@@ -188,23 +174,31 @@ func TestCachedDefinitions(t *testing.T) {
 // statements it records; run sends a generate-session and returns the
 // statements it caused.
 func cachedServer(t *testing.T, tg apitest.Target) (s *apitest.Server, run func(b obj) []string) {
+	hook, during := recordStatements()
+	s = apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
+	return s, func(b obj) []string { return during(func() { s.GenerateSession(t, b) }) }
+}
+
+// recordStatements returns a store option whose store records its
+// statements as a host's GORM logger sees them, and during, which returns
+// the statements that f caused.
+func recordStatements() (hook apitest.Option, during func(f func()) []string) {
 	var (
 		mu    sync.Mutex
 		stmts []string
 	)
-	hook := apitest.WithStore(func(t testing.TB, backend string) store.Store {
+	hook = apitest.WithStore(func(t testing.TB, backend string) store.Store {
 		return testdb.OpenWithHook(t, backend, func(_ context.Context, sql string) {
 			mu.Lock()
 			stmts = append(stmts, sql)
 			mu.Unlock()
 		})
 	})
-	s = apitest.New(t, tg, hook, apitest.WithEmbedOptions(embedsession.WithCacheTTL(time.Minute)))
-	return s, func(b obj) []string {
+	return hook, func(f func()) []string {
 		mu.Lock()
 		stmts = nil
 		mu.Unlock()
-		s.GenerateSession(t, b)
+		f()
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), stmts...)

@@ -108,18 +108,8 @@ func TestListenConnectionIsPinged(t *testing.T) {
 // lease expires.
 func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	t.Parallel()
-	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	_, a, b := twoReplicas(t)
 	ctx := t.Context()
-	a, err := New(ctx, dsn, WithReplicaID("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	b, err := New(ctx, dsn, WithReplicaID("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "stale"}
 	ct, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
@@ -155,18 +145,8 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 // is left running).
 func TestReleasesAreBatched(t *testing.T) {
 	t.Parallel()
-	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	dsn, a, b := twoReplicas(t)
 	ctx := t.Context()
-	a, err := New(ctx, dsn, WithReplicaID("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	b, err := New(ctx, dsn, WithReplicaID("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -290,4 +270,20 @@ func TestReleasesAreBatched(t *testing.T) {
 	if err := next.Release(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// twoReplicas returns replicas "a" and "b" on one fresh schema, closed in
+// t.Cleanup.
+func twoReplicas(t *testing.T) (dsn string, a, b *Cluster) {
+	t.Helper()
+	dsn = testdb.OpenDSN(t, testdb.Postgres)
+	open := func(id string) *Cluster {
+		c, err := New(t.Context(), dsn, WithReplicaID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	return dsn, open("a"), open("b")
 }
