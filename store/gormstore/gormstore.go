@@ -81,6 +81,9 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	s.txn = txn{s: s, db: s.db}
 	s.close = sync.OnceValue(func() error {
 		s.closed.Store(true)
+		if s.group != nil {
+			s.group.wg.Wait() // the writer fails what waits and ends
+		}
 		if s.cfg.onClose != nil {
 			if err := s.cfg.onClose(); err != nil {
 				return err

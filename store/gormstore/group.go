@@ -1,11 +1,12 @@
 package gormstore
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 
@@ -15,64 +16,199 @@ import (
 // group is SQLite's group commit. SQLite writes one transaction at a time
 // and a commit (the changed pages written to the WAL) costs more than the
 // few statements of a request, so the InTx calls that queue for the writer
-// share one transaction: the first leads and hands it to the waiting calls
-// one by one, each running its fn on its own goroutine under its own
-// context, in a savepoint that undoes that call alone if it fails; one
-// commit ends them all. The transaction runs under a context of its own.
+// share one transaction. A goroutine of the store's, the writer, runs their
+// fns one after another, each under its caller's context and in a savepoint
+// that undoes that call alone if it fails; one commit ends them all. The
+// writer runs the fns itself, rather than handing the transaction to each
+// caller's goroutine in turn, so that the write lock is never held while
+// the scheduler finds a caller a core. It runs while calls wait and ends
+// when none do; [Store.Close] waits for it.
 type group struct {
 	mu      sync.Mutex
 	waiting []*member
-	leading bool
+	running bool           // a writer goroutine is draining waiting
+	wg      sync.WaitGroup // the writer, for Close
 }
 
 type member struct {
-	ctx  context.Context
-	turn chan *gorm.DB // the shared transaction; nil: lead the next one
-	ran  chan error    // fn's result, back to the leader
-	done chan error    // the commit's result
+	ctx   context.Context
+	fn    func(store.Tx) error
+	state atomic.Int32 // queued, taken by the writer or given up by its caller
+	done  chan outcome // buffered: the writer never waits for the caller
 }
 
-// maxGroup bounds the calls of a transaction, so that a leader returns
-// while calls keep arriving.
+const (
+	queued int32 = iota
+	taken
+	givenUp
+)
+
+// outcome is a call's result: its error or the commit's, or how its fn
+// ended the writer's stack (a panic, runtime.Goexit), which the caller's
+// goroutine then repeats.
+type outcome struct {
+	err      error
+	panicked bool
+	panicVal any
+	exited   bool
+}
+
+// maxGroup bounds the calls of a transaction, so that a commit comes while
+// calls keep arriving.
 const maxGroup = 64
 
 // errGroupAborted fails the calls of a transaction that ended for another
 // call's failure; InTx runs them again.
 var errGroupAborted = fmt.Errorf("gormstore: commit: a call sharing the transaction failed: %w", store.ErrUnavailable)
 
-// join runs fn in the group's next transaction; ctx bounds the wait.
+// join runs fn in the group's next transaction; ctx bounds the wait until
+// the writer takes the call.
 func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
-	m := &member{ctx: ctx, turn: make(chan *gorm.DB), ran: make(chan error), done: make(chan error, 1)}
+	m := &member{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
 	g := s.group
 	g.mu.Lock()
-	if !g.leading {
-		g.leading = true
-		g.mu.Unlock()
-		return s.lead(fn)
-	}
 	g.waiting = append(g.waiting, m)
-	g.mu.Unlock()
-	select {
-	case tx := <-m.turn:
-		if tx == nil {
-			return s.lead(fn)
-		}
-		told := false
-		defer func() {
-			if !told { // fn panicked or ended the goroutine: undo its writes
-				m.ran <- errGroupAborted
-			}
-		}()
-		err := s.run(tx, fn)
-		if told = true; err != nil {
-			m.ran <- err
-			return err
-		}
-		m.ran <- nil
-		return <-m.done
-	case <-ctx.Done(): // the leader sees it too and skips this call
-		return wrapErr("begin", ctx.Err())
+	if !g.running {
+		g.running = true
+		g.wg.Add(1)
+		go s.write()
 	}
+	g.mu.Unlock()
+	var o outcome
+	select {
+	case o = <-m.done:
+	case <-ctx.Done():
+		if m.state.CompareAndSwap(queued, givenUp) { // the writer skips it
+			return wrapErr("begin", ctx.Err())
+		}
+		o = <-m.done // taken: its writes may commit, so wait for the outcome
+	}
+	switch {
+	case o.exited:
+		runtime.Goexit()
+	case o.panicked:
+		panic(o.panicVal)
+	}
+	return o.err
+}
+
+// write commits groups while calls wait. A fn that calls runtime.Goexit
+// ends this goroutine: another takes over.
+func (s *Store) write() {
+	g := s.group
+	clean := false
+	defer func() {
+		if !clean { // still running: hand over, or stop
+			g.mu.Lock()
+			if g.running = len(g.waiting) > 0; g.running {
+				g.wg.Add(1)
+				go s.write()
+			}
+			g.mu.Unlock()
+		}
+		g.wg.Done()
+	}()
+	for s.commit() {
+	}
+	clean = true
+}
+
+// next takes the next waiting call the writer may run, or nil; with none
+// and last set, the writer stops.
+func (g *group) next(last bool) *member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for len(g.waiting) > 0 {
+		m := g.waiting[0]
+		g.waiting = g.waiting[1:]
+		if m.state.CompareAndSwap(queued, taken) {
+			return m
+		}
+	}
+	if last {
+		g.running = false
+	}
+	return nil
+}
+
+// commit runs waiting calls in one transaction and reports whether any
+// call waited.
+func (s *Store) commit() bool {
+	first := s.group.next(true)
+	if first == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
+	defer cancel()
+	var ran []*member // waiting for the commit
+	cur := first      // running; set after its fn ended the goroutine
+	cerr := errGroupAborted
+	defer func() {
+		if cur != nil { // runtime.Goexit in cur's fn: its writes go with the transaction
+			cur.done <- outcome{exited: true}
+		}
+		for _, m := range ran {
+			m.done <- outcome{err: cerr}
+		}
+	}()
+	tx := s.db.WithContext(ctx).Begin()
+	if tx.Error != nil {
+		cur.done <- outcome{err: wrapErr("begin", tx.Error)}
+		cur = nil
+		return true
+	}
+	defer func() { _ = tx.Rollback().Error }() // after the commit, a no-op
+	conn := &groupTx{tx.Statement.ConnPool}
+	tx.Statement.ConnPool = conn
+	bg := context.Background() // for statements that cannot block: no goroutine in go-sqlite3
+	ok := true
+	for n := 0; ok && cur != nil; n++ {
+		var o outcome
+		o, ok = s.step(conn, bg, tx, cur)
+		if o.err == nil && !o.panicked {
+			ran = append(ran, cur)
+		} else {
+			cur.done <- o
+		}
+		if cur = nil; ok && n+1 < maxGroup {
+			cur = s.group.next(false)
+		}
+	}
+	if ok {
+		cerr = wrapErr("commit", tx.Commit().Error)
+	}
+	return true
+}
+
+// step runs m's fn in a savepoint, which a failure rolls back; !ok: the
+// transaction is lost and commit ends it.
+func (s *Store) step(conn *groupTx, bg context.Context, tx *gorm.DB, m *member) (o outcome, ok bool) {
+	if err := m.ctx.Err(); err != nil {
+		return outcome{err: wrapErr("begin", err)}, true
+	}
+	if _, err := conn.ExecContext(bg, "SAVEPOINT embedkit_call"); err != nil {
+		return outcome{err: wrapErr("begin", err)}, false
+	}
+	o = s.call(tx, m.fn)
+	end := "RELEASE embedkit_call"
+	if o.err != nil || o.panicked {
+		end = "ROLLBACK TO embedkit_call"
+	}
+	_, xerr := conn.ExecContext(bg, end)
+	if xerr != nil && o.err == nil && !o.panicked {
+		o.err = errGroupAborted
+	}
+	return o, xerr == nil
+}
+
+// call runs fn on tx, turning a panic into an outcome.
+func (s *Store) call(tx *gorm.DB, fn func(store.Tx) error) (o outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			o = outcome{panicked: true, panicVal: p}
+		}
+	}()
+	return outcome{err: s.run(tx, fn)}
 }
 
 // run runs fn on the transaction tx; a failed statement fails it.
@@ -83,96 +219,6 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
 		err = t.abort
 	}
 	return err
-}
-
-// lead runs fn, then the waiting calls, in one transaction, and hands the
-// lead on.
-func (s *Store) lead(fn func(store.Tx) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
-	defer cancel()
-	var ran []*member // waiting for the commit
-	cerr := errGroupAborted
-	defer func() { // also after a panic of fn
-		for _, m := range ran {
-			m.done <- cerr
-		}
-		s.handOff()
-	}()
-	tx := s.db.WithContext(ctx).Begin()
-	if tx.Error != nil {
-		return wrapErr("begin", tx.Error)
-	}
-	defer func() { _ = tx.Rollback().Error }() // after the commit, a no-op
-	conn := &groupTx{tx.Statement.ConnPool}
-	tx.Statement.ConnPool = conn
-	// step runs one call in a savepoint; !ok: the transaction is lost.
-	bg := context.Background() // for statements that cannot block: no goroutine in go-sqlite3
-	step := func(call func() error) (err error, ok bool) {
-		if _, err := conn.ExecContext(bg, "SAVEPOINT embedkit_call"); err != nil {
-			return err, false
-		}
-		end := "RELEASE embedkit_call"
-		if err = call(); err != nil {
-			end = "ROLLBACK TO embedkit_call"
-		}
-		_, xerr := conn.ExecContext(bg, end)
-		return err, xerr == nil
-	}
-	selfErr, ok := step(func() error { return s.run(tx, fn) })
-	for n := 1; ok && n < maxGroup; {
-		s.group.mu.Lock()
-		take := s.group.waiting[:min(len(s.group.waiting), maxGroup-n)]
-		s.group.waiting = s.group.waiting[len(take):]
-		s.group.mu.Unlock()
-		if len(take) == 0 {
-			break
-		}
-		for i, m := range take {
-			var err error
-			if err, ok = step(func() error {
-				select {
-				case m.turn <- tx:
-					return <-m.ran
-				case <-m.ctx.Done():
-					return m.ctx.Err()
-				}
-			}); err == nil {
-				ran = append(ran, m)
-			}
-			if !ok { // the calls not run yet go to the next leader
-				s.group.mu.Lock()
-				s.group.waiting = append(take[i+1:len(take):len(take)], s.group.waiting...)
-				s.group.mu.Unlock()
-				break
-			}
-			n++
-		}
-	}
-	if ok {
-		cerr = wrapErr("commit", tx.Commit().Error)
-	}
-	return cmp.Or(selfErr, cerr)
-}
-
-// handOff passes the lead to the first call still waiting.
-func (s *Store) handOff() {
-	g := s.group
-	for {
-		g.mu.Lock()
-		if len(g.waiting) == 0 {
-			g.leading = false
-			g.mu.Unlock()
-			return
-		}
-		m := g.waiting[0]
-		g.waiting = g.waiting[1:]
-		g.mu.Unlock()
-		select {
-		case m.turn <- nil:
-			return
-		case <-m.ctx.Done():
-		}
-	}
 }
 
 // groupTx is the group's transaction as GORM's connection pool. A
