@@ -45,6 +45,7 @@ type Store struct {
 	cfg    config
 	pg     bool
 	db     *gorm.DB // the host's handle, in a session of the store's own
+	sqlDB  *sql.DB  // its pool
 	group  *group   // SQLite's group commit; nil on PostgreSQL
 	closed atomic.Bool
 	close  func() error // once
@@ -76,6 +77,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, wrapErr("open", err)
 	}
+	s.sqlDB = sqlDB
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}

@@ -3,6 +3,7 @@ package gormstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"runtime"
 	"sync"
@@ -138,7 +139,11 @@ func (s *Store) commit() bool {
 	if first == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
+	// Statements run on a connection of their own rather than in a *sql.Tx,
+	// under contexts that cannot end: database/sql starts a goroutine for
+	// each query of a transaction, or under a context that can.
+	bg := context.Background()
+	ctx, cancel := context.WithTimeout(bg, s.cfg.queryTimeout) // to get the connection
 	defer cancel()
 	var ran []*member // waiting for the commit
 	cur := first      // running; set after its fn ended the goroutine
@@ -151,20 +156,34 @@ func (s *Store) commit() bool {
 			m.done <- outcome{err: cerr}
 		}
 	}()
-	tx := s.db.WithContext(ctx).Begin()
-	if tx.Error != nil {
-		cur.done <- outcome{err: wrapErr("begin", tx.Error)}
+	conn, err := s.sqlDB.Conn(ctx)
+	if err == nil {
+		_, err = conn.ExecContext(bg, "BEGIN IMMEDIATE")
+		if err != nil {
+			_ = conn.Close()
+		}
+	}
+	if err != nil {
+		cur.done <- outcome{err: wrapErr("begin", err)}
 		cur = nil
 		return true
 	}
-	defer func() { _ = tx.Rollback().Error }() // after the commit, a no-op
-	conn := &groupTx{tx.Statement.ConnPool}
-	tx.Statement.ConnPool = conn
-	bg := context.Background() // for statements that cannot block: no goroutine in go-sqlite3
+	gtx := &groupTx{conn}
+	committed := false
+	defer func() {
+		if !committed {
+			if err := gtx.Rollback(); err != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // still in a transaction: not back to the pool
+			}
+		}
+		_ = conn.Close()
+	}()
+	tx := s.db.WithContext(bg)
+	tx.Statement.ConnPool = gtx
 	ok := true
 	for n := 0; ok && cur != nil; n++ {
 		var o outcome
-		o, ok = s.step(conn, bg, tx, cur)
+		o, ok = s.step(bg, tx, cur)
 		if o.err == nil && !o.panicked {
 			ran = append(ran, cur)
 		} else {
@@ -175,14 +194,16 @@ func (s *Store) commit() bool {
 		}
 	}
 	if ok {
-		cerr = wrapErr("commit", tx.Commit().Error)
+		err := gtx.Commit()
+		committed, cerr = err == nil, wrapErr("commit", err)
 	}
 	return true
 }
 
 // step runs m's fn in a savepoint, which a failure rolls back; !ok: the
 // transaction is lost and commit ends it.
-func (s *Store) step(conn *groupTx, bg context.Context, tx *gorm.DB, m *member) (o outcome, ok bool) {
+func (s *Store) step(bg context.Context, tx *gorm.DB, m *member) (o outcome, ok bool) {
+	conn := tx.Statement.ConnPool
 	if err := m.ctx.Err(); err != nil {
 		return outcome{err: wrapErr("begin", err)}, true
 	}
@@ -221,26 +242,38 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
 	return err
 }
 
-// groupTx is the group's transaction as GORM's connection pool. A
-// statement, once started, is not interrupted by its context (the driver
-// gets the context without its cancellation): interrupting a SQLite
-// statement rolls back the whole transaction, which other calls share. A
-// call whose context ended fails before its next statement.
-type groupTx struct{ gorm.ConnPool }
+// groupTx is the group's connection, in its transaction, as GORM's
+// connection pool. A statement, once started, is not interrupted by its
+// context (the driver gets the context without its cancellation):
+// interrupting a SQLite statement rolls back the whole transaction, which
+// other calls share. A call whose context ended fails before its next
+// statement.
+type groupTx struct{ *sql.Conn }
 
 func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return t.ConnPool.ExecContext(context.WithoutCancel(ctx), q, args...)
+	return t.Conn.ExecContext(context.WithoutCancel(ctx), q, args...)
 }
 
 func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return t.ConnPool.QueryContext(context.WithoutCancel(ctx), q, args...)
+	return t.Conn.QueryContext(context.WithoutCancel(ctx), q, args...)
 }
 
-func (t *groupTx) Commit() error   { return t.ConnPool.(gorm.TxCommitter).Commit() }
-func (t *groupTx) Rollback() error { return t.ConnPool.(gorm.TxCommitter).Rollback() }
+// Commit and Rollback make it a transaction to GORM's plugins (dbresolver
+// leaves its statements where they are).
+func (t *groupTx) Commit() error   { return t.end("COMMIT") }
+func (t *groupTx) Rollback() error { return t.end("ROLLBACK") }
+
+func (t *groupTx) end(q string) error {
+	_, err := t.Conn.ExecContext(context.Background(), q)
+	return err
+}
+
+func (t *groupTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return t.Conn.QueryRowContext(context.WithoutCancel(ctx), q, args...)
+}
