@@ -108,3 +108,55 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("the calls ran in %d transactions, want 1", len(pools))
 	}
 }
+
+// TestGroupWriterEnds checks that the writer goroutine ends when no call
+// waits, starts again for the next call, and that Close waits for it: no
+// goroutine of the store outlives Close.
+func TestGroupWriterEnds(t *testing.T) {
+	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/g.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
+		&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenDB(db, WithCloseDB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	running := func() bool {
+		st.group.mu.Lock()
+		defer st.group.mu.Unlock()
+		return st.group.running
+	}
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() {
+				if _, err := st.SaveAccount(ctx, store.Account{Name: fmt.Sprint("a", round, "-", i)}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		for deadline := time.Now().Add(5 * time.Second); running(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the writer still runs with no call waiting", round)
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = st.InTx(ctx, func(store.Tx) error { time.Sleep(50 * time.Millisecond); return nil })
+	}()
+	for !running() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if running() {
+		t.Error("Close returned while the writer ran")
+	}
+	<-done
+}
