@@ -14,16 +14,13 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// group is SQLite's group commit. SQLite writes one transaction at a time
-// and a commit (the changed pages written to the WAL) costs more than the
-// few statements of a request, so the InTx calls that queue for the writer
-// share one transaction. A goroutine of the store's, the writer, runs their
-// fns one after another, each under its caller's context and in a savepoint
-// that undoes that call alone if it fails; one commit ends them all. The
-// writer runs the fns itself, rather than handing the transaction to each
-// caller's goroutine in turn, so that the write lock is never held while
-// the scheduler finds a caller a core. It runs while calls wait and ends
-// when none do; [Store.Close] waits for it.
+// group is SQLite's group commit (docs/storage.md): the InTx calls that
+// queue for the writer share one transaction. A goroutine of the store's,
+// the writer, runs their fns one after another, each under its caller's
+// context and in a savepoint that undoes that call alone if it fails, and
+// commits once for all; running them itself, the writer never holds the
+// write lock while the scheduler finds a caller a core. It runs while
+// calls wait; [Store.Close] waits for it.
 type group struct {
 	mu      sync.Mutex
 	waiting []*member
@@ -34,29 +31,20 @@ type group struct {
 type member struct {
 	ctx   context.Context
 	fn    func(store.Tx) error
-	state atomic.Int32 // queued, taken by the writer or given up by its caller
+	state atomic.Int32 // 0 queued, 1 taken by the writer, 2 given up by the caller
 	done  chan outcome // buffered: the writer never waits for the caller
 }
 
-const (
-	queued int32 = iota
-	taken
-	givenUp
-)
-
-// outcome is a call's result: its error or the commit's, or how its fn
-// ended the writer's stack (a panic, runtime.Goexit), which the caller's
-// goroutine then repeats.
+// outcome is a call's error or its commit's, or its fn's panic (errGoexit:
+// runtime.Goexit), which the caller's goroutine repeats.
 type outcome struct {
-	err      error
-	panicked bool
-	panicVal any
-	exited   bool
+	err   error
+	panic any
 }
 
-// maxGroup bounds the calls of a transaction, so that a commit comes while
-// calls keep arriving.
-const maxGroup = 64
+var errGoexit = new(int)
+
+const maxGroup = 64 // calls per transaction, so that commits come while calls keep arriving
 
 // errGroupAborted fails the calls of a transaction that ended for another
 // call's failure; InTx runs them again.
@@ -79,18 +67,18 @@ func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
 	select {
 	case o = <-m.done:
 	case <-ctx.Done():
-		if m.state.CompareAndSwap(queued, givenUp) { // the writer skips it
+		if m.state.CompareAndSwap(0, 2) { // the writer skips it
 			return wrapErr("begin", ctx.Err())
 		}
 		o = <-m.done // taken: its writes may commit, so wait for the outcome
 	}
-	switch {
-	case o.exited:
+	switch o.panic {
+	case nil:
+		return o.err
+	case errGoexit:
 		runtime.Goexit()
-	case o.panicked:
-		panic(o.panicVal)
 	}
-	return o.err
+	panic(o.panic)
 }
 
 // write commits groups while calls wait. A fn that calls runtime.Goexit
@@ -114,122 +102,100 @@ func (s *Store) write() {
 	clean = true
 }
 
-// next takes the next waiting call the writer may run, or nil; with none
-// and last set, the writer stops.
+// next takes the next call the writer may run, or nil; with none and last
+// set, the writer stops.
 func (g *group) next(last bool) *member {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for len(g.waiting) > 0 {
 		m := g.waiting[0]
-		g.waiting = g.waiting[1:]
-		if m.state.CompareAndSwap(queued, taken) {
+		if g.waiting = g.waiting[1:]; m.state.CompareAndSwap(0, 1) {
 			return m
 		}
 	}
-	if last {
-		g.running = false
-	}
+	g.running = g.running && !last
 	return nil
 }
 
 // commit runs waiting calls in one transaction and reports whether any
-// call waited.
+// waited. It runs on a connection rather than in a *sql.Tx, and statements
+// under contexts that cannot end: database/sql starts a goroutine for each
+// query of a *sql.Tx, or under a context that can.
 func (s *Store) commit() bool {
-	first := s.group.next(true)
-	if first == nil {
+	cur := s.group.next(true) // running; still set if its fn ended the goroutine
+	if cur == nil {
 		return false
 	}
-	// Statements run on a connection of their own rather than in a *sql.Tx,
-	// under contexts that cannot end: database/sql starts a goroutine for
-	// each query of a transaction, or under a context that can.
-	bg := context.Background()
-	ctx, cancel := context.WithTimeout(bg, s.cfg.queryTimeout) // to get the connection
-	defer cancel()
 	var ran []*member // waiting for the commit
-	cur := first      // running; set after its fn ended the goroutine
 	cerr := errGroupAborted
 	defer func() {
 		if cur != nil { // runtime.Goexit in cur's fn: its writes go with the transaction
-			cur.done <- outcome{exited: true}
+			cur.done <- outcome{panic: errGoexit}
 		}
 		for _, m := range ran {
 			m.done <- outcome{err: cerr}
 		}
 	}()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
+	defer cancel()
 	conn, err := s.sqlDB.Conn(ctx)
+	gtx := &groupTx{Conn: conn}
 	if err == nil {
-		_, err = conn.ExecContext(bg, "BEGIN IMMEDIATE")
-		if err != nil {
-			_ = conn.Close()
-		}
+		defer gtx.close()
+		err = gtx.end("BEGIN IMMEDIATE")
 	}
 	if err != nil {
 		cur.done <- outcome{err: wrapErr("begin", err)}
 		cur = nil
 		return true
 	}
-	gtx := &groupTx{conn}
-	committed := false
-	defer func() {
-		if !committed {
-			if err := gtx.Rollback(); err != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // still in a transaction: not back to the pool
-			}
-		}
-		_ = conn.Close()
-	}()
-	tx := s.db.WithContext(bg)
+	tx := s.db.WithContext(context.Background())
 	tx.Statement.ConnPool = gtx
 	ok := true
-	for n := 0; ok && cur != nil; n++ {
+	for n := 1; ok && cur != nil; n++ {
 		var o outcome
-		o, ok = s.step(bg, tx, cur)
-		if o.err == nil && !o.panicked {
+		if o, ok = s.step(tx, cur); o.err == nil && o.panic == nil {
 			ran = append(ran, cur)
 		} else {
 			cur.done <- o
 		}
-		if cur = nil; ok && n+1 < maxGroup {
+		if cur = nil; ok && n < maxGroup {
 			cur = s.group.next(false)
 		}
 	}
 	if ok {
-		err := gtx.Commit()
-		committed, cerr = err == nil, wrapErr("commit", err)
+		cerr = wrapErr("commit", gtx.Commit())
 	}
 	return true
 }
 
-// step runs m's fn in a savepoint, which a failure rolls back; !ok: the
-// transaction is lost and commit ends it.
-func (s *Store) step(bg context.Context, tx *gorm.DB, m *member) (o outcome, ok bool) {
-	conn := tx.Statement.ConnPool
+// step runs m's fn in a savepoint, which a failure or a panic rolls back;
+// !ok: the transaction is lost and commit ends it.
+func (s *Store) step(tx *gorm.DB, m *member) (o outcome, ok bool) {
 	if err := m.ctx.Err(); err != nil {
 		return outcome{err: wrapErr("begin", err)}, true
 	}
-	if _, err := conn.ExecContext(bg, "SAVEPOINT embedkit_call"); err != nil {
+	gtx := tx.Statement.ConnPool.(*groupTx)
+	if err := gtx.end("SAVEPOINT embedkit_call"); err != nil {
 		return outcome{err: wrapErr("begin", err)}, false
 	}
-	o = s.call(tx, m.fn)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				o = outcome{panic: p}
+			}
+		}()
+		o.err = s.run(tx, m.fn)
+	}()
 	end := "RELEASE embedkit_call"
-	if o.err != nil || o.panicked {
+	if o.err != nil || o.panic != nil {
 		end = "ROLLBACK TO embedkit_call"
 	}
-	_, xerr := conn.ExecContext(bg, end)
-	if xerr != nil && o.err == nil && !o.panicked {
+	xerr := gtx.end(end)
+	if xerr != nil && o.err == nil && o.panic == nil {
 		o.err = errGroupAborted
 	}
 	return o, xerr == nil
-}
-
-// call runs fn on tx, turning a panic into an outcome.
-func (s *Store) call(tx *gorm.DB, fn func(store.Tx) error) (o outcome) {
-	defer func() {
-		if p := recover(); p != nil {
-			o = outcome{panicked: true, panicVal: p}
-		}
-	}()
-	return outcome{err: s.run(tx, fn)}
 }
 
 // run runs fn on the transaction tx; a failed statement fails it.
@@ -242,13 +208,15 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
 	return err
 }
 
-// groupTx is the group's connection, in its transaction, as GORM's
-// connection pool. A statement, once started, is not interrupted by its
-// context (the driver gets the context without its cancellation):
-// interrupting a SQLite statement rolls back the whole transaction, which
-// other calls share. A call whose context ended fails before its next
-// statement.
-type groupTx struct{ *sql.Conn }
+// groupTx is the group's connection, in its transaction, as GORM's pool;
+// Commit and Rollback make it a transaction to GORM's plugins (dbresolver
+// leaves its statements on it). A started statement is not interrupted by
+// its context (interrupting SQLite rolls back the whole transaction, which
+// other calls share); a call whose context ended fails before its next.
+type groupTx struct {
+	*sql.Conn
+	committed bool
+}
 
 func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	if err := ctx.Err(); err != nil {
@@ -264,16 +232,25 @@ func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql
 	return t.Conn.QueryContext(context.WithoutCancel(ctx), q, args...)
 }
 
-// Commit and Rollback make it a transaction to GORM's plugins (dbresolver
-// leaves its statements where they are).
-func (t *groupTx) Commit() error   { return t.end("COMMIT") }
+func (t *groupTx) Commit() error {
+	err := t.end("COMMIT")
+	t.committed = err == nil
+	return err
+}
+
 func (t *groupTx) Rollback() error { return t.end("ROLLBACK") }
 
+// end runs a statement of the transaction's own (BEGIN, COMMIT...).
 func (t *groupTx) end(q string) error {
 	_, err := t.Conn.ExecContext(context.Background(), q)
 	return err
 }
 
-func (t *groupTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return t.Conn.QueryRowContext(context.WithoutCancel(ctx), q, args...)
+// close rolls back what is not committed and gives the connection back,
+// or drops it if it cannot be rolled back (its BEGIN failed, or it broke).
+func (t *groupTx) close() {
+	if !t.committed && t.Rollback() != nil {
+		_ = t.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = t.Conn.Close()
 }
