@@ -18,16 +18,31 @@ const (
 	persistSplit    = 32
 )
 
+// maxPersistWrites bounds the persister's writes in flight, so that
+// however many turns end or checkpoint at once, their writes hold at most
+// that many of the store's connections and the turn openings find the
+// others free.
+const maxPersistWrites = 4
+
 // persister stores the final messages of ending turns and the checkpoints
 // of running ones, each write under a context of its own (never a
 // request's: a turn outlives its stream's reader, and a tick's checkpoints
-// serve many turns), bounded by persistTimeout. It does not merge the
-// writes of concurrent calls: the store does where that pays (SQLite's
-// group commit). A turn's checkpoint is never stored after its final
+// serve many turns), bounded by persistTimeout. At most maxPersistWrites
+// writes run at once, whatever the number of turns: when the database is
+// the bottleneck, turns end later rather than openings waiting behind
+// their writes for a connection. It does not merge the final writes of
+// concurrent calls: a transaction of many would hold its connection for a
+// round trip per statement on PostgreSQL, and SQLite's group commit merges
+// them already. A turn's checkpoint is never stored after its final
 // messages: a finishing turn gives no checkpoint, and its final write
 // waits for the checkpoint being written (turn.ckptWriting).
 type persister struct {
-	st store.Store
+	st    store.Store
+	slots chan struct{} // a write in flight holds one
+}
+
+func newPersister(st store.Store) *persister {
+	return &persister{st: st, slots: make(chan struct{}, maxPersistWrites)}
 }
 
 // threadWrite is one AppendMessages of a transaction.
@@ -84,11 +99,14 @@ func (p *persister) checkpoint(turns []*turn) {
 	}
 }
 
-// write stores ws in one transaction (one write: as the store does it).
+// write stores ws in one transaction (one write: as the store does it),
+// once a slot is free.
 func (p *persister) write(ws []*threadWrite) {
 	if len(ws) == 0 {
 		return
 	}
+	p.slots <- struct{}{}
+	defer func() { <-p.slots }()
 	type stored struct {
 		w    *threadWrite
 		msgs []store.ThreadMessage

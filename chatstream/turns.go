@@ -90,7 +90,7 @@ type registry struct {
 
 func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 	halt, haltNow := context.WithCancel(context.Background())
-	r := &registry{log: log, cluster: cluster, persist: &persister{st: st}, halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
+	r := &registry{log: log, cluster: cluster, persist: newPersister(st), halt: halt, haltNow: haltNow, turns: make(map[turnKey]*turn),
 		perAccount: make(map[int64]int), perUser: make(map[int64]int),
 		lingerAccount: make(map[int64]int), lingerUser: make(map[int64]int)}
 	r.clock.reg = r
