@@ -670,3 +670,76 @@ func TestRetryDoesNotReviveDeletedGroup(t *testing.T) {
 		t.Errorf("the deleted group's member's groups = %+v, %v; want none", d.Groups, err)
 	}
 }
+
+// TestUserDataOneStatement reads a user's attributes and groups of a scope
+// in one statement, on both databases, with the values as stored and the
+// deleted or other scopes' definitions left out.
+func TestUserDataOneStatement(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			db := testdb.OpenGormDSN(t, testdb.OpenDSN(t, backend), nil)
+			var stmts atomic.Int64
+			if err := testdb.OnStatementDB(db, func(*gorm.DB) { stmts.Add(1) }); err != nil {
+				t.Fatal(err)
+			}
+			st, err := gormstore.OpenDB(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			ctx := t.Context()
+			a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			scope := store.Scope{AccountID: a.ID}
+			err = st.UpsertDefinitions(ctx, scope, []store.GroupDef{{Name: "sales"}, {Name: "ops"}, {Name: "gone"}},
+				[]store.AttributeDef{{Name: "country", Type: store.TypeString}, {Name: "regions", Type: store.TypeNumberArray}, {Name: "old", Type: store.TypeNumber}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found, err := st.Lookup(ctx, store.Lookup{Scope: scope, GroupNames: []string{"sales", "ops", "gone"}, AttrNames: []string{"country", "regions", "old"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := map[string]int64{}
+			for _, g := range found.Groups {
+				ids["g:"+g.Name] = g.ID
+			}
+			var values []store.AttributeValue
+			for _, at := range found.Attributes {
+				ids["a:"+at.Name] = at.ID
+				values = append(values, store.AttributeValue{AttributeID: at.ID, Value: json.RawMessage(map[string]string{
+					"country": `"DE"`, "regions": `[1, 2,3]`, "old": `7`}[at.Name])})
+			}
+			u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: a.ID, ExternalID: "u"}, Persistent: true, Now: time.Now(),
+				Attributes: values, SetGroups: true, GroupScope: scope, Groups: []int64{ids["g:sales"], ids["g:ops"], ids["g:gone"]}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(st.DeleteGroup(ctx, scope, ids["g:gone"]), st.DeleteAttribute(ctx, scope, ids["a:old"])); err != nil {
+				t.Fatal(err)
+			}
+			stmts.Store(0)
+			data, err := st.UserData(ctx, u.ID, scope)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := stmts.Load(); n != 1 {
+				t.Errorf("UserData ran %d statements, want 1", n)
+			}
+			got, _ := json.Marshal(data.Attributes)
+			want, _ := json.Marshal([]store.UserAttribute{{Name: "country", Type: store.TypeString, Value: json.RawMessage(`"DE"`)},
+				{Name: "regions", Type: store.TypeNumberArray, Value: json.RawMessage(`[1,2,3]`)}})
+			if string(got) != string(want) {
+				t.Errorf("attributes = %s, want %s", got, want)
+			}
+			if len(data.Groups) != 2 || data.Groups[0].Name != "ops" || data.Groups[1].Name != "sales" || data.Groups[1].ID != ids["g:sales"] {
+				t.Errorf("groups = %+v, want ops and sales", data.Groups)
+			}
+			if other, err := st.UserData(ctx, u.ID, store.Scope{AccountID: a.ID, EmbedTenantID: 99}); err != nil || len(other.Attributes)+len(other.Groups) > 0 {
+				t.Errorf("another scope: %+v, %v", other, err)
+			}
+		})
+	}
+}
