@@ -22,7 +22,7 @@ const (
 // however many turns end or checkpoint at once, their writes hold at most
 // that many of the store's connections and the turn openings find the
 // others free.
-const maxPersistWrites = 4
+const maxPersistWrites = 8
 
 // persister stores the final messages of ending turns and the checkpoints
 // of running ones, each write under a context of its own (never a
