@@ -105,7 +105,8 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close closes db's pool with [WithCloseDB]; later calls are unavailable.
+// Close waits for the transactions under way on SQLite's writer and
+// closes db's pool with [WithCloseDB]; later calls are unavailable.
 func (s *Store) Close() error { return s.close() }
 
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
