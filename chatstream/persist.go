@@ -102,11 +102,6 @@ func (p *persister) checkpoint(turns []*turn) {
 // write stores ws in one transaction (one write: as the store does it),
 // once a slot is free.
 func (p *persister) write(ws []*threadWrite) {
-	if len(ws) == 0 {
-		return
-	}
-	p.slots <- struct{}{}
-	defer func() { <-p.slots }()
 	type stored struct {
 		w    *threadWrite
 		msgs []store.ThreadMessage
@@ -118,6 +113,11 @@ func (p *persister) write(ws []*threadWrite) {
 			ss = append(ss, stored{w, msgs})
 		}
 	}
+	if len(ss) == 0 {
+		return
+	}
+	p.slots <- struct{}{} // after encoding: a slot is held for the database only
+	defer func() { <-p.slots }()
 	if len(ss) > 1 {
 		ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
 		err := p.st.InTx(ctx, func(tx store.Tx) error {

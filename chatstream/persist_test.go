@@ -20,23 +20,8 @@ func TestPersisterFinals(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			st := testdb.Open(t, backend)
 			ctx := t.Context()
-			acct, err := st.SaveAccount(ctx, store.Account{Name: "p", Plan: store.PlanEnterprise})
-			if err != nil {
-				t.Fatal(err)
-			}
-			u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "u"}, Persistent: true, MaxUsers: 10, Now: time.Now()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "a"}); err != nil {
-				t.Fatal(err)
-			}
 			const n = 100 + maxPersistBatch
-			for i := range n {
-				if err := st.CreateThread(ctx, store.Thread{AccountID: acct.ID, ChatID: fmt.Sprint("c", i), AgentID: "a", UserID: u.ID, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			acct := persistThreads(t, st, n)
 			p := newPersister(st)
 			var wg sync.WaitGroup
 			errs := make([]error, n+1)
@@ -98,23 +83,8 @@ func (s *boundedStore) AppendMessages(ctx context.Context, accountID int64, chat
 func TestPersisterBoundsWrites(t *testing.T) {
 	base := testdb.Open(t, testdb.SQLite)
 	ctx := t.Context()
-	acct, err := base.SaveAccount(ctx, store.Account{Name: "p", Plan: store.PlanEnterprise})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := base.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "u"}, Persistent: true, MaxUsers: 10, Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := base.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "a"}); err != nil {
-		t.Fatal(err)
-	}
 	const n = 300
-	for i := range n {
-		if err := base.CreateThread(ctx, store.Thread{AccountID: acct.ID, ChatID: fmt.Sprint("c", i), AgentID: "a", UserID: u.ID, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	acct := persistThreads(t, base, n)
 	st := &boundedStore{Store: base}
 	p := newPersister(st)
 	var wg sync.WaitGroup
@@ -138,4 +108,28 @@ func TestPersisterBoundsWrites(t *testing.T) {
 			t.Errorf("thread %d: %d messages, %v", i, len(msgs), err)
 		}
 	}
+}
+
+// persistThreads creates an account with a user, an agent and n threads
+// c0...c<n-1>.
+func persistThreads(t *testing.T, st store.Store, n int) store.Account {
+	t.Helper()
+	ctx := t.Context()
+	acct, err := st.SaveAccount(ctx, store.Account{Name: "p", Plan: store.PlanEnterprise})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := st.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "u"}, Persistent: true, MaxUsers: 10, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{AccountID: acct.ID, ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := st.CreateThread(ctx, store.Thread{AccountID: acct.ID, ChatID: fmt.Sprint("c", i), AgentID: "a", UserID: u.ID, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return acct
 }

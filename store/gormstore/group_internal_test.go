@@ -21,16 +21,7 @@ import (
 // whose context ended while it waited left no trace and cost the others
 // nothing.
 func TestGroupCommit(t *testing.T) {
-	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/g.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
-		&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := OpenDB(db, WithCloseDB())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openGroupStore(t)
 	ctx := t.Context()
 	waiting := func() int {
 		st.group.mu.Lock()
@@ -113,15 +104,7 @@ func TestGroupCommit(t *testing.T) {
 // waits, starts again for the next call, and that Close waits for it: no
 // goroutine of the store outlives Close.
 func TestGroupWriterEnds(t *testing.T) {
-	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/g.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
-		&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := OpenDB(db, WithCloseDB())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openGroupStore(t)
 	ctx := t.Context()
 	running := func() bool {
 		st.group.mu.Lock()
@@ -159,4 +142,21 @@ func TestGroupWriterEnds(t *testing.T) {
 		t.Error("Close returned while the writer ran")
 	}
 	<-done
+}
+
+// openGroupStore opens a store on a SQLite file of its own, closed at the
+// test's end.
+func openGroupStore(t *testing.T) *Store {
+	t.Helper()
+	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/g.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
+		&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenDB(db, WithCloseDB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
