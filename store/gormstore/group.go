@@ -97,7 +97,9 @@ func (s *Store) write() {
 		}
 		g.wg.Done()
 	}()
-	for s.commit() {
+	w := &groupTx{stmts: map[string]*sql.Stmt{}}
+	defer w.release()
+	for s.commit(w) {
 	}
 	clean = true
 }
@@ -121,7 +123,7 @@ func (g *group) next(last bool) *member {
 // waited. It runs on a connection rather than in a *sql.Tx, and statements
 // under contexts that cannot end: database/sql starts a goroutine for each
 // query of a *sql.Tx, or under a context that can.
-func (s *Store) commit() bool {
+func (s *Store) commit(gtx *groupTx) bool {
 	cur := s.group.next(true) // running; still set if its fn ended the goroutine
 	if cur == nil {
 		return false
@@ -138,9 +140,12 @@ func (s *Store) commit() bool {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
 	defer cancel()
-	conn, err := s.sqlDB.Conn(ctx)
-	gtx := &groupTx{Conn: conn}
+	var err error
+	if gtx.Conn == nil {
+		gtx.Conn, err = s.sqlDB.Conn(ctx)
+	}
 	if err == nil {
+		gtx.committed = false
 		defer gtx.close()
 		err = gtx.end("BEGIN IMMEDIATE")
 	}
@@ -215,21 +220,45 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
 // other calls share); a call whose context ended fails before its next.
 type groupTx struct {
 	*sql.Conn
+	stmts     map[string]*sql.Stmt // prepared on Conn
 	committed bool
 }
 
-func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+// maxStmts bounds the statements kept prepared: texts vary with the
+// number of values of an IN list or a batch insert.
+const maxStmts = 64
+
+// stmt returns q prepared on the connection, kept while the writer runs:
+// SQLite spends more time preparing the group's statements than running
+// most of them.
+func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return t.Conn.ExecContext(context.WithoutCancel(ctx), q, args...)
+	if st, ok := t.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := t.Conn.PrepareContext(context.Background(), q)
+	if err == nil && len(t.stmts) < maxStmts {
+		t.stmts[q] = st
+	}
+	return st, err
+}
+
+func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(context.WithoutCancel(ctx), args...)
 }
 
 func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	if err := ctx.Err(); err != nil {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
 		return nil, err
 	}
-	return t.Conn.QueryContext(context.WithoutCancel(ctx), q, args...)
+	return st.QueryContext(context.WithoutCancel(ctx), args...)
 }
 
 func (t *groupTx) Commit() error {
@@ -242,15 +271,27 @@ func (t *groupTx) Rollback() error { return t.end("ROLLBACK") }
 
 // end runs a statement of the transaction's own (BEGIN, COMMIT...).
 func (t *groupTx) end(q string) error {
-	_, err := t.Conn.ExecContext(context.Background(), q)
+	_, err := t.ExecContext(context.Background(), q)
 	return err
 }
 
-// close rolls back what is not committed and gives the connection back,
-// or drops it if it cannot be rolled back (its BEGIN failed, or it broke).
+// close rolls back what is not committed; a connection that cannot be
+// rolled back (its BEGIN failed, or it broke) is dropped.
 func (t *groupTx) close() {
 	if !t.committed && t.Rollback() != nil {
 		_ = t.Raw(func(any) error { return driver.ErrBadConn })
+		t.release()
 	}
-	_ = t.Conn.Close()
+}
+
+// release closes the statements and gives the connection back.
+func (t *groupTx) release() {
+	for q, st := range t.stmts {
+		_ = st.Close()
+		delete(t.stmts, q)
+	}
+	if t.Conn != nil {
+		_ = t.Conn.Close()
+		t.Conn = nil
+	}
 }

@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -142,6 +143,43 @@ func TestGroupWriterEnds(t *testing.T) {
 		t.Error("Close returned while the writer ran")
 	}
 	<-done
+	if n := st.sqlDB.Stats().InUse; n != 0 {
+		t.Errorf("%d connections in use after Close, want the writer's given back", n)
+	}
+}
+
+// TestGroupKeepsStatements checks that the writer keeps its connection
+// and its prepared statements from one transaction to the next, and gives
+// both back when it ends.
+func TestGroupKeepsStatements(t *testing.T) {
+	st := openGroupStore(t)
+	w := &groupTx{stmts: map[string]*sql.Stmt{}}
+	var conn *sql.Conn
+	kept := 0
+	for i := range 3 {
+		m := &member{ctx: t.Context(), done: make(chan outcome, 1), fn: func(tx store.Tx) error {
+			_, err := tx.SaveAccount(t.Context(), store.Account{Name: fmt.Sprint("a", i)})
+			return err
+		}}
+		st.group.waiting = append(st.group.waiting, m)
+		if !st.commit(w) {
+			t.Fatal("commit found no call")
+		}
+		if o := <-m.done; o.err != nil {
+			t.Fatal(o.err)
+		}
+		if i > 0 && (w.Conn != conn || len(w.stmts) != kept) {
+			t.Fatalf("transaction %d: connection kept %v, %d statements prepared, want the same %d", i, w.Conn == conn, len(w.stmts), kept)
+		}
+		conn, kept = w.Conn, len(w.stmts)
+	}
+	if kept < 4 { // BEGIN, SAVEPOINT, the upsert, RELEASE, COMMIT
+		t.Errorf("%d statements kept prepared, want at least 4", kept)
+	}
+	w.release()
+	if n := st.sqlDB.Stats().InUse; n != 0 || len(w.stmts) != 0 {
+		t.Errorf("after release: %d connections in use, %d statements, want none", n, len(w.stmts))
+	}
 }
 
 // openGroupStore opens a store on a SQLite file of its own, closed at the
