@@ -10,14 +10,12 @@
 // The sub-packages sqlite (cgo) and postgres (pgx) open a store from a DSN;
 // this package registers no driver and needs no cgo.
 //
-// Statements use GORM's query API; hand-written SQL is kept to what GORM
-// cannot say (the Lookup's UNION ALL, JSON merges, migration DDL). The
-// store uses the handle's pool as it is. docs/storage.md describes the
-// tables, the statements of each call, SQLite's group commit and the
-// migrations.
+// Statements use GORM's query API, and hand-written SQL where GORM cannot
+// say them; docs/storage.md describes the design.
 package gormstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -86,15 +84,14 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 		if s.group != nil {
 			s.group.wg.Wait() // the writer fails what waits and ends
 		}
+		var err error
 		if s.cfg.onClose != nil {
-			if err := s.cfg.onClose(); err != nil {
-				return err
-			}
+			err = s.cfg.onClose()
 		}
 		if s.cfg.closeDB {
-			return sqlDB.Close()
+			err = cmp.Or(err, sqlDB.Close())
 		}
-		return nil
+		return err
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.cfg.queryTimeout)
 	defer cancel()
@@ -112,7 +109,7 @@ func (s *Store) Close() error { return s.close() }
 var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 
 // InTx runs fn in one database transaction; see [store.Store.InTx]. A
-// transient failure runs fn again ([WithMaxRetries]) within the query
+// transient failure runs fn again (up to 10 times) within the query
 // timeout, which bounds each attempt. A failed statement aborts the
 // transaction on both databases, as on PostgreSQL.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
@@ -127,7 +124,7 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 	backoff, stop := time.Millisecond, time.Now().Add(s.cfg.queryTimeout)
 	for attempt := 0; ; attempt++ {
 		err := f()
-		if err == nil || !isRetryable(err) || attempt >= s.cfg.maxRetries || time.Now().After(stop) {
+		if err == nil || !isRetryable(err) || attempt >= maxRetries || time.Now().After(stop) {
 			return err
 		}
 		select {
@@ -235,17 +232,18 @@ func nowOr(t time.Time) time.Time {
 // Option configures a [Store] at [OpenDB] (and the DSN conveniences of the
 // sqlite and postgres sub-packages). Options apply in order; an invalid
 // value panics in its With function ("gormstore: WithX: <what is wrong>,
-// got <value>"; add a row to TestInvalidOptionsPanic).
+// got <value>").
 type Option func(*config)
 
 type config struct {
 	queryTimeout time.Duration
-	maxRetries   int
 	closeDB      bool
 	onClose      func() error
 }
 
-func defaultConfig() config { return config{queryTimeout: 5 * time.Second, maxRetries: 10} }
+func defaultConfig() config { return config{queryTimeout: 5 * time.Second} }
+
+const maxRetries = 10 // of a transaction that failed on SQLite busy, PostgreSQL serialization failure or deadlock
 
 // WithCloseDB makes [Store.Close] close the pool of the *gorm.DB given to
 // [OpenDB], as the DSN conveniences do. Default: it stays open.
@@ -263,17 +261,6 @@ func WithQueryTimeout(d time.Duration) Option {
 		panic(fmt.Sprintf("gormstore: WithQueryTimeout: duration must be positive, got %v", d))
 	}
 	return func(c *config) { c.queryTimeout = d }
-}
-
-// WithMaxRetries sets how many times [Store.InTx] retries a transaction
-// that failed on SQLite busy, PostgreSQL serialization failure or
-// deadlock, backing off from 1 ms to 50 ms within the query timeout.
-// Default: 10; zero disables retries; n must not be negative.
-func WithMaxRetries(n int) Option {
-	if n < 0 {
-		panic(fmt.Sprintf("gormstore: WithMaxRetries: count must not be negative, got %d", n))
-	}
-	return func(c *config) { c.maxRetries = n }
 }
 
 // opError is an error of the store: "gormstore: <op>: " and the sentinel

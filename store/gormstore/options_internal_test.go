@@ -8,10 +8,10 @@ import (
 // TestOptionsTakeEffect checks that each option sets its field.
 func TestOptionsTakeEffect(t *testing.T) {
 	cfg := defaultConfig()
-	for _, o := range []Option{WithQueryTimeout(3 * time.Second), WithMaxRetries(0), WithCloseDB()} {
+	for _, o := range []Option{WithQueryTimeout(3 * time.Second), WithCloseDB()} {
 		o(&cfg)
 	}
-	if cfg.queryTimeout != 3*time.Second || cfg.maxRetries != 0 || !cfg.closeDB {
+	if cfg.queryTimeout != 3*time.Second || !cfg.closeDB {
 		t.Errorf("config = %+v", cfg)
 	}
 }

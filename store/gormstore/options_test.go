@@ -15,7 +15,5 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	optiontest.Panics(t, map[string]func(){
 		"gormstore: WithQueryTimeout: duration must be positive, got 0s":  func() { gormstore.WithQueryTimeout(0) },
 		"gormstore: WithQueryTimeout: duration must be positive, got -1s": func() { gormstore.WithQueryTimeout(-time.Second) },
-		"gormstore: WithMaxRetries: count must not be negative, got -1":   func() { gormstore.WithMaxRetries(-1) },
 	})
-	gormstore.WithMaxRetries(0) // zero is valid: no retries
 }
