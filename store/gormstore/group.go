@@ -128,7 +128,8 @@ func (s *Store) commit(gtx *groupTx) bool {
 	if cur == nil {
 		return false
 	}
-	var ran []*member // waiting for the commit
+	var ran, failed []*member // waiting for the commit, with their outcome or the commit's
+	var failures []outcome
 	cerr := errGroupAborted
 	defer func() {
 		if cur != nil { // runtime.Goexit in cur's fn: its writes go with the transaction
@@ -136,6 +137,9 @@ func (s *Store) commit(gtx *groupTx) bool {
 		}
 		for _, m := range ran {
 			m.done <- outcome{err: cerr}
+		}
+		for i, m := range failed {
+			m.done <- failures[i]
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
@@ -161,8 +165,8 @@ func (s *Store) commit(gtx *groupTx) bool {
 		var o outcome
 		if o, ok = s.step(tx, cur); o.err == nil && o.panic == nil {
 			ran = append(ran, cur)
-		} else {
-			cur.done <- o
+		} else { // answered after the transaction ends too: until then, its locks stay
+			failed, failures = append(failed, cur), append(failures, o)
 		}
 		if cur = nil; ok && n < maxGroup {
 			cur = s.group.next(false)
