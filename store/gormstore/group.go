@@ -29,10 +29,11 @@ type group struct {
 }
 
 type member struct {
-	ctx   context.Context
-	fn    func(store.Tx) error
-	state atomic.Int32 // 0 queued, 1 taken by the writer, 2 given up by the caller
-	done  chan outcome // buffered: the writer never waits for the caller
+	ctx    context.Context
+	fn     func(store.Tx) error
+	state  atomic.Int32 // 0 queued, 1 taken by the writer, 2 given up by the caller
+	failed *outcome     // its fn's failure; nil: the commit's
+	done   chan outcome // buffered: the writer never waits for the caller
 }
 
 // outcome is a call's error or its commit's, or its fn's panic (errGoexit:
@@ -128,18 +129,20 @@ func (s *Store) commit(gtx *groupTx) bool {
 	if cur == nil {
 		return false
 	}
-	var ran, failed []*member // waiting for the commit, with their outcome or the commit's
-	var failures []outcome
+	// Calls are answered when the transaction has ended, failed ones too:
+	// until then its locks stay.
+	var ran []*member
 	cerr := errGroupAborted
 	defer func() {
 		if cur != nil { // runtime.Goexit in cur's fn: its writes go with the transaction
 			cur.done <- outcome{panic: errGoexit}
 		}
 		for _, m := range ran {
-			m.done <- outcome{err: cerr}
-		}
-		for i, m := range failed {
-			m.done <- failures[i]
+			if m.failed != nil {
+				m.done <- *m.failed
+			} else {
+				m.done <- outcome{err: cerr}
+			}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
@@ -163,11 +166,10 @@ func (s *Store) commit(gtx *groupTx) bool {
 	ok := true
 	for n := 1; ok && cur != nil; n++ {
 		var o outcome
-		if o, ok = s.step(tx, cur); o.err == nil && o.panic == nil {
-			ran = append(ran, cur)
-		} else { // answered after the transaction ends too: until then, its locks stay
-			failed, failures = append(failed, cur), append(failures, o)
+		if o, ok = s.step(tx, cur); o.err != nil || o.panic != nil {
+			cur.failed = &o
 		}
+		ran = append(ran, cur)
 		if cur = nil; ok && n < maxGroup {
 			cur = s.group.next(false)
 		}

@@ -30,8 +30,9 @@ var memCounter atomic.Int64
 //
 // An in-memory database lives as long as one of its connections: the store
 // holds one for its life (database/sql closes a connection whose
-// transaction's context ended), and its pool has two others, for the
-// writer and for reads.
+// transaction's context ended), and its pool has one other, which reads
+// and the writer take in turn (in its shared cache, a read beside the
+// writer's transaction would find the tables it wrote locked).
 func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if path == ":memory:" || path == "file::memory:" {
 		// A unique name keeps the stores of one process apart.
@@ -45,7 +46,7 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	n := 5
 	own := []gormstore.Option{gormstore.WithCloseDB()}
 	if strings.Contains(path, "mode=memory") {
-		n = 3
+		n = 2
 		keep, err := sqlDB.Conn(context.Background())
 		if err != nil {
 			_ = sqlDB.Close()
