@@ -244,9 +244,12 @@ func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	if st, ok := t.stmts[q]; ok {
 		return st, nil
 	}
+	if len(t.stmts) >= maxStmts {
+		t.closeStmts() // a statement in use is closed when its rows are
+	}
 	st, err := t.Conn.PrepareContext(context.Background(), q)
-	if err == nil && len(t.stmts) < maxStmts {
-		t.stmts[q] = st
+	if err == nil {
+		t.stmts[q] = st // every statement prepared is closed with the others
 	}
 	return st, err
 }
@@ -290,12 +293,16 @@ func (t *groupTx) close() {
 	}
 }
 
-// release closes the statements and gives the connection back.
-func (t *groupTx) release() {
+func (t *groupTx) closeStmts() {
 	for q, st := range t.stmts {
 		_ = st.Close()
 		delete(t.stmts, q)
 	}
+}
+
+// release closes the statements and gives the connection back.
+func (t *groupTx) release() {
+	t.closeStmts()
 	if t.Conn != nil {
 		_ = t.Conn.Close()
 		t.Conn = nil

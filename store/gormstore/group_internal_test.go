@@ -198,3 +198,27 @@ func openGroupStore(t *testing.T) *Store {
 	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
+
+// TestGroupStatementsBounded runs more distinct statement texts in one
+// transaction than the writer keeps prepared, and checks that it keeps at
+// most maxStmts of them at any time.
+func TestGroupStatementsBounded(t *testing.T) {
+	st := openGroupStore(t)
+	ctx := t.Context()
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		var names []string
+		for i := range maxStmts + 10 {
+			names = append(names, fmt.Sprint("a", i)) // an IN list one longer: a text of its own
+			if _, err := tx.Lookup(ctx, store.Lookup{Scope: store.TenantWide(1), AttrNames: names}); err != nil {
+				return err
+			}
+			if n := len(tx.(*txn).db.Statement.ConnPool.(*groupTx).stmts); n > maxStmts {
+				t.Fatalf("after %d texts, %d statements kept, want at most %d", i+1, n, maxStmts)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
