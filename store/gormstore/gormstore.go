@@ -67,7 +67,6 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	case "postgres":
 		s.pg = true
 	case "sqlite", "sqlite3":
-		s.group = &group{}
 	default:
 		return nil, fmt.Errorf("gormstore: OpenDB: unsupported dialect %q", name)
 	}
@@ -76,6 +75,10 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 		return nil, wrapErr("open", err)
 	}
 	s.sqlDB = sqlDB
+	if !s.pg { // the writer keeps a connection when the pool has two more
+		n := sqlDB.Stats().MaxOpenConnections
+		s.group = &group{w: groupTx{stmts: map[string]*sql.Stmt{}}, keep: n == 0 || n > 2}
+	}
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
 	s.txn = txn{s: s, db: s.db}
@@ -83,6 +86,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 		s.closed.Store(true)
 		if s.group != nil {
 			s.group.wg.Wait() // the writer fails what waits and ends
+			s.group.w.release()
 		}
 		var err error
 		if s.cfg.onClose != nil {

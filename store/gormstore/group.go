@@ -20,12 +20,16 @@ import (
 // context and in a savepoint that undoes that call alone if it fails, and
 // commits once for all; running them itself, the writer never holds the
 // write lock while the scheduler finds a caller a core. It runs while
-// calls wait; [Store.Close] waits for it.
+// calls wait; [Store.Close] waits for it. Between runs it keeps its
+// connection, with the statements prepared on it, when the pool has room
+// for two more (a pool of one or two gets it back: reads need it).
 type group struct {
 	mu      sync.Mutex
 	waiting []*member
 	running bool           // a writer goroutine is draining waiting
 	wg      sync.WaitGroup // the writer, for Close
+	w       groupTx        // the writer's connection and statements
+	keep    bool           // keep w between runs: the pool has room beside it
 }
 
 type member struct {
@@ -93,16 +97,25 @@ func (s *Store) write() {
 			if g.running = len(g.waiting) > 0; g.running {
 				g.wg.Add(1)
 				go s.write()
+			} else {
+				g.idle()
 			}
 			g.mu.Unlock()
 		}
 		g.wg.Done()
 	}()
-	w := &groupTx{stmts: map[string]*sql.Stmt{}}
-	defer w.release()
-	for s.commit(w) {
+	for s.commit(&g.w) {
 	}
 	clean = true
+}
+
+// idle ends a run of the writer (g.mu held): it gives the connection back
+// unless the pool has room to keep it, with its prepared statements, for
+// the next run.
+func (g *group) idle() {
+	if !g.keep {
+		g.w.release()
+	}
 }
 
 // next takes the next call the writer may run, or nil; with none and last
@@ -116,7 +129,10 @@ func (g *group) next(last bool) *member {
 			return m
 		}
 	}
-	g.running = g.running && !last
+	if last {
+		g.running = false
+		g.idle()
+	}
 	return nil
 }
 
@@ -234,7 +250,7 @@ type groupTx struct {
 // number of values of an IN list or a batch insert.
 const maxStmts = 64
 
-// stmt returns q prepared on the connection, kept while the writer runs:
+// stmt returns q prepared on the connection, kept with it:
 // SQLite spends more time preparing the group's statements than running
 // most of them.
 func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {

@@ -148,6 +148,34 @@ func TestGroupWriterEnds(t *testing.T) {
 	}
 }
 
+// TestGroupWriterKeepsConnection checks that between its runs the writer
+// keeps its connection and statements when the pool has room for two
+// more, and gives it back to a pool of two.
+func TestGroupWriterKeepsConnection(t *testing.T) {
+	for _, pool := range []int{0, 5, 2} {
+		st := openGroupStore(t, pool)
+		var first *sql.Conn
+		for i := range 2 {
+			if _, err := st.SaveAccount(t.Context(), store.Account{Name: fmt.Sprint("a", i)}); err != nil {
+				t.Fatal(err)
+			}
+			for st.sqlDB.Stats().InUse > 1 || func() bool { st.group.mu.Lock(); defer st.group.mu.Unlock(); return st.group.running }() {
+				time.Sleep(time.Millisecond)
+			}
+			st.group.mu.Lock()
+			conn, stmts := st.group.w.Conn, len(st.group.w.stmts)
+			st.group.mu.Unlock()
+			switch keep := pool != 2; {
+			case keep && (conn == nil || stmts == 0 || i == 1 && conn != first):
+				t.Errorf("pool %d, run %d: connection %v (the first's: %v), %d statements, want it kept", pool, i, conn != nil, conn == first, stmts)
+			case !keep && (conn != nil || stmts != 0 || st.sqlDB.Stats().InUse != 0):
+				t.Errorf("pool %d, run %d: the idle writer holds its connection", pool, i)
+			}
+			first = conn
+		}
+	}
+}
+
 // TestGroupKeepsStatements checks that the writer keeps its connection
 // and its prepared statements from one transaction to the next, and gives
 // both back when it ends.
@@ -183,13 +211,17 @@ func TestGroupKeepsStatements(t *testing.T) {
 }
 
 // openGroupStore opens a store on a SQLite file of its own, closed at the
-// test's end.
-func openGroupStore(t *testing.T) *Store {
+// test's end, with a pool of at most pool[0] connections if given.
+func openGroupStore(t *testing.T, pool ...int) *Store {
 	t.Helper()
 	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/g.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
 		&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(pool) > 0 {
+		sqlDB, _ := db.DB()
+		sqlDB.SetMaxOpenConns(pool[0])
 	}
 	st, err := OpenDB(db, WithCloseDB())
 	if err != nil {
