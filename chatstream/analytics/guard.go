@@ -600,7 +600,6 @@ type sqliteCursor struct {
 func (c *sqliteCursor) columns() []string { return c.cols }
 func (c *sqliteCursor) types() []string   { return nil }
 func (c *sqliteCursor) values() []any     { return c.vals }
-func (c *sqliteCursor) rowBytes() int64   { return c.bytes }
 func (c *sqliteCursor) failure() error    { return c.err }
 
 // next steps to the next row. With read, the row's values are copied into
