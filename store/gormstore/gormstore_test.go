@@ -603,11 +603,7 @@ func (deadlock) SQLState() string { return "40P01" }
 func TestRetryDoesNotReviveDeletedGroup(t *testing.T) {
 	dsn := testdb.OpenDSN(t, testdb.Postgres)
 	db := testdb.OpenGormDSN(t, dsn, nil)
-	st, err := gormstore.OpenDB(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openOn(t, db)
 	ctx := t.Context()
 	a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
 	if err != nil {
@@ -682,11 +678,7 @@ func TestUserDataOneStatement(t *testing.T) {
 			if err := testdb.OnStatementDB(db, func(*gorm.DB) { stmts.Add(1) }); err != nil {
 				t.Fatal(err)
 			}
-			st, err := gormstore.OpenDB(db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openOn(t, db)
 			ctx := t.Context()
 			a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
 			if err != nil {
@@ -742,4 +734,15 @@ func TestUserDataOneStatement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openOn opens a store on db, closed at the test's end.
+func openOn(t testing.TB, db *gorm.DB) *gormstore.Store {
+	t.Helper()
+	st, err := gormstore.OpenDB(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }

@@ -104,7 +104,7 @@ func (s *Store) write() {
 		}
 		g.wg.Done()
 	}()
-	for s.commit(&g.w) {
+	for s.commit() {
 	}
 	clean = true
 }
@@ -140,7 +140,8 @@ func (g *group) next(last bool) *member {
 // waited. It runs on a connection rather than in a *sql.Tx, and statements
 // under contexts that cannot end: database/sql starts a goroutine for each
 // query of a *sql.Tx, or under a context that can.
-func (s *Store) commit(gtx *groupTx) bool {
+func (s *Store) commit() bool {
+	gtx := &s.group.w
 	cur := s.group.next(true) // running; still set if its fn ended the goroutine
 	if cur == nil {
 		return false
@@ -161,11 +162,11 @@ func (s *Store) commit(gtx *groupTx) bool {
 			}
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
-	defer cancel()
 	var err error
 	if gtx.Conn == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.queryTimeout)
 		gtx.Conn, err = s.sqlDB.Conn(ctx)
+		cancel()
 	}
 	if err == nil {
 		gtx.committed = false

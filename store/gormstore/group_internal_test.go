@@ -107,11 +107,7 @@ func TestGroupCommit(t *testing.T) {
 func TestGroupWriterEnds(t *testing.T) {
 	st := openGroupStore(t)
 	ctx := t.Context()
-	running := func() bool {
-		st.group.mu.Lock()
-		defer st.group.mu.Unlock()
-		return st.group.running
-	}
+	running := func() bool { return writerRunning(st) }
 	for round := range 2 {
 		var wg sync.WaitGroup
 		for i := range 20 {
@@ -159,7 +155,7 @@ func TestGroupWriterKeepsConnection(t *testing.T) {
 			if _, err := st.SaveAccount(t.Context(), store.Account{Name: fmt.Sprint("a", i)}); err != nil {
 				t.Fatal(err)
 			}
-			for st.sqlDB.Stats().InUse > 1 || func() bool { st.group.mu.Lock(); defer st.group.mu.Unlock(); return st.group.running }() {
+			for st.sqlDB.Stats().InUse > 1 || writerRunning(st) {
 				time.Sleep(time.Millisecond)
 			}
 			st.group.mu.Lock()
@@ -181,7 +177,7 @@ func TestGroupWriterKeepsConnection(t *testing.T) {
 // both back when it ends.
 func TestGroupKeepsStatements(t *testing.T) {
 	st := openGroupStore(t)
-	w := &groupTx{stmts: map[string]*sql.Stmt{}}
+	w := &st.group.w
 	var conn *sql.Conn
 	kept := 0
 	for i := range 3 {
@@ -190,7 +186,7 @@ func TestGroupKeepsStatements(t *testing.T) {
 			return err
 		}}
 		st.group.waiting = append(st.group.waiting, m)
-		if !st.commit(w) {
+		if !st.commit() {
 			t.Fatal("commit found no call")
 		}
 		if o := <-m.done; o.err != nil {
@@ -208,6 +204,12 @@ func TestGroupKeepsStatements(t *testing.T) {
 	if n := st.sqlDB.Stats().InUse; n != 0 || len(w.stmts) != 0 {
 		t.Errorf("after release: %d connections in use, %d statements, want none", n, len(w.stmts))
 	}
+}
+
+func writerRunning(st *Store) bool {
+	st.group.mu.Lock()
+	defer st.group.mu.Unlock()
+	return st.group.running
 }
 
 // openGroupStore opens a store on a SQLite file of its own, closed at the

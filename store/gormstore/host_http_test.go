@@ -20,7 +20,6 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // countingDriver is go-sqlite3 with a count of the statements that reach the
@@ -151,12 +150,7 @@ func TestHostSeesEveryStatement(t *testing.T) {
 	var h *chatstream.Handler
 	s := apitest.New(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux},
 		apitest.WithStore(func(t testing.TB, _ string) store.Store {
-			st, err := gormstore.OpenDB(db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			return st
+			return openOn(t, db)
 		}),
 		apitest.WithRoutes(func(s *apitest.Server) []apitest.Route {
 			h = chatstream.NewHandler(s.Store, agent, chatstream.WithClock(s.Now))

@@ -18,11 +18,7 @@ import (
 func TestOwnNamingStrategy(t *testing.T) {
 	db := testdb.OpenGorm(t, testdb.SQLite, nil)
 	db.Config.NamingStrategy = prefixNamer{}
-	st, err := gormstore.OpenDB(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openOn(t, db)
 	a, err := st.SaveAccount(t.Context(), store.Account{Name: "acme"})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
-	"github.com/embedkit/embedkit/store/gormstore"
 	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
@@ -64,11 +63,7 @@ func TestDBResolver(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			st, err := gormstore.OpenDB(db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openOn(t, db)
 			ctx := t.Context()
 			now := time.Now()
 			reset := func() map[string][]string {
