@@ -14,10 +14,11 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Opening a turn, top to bottom (open, then startTurn): provision the user in a
-// transaction of its own, reserve the turn for the user's id (in this
-// process and in the cluster), open the stream (thread and user echo in one
-// transaction), then start the agent and stream the turn. A refused
+// Opening a turn, top to bottom (open, then startTurn): provision the user
+// (atomic: a transaction of its own when it writes more than the user),
+// reserve the turn for the user's id (in this process and in the cluster),
+// open the stream (thread and user echo, atomic), then start the agent and
+// stream the turn. A refused
 // reservation or opening undoes what the request created, so that a request
 // is all or nothing.
 
@@ -57,7 +58,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 
 // provisionUser returns the user a turn runs for: the session's, or the
 // one the request's sessionSettings provision (profile, attributes and
-// groups), in a transaction of its own.
+// groups), atomically.
 func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (store.User, store.Scope, error) {
 	if c.es != nil {
 		return c.es.User, c.es.Session.Scope(), nil
@@ -67,11 +68,16 @@ func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, 
 	p.KnownDefinitions = h.defs.Known(c.acct.ID, p)
 	gen := h.defs.Generation()
 	var res provision.Result
-	err := h.st.InTx(ctx, func(tx store.Tx) error {
-		var err error
+	apply := func(tx store.Tx) (err error) {
 		res, err = provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 		return err
-	})
+	}
+	var err error
+	if p.OneWrite() {
+		err = apply(h.st) // the user's write alone is atomic
+	} else {
+		err = h.st.InTx(ctx, apply)
+	}
 	if err == nil {
 		h.defs.Add(gen, res.Found)
 	}
@@ -136,10 +142,16 @@ type openedTurn struct {
 
 // openStream finds or creates the thread chatID of user, reserved for
 // it, and stores the user echo, in one transaction with no effect outside
-// it.
+// it (for a new chat, the one write CreateThread, atomic on its own).
 func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, user store.User, lim store.Limits, now time.Time) (openedTurn, error) {
 	var op openedTurn
-	err := h.st.InTx(ctx, func(tx store.Tx) error {
+	run := h.st.InTx
+	if req.ChatID == "" {
+		// A new chat: its opening is one write (the thread with the echo),
+		// atomic without a transaction of its own.
+		run = func(_ context.Context, fn func(store.Tx) error) error { return fn(h.st) }
+	}
+	err := run(ctx, func(tx store.Tx) error {
 		// A chat id the request did not send is new (a random UUID): no
 		// need to look for its thread.
 		th, err := store.Thread{}, error(store.ErrNotFound)

@@ -31,7 +31,8 @@ type ThreadMessage struct {
 type Threads interface {
 	// CreateThread stores a new thread with its first messages msgs (none
 	// is fine), which t.LastSort must already cover; an existing
-	// (AccountID, ChatID) is [ErrConflict].
+	// (AccountID, ChatID) is [ErrConflict], a missing user [ErrNotFound].
+	// Either stores nothing.
 	CreateThread(ctx context.Context, t Thread, msgs ...ThreadMessage) error
 	// Thread returns [ErrNotFound] when missing.
 	Thread(ctx context.Context, accountID int64, chatID string) (Thread, error)

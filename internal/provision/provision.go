@@ -469,6 +469,14 @@ func fits(kind, def store.AttributeType) bool {
 	return kind == def
 }
 
+// OneWrite reports whether Apply writes nothing for r but the user: no
+// definitions and no embed tenant. Such a provisioning needs no
+// transaction of its own (Apply may run on the store itself), as the
+// store makes each of its writes atomic.
+func (r Request) OneWrite() bool {
+	return !r.CreatorMode && r.EmbedTenantName == "" && len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
+}
+
 // Apply provisions the user of a validated request inside tx: it upserts the
 // creator-mode definitions first, then reads the definitions the request
 // names (and its deployment) in one [store.Catalog.Lookup], validates, and

@@ -3,6 +3,7 @@ package gormstore
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -129,15 +130,40 @@ func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatI
 
 func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
 	const op = "create thread"
+	row := Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID, UserID: th.UserID, LastSort: th.LastSort,
+		CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()}
+	if !t.inTx && t.s.pg && len(msgs) > 0 && len(msgs) <= messageBatch {
+		// A new chat's opening: the thread and its first messages in one
+		// statement, atomic without BEGIN and COMMIT round trips. GORM
+		// cannot put an INSERT in a WITH clause.
+		_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return createThreadWith(db, row, msgs) })
+		return err
+	}
 	return t.atomic(ctx, func(t *txn) error {
-		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Omit(clause.Associations).Create(&Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID,
-				UserID: th.UserID, LastSort: th.LastSort, CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()})
-		}); err != nil {
+		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Omit(clause.Associations).Create(&row) }); err != nil {
 			return err
 		}
 		return t.putMessages(ctx, op, th.AccountID, th.ChatID, msgs)
 	})
+}
+
+// createThreadWith inserts th and msgs in one PostgreSQL statement.
+func createThreadWith(db *gorm.DB, th Thread, msgs []store.ThreadMessage) *gorm.DB {
+	var q strings.Builder
+	q.WriteString(`WITH th AS (INSERT INTO embedkit_threads (account_id, chat_id, agent_id, user_id, last_sort, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING account_id, chat_id)
+	INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body)
+	SELECT th.account_id, th.chat_id, m.id, m.sort, m.body FROM th, (VALUES `)
+	args := []any{th.AccountID, th.ChatID, th.AgentID, th.UserID, th.LastSort, th.CreatedAt, th.UpdatedAt}
+	for i, m := range msgs {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?::text, ?::bigint, ?::text)")
+		args = append(args, m.ID, m.Sort, string(m.Body))
+	}
+	q.WriteString(") AS m (id, sort, body)")
+	return db.Exec(q.String(), args...)
 }
 
 func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {

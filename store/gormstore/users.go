@@ -70,15 +70,28 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		ids := slices.Compact(slices.Sorted(slices.Values(u.Groups))) // nil for none: null clears
 		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
 	}
-	err = t.atomic(ctx, func(t *txn) error {
-		ok, err := t.updateUser(ctx, u, func(db *gorm.DB) *gorm.DB {
-			if u.Persistent {
-				return byKey(db, u.UserKey).Where("NOT ephemeral")
-			}
-			return byKey(db, u.UserKey).Where(visible, u.now.UnixNano())
-		}, false)
+	mine := func(db *gorm.DB) *gorm.DB {
+		if u.Persistent {
+			return byKey(db, u.UserKey).Where("NOT ephemeral")
+		}
+		return byKey(db, u.UserKey).Where(visible, u.now.UnixNano())
+	}
+	missed := false
+	if !t.inTx && t.s.pg {
+		// A returning user is this UPDATE alone, atomic without BEGIN and
+		// COMMIT round trips; a new one takes the transaction below.
+		var ok bool
+		err = t.s.retry(ctx, func() (err error) { ok, err = t.updateUser(ctx, u, mine, false); return err })
 		if err != nil || ok {
-			return err
+			return u.out, err
+		}
+		missed = true
+	}
+	err = t.atomic(ctx, func(t *txn) error {
+		if !missed {
+			if ok, err := t.updateUser(ctx, u, mine, false); err != nil || ok {
+				return err
+			}
 		}
 		for range 3 {
 			if ok, err := t.insertUser(ctx, u, true); err != nil || ok {

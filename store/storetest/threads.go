@@ -31,7 +31,7 @@ var threadRules = []rule{
 	},
 	{
 		name: "CreateThread stores the thread's first messages",
-		doc:  "CreateThread with messages stores the thread with its LastSort and the messages, as AppendMessages would; a duplicate thread stores none of its messages.",
+		doc:  "CreateThread with messages stores the thread with its LastSort and the messages, as AppendMessages would; a duplicate thread, or one whose user is missing, stores none of its messages.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			u := f.user(t, st, "u")
@@ -40,6 +40,10 @@ var threadRules = []rule{
 			mustNil(t, "CreateThread", st.CreateThread(ctx(t), th, store.ThreadMessage{ID: "a", Sort: 1, Body: body}))
 			copy(body, `{"id":"x"`) // the store keeps no reference to a body
 			wantErr(t, "CreateThread duplicate", st.CreateThread(ctx(t), th, store.ThreadMessage{ID: "z", Sort: 2, Body: json.RawMessage(`{}`)}), store.ErrConflict)
+			orphan := store.Thread{AccountID: f.account.ID, ChatID: "orphan", AgentID: "7", UserID: u.ID + 1000, CreatedAt: t0}
+			wantErr(t, "CreateThread of a missing user", st.CreateThread(ctx(t), orphan, store.ThreadMessage{ID: "o", Sort: 1, Body: body}), store.ErrNotFound)
+			_, err := st.Thread(ctx(t), f.account.ID, "orphan")
+			wantErr(t, "thread of a missing user", err, store.ErrNotFound)
 			got, err := st.Thread(ctx(t), f.account.ID, "c")
 			mustNil(t, "Thread", err)
 			if got.LastSort != 20 || !got.UpdatedAt.Equal(t0) {
