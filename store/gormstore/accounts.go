@@ -13,26 +13,34 @@ import (
 )
 
 func columns(names ...string) []clause.Column {
-	cs := make([]clause.Column, len(names))
-	for i, n := range names {
-		cs[i] = clause.Column{Name: n}
-	}
-	return cs
+	return convert(names, func(n string) clause.Column { return clause.Column{Name: n} })
 }
 
 func upsert(conflict []string, set ...string) clause.OnConflict {
 	return clause.OnConflict{Columns: columns(conflict...), DoUpdates: clause.AssignmentColumns(set)}
 }
 
-// find reads one row into dest; none is [store.ErrNotFound].
-func (t *txn) find(ctx context.Context, op string, dest any, f func(db *gorm.DB) *gorm.DB) error {
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return f(db).Limit(1).Find(dest) })
-	return someRow(op, n, err)
+// first reads the first row of R that scopes select; none is [store.ErrNotFound].
+func first[R any](t *txn, ctx context.Context, op string, scopes ...func(*gorm.DB) *gorm.DB) (R, error) {
+	var row R
+	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Scopes(scopes...).Limit(1).Find(&row) })
+	return row, someRow(op, n, err)
+}
+
+// list reads the rows of R that scopes select in order, converted by conv.
+func list[R, T any](t *txn, ctx context.Context, op string, conv func(R) T, order string, scopes ...func(*gorm.DB) *gorm.DB) ([]T, error) {
+	var rows []R
+	_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Scopes(scopes...).Order(order).Find(&rows) })
+	return convert(rows, conv), err
+}
+
+func whereSQL(query string, args ...any) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where(query, args...) }
 }
 
 func someRow(op string, n int64, err error) error {
 	if err == nil && n == 0 {
-		return newErr(op, store.ErrNotFound)
+		return wrapErr(op, store.ErrNotFound)
 	}
 	return err
 }
@@ -42,36 +50,30 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 	limits, _ := json.Marshal(a.Limits)
 	row := Account{Name: a.Name, Plan: string(cmp.Or(a.Plan, store.PlanFree)), UseCreatorMode: a.UseCreatorMode,
 		MaxExternalUsers: int64(a.MaxExternalUsers), Branches: string(branches), Limits: string(limits)}
-	if _, err := t.write(ctx, "save account", func(db *gorm.DB) *gorm.DB {
+	_, err := t.write(ctx, "save account", func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"name"}, "plan", "use_creator_mode", "max_external_users", "branches", "limits"),
 			clause.Returning{}).Create(&row)
-	}); err != nil {
-		return store.Account{}, err
-	}
-	return row.account()
+	})
+	return account(row, err)
 }
 
-func (r Account) account() (store.Account, error) {
+// account converts a row read or written with err.
+func account(r Account, err error) (store.Account, error) {
+	if err != nil {
+		return store.Account{}, err
+	}
 	a := store.Account{ID: r.ID, Name: r.Name, Plan: store.Plan(r.Plan), UseCreatorMode: r.UseCreatorMode,
 		MaxExternalUsers: int(r.MaxExternalUsers)}
-	err := errors.Join(json.Unmarshal([]byte(r.Branches), &a.Branches), json.Unmarshal([]byte(r.Limits), &a.Limits))
+	err = errors.Join(json.Unmarshal([]byte(r.Branches), &a.Branches), json.Unmarshal([]byte(r.Limits), &a.Limits))
 	return a, wrapErr("account", err)
 }
 
-func (t *txn) account(ctx context.Context, op, where string, arg any) (store.Account, error) {
-	var row Account
-	if err := t.find(ctx, op, &row, whereSQL(where, arg)); err != nil {
-		return store.Account{}, err
-	}
-	return row.account()
-}
-
 func (t *txn) AccountByID(ctx context.Context, id int64) (store.Account, error) {
-	return t.account(ctx, "account by id", "id = ?", id)
+	return account(first[Account](t, ctx, "account by id", whereSQL("id = ?", id)))
 }
 
 func (t *txn) AccountByName(ctx context.Context, name string) (store.Account, error) {
-	return t.account(ctx, "account by name", "name = ?", name)
+	return account(first[Account](t, ctx, "account by name", whereSQL("name = ?", name)))
 }
 
 func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
@@ -86,7 +88,7 @@ func (t *txn) SaveAPIKey(ctx context.Context, k store.APIKey) error {
 		return db.Select("*").Clauses(up).Create(&row) // Select: zero fields too
 	})
 	if err == nil && n == 0 {
-		err = t.fail(newErr(op, store.ErrConflict))
+		err = t.fail(wrapErr(op, store.ErrConflict))
 	}
 	return err
 }
@@ -101,23 +103,18 @@ func (r APIKey) key() store.APIKey {
 
 // APIKeyByHash reads the key and its account in one statement (a join).
 func (t *txn) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Account, error) {
-	var row APIKey
-	err := t.find(ctx, "api key", &row, func(db *gorm.DB) *gorm.DB {
-		return primary(db).InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash)
+	row, err := first[APIKey](t, ctx, "api key", primary, func(db *gorm.DB) *gorm.DB {
+		return db.InnerJoins("Account").Where("embedkit_api_keys.hash = ?", hash)
 	})
 	if err != nil || row.Account == nil {
 		return store.APIKey{}, store.Account{}, someRow("api key", 0, err)
 	}
-	a, err := row.Account.account()
+	a, err := account(*row.Account, nil)
 	return row.key(), a, err
 }
 
 func (t *txn) APIKeys(ctx context.Context, accountID int64) ([]store.APIKey, error) {
-	var rows []APIKey
-	_, err := t.do(ctx, "api keys", func(db *gorm.DB) *gorm.DB {
-		return db.Where("account_id = ?", accountID).Order("created_at, hash").Find(&rows)
-	})
-	return convert(rows, APIKey.key), err
+	return list(t, ctx, "api keys", APIKey.key, "created_at, hash", whereSQL("account_id = ?", accountID))
 }
 
 func convert[R, T any](rows []R, f func(R) T) []T {
@@ -155,7 +152,6 @@ func (t *txn) save(ctx context.Context, op string, row any, set string) error {
 }
 
 func (t *txn) Agent(ctx context.Context, accountID int64, id string) (store.Agent, error) {
-	var r Agent
-	err := t.find(ctx, "agent", &r, whereSQL("account_id = ? AND id = ?", accountID, id))
+	r, err := first[Agent](t, ctx, "agent", whereSQL("account_id = ? AND id = ?", accountID, id))
 	return store.Agent{AccountID: r.AccountID, ID: r.ID, DeploymentID: r.DeploymentID}, err
 }

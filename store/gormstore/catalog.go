@@ -19,8 +19,7 @@ func (r EmbedTenant) tenant() store.EmbedTenant {
 }
 
 func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name string) (store.EmbedTenant, error) {
-	var row EmbedTenant
-	err := t.find(ctx, "embed tenant", &row, whereSQL("account_id = ? AND name = ?", accountID, name))
+	row, err := first[EmbedTenant](t, ctx, "embed tenant", whereSQL("account_id = ? AND name = ?", accountID, name))
 	return row.tenant(), err
 }
 
@@ -32,26 +31,25 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
 		return et, err
 	}
-	var out store.EmbedTenant
-	err := t.atomic(ctx, func(t *txn) (err error) {
+	return atomically(t, ctx, func(t *txn) (store.EmbedTenant, error) {
 		if max > 0 {
 			if t.s.pg {
 				if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 					return db.Model(&Account{}).Select("id").Where("id = ?", accountID).
 						Clauses(clause.Locking{Strength: "NO KEY UPDATE"}).Find(&[]int64{})
 				}); err != nil {
-					return err
+					return store.EmbedTenant{}, err
 				}
 			}
 			// Created by a transaction that counted before this one?
-			if out, err = t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
-				return err
+			if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
+				return et, err
 			}
 			var n int64
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&EmbedTenant{}).Where("account_id = ?", accountID).Count(&n)
 			}); err != nil || n >= int64(max) {
-				return cmp.Or(err, newErr(op, store.ErrLimit))
+				return store.EmbedTenant{}, cmp.Or(err, wrapErr(op, store.ErrLimit))
 			}
 		}
 		row := EmbedTenant{AccountID: accountID, Name: name, CreatedAt: time.Now().UnixNano()}
@@ -59,13 +57,10 @@ func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name strin
 			return db.Clauses(clause.OnConflict{DoNothing: true}, clause.Returning{}).Create(&row)
 		})
 		if err != nil || n > 0 {
-			out = row.tenant()
-			return err
+			return row.tenant(), err
 		}
-		out, err = t.EmbedTenantByName(ctx, accountID, name) // created meanwhile
-		return err
+		return t.EmbedTenantByName(ctx, accountID, name) // created meanwhile
 	})
-	return out, err
 }
 
 func str(p *string) string { return *cmp.Or(p, new(string)) }
@@ -79,7 +74,7 @@ func differs(want, have *string) bool { return want != nil && *want != str(have)
 func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []store.GroupDef, attrs []store.AttributeDef) error {
 	rows, err := t.lookupRows(ctx, store.Lookup{Scope: s,
 		GroupNames: convert(groups, func(g store.GroupDef) string { return g.Name }),
-		AttrNames:  convert(attrs, func(a store.AttributeDef) string { return a.Name })}, true)
+		AttrNames:  convert(attrs, func(a store.AttributeDef) string { return a.Name })}, primary)
 	have := make(map[string]catalogRow, len(rows)) // by kind and name
 	for _, r := range rows {
 		have[r.Kind+r.Name] = r
@@ -104,38 +99,38 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 				CreatedAt: now, UpdatedAt: now})
 		}
 	}
+	if err != nil || len(gs)+len(as) == 0 {
+		return err
+	}
 	// A nil field keeps the stored value: COALESCE with the inserted one.
-	keep := func(table string, cols ...string) clause.OnConflict {
+	upsert := func(t *txn, op, table string, rows any, cols ...string) error {
 		set := map[string]any{"updated_at": gorm.Expr("excluded.updated_at")}
 		for _, c := range cols {
 			set[c] = gorm.Expr("COALESCE(excluded." + c + ", " + table + "." + c + ")")
 		}
-		return clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: clause.Assignments(set)}
-	}
-	if err != nil || len(gs)+len(as) == 0 {
+		up := clause.OnConflict{Columns: columns("account_id", "embed_tenant_id", "name"), DoUpdates: clause.Assignments(set)}
+		_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Clauses(up).Create(rows) })
 		return err
 	}
 	return t.atomic(ctx, func(t *txn) (err error) {
 		gs, as := slices.Clone(gs), slices.Clone(as) // not the IDs a failed attempt returned
 		if len(gs) > 0 {
-			_, err = t.do(ctx, "upsert groups", func(db *gorm.DB) *gorm.DB {
-				return db.Clauses(keep("embedkit_catalog_groups", "description")).Create(&gs)
-			})
+			err = upsert(t, "upsert groups", "embedkit_catalog_groups", &gs, "description")
 		}
 		if len(as) > 0 && err == nil {
-			_, err = t.do(ctx, "upsert attributes", func(db *gorm.DB) *gorm.DB {
-				return db.Clauses(keep("embedkit_catalog_attributes", "display_name", "default_value", "description")).Create(&as)
-			})
+			err = upsert(t, "upsert attributes", "embedkit_catalog_attributes", &as, "display_name", "default_value", "description")
 		}
 		return err
 	})
 }
 
 // catalogRow is a definition or a row of the Lookup: a deployment (kind
-// "d"), an attribute ("a") or a group ("g"), in an attribute's columns.
+// "d"), an attribute ("a") or a group ("g"), in an attribute's columns;
+// of UserData, with the user's value of an attribute.
 type catalogRow struct {
 	Kind string `gorm:"column:kind"`
 	CatalogAttribute
+	Value *string `gorm:"column:value"`
 }
 
 const (
@@ -144,9 +139,9 @@ const (
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
-// lookupRows reads what l names in one statement (on the primary if
-// fresh). Hand-written SQL: GORM has no UNION.
-func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]catalogRow, error) {
+// lookupRows reads what l names in one statement. Hand-written SQL: GORM
+// has no UNION.
+func (t *txn) lookupRows(ctx context.Context, l store.Lookup, scopes ...func(*gorm.DB) *gorm.DB) ([]catalogRow, error) {
 	var parts []string
 	var args []any
 	for i, names := range [][]string{l.AttrNames, l.GroupNames} {
@@ -162,10 +157,7 @@ func (t *txn) lookupRows(ctx context.Context, l store.Lookup, fresh bool) ([]cat
 		return nil, nil
 	}
 	_, err := t.do(ctx, "lookup", func(db *gorm.DB) *gorm.DB {
-		if fresh {
-			db = primary(db)
-		}
-		return db.Raw(strings.Join(parts, " UNION ALL "), args...).Find(&rows)
+		return db.Scopes(scopes...).Raw(strings.Join(parts, " UNION ALL "), args...).Find(&rows)
 	})
 	return rows, err
 }
@@ -182,7 +174,7 @@ func (r catalogRow) group() store.Group {
 }
 
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
-	rows, err := t.lookupRows(ctx, l, false)
+	rows, err := t.lookupRows(ctx, l)
 	var res store.LookupResult
 	for _, r := range rows {
 		switch r.Kind {
@@ -199,25 +191,20 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 
 const inScope = "account_id = ? AND embed_tenant_id = ?"
 
-func definitions[T any](t *txn, ctx context.Context, model any, s store.Scope, conv func(catalogRow) T,
-	where func(*gorm.DB) *gorm.DB) ([]T, error) {
-	var rows []catalogRow
-	_, err := t.do(ctx, "definitions", func(db *gorm.DB) *gorm.DB {
-		return where(db.Model(model).Select("*").Where(inScope, s.AccountID, s.EmbedTenantID)).Find(&rows)
-	})
-	return convert(rows, conv), err
-}
-
-func after(id int64, limit int) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where("id > ?", id).Order("id").Limit(max(limit, 0)) } // GORM drops a negative LIMIT
+// after selects the definitions of model in s after afterID, at most
+// limit (GORM would drop a negative LIMIT).
+func after(model any, s store.Scope, afterID int64, limit int) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB {
+		return db.Model(model).Select("*").Where(inScope+" AND id > ?", s.AccountID, s.EmbedTenantID, afterID).Limit(max(limit, 0))
+	}
 }
 
 func (t *txn) ListGroups(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Group, error) {
-	return definitions(t, ctx, &CatalogGroup{}, s, catalogRow.group, after(afterID, limit))
+	return list(t, ctx, "definitions", catalogRow.group, "id", after(&CatalogGroup{}, s, afterID, limit))
 }
 
 func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, limit int) ([]store.Attribute, error) {
-	return definitions(t, ctx, &CatalogAttribute{}, s, catalogRow.attribute, after(afterID, limit))
+	return list(t, ctx, "definitions", catalogRow.attribute, "id", after(&CatalogAttribute{}, s, afterID, limit))
 }
 
 // DeleteGroup deletes the definition only: reads ignore its ID in the

@@ -30,8 +30,7 @@ func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) e
 func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
 	const op = "exchange session"
 	n0 := nowOr(now).UnixNano()
-	var out store.Session
-	err := t.atomic(ctx, func(t *txn) error {
+	return atomically(t, ctx, func(t *txn) (store.Session, error) {
 		var s Session
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Model(&s).Clauses(clause.Returning{}).
@@ -39,16 +38,14 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 				Update("used_at", n0)
 		})
 		if err := someRow(op, n, err); err != nil {
-			return err
+			return store.Session{}, err
 		}
 		tok := Token{Hash: tokenHash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
 			CreatedAt: n0, ExpiresAt: tokenExpiresAt.UnixNano(), KeyHash: s.KeyHash}
 		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) })
-		out = tok.session()
-		return err
+		return tok.session(), err
 	})
-	return out, err
 }
 
 func (r Token) session() store.Session {
@@ -59,10 +56,7 @@ func (r Token) session() store.Session {
 
 func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
 	n0 := nowOr(now).UnixNano()
-	var row Token
-	err := t.find(ctx, "session by token", &row, func(db *gorm.DB) *gorm.DB {
-		return primary(db).Where("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0)
-	})
+	row, err := first[Token](t, ctx, "session by token", primary, whereSQL("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0))
 	return row.session(), err
 }
 
@@ -86,9 +80,8 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		return 0, nil
 	}
 	n0 := nowOr(now).UnixNano()
-	total := 0
-	err := t.atomic(ctx, func(t *txn) error {
-		total = 0
+	return atomically(t, ctx, func(t *txn) (int, error) {
+		total := 0
 		for _, k := range []struct {
 			model      any
 			key, where string
@@ -101,13 +94,12 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 				return db.Where("("+k.key+") IN (?)", sub).Where(k.where, n0).Delete(k.model)
 			})
 			if err != nil {
-				return err
+				return 0, err
 			}
 			total += int(n)
 		}
-		return nil
+		return total, nil
 	})
-	return total, err
 }
 
 // messageBatch keeps the parameters of one INSERT below drivers' limits.
@@ -117,10 +109,9 @@ func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatI
 	if len(msgs) == 0 {
 		return nil
 	}
-	rows := make([]ThreadMessage, len(msgs))
-	for i, m := range msgs {
-		rows[i] = ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
-	}
+	rows := convert(msgs, func(m store.ThreadMessage) ThreadMessage {
+		return ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	})
 	_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
 	})
@@ -141,10 +132,7 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 }
 
 func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
-	var r Thread
-	err := t.find(ctx, "thread", &r, func(db *gorm.DB) *gorm.DB {
-		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID)
-	})
+	r, err := first[Thread](t, ctx, "thread", primary, whereSQL("account_id = ? AND chat_id = ?", accountID, chatID))
 	return store.Thread{AccountID: r.AccountID, ChatID: r.ChatID, AgentID: r.AgentID, UserID: r.UserID, LastSort: r.LastSort,
 		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, err
 }
@@ -178,13 +166,9 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 }
 
 func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
-	var rows []ThreadMessage
-	_, err := t.do(ctx, "messages", func(db *gorm.DB) *gorm.DB {
-		return primary(db).Where("account_id = ? AND chat_id = ?", accountID, chatID).Order("sort, id").Find(&rows)
-	})
-	return convert(rows, func(r ThreadMessage) store.ThreadMessage {
+	return list(t, ctx, "messages", func(r ThreadMessage) store.ThreadMessage {
 		return store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
-	}), err
+	}, "sort, id", primary, whereSQL("account_id = ? AND chat_id = ?", accountID, chatID))
 }
 
 func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {

@@ -6,10 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -33,20 +33,21 @@ func (r User) user() store.User {
 	return u
 }
 
-func byKey(db *gorm.DB, k store.UserKey) *gorm.DB {
+func byKey(k store.UserKey) func(*gorm.DB) *gorm.DB {
 	if k.InternalID != "" {
-		return db.Where("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
+		return whereSQL("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
 	}
-	return db.Where("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
+	return whereSQL("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
 }
 
 // upsertUser is an UpsertUser with the JSON objects it merges into
 // attribute_values and group_ids (nil: no change), a null clearing a key.
 type upsertUser struct {
 	store.UserUpsert
-	attrs, groups []byte
-	now           time.Time
-	out           store.User
+	attrs, groups   []byte
+	securityContext *string // nil: no change
+	now             time.Time
+	out             store.User
 }
 
 // UpsertUser costs what docs/storage.md says; the rare cases (an expired
@@ -56,6 +57,9 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	const op = "upsert user"
 	u := &upsertUser{UserUpsert: req, now: nowOr(req.Now)}
 	u.Persistent = u.Persistent || u.InternalID != ""
+	if u.SecurityContext != nil {
+		u.securityContext = new(string(u.SecurityContext))
+	}
 	var err error
 	if len(u.Attributes) > 0 {
 		m := make(map[string]json.RawMessage, len(u.Attributes))
@@ -71,12 +75,11 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
 	}
 	err = t.atomic(ctx, func(t *txn) error {
-		ok, err := t.updateUser(ctx, u, func(db *gorm.DB) *gorm.DB {
-			if u.Persistent {
-				return byKey(db, u.UserKey).Where("NOT ephemeral")
-			}
-			return byKey(db, u.UserKey).Where(visible, u.now.UnixNano())
-		}, false)
+		alive := whereSQL(visible, u.now.UnixNano())
+		if u.Persistent {
+			alive = whereSQL("NOT ephemeral") // converting an ephemeral user takes the rare path
+		}
+		ok, err := t.updateUser(ctx, u, false, byKey(u.UserKey), alive)
 		if err != nil || ok {
 			return err
 		}
@@ -85,19 +88,17 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 				return err
 			}
 			// Expired, converted or inserted concurrently.
-			var row User
-			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB {
+			row, err := first[User](t, ctx, op, byKey(u.UserKey), func(db *gorm.DB) *gorm.DB {
 				if t.s.pg { // SQLite's writers are serialized already
 					db = db.Clauses(clause.Locking{Strength: "UPDATE"})
 				}
-				return byKey(db, u.UserKey)
+				return db
 			})
 			if errors.Is(err, store.ErrNotFound) {
 				continue // deleted meanwhile
 			} else if err != nil {
 				return err
 			}
-			byID := whereSQL("id = ?", row.ID)
 			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
 			if expired || row.Ephemeral && u.Persistent {
 				// The place first, so that ErrLimit changes nothing.
@@ -106,11 +107,11 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 				}
 			}
 			if !expired {
-				_, err := t.updateUser(ctx, u, byID, row.Ephemeral && u.Persistent)
+				_, err := t.updateUser(ctx, u, row.Ephemeral && u.Persistent, whereSQL("id = ?", row.ID))
 				return err
 			}
 			// Absent: replace it with everything it owns.
-			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return byID(db).Delete(&User{}) }); err != nil {
+			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
 				return err
 			}
 			if ok, err := t.insertUser(ctx, u, false); err != nil || ok {
@@ -118,22 +119,20 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			}
 			break
 		}
-		return t.fail(newErr(op, store.ErrConflict))
+		return t.fail(wrapErr(op, store.ErrConflict))
 	})
 	return u.out, err
 }
 
 // updateUser applies u to the user where selects, converting it to
 // persistent when persist is set, and reports whether a row matched.
-func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB) *gorm.DB, persist bool) (bool, error) {
+func (t *txn) updateUser(ctx context.Context, u *upsertUser, persist bool, where ...func(*gorm.DB) *gorm.DB) (bool, error) {
 	set := map[string]any{"updated_at": u.now.UnixNano()}
-	for col, v := range map[string]*string{"email": u.Email, "display_name": u.DisplayName, "picture": u.Picture} {
+	profile := map[string]*string{"email": u.Email, "display_name": u.DisplayName, "picture": u.Picture, "security_context": u.securityContext}
+	for col, v := range profile {
 		if v != nil {
 			set[col] = *v
 		}
-	}
-	if u.SecurityContext != nil {
-		set["security_context"] = string(u.SecurityContext)
 	}
 	// Merged per dialect (GORM has no JSON expressions); a null member removes its key.
 	for col, patch := range map[string][]byte{"attribute_values": u.attrs, "group_ids": u.groups} {
@@ -150,7 +149,7 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	}
 	var row User
 	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB {
-		return where(db.Model(&row)).Clauses(clause.Returning{}).Updates(set)
+		return db.Model(&row).Scopes(where...).Clauses(clause.Returning{}).Updates(set)
 	})
 	if n > 0 {
 		u.out = row.user()
@@ -173,7 +172,8 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	const op = "upsert user"
 	now := u.now.UnixNano()
 	row := User{AccountID: u.AccountID, Ephemeral: !u.Persistent, CreatedAt: now, UpdatedAt: now, Email: str(u.Email),
-		DisplayName: str(u.DisplayName), Picture: str(u.Picture), AttributeValues: withoutNulls(u.attrs), GroupIDs: withoutNulls(u.groups)}
+		DisplayName: str(u.DisplayName), Picture: str(u.Picture), SecurityContext: u.securityContext,
+		AttributeValues: withoutNulls(u.attrs), GroupIDs: withoutNulls(u.groups)}
 	conflict := "external_id"
 	if u.InternalID != "" {
 		row.InternalID, conflict = &u.InternalID, "internal_id"
@@ -182,9 +182,6 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	}
 	if !u.Persistent && !u.EphemeralExpiresAt.IsZero() { // NULL: never expires
 		row.ExpiresAt = new(u.EphemeralExpiresAt.UnixNano())
-	}
-	if u.SecurityContext != nil {
-		row.SecurityContext = new(string(u.SecurityContext))
 	}
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(clause.OnConflict{Columns: columns("account_id", conflict), DoNothing: true}, clause.Returning{}).Create(&row)
@@ -222,78 +219,61 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	}
 	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB { return db.Select("*").Clauses(up).Create(row) })
 	if err == nil && n == 0 {
-		return newErr("upsert user", store.ErrLimit)
+		return wrapErr("upsert user", store.ErrLimit)
 	}
 	return err
 }
 
-func (t *txn) userWhere(ctx context.Context, op string, now time.Time, where func(*gorm.DB) *gorm.DB) (store.User, error) {
-	var row User
-	err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return where(primary(db)).Where(visible, nowOr(now).UnixNano()) })
+func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
+	row, err := first[User](t, ctx, "user by key", primary, byKey(k), whereSQL(visible, nowOr(now).UnixNano()))
 	return row.user(), err
 }
 
-func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
-	return t.userWhere(ctx, "user by key", now, func(db *gorm.DB) *gorm.DB { return byKey(db, k) })
-}
-
 func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return t.userWhere(ctx, "user by id", now, whereSQL("id = ?", id))
+	row, err := first[User](t, ctx, "user by id", primary, whereSQL("id = ? AND "+visible, id, nowOr(now).UnixNano()))
+	return row.user(), err
 }
 
 // UserData resolves the IDs of the user's JSON columns against the
 // definitions of s, ignoring deleted ones (IDs are never reused), in one
 // statement. Hand-written SQL: GORM has no JSON functions or UNION.
 func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.UserData, error) {
-	var rows []struct {
-		Kind string `gorm:"column:kind"`
-		CatalogAttribute
-		Value *string `gorm:"column:value"`
-	}
-	q := userDataSQLite
-	if t.s.pg {
-		q = userDataPostgres
-	}
+	var rows []catalogRow
 	_, err := t.do(ctx, "user data", func(db *gorm.DB) *gorm.DB {
-		return primary(db).Raw(q, s.AccountID, s.EmbedTenantID, userID, s.AccountID, s.EmbedTenantID, strconv.FormatInt(s.EmbedTenantID, 10), userID).Scan(&rows)
+		return primary(db).Raw(userData[t.s.pg], s.AccountID, s.EmbedTenantID, userID, s.AccountID, s.EmbedTenantID, strconv.FormatInt(s.EmbedTenantID, 10), userID).Scan(&rows)
 	})
 	var out store.UserData
 	for _, r := range rows {
 		var v bytes.Buffer
 		switch {
 		case r.Kind == "g":
-			out.Groups = append(out.Groups, catalogRow{r.Kind, r.CatalogAttribute}.group())
+			out.Groups = append(out.Groups, r.group())
 		case r.Value != nil && json.Compact(&v, []byte(*r.Value)) == nil:
 			out.Attributes = append(out.Attributes, store.UserAttribute{Name: r.Name, Type: store.AttributeType(r.Type), Value: v.Bytes()})
 		}
 	}
 	// By bytes, as on every adapter, whatever the database's collation.
-	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(out.Groups, func(a, b store.Group) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Groups, func(a, b store.Group) int { return cmp.Compare(a.Name, b.Name) })
 	return out, err
 }
 
-// The user's attributes (the value of each: the member of
-// attribute_values named by its ID) and groups (the IDs listed under the
-// embed tenant's ID in group_ids) that s defines.
-const (
-	userDataPostgres = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, (u.attribute_values::jsonb -> d.id::text)::text AS value
-		FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT k::bigint FROM jsonb_object_keys(u.attribute_values::jsonb) k) WHERE u.id = ?
-		UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
-		FROM embedkit_users u JOIN embedkit_catalog_groups d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT e::bigint FROM jsonb_array_elements_text(u.group_ids::jsonb -> ?) e) WHERE u.id = ?`
-	userDataSQLite = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, u.attribute_values -> ('$."' || d.id || '"') AS value
-		FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT CAST(j.key AS INTEGER) FROM json_each(u.attribute_values) j) WHERE u.id = ?
-		UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
-		FROM embedkit_users u JOIN embedkit_catalog_groups d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT j.value FROM json_each(u.group_ids, '$."' || ? || '"') j) WHERE u.id = ?`
-)
-
-func whereSQL(query string, args ...any) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where(query, args...) }
+// userData reads, by t.s.pg, the user's attributes (the value of each:
+// the member of attribute_values named by its ID) and groups (the IDs
+// listed under the embed tenant's ID in group_ids) that s defines.
+var userData = map[bool]string{
+	false: fmt.Sprintf(userDataSQL, `u.attribute_values -> ('$."' || d.id || '"')`, "SELECT CAST(j.key AS INTEGER) FROM json_each(u.attribute_values) j",
+		`SELECT j.value FROM json_each(u.group_ids, '$."' || ? || '"') j`),
+	true: fmt.Sprintf(userDataSQL, "(u.attribute_values::jsonb -> d.id::text)::text", "SELECT k::bigint FROM jsonb_object_keys(u.attribute_values::jsonb) k",
+		"SELECT e::bigint FROM jsonb_array_elements_text(u.group_ids::jsonb -> ?) e"),
 }
+
+// userDataSQL takes the dialect's expressions of an attribute's value, of
+// the attribute IDs and of the group IDs.
+const userDataSQL = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, %s AS value
+	FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ? AND d.id IN (%s) WHERE u.id = ?
+	UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
+	FROM embedkit_users u JOIN embedkit_catalog_groups d ON d.account_id = ? AND d.embed_tenant_id = ? AND d.id IN (%s) WHERE u.id = ?`
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
 // and gives back its place in the persistent-user count.
@@ -320,8 +300,7 @@ func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 
 func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
 	const op = "delete unused user"
-	var deleted bool
-	err := t.atomic(ctx, func(t *txn) error {
+	return atomically(t, ctx, func(t *txn) (bool, error) {
 		if t.s.pg {
 			// Wait for a transaction that writes the user, or gives it a
 			// thread or session (its foreign key check holds a KEY SHARE
@@ -330,7 +309,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
 			}); err != nil {
-				return err
+				return false, err
 			}
 		}
 		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB {
@@ -340,8 +319,6 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 				AND NOT EXISTS (SELECT 1 FROM embedkit_tokens WHERE user_id = ?)`,
 				userID, createdAt.UnixNano(), userID, userID, userID)
 		})
-		deleted = n > 0
-		return err
+		return n > 0, err
 	})
-	return deleted, err
 }
