@@ -27,7 +27,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"gorm.io/gorm"
@@ -39,12 +38,11 @@ import (
 // Store is a [store.Store] on a *gorm.DB, safe for concurrent use. Its
 // methods of several statements run in a transaction of their own.
 type Store struct {
-	txn
+	txn    // on the host's handle, in a session of the store's own
 	cfg    config
 	pg     bool
-	db     *gorm.DB // the host's handle, in a session of the store's own
-	sqlDB  *sql.DB  // its pool
-	group  *group   // SQLite's group commit; nil on PostgreSQL
+	sqlDB  *sql.DB // the handle's pool
+	group  *group  // SQLite's group commit; nil on PostgreSQL
 	closed atomic.Bool
 	close  func() error // once
 }
@@ -57,31 +55,25 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
 	}
-	s := &Store{cfg: defaultConfig()}
+	s := &Store{cfg: defaultConfig(), pg: db.Dialector.Name() == "postgres"}
 	for _, o := range opts {
 		if o != nil {
 			o(&s.cfg)
 		}
 	}
-	switch name := db.Dialector.Name(); name {
-	case "postgres":
-		s.pg = true
-	case "sqlite", "sqlite3":
-	default:
+	if name := db.Dialector.Name(); !s.pg && name != "sqlite" && name != "sqlite3" {
 		return nil, fmt.Errorf("gormstore: OpenDB: unsupported dialect %q", name)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
+	var err error
+	if s.sqlDB, err = db.DB(); err != nil {
 		return nil, wrapErr("open", err)
 	}
-	s.sqlDB = sqlDB
 	if !s.pg { // the writer keeps a connection when the pool has two more
-		n := sqlDB.Stats().MaxOpenConnections
+		n := s.sqlDB.Stats().MaxOpenConnections
 		s.group = &group{w: groupTx{stmts: map[string]*sql.Stmt{}}, keep: n == 0 || n > 2}
 	}
 	// A session of its own: no Where or Scopes leak between host and store.
-	s.db = db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})
-	s.txn = txn{s: s, db: s.db}
+	s.txn = txn{s: s, db: db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})}
 	s.close = sync.OnceValue(func() error {
 		s.closed.Store(true)
 		if s.group != nil {
@@ -93,7 +85,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 			err = s.cfg.onClose()
 		}
 		if s.cfg.closeDB {
-			err = cmp.Or(err, sqlDB.Close())
+			err = cmp.Or(err, s.sqlDB.Close())
 		}
 		return err
 	})
@@ -117,7 +109,19 @@ var errClosed = fmt.Errorf("gormstore: store closed: %w", store.ErrUnavailable)
 // timeout, which bounds each attempt. A failed statement aborts the
 // transaction on both databases, as on PostgreSQL.
 func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
-	return s.retry(ctx, func() error { return s.attempt(ctx, fn) })
+	return s.retry(ctx, func() error {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
+		defer cancel()
+		if s.group != nil {
+			return s.join(ctx, fn)
+		}
+		var ferr error // fn's, returned unchanged
+		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			ferr = s.run(tx, fn)
+			return ferr
+		}, &sql.TxOptions{Isolation: sql.LevelReadCommitted}) // whatever the host's default
+		return cmp.Or(ferr, wrapErr("transaction", err))
+	})
 }
 
 // retry runs f until it succeeds or fails for good (see InTx).
@@ -138,25 +142,6 @@ func (s *Store) retry(ctx context.Context, f func() error) error {
 		}
 		backoff = min(backoff*2, 50*time.Millisecond)
 	}
-}
-
-// attempt runs fn in a transaction of its own on PostgreSQL, in the
-// group's next on SQLite.
-func (s *Store) attempt(ctx context.Context, fn func(tx store.Tx) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
-	defer cancel()
-	if s.group != nil {
-		return s.join(ctx, fn)
-	}
-	tx := s.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted}) // whatever the host's default
-	if tx.Error != nil {
-		return wrapErr("begin", tx.Error)
-	}
-	defer func() { _ = tx.Rollback().Error }() // also after a panic or runtime.Goexit in fn; after the commit, a no-op
-	if err := s.run(tx, fn); err != nil {
-		return err
-	}
-	return wrapErr("commit", tx.Commit().Error)
 }
 
 // txn runs the store's statements on the store's handle or in a
@@ -194,16 +179,14 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 }
 
 // write runs a write of one statement in the caller's transaction or, on
-// its own, retried: on PostgreSQL as a statement alone (atomic, one round
-// trip instead of three), on SQLite in a transaction of the group (the
-// write lock is taken in Go).
+// its own, retried: alone on PostgreSQL (atomic, one round trip instead of
+// three), in the group's transaction on SQLite.
 func (t *txn) write(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (n int64, err error) {
 	if !t.inTx && t.s.pg {
 		err = t.s.retry(ctx, func() (err error) { n, err = t.do(ctx, op, f); return err })
 		return n, err
 	}
-	err = t.atomic(ctx, func(t *txn) (err error) { n, err = t.do(ctx, op, f); return err })
-	return n, err
+	return atomically(t, ctx, func(t *txn) (int64, error) { return t.do(ctx, op, f) })
 }
 
 func (t *txn) fail(err error) error {
@@ -218,6 +201,15 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 		return fn(t)
 	}
 	return t.s.InTx(ctx, func(tx store.Tx) error { return fn(tx.(*txn)) })
+}
+
+// atomically is atomic for a fn with a result.
+func atomically[T any](t *txn, ctx context.Context, fn func(t *txn) (T, error)) (out T, err error) {
+	err = t.atomic(ctx, func(t *txn) (err error) {
+		out, err = fn(t)
+		return err
+	})
+	return out, err
 }
 
 // primary sends a read that must see the latest write to a source of
@@ -267,28 +259,20 @@ func WithQueryTimeout(d time.Duration) Option {
 	return func(c *config) { c.queryTimeout = d }
 }
 
-// opError is an error of the store: "gormstore: <op>: " and the sentinel
-// of the contract, if any, then the driver's error.
-type opError struct{ error }
-
-func (e opError) Unwrap() error { return e.error }
-
-// newErr reports a condition of the contract the adapter found itself.
-func newErr(op string, kind error) error { return opError{fmt.Errorf("gormstore: %s: %w", op, kind)} }
-
-// wrapErr translates a driver or GORM error (see txn.do for the dialect's
-// translation of constraint violations): a duplicate key is
-// [store.ErrConflict], a missing referenced row [store.ErrNotFound]; busy,
-// locked, serialization failure or deadlock (retried by [Store.InTx]) and a
-// lost connection, deadline or shutdown are [store.ErrUnavailable].
+// wrapErr makes err an error of the store, "gormstore: <op>: ", with the
+// sentinel it means: a duplicate key is [store.ErrConflict], a missing
+// referenced row [store.ErrNotFound] (see txn.do for the dialect's
+// translation); busy, locked, serialization failure or deadlock (retried
+// by [Store.InTx]) and a lost connection, deadline or shutdown are
+// [store.ErrUnavailable].
 func wrapErr(op string, err error) error {
-	if err == nil || errors.As(err, new(opError)) {
-		return err
+	if err == nil {
+		return nil
 	}
 	if kind, _ := classify(err); kind != nil {
-		return opError{fmt.Errorf("gormstore: %s: %w: %w", op, kind, err)}
+		return fmt.Errorf("gormstore: %s: %w: %w", op, kind, err)
 	}
-	return opError{fmt.Errorf("gormstore: %s: %w", op, err)}
+	return fmt.Errorf("gormstore: %s: %w", op, err)
 }
 
 func classify(err error) (kind error, retry bool) {
@@ -317,10 +301,9 @@ func classify(err error) (kind error, retry bool) {
 		return store.ErrUnavailable, true // SQLite busy or locked
 	case errors.Is(err, context.Canceled):
 		return nil, false
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
-		errors.Is(err, gorm.ErrInvalidTransaction), errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, new(net.Error)):
+	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone), errors.Is(err, gorm.ErrInvalidTransaction),
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, new(net.Error)): // also a deadline, a closed socket and a syscall.Errno such as ECONNRESET
 		return store.ErrUnavailable, false
 	}
 	// Errors without a code: a closed pool or connection, SQLite's file.

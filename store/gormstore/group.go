@@ -15,14 +15,12 @@ import (
 )
 
 // group is SQLite's group commit (docs/storage.md): the InTx calls that
-// queue for the writer share one transaction. A goroutine of the store's,
-// the writer, runs their fns one after another, each under its caller's
-// context and in a savepoint that undoes that call alone if it fails, and
-// commits once for all; running them itself, the writer never holds the
-// write lock while the scheduler finds a caller a core. It runs while
-// calls wait; [Store.Close] waits for it. Between runs it keeps its
-// connection, with the statements prepared on it, when the pool has room
-// for two more (a pool of one or two gets it back: reads need it).
+// queue share one transaction, which a goroutine of the store's, the
+// writer, runs while calls wait: each call's fn under its caller's context
+// in a savepoint of its own, then one commit for all. Running the fns
+// itself, the writer never holds the write lock while the scheduler finds
+// a caller a core. Between runs it keeps its connection when the pool has
+// room for two more (a pool of one or two gets it back: reads need it).
 type group struct {
 	mu      sync.Mutex
 	waiting []*member
@@ -33,11 +31,11 @@ type group struct {
 }
 
 type member struct {
-	ctx    context.Context
-	fn     func(store.Tx) error
-	state  atomic.Int32 // 0 queued, 1 taken by the writer, 2 given up by the caller
-	failed *outcome     // its fn's failure; nil: the commit's
-	done   chan outcome // buffered: the writer never waits for the caller
+	ctx   context.Context
+	fn    func(store.Tx) error
+	state atomic.Int32 // 0 queued, 1 taken by the writer, 2 given up by the caller
+	out   outcome      // its fn's failure; none: the commit's
+	done  chan outcome // buffered: the writer never waits for the caller
 }
 
 // outcome is a call's error or its commit's, or its fn's panic (errGoexit:
@@ -46,6 +44,8 @@ type outcome struct {
 	err   error
 	panic any
 }
+
+func (o outcome) failed() bool { return o.err != nil || o.panic != nil }
 
 var errGoexit = new(int)
 
@@ -64,8 +64,7 @@ func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
 	g.waiting = append(g.waiting, m)
 	if !g.running {
 		g.running = true
-		g.wg.Add(1)
-		go s.write()
+		g.wg.Go(s.write)
 	}
 	g.mu.Unlock()
 	var o outcome
@@ -86,40 +85,14 @@ func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
 	panic(o.panic)
 }
 
-// write commits groups while calls wait. A fn that calls runtime.Goexit
-// ends this goroutine: another takes over.
+// write commits groups while calls wait.
 func (s *Store) write() {
-	g := s.group
-	clean := false
-	defer func() {
-		if !clean { // still running: hand over, or stop
-			g.mu.Lock()
-			if g.running = len(g.waiting) > 0; g.running {
-				g.wg.Add(1)
-				go s.write()
-			} else {
-				g.idle()
-			}
-			g.mu.Unlock()
-		}
-		g.wg.Done()
-	}()
 	for s.commit() {
-	}
-	clean = true
-}
-
-// idle ends a run of the writer (g.mu held): it gives the connection back
-// unless the pool has room to keep it, with its prepared statements, for
-// the next run.
-func (g *group) idle() {
-	if !g.keep {
-		g.w.release()
 	}
 }
 
 // next takes the next call the writer may run, or nil; with none and last
-// set, the writer stops.
+// set, the writer stops, and gives its connection back unless it keeps it.
 func (g *group) next(last bool) *member {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -131,7 +104,9 @@ func (g *group) next(last bool) *member {
 	}
 	if last {
 		g.running = false
-		g.idle()
+		if !g.keep {
+			g.w.release()
+		}
 	}
 	return nil
 }
@@ -142,24 +117,24 @@ func (g *group) next(last bool) *member {
 // query of a *sql.Tx, or under a context that can.
 func (s *Store) commit() bool {
 	gtx := &s.group.w
-	cur := s.group.next(true) // running; still set if its fn ended the goroutine
+	cur := s.group.next(true)
 	if cur == nil {
 		return false
 	}
 	// Calls are answered when the transaction has ended, failed ones too:
 	// until then its locks stay.
 	var ran []*member
-	cerr := errGroupAborted
+	cerr, committed := errGroupAborted, false
 	defer func() {
-		if cur != nil { // runtime.Goexit in cur's fn: its writes go with the transaction
-			cur.done <- outcome{panic: errGoexit}
-		}
 		for _, m := range ran {
-			if m.failed != nil {
-				m.done <- *m.failed
-			} else {
-				m.done <- outcome{err: cerr}
+			if !m.out.failed() {
+				m.out.err = cerr
 			}
+			m.done <- m.out
+		}
+		if cur != nil { // runtime.Goexit in cur's fn ends this writer: its writes go with the transaction
+			cur.done <- outcome{panic: errGoexit}
+			s.group.wg.Go(s.write)
 		}
 	}()
 	var err error
@@ -169,8 +144,12 @@ func (s *Store) commit() bool {
 		cancel()
 	}
 	if err == nil {
-		gtx.committed = false
-		defer gtx.close()
+		defer func() { // a connection that cannot be rolled back (its BEGIN failed, or it broke) is dropped
+			if !committed && gtx.Rollback() != nil {
+				_ = gtx.Raw(func(any) error { return driver.ErrBadConn })
+				gtx.release()
+			}
+		}()
 		err = gtx.end("BEGIN IMMEDIATE")
 	}
 	if err != nil {
@@ -182,17 +161,15 @@ func (s *Store) commit() bool {
 	tx.Statement.ConnPool = gtx
 	ok := true
 	for n := 1; ok && cur != nil; n++ {
-		var o outcome
-		if o, ok = s.step(tx, cur); o.err != nil || o.panic != nil {
-			cur.failed = &o
-		}
+		cur.out, ok = s.step(tx, cur)
 		ran = append(ran, cur)
 		if cur = nil; ok && n < maxGroup {
 			cur = s.group.next(false)
 		}
 	}
 	if ok {
-		cerr = wrapErr("commit", gtx.Commit())
+		err = gtx.Commit()
+		cerr, committed = wrapErr("commit", err), err == nil
 	}
 	return true
 }
@@ -203,8 +180,7 @@ func (s *Store) step(tx *gorm.DB, m *member) (o outcome, ok bool) {
 	if err := m.ctx.Err(); err != nil {
 		return outcome{err: wrapErr("begin", err)}, true
 	}
-	gtx := tx.Statement.ConnPool.(*groupTx)
-	if err := gtx.end("SAVEPOINT embedkit_call"); err != nil {
+	if err := s.group.w.end("SAVEPOINT embedkit_call"); err != nil {
 		return outcome{err: wrapErr("begin", err)}, false
 	}
 	func() {
@@ -216,11 +192,11 @@ func (s *Store) step(tx *gorm.DB, m *member) (o outcome, ok bool) {
 		o.err = s.run(tx, m.fn)
 	}()
 	end := "RELEASE embedkit_call"
-	if o.err != nil || o.panic != nil {
+	if o.failed() {
 		end = "ROLLBACK TO embedkit_call"
 	}
-	xerr := gtx.end(end)
-	if xerr != nil && o.err == nil && o.panic == nil {
+	xerr := s.group.w.end(end)
+	if xerr != nil && !o.failed() {
 		o.err = errGroupAborted
 	}
 	return o, xerr == nil
@@ -243,17 +219,15 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
 // other calls share); a call whose context ended fails before its next.
 type groupTx struct {
 	*sql.Conn
-	stmts     map[string]*sql.Stmt // prepared on Conn
-	committed bool
+	stmts map[string]*sql.Stmt // prepared on Conn: SQLite spends more preparing most statements than running them
 }
 
 // maxStmts bounds the statements kept prepared: texts vary with the
 // number of values of an IN list or a batch insert.
 const maxStmts = 64
 
-// stmt returns q prepared on the connection, kept with it:
-// SQLite spends more time preparing the group's statements than running
-// most of them.
+// stmt returns q prepared on the connection, kept until release, or until
+// maxStmts texts are kept and it starts afresh.
 func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -266,7 +240,7 @@ func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	}
 	st, err := t.Conn.PrepareContext(context.Background(), q)
 	if err == nil {
-		t.stmts[q] = st // every statement prepared is closed with the others
+		t.stmts[q] = st
 	}
 	return st, err
 }
@@ -287,27 +261,13 @@ func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql
 	return st.QueryContext(context.WithoutCancel(ctx), args...)
 }
 
-func (t *groupTx) Commit() error {
-	err := t.end("COMMIT")
-	t.committed = err == nil
-	return err
-}
-
+func (t *groupTx) Commit() error   { return t.end("COMMIT") }
 func (t *groupTx) Rollback() error { return t.end("ROLLBACK") }
 
 // end runs a statement of the transaction's own (BEGIN, COMMIT...).
 func (t *groupTx) end(q string) error {
 	_, err := t.ExecContext(context.Background(), q)
 	return err
-}
-
-// close rolls back what is not committed; a connection that cannot be
-// rolled back (its BEGIN failed, or it broke) is dropped.
-func (t *groupTx) close() {
-	if !t.committed && t.Rollback() != nil {
-		_ = t.Raw(func(any) error { return driver.ErrBadConn })
-		t.release()
-	}
 }
 
 func (t *groupTx) closeStmts() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -33,13 +34,8 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		var current int64
 		if !m.HasTable(&SchemaVersion{}) {
 			current = 1 // if it holds version 1's tables: a release before versioned migrations
-			for _, name := range legacyTables[:len(legacyTables)-1] {
-				if !m.HasTable(name) {
-					current = 0
-				}
-			}
-			if err := m.CreateTable(&SchemaVersion{}); err != nil {
-				return err
+			if slices.ContainsFunc(legacyTables[:len(legacyTables)-1], func(name string) bool { return !m.HasTable(name) }) {
+				current = 0
 			}
 		} else if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM embedkit_schema_versions").Row().Scan(&current); err != nil {
 			return err
@@ -47,7 +43,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		var err error
 		switch {
 		case current == 0: // the foreign key of a has-many relation comes with the table on PostgreSQL, on demand on SQLite
-			if err = m.CreateTable(Models()...); err == nil && !m.HasConstraint(&Thread{}, "Messages") {
+			if err = m.CreateTable(append(Models(), &SchemaVersion{})...); err == nil && !m.HasConstraint(&Thread{}, "Messages") {
 				err = m.CreateConstraint(&Thread{}, "Messages")
 			}
 		case current < 3:
@@ -75,11 +71,10 @@ var legacyTables = []string{
 	"threads", "thread_messages", "account_quotas",
 }
 
-// prefixNames is version 4: it renames embedkit's tables to
-// embedkit_<name> with their indexes and, on PostgreSQL, sequences and
-// foreign keys, as a fresh start names them, keeping every row.
-// Hand-written DDL: GORM's migrator renames neither sequences nor
-// constraints.
+// prefixNames is version 4: it renames embedkit's tables to embedkit_<name>
+// with their indexes and, on PostgreSQL, sequences and foreign keys, as a
+// fresh start names them, keeping every row. Hand-written DDL: GORM's
+// migrator renames neither sequences nor constraints.
 func prefixNames(tx *gorm.DB) error {
 	m, renames := tx.Migrator(), renamesSQLite
 	if tx.Dialector.Name() == "postgres" {
@@ -113,8 +108,7 @@ const renamesPostgres = `WITH t AS (SELECT (quote_ident(current_schema()) || '.'
 	WHERE conrelid = t.oid AND contype = 'f' AND conname LIKE 'fk\_%' AND conname NOT LIKE 'fk\_embedkit\_%'`
 
 // renamesSQLite lists the statements that drop the old indexes of a table
-// (SQLite cannot rename an index); upgrade, which follows, creates the
-// model's.
+// (SQLite cannot rename an index); upgrade, next, creates the model's.
 const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
 	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`
 
@@ -124,7 +118,7 @@ const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' 
 // migrator adds a foreign key by rebuilding the table, which drops its
 // indexes, where SQLite adds a nullable column with its REFERENCES clause
 // in place (under GORM's name for the constraint, as a fresh start).
-func upgrade(tx *gorm.DB) error {
+func upgrade(tx *gorm.DB) (err error) {
 	m := tx.Migrator()
 	for _, model := range Models() {
 		stmt := &gorm.Statement{DB: tx}
@@ -132,28 +126,22 @@ func upgrade(tx *gorm.DB) error {
 			return err
 		}
 		for _, col := range stmt.Schema.DBNames {
-			var err error
 			switch table := stmt.Schema.Table; {
-			case m.HasColumn(model, col):
+			case err != nil, m.HasColumn(model, col):
 			case col == "key_hash":
 				err = tx.Exec("ALTER TABLE " + table + " ADD COLUMN key_hash " + tx.Dialector.DataTypeOf(stmt.Schema.LookUpField(col)) +
 					" CONSTRAINT fk_" + table + "_api_key REFERENCES embedkit_api_keys (hash) ON DELETE CASCADE").Error
 			default:
 				err = m.AddColumn(model, col)
 			}
-			if err != nil {
-				return err
-			}
 		}
 		for _, idx := range stmt.Schema.ParseIndexes() {
-			if !m.HasIndex(model, idx.Name) {
-				if err := m.CreateIndex(model, idx.Name); err != nil {
-					return err
-				}
+			if err == nil && !m.HasIndex(model, idx.Name) {
+				err = m.CreateIndex(model, idx.Name)
 			}
 		}
 	}
-	return nil
+	return err
 }
 
 // foldUserData is version 6: the rows of embedkit_attribute_values and

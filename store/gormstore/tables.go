@@ -1,11 +1,5 @@
 package gormstore
 
-// The tables of the store as GORM models, which a host may read and join
-// (writing them bypasses the store's rules, such as the persistent-user
-// count). Each pins its table and column names against a host's naming
-// strategy. Times are Unix nanoseconds (exact on both databases). Deleting
-// a user cascades to everything it owns.
-
 // Account is a tenant of the embedding host (table embedkit_accounts).
 type Account struct {
 	ID               int64  `gorm:"column:id;primaryKey;autoIncrement"`
@@ -197,7 +191,9 @@ func (ThreadMessage) TableName() string    { return "embedkit_thread_messages" }
 func (AccountQuota) TableName() string     { return "embedkit_account_quotas" }
 func (SchemaVersion) TableName() string    { return "embedkit_schema_versions" }
 
-// Models returns every model of the store, referenced tables first.
+// Models returns every model of the store (docs/storage.md), referenced
+// tables first. A host may read and join the tables; writing them bypasses
+// the store's rules, such as the persistent-user count.
 func Models() []any {
 	return []any{&Account{}, &AccountUserSlot{}, &APIKey{}, &Deployment{}, &Agent{}, &User{}, &EmbedTenant{},
 		&CatalogGroup{}, &CatalogAttribute{}, &Session{}, &Token{}, &Thread{}, &ThreadMessage{}, &AccountQuota{}}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -18,7 +19,11 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-const visible = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
+// A user, or a row's user, that is not an expired ephemeral user.
+const (
+	visible   = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
+	userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
+)
 
 func (r User) user() store.User {
 	u := store.User{ID: r.ID, AccountID: r.AccountID, Email: r.Email, DisplayName: r.DisplayName, Picture: r.Picture,
@@ -33,20 +38,21 @@ func (r User) user() store.User {
 	return u
 }
 
-func byKey(db *gorm.DB, k store.UserKey) *gorm.DB {
+func byKey(k store.UserKey) func(*gorm.DB) *gorm.DB {
 	if k.InternalID != "" {
-		return db.Where("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
+		return whereSQL("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
 	}
-	return db.Where("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
+	return whereSQL("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
 }
 
 // upsertUser is an UpsertUser with the JSON objects it merges into
 // attribute_values and group_ids (nil: no change), a null clearing a key.
 type upsertUser struct {
 	store.UserUpsert
-	attrs, groups []byte
-	now           time.Time
-	out           store.User
+	attrs, groups   []byte
+	securityContext *string // nil: no change
+	now             time.Time
+	out             store.User
 }
 
 // UpsertUser costs what docs/storage.md says; the rare cases (an expired
@@ -56,6 +62,9 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	const op = "upsert user"
 	u := &upsertUser{UserUpsert: req, now: nowOr(req.Now)}
 	u.Persistent = u.Persistent || u.InternalID != ""
+	if u.SecurityContext != nil {
+		u.securityContext = new(string(u.SecurityContext))
+	}
 	var err error
 	if len(u.Attributes) > 0 {
 		m := make(map[string]json.RawMessage, len(u.Attributes))
@@ -70,18 +79,14 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		ids := slices.Compact(slices.Sorted(slices.Values(u.Groups))) // nil for none: null clears
 		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
 	}
-	mine := func(db *gorm.DB) *gorm.DB {
-		if u.Persistent {
-			return byKey(db, u.UserKey).Where("NOT ephemeral")
-		}
-		return byKey(db, u.UserKey).Where(visible, u.now.UnixNano())
+	alive := whereSQL(visible, u.now.UnixNano())
+	if u.Persistent {
+		alive = whereSQL("NOT ephemeral") // converting an ephemeral user takes the rare path
 	}
 	missed := false
-	if !t.inTx && t.s.pg {
-		// A returning user is this UPDATE alone, atomic without BEGIN and
-		// COMMIT round trips; a new one takes the transaction below.
+	if !t.inTx && t.s.pg { // a returning user's UPDATE alone is atomic: no BEGIN and COMMIT round trips
 		var ok bool
-		err = t.s.retry(ctx, func() (err error) { ok, err = t.updateUser(ctx, u, mine, false); return err })
+		err := t.s.retry(ctx, func() (err error) { ok, err = t.updateUser(ctx, u, false, byKey(u.UserKey), alive); return err })
 		if err != nil || ok {
 			return u.out, err
 		}
@@ -89,7 +94,7 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	}
 	err = t.atomic(ctx, func(t *txn) error {
 		if !missed {
-			if ok, err := t.updateUser(ctx, u, mine, false); err != nil || ok {
+			if ok, err := t.updateUser(ctx, u, false, byKey(u.UserKey), alive); err != nil || ok {
 				return err
 			}
 		}
@@ -98,19 +103,17 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 				return err
 			}
 			// Expired, converted or inserted concurrently.
-			var row User
-			err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB {
+			row, err := first[User](t, ctx, op, byKey(u.UserKey), func(db *gorm.DB) *gorm.DB {
 				if t.s.pg { // SQLite's writers are serialized already
 					db = db.Clauses(clause.Locking{Strength: "UPDATE"})
 				}
-				return byKey(db, u.UserKey)
+				return db
 			})
 			if errors.Is(err, store.ErrNotFound) {
 				continue // deleted meanwhile
 			} else if err != nil {
 				return err
 			}
-			byID := whereSQL("id = ?", row.ID)
 			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
 			if expired || row.Ephemeral && u.Persistent {
 				// The place first, so that ErrLimit changes nothing.
@@ -119,11 +122,11 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 				}
 			}
 			if !expired {
-				_, err := t.updateUser(ctx, u, byID, row.Ephemeral && u.Persistent)
+				_, err := t.updateUser(ctx, u, row.Ephemeral && u.Persistent, whereSQL("id = ?", row.ID))
 				return err
 			}
 			// Absent: replace it with everything it owns.
-			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return byID(db).Delete(&User{}) }); err != nil {
+			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
 				return err
 			}
 			if ok, err := t.insertUser(ctx, u, false); err != nil || ok {
@@ -131,22 +134,20 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 			}
 			break
 		}
-		return t.fail(newErr(op, store.ErrConflict))
+		return t.fail(wrapErr(op, store.ErrConflict))
 	})
 	return u.out, err
 }
 
 // updateUser applies u to the user where selects, converting it to
 // persistent when persist is set, and reports whether a row matched.
-func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB) *gorm.DB, persist bool) (bool, error) {
+func (t *txn) updateUser(ctx context.Context, u *upsertUser, persist bool, where ...func(*gorm.DB) *gorm.DB) (bool, error) {
 	set := map[string]any{"updated_at": u.now.UnixNano()}
-	for col, v := range map[string]*string{"email": u.Email, "display_name": u.DisplayName, "picture": u.Picture} {
+	profile := map[string]*string{"email": u.Email, "display_name": u.DisplayName, "picture": u.Picture, "security_context": u.securityContext}
+	for col, v := range profile {
 		if v != nil {
 			set[col] = *v
 		}
-	}
-	if u.SecurityContext != nil {
-		set["security_context"] = string(u.SecurityContext)
 	}
 	// Merged per dialect (GORM has no JSON expressions); a null member removes its key.
 	for col, patch := range map[string][]byte{"attribute_values": u.attrs, "group_ids": u.groups} {
@@ -163,7 +164,7 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, where func(*gorm.DB
 	}
 	var row User
 	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB {
-		return where(db.Model(&row)).Clauses(clause.Returning{}).Updates(set)
+		return db.Model(&row).Scopes(where...).Clauses(clause.Returning{}).Updates(set)
 	})
 	if n > 0 {
 		u.out = row.user()
@@ -186,7 +187,8 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	const op = "upsert user"
 	now := u.now.UnixNano()
 	row := User{AccountID: u.AccountID, Ephemeral: !u.Persistent, CreatedAt: now, UpdatedAt: now, Email: str(u.Email),
-		DisplayName: str(u.DisplayName), Picture: str(u.Picture), AttributeValues: withoutNulls(u.attrs), GroupIDs: withoutNulls(u.groups)}
+		DisplayName: str(u.DisplayName), Picture: str(u.Picture), SecurityContext: u.securityContext,
+		AttributeValues: withoutNulls(u.attrs), GroupIDs: withoutNulls(u.groups)}
 	conflict := "external_id"
 	if u.InternalID != "" {
 		row.InternalID, conflict = &u.InternalID, "internal_id"
@@ -195,9 +197,6 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	}
 	if !u.Persistent && !u.EphemeralExpiresAt.IsZero() { // NULL: never expires
 		row.ExpiresAt = new(u.EphemeralExpiresAt.UnixNano())
-	}
-	if u.SecurityContext != nil {
-		row.SecurityContext = new(string(u.SecurityContext))
 	}
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 		return db.Clauses(clause.OnConflict{Columns: columns("account_id", conflict), DoNothing: true}, clause.Returning{}).Create(&row)
@@ -235,78 +234,61 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	}
 	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB { return db.Select("*").Clauses(up).Create(row) })
 	if err == nil && n == 0 {
-		return newErr("upsert user", store.ErrLimit)
+		return wrapErr("upsert user", store.ErrLimit)
 	}
 	return err
 }
 
-func (t *txn) userWhere(ctx context.Context, op string, now time.Time, where func(*gorm.DB) *gorm.DB) (store.User, error) {
-	var row User
-	err := t.find(ctx, op, &row, func(db *gorm.DB) *gorm.DB { return where(primary(db)).Where(visible, nowOr(now).UnixNano()) })
+func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
+	row, err := first[User](t, ctx, "user by key", primary, byKey(k), whereSQL(visible, nowOr(now).UnixNano()))
 	return row.user(), err
 }
 
-func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
-	return t.userWhere(ctx, "user by key", now, func(db *gorm.DB) *gorm.DB { return byKey(db, k) })
-}
-
 func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User, error) {
-	return t.userWhere(ctx, "user by id", now, whereSQL("id = ?", id))
+	row, err := first[User](t, ctx, "user by id", primary, whereSQL("id = ? AND "+visible, id, nowOr(now).UnixNano()))
+	return row.user(), err
 }
 
 // UserData resolves the IDs of the user's JSON columns against the
 // definitions of s, ignoring deleted ones (IDs are never reused), in one
 // statement. Hand-written SQL: GORM has no JSON functions or UNION.
 func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.UserData, error) {
-	var rows []struct {
-		Kind string `gorm:"column:kind"`
-		CatalogAttribute
-		Value *string `gorm:"column:value"`
-	}
-	q := userDataSQLite
-	if t.s.pg {
-		q = userDataPostgres
-	}
+	var rows []catalogRow
 	_, err := t.do(ctx, "user data", func(db *gorm.DB) *gorm.DB {
-		return primary(db).Raw(q, s.AccountID, s.EmbedTenantID, userID, s.AccountID, s.EmbedTenantID, strconv.FormatInt(s.EmbedTenantID, 10), userID).Scan(&rows)
+		return primary(db).Raw(userData[t.s.pg], s.AccountID, s.EmbedTenantID, userID, s.AccountID, s.EmbedTenantID, strconv.FormatInt(s.EmbedTenantID, 10), userID).Scan(&rows)
 	})
 	var out store.UserData
 	for _, r := range rows {
 		var v bytes.Buffer
 		switch {
 		case r.Kind == "g":
-			out.Groups = append(out.Groups, catalogRow{r.Kind, r.CatalogAttribute}.group())
+			out.Groups = append(out.Groups, r.group())
 		case r.Value != nil && json.Compact(&v, []byte(*r.Value)) == nil:
 			out.Attributes = append(out.Attributes, store.UserAttribute{Name: r.Name, Type: store.AttributeType(r.Type), Value: v.Bytes()})
 		}
 	}
 	// By bytes, as on every adapter, whatever the database's collation.
-	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(out.Groups, func(a, b store.Group) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Attributes, func(a, b store.UserAttribute) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Groups, func(a, b store.Group) int { return cmp.Compare(a.Name, b.Name) })
 	return out, err
 }
 
-// The user's attributes (the value of each: the member of
-// attribute_values named by its ID) and groups (the IDs listed under the
-// embed tenant's ID in group_ids) that s defines.
-const (
-	userDataPostgres = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, (u.attribute_values::jsonb -> d.id::text)::text AS value
-		FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT k::bigint FROM jsonb_object_keys(u.attribute_values::jsonb) k) WHERE u.id = ?
-		UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
-		FROM embedkit_users u JOIN embedkit_catalog_groups d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT e::bigint FROM jsonb_array_elements_text(u.group_ids::jsonb -> ?) e) WHERE u.id = ?`
-	userDataSQLite = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, u.attribute_values -> ('$."' || d.id || '"') AS value
-		FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT CAST(j.key AS INTEGER) FROM json_each(u.attribute_values) j) WHERE u.id = ?
-		UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
-		FROM embedkit_users u JOIN embedkit_catalog_groups d ON d.account_id = ? AND d.embed_tenant_id = ?
-		AND d.id IN (SELECT j.value FROM json_each(u.group_ids, '$."' || ? || '"') j) WHERE u.id = ?`
-)
-
-func whereSQL(query string, args ...any) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where(query, args...) }
+// userData reads, by t.s.pg, the user's attributes (the value of each:
+// the member of attribute_values named by its ID) and groups (the IDs
+// listed under the embed tenant's ID in group_ids) that s defines.
+var userData = map[bool]string{
+	false: fmt.Sprintf(userDataSQL, `u.attribute_values -> ('$."' || d.id || '"')`, "SELECT CAST(j.key AS INTEGER) FROM json_each(u.attribute_values) j",
+		`SELECT j.value FROM json_each(u.group_ids, '$."' || ? || '"') j`),
+	true: fmt.Sprintf(userDataSQL, "(u.attribute_values::jsonb -> d.id::text)::text", "SELECT k::bigint FROM jsonb_object_keys(u.attribute_values::jsonb) k",
+		"SELECT e::bigint FROM jsonb_array_elements_text(u.group_ids::jsonb -> ?) e"),
 }
+
+// userDataSQL takes the dialect's expressions of an attribute's value, of
+// the attribute IDs and of the group IDs.
+const userDataSQL = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, %s AS value
+	FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ? AND d.id IN (%s) WHERE u.id = ?
+	UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
+	FROM embedkit_users u JOIN embedkit_catalog_groups d ON d.account_id = ? AND d.embed_tenant_id = ? AND d.id IN (%s) WHERE u.id = ?`
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
 // and gives back its place in the persistent-user count.
@@ -333,8 +315,7 @@ func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 
 func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
 	const op = "delete unused user"
-	var deleted bool
-	err := t.atomic(ctx, func(t *txn) error {
+	return atomically(t, ctx, func(t *txn) (bool, error) {
 		if t.s.pg {
 			// Wait for a transaction that writes the user, or gives it a
 			// thread or session (its foreign key check holds a KEY SHARE
@@ -343,7 +324,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
 			}); err != nil {
-				return err
+				return false, err
 			}
 		}
 		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB {
@@ -353,8 +334,181 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 				AND NOT EXISTS (SELECT 1 FROM embedkit_tokens WHERE user_id = ?)`,
 				userID, createdAt.UnixNano(), userID, userID, userID)
 		})
-		deleted = n > 0
+		return n > 0, err
+	})
+}
+
+func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
+	if len(s.KeyHash) == 0 {
+		s.KeyHash = nil // no key, not a key with an empty hash
+	}
+	_, err := t.write(ctx, "create session", func(db *gorm.DB) *gorm.DB {
+		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
+			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
+			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
+	})
+	return err
+}
+
+// ExchangeSession marks the session used (a concurrent exchange waits for
+// the UPDATE, then finds it used) and stores the token.
+func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte, tokenExpiresAt, now time.Time) (store.Session, error) {
+	const op = "exchange session"
+	n0 := nowOr(now).UnixNano()
+	return atomically(t, ctx, func(t *txn) (store.Session, error) {
+		var s Session
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Model(&s).Clauses(clause.Returning{}).
+				Where("hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive, sessionHash, n0, n0).
+				Update("used_at", n0)
+		})
+		if err := someRow(op, n, err); err != nil {
+			return store.Session{}, err
+		}
+		tok := Token{Hash: tokenHash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
+			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
+			CreatedAt: n0, ExpiresAt: tokenExpiresAt.UnixNano(), KeyHash: s.KeyHash}
+		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Create(&tok) })
+		return tok.session(), err
+	})
+}
+
+func (r Token) session() store.Session {
+	return store.Session{AccountID: r.AccountID, UserID: r.UserID, DeploymentID: r.DeploymentID,
+		EmbedTenantID: r.EmbedTenantID, EmbedTenantName: r.EmbedTenantName, CreatorMode: r.CreatorMode,
+		CreatedAt: fromNanos(r.CreatedAt), ExpiresAt: fromNanos(r.ExpiresAt), KeyHash: r.KeyHash}
+}
+
+func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
+	n0 := nowOr(now).UnixNano()
+	row, err := first[Token](t, ctx, "session by token", primary, whereSQL("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0))
+	return row.session(), err
+}
+
+func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
+	return t.atomic(ctx, func(t *txn) (err error) {
+		for _, model := range []any{&Session{}, &Token{}} {
+			if err == nil {
+				_, err = t.do(ctx, "revoke sessions", func(db *gorm.DB) *gorm.DB { return db.Where("user_id = ?", userID).Delete(model) })
+			}
+		}
 		return err
 	})
-	return deleted, err
+}
+
+// DeleteExpired deletes at most limit rows of each kind, chosen by a
+// subquery (PostgreSQL's DELETE has no LIMIT) and checked again by the
+// DELETE, which on PostgreSQL sees what a concurrent writer committed (a
+// user converted to persistent meanwhile stays).
+func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	n0 := nowOr(now).UnixNano()
+	return atomically(t, ctx, func(t *txn) (int, error) {
+		total := 0
+		for _, k := range []struct {
+			model      any
+			key, where string
+		}{
+			{&Session{}, "hash", "expires_at <= ? OR used_at IS NOT NULL"}, {&Token{}, "hash", "expires_at <= ?"},
+			{&AccountQuota{}, "account_id, name", "expires_at <= ?"}, {&User{}, "id", "ephemeral AND expires_at <= ?"},
+		} {
+			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
+				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
+				return db.Where("("+k.key+") IN (?)", sub).Where(k.where, n0).Delete(k.model)
+			})
+			if err != nil {
+				return 0, err
+			}
+			total += int(n)
+		}
+		return total, nil
+	})
+}
+
+// messageBatch keeps the parameters of one INSERT below drivers' limits.
+const messageBatch = 500
+
+func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	rows := convert(msgs, func(m store.ThreadMessage) ThreadMessage {
+		return ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	})
+	_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
+	})
+	return err
+}
+
+func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	const op = "create thread"
+	row := Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID, UserID: th.UserID, LastSort: th.LastSort,
+		CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()}
+	if !t.inTx && t.s.pg && len(msgs) > 0 && len(msgs) <= messageBatch {
+		// A new chat's opening: one statement, atomic without BEGIN and
+		// COMMIT round trips (GORM cannot put an INSERT in a WITH clause).
+		args := []any{row.AccountID, row.ChatID, row.AgentID, row.UserID, row.LastSort, row.CreatedAt, row.UpdatedAt}
+		for _, m := range msgs {
+			args = append(args, m.ID, m.Sort, string(m.Body))
+		}
+		_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Exec(`WITH th AS (INSERT INTO embedkit_threads (account_id, chat_id, agent_id, user_id, last_sort, created_at, updated_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING account_id, chat_id) INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body)
+				SELECT th.account_id, th.chat_id, m.* FROM th, (VALUES `+strings.Repeat(", (?::text, ?::bigint, ?::text)", len(msgs))[2:]+`) AS m`, args...)
+		})
+		return err
+	}
+	return t.atomic(ctx, func(t *txn) error {
+		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Omit(clause.Associations).Create(&row) }); err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, th.AccountID, th.ChatID, msgs)
+	})
+}
+
+func (t *txn) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
+	r, err := first[Thread](t, ctx, "thread", primary, whereSQL("account_id = ? AND chat_id = ?", accountID, chatID))
+	return store.Thread{AccountID: r.AccountID, ChatID: r.ChatID, AgentID: r.AgentID, UserID: r.UserID, LastSort: r.LastSort,
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt)}, err
+}
+
+func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	const op = "append messages"
+	if lastSort <= 0 && len(msgs) > 0 && len(msgs) <= messageBatch {
+		return t.putMessages(ctx, op, accountID, chatID, msgs) // one statement, a write of its own
+	}
+	return t.atomic(ctx, func(t *txn) error {
+		// The thread's row is written only when lastSort rises, as few of a
+		// running turn's writes need (chatstream passes 0 when it knows the
+		// stored mark covers it); a missing thread then fails the messages'
+		// foreign key.
+		var n int64
+		var err error
+		if lastSort > 0 {
+			n, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+				return db.Model(&Thread{}).Where("account_id = ? AND chat_id = ? AND last_sort < ?", accountID, chatID, lastSort).
+					Updates(map[string]any{"last_sort": lastSort, "updated_at": time.Now().UnixNano()})
+			})
+		}
+		if err == nil && n == 0 && len(msgs) == 0 {
+			_, err = t.Thread(ctx, accountID, chatID)
+		}
+		if err != nil {
+			return err
+		}
+		return t.putMessages(ctx, op, accountID, chatID, msgs)
+	})
+}
+
+func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {
+	return list(t, ctx, "messages", func(r ThreadMessage) store.ThreadMessage {
+		return store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
+	}, "sort, id", primary, whereSQL("account_id = ? AND chat_id = ?", accountID, chatID))
+}
+
+func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
+	return t.deleteRows(ctx, "delete thread", &Thread{}, "account_id = ? AND chat_id = ?", accountID, chatID)
 }
