@@ -319,7 +319,7 @@ func (r catalogRow) group() store.Group {
 }
 
 func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, error) {
-	rows, err := t.lookupRows(ctx, l)
+	rows, err := t.lookupRows(ctx, l, primary) // a write uses what it finds
 	var res store.LookupResult
 	for _, r := range rows {
 		switch r.Kind {

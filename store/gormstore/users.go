@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -447,17 +446,15 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 	const op = "create thread"
 	row := Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID, UserID: th.UserID, LastSort: th.LastSort,
 		CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()}
-	if !t.inTx && t.s.pg && len(msgs) > 0 && len(msgs) <= messageBatch {
-		// A new chat's opening: one statement, atomic without BEGIN and
-		// COMMIT round trips (GORM cannot put an INSERT in a WITH clause).
-		args := []any{row.AccountID, row.ChatID, row.AgentID, row.UserID, row.LastSort, row.CreatedAt, row.UpdatedAt}
-		for _, m := range msgs {
-			args = append(args, m.ID, m.Sort, string(m.Body))
-		}
+	if !t.inTx && t.s.pg && len(msgs) == 1 {
+		// A new chat's opening (the user's echo): one statement, atomic
+		// without BEGIN and COMMIT round trips. GORM cannot put an INSERT
+		// in a WITH clause.
 		_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Exec(`WITH th AS (INSERT INTO embedkit_threads (account_id, chat_id, agent_id, user_id, last_sort, created_at, updated_at)
 				VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING account_id, chat_id) INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body)
-				SELECT th.account_id, th.chat_id, m.* FROM th, (VALUES `+strings.Repeat(", (?::text, ?::bigint, ?::text)", len(msgs))[2:]+`) AS m`, args...)
+				SELECT account_id, chat_id, ?, ?, ? FROM th`, row.AccountID, row.ChatID, row.AgentID, row.UserID, row.LastSort, row.CreatedAt,
+				row.UpdatedAt, msgs[0].ID, msgs[0].Sort, string(msgs[0].Body))
 		})
 		return err
 	}
