@@ -61,6 +61,10 @@ func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
 	m := &member{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
 	g := s.group
 	g.mu.Lock()
+	if s.closed.Load() { // checked under g.mu, as Close sets it: no writer starts after Close's Wait
+		g.mu.Unlock()
+		return errClosed
+	}
 	g.waiting = append(g.waiting, m)
 	if !g.running {
 		g.running = true

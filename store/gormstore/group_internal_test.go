@@ -256,3 +256,43 @@ func TestGroupStatementsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCloseDuringWrites closes a store on a host's pool (left open) while
+// calls keep coming: no writer starts after Close, which leaves no
+// connection of the host's pool in use, and later calls are unavailable.
+func TestCloseDuringWrites(t *testing.T) {
+	for round := range 20 {
+		db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/c.db?_foreign_keys=on&_txlock=immediate&_journal_mode=WAL"),
+			&gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB, _ := db.DB()
+		st, err := OpenDB(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					if _, err := st.SaveAccount(t.Context(), store.Account{Name: fmt.Sprint("a", i, "-", n)}); err != nil {
+						if !errors.Is(err, store.ErrUnavailable) {
+							t.Errorf("after Close: %v, want ErrUnavailable", err)
+						}
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if n := sqlDB.Stats().InUse; n != 0 || writerRunning(st) {
+			t.Fatalf("round %d: %d connections of the host's pool in use after Close (writer running: %v)", round, n, writerRunning(st))
+		}
+		_ = sqlDB.Close()
+	}
+}
