@@ -213,10 +213,9 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 	return true, nil
 }
 
-// takePlace counts a new or converted user, whatever the limit (a later
-// call may have one), in the account's persistent users or the minute's
-// new ephemeral users, or returns [store.ErrLimit]: one conditional upsert
-// of a counter row, whose row lock makes the limit exact under concurrency.
+// takePlace counts a new or converted user in the account's persistent
+// users or the minute's new ephemeral users, or returns [store.ErrLimit]:
+// one conditional upsert of a counter row, whose lock makes the limit exact.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	if u.InternalID != "" {
 		return nil
@@ -248,9 +247,8 @@ func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User
 	return row.user(), err
 }
 
-// UserData resolves the IDs of the user's JSON columns against the
-// definitions of s, ignoring deleted ones (IDs are never reused), in one
-// statement. Hand-written SQL: GORM has no JSON functions or UNION.
+// UserData resolves the IDs of the user's JSON columns against the definitions of s,
+// ignoring deleted ones, in one statement (GORM has no JSON functions or UNION).
 func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.UserData, error) {
 	var rows []catalogRow
 	_, err := t.do(ctx, "user data", func(db *gorm.DB) *gorm.DB {
@@ -447,9 +445,8 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 	row := Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID, UserID: th.UserID, LastSort: th.LastSort,
 		CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()}
 	if !t.inTx && t.s.pg && len(msgs) == 1 {
-		// A new chat's opening (the user's echo): one statement, atomic
-		// without BEGIN and COMMIT round trips. GORM cannot put an INSERT
-		// in a WITH clause.
+		// A new chat's opening: one statement, atomic without BEGIN and COMMIT
+		// round trips (GORM cannot put an INSERT in a WITH clause).
 		_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Exec(`WITH th AS (INSERT INTO embedkit_threads (account_id, chat_id, agent_id, user_id, last_sort, created_at, updated_at)
 				VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING account_id, chat_id) INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body)
@@ -478,10 +475,8 @@ func (t *txn) AppendMessages(ctx context.Context, accountID int64, chatID string
 		return t.putMessages(ctx, op, accountID, chatID, msgs) // one statement, a write of its own
 	}
 	return t.atomic(ctx, func(t *txn) error {
-		// The thread's row is written only when lastSort rises, as few of a
-		// running turn's writes need (chatstream passes 0 when it knows the
-		// stored mark covers it); a missing thread then fails the messages'
-		// foreign key.
+		// The thread's row is written only when lastSort rises (0: the stored
+		// mark covers the write); a missing thread fails the messages' foreign key.
 		var n int64
 		var err error
 		if lastSort > 0 {

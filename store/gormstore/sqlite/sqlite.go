@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	gormsqlite "gorm.io/driver/sqlite"
 	"gorm.io/gorm"
@@ -29,16 +30,20 @@ var memCounter atomic.Int64
 // github.com/mattn/go-sqlite3. GORM logs nothing.
 //
 // An in-memory database lives as long as one of its connections: the store
-// holds one for its life (database/sql closes a connection whose
-// transaction's context ended), and its pool has one other, which reads
-// and the writer take in turn (in its shared cache, a read beside the
-// writer's transaction would find the tables it wrote locked).
+// holds one for its life, and its pool has one other for reads and the
+// writer in turn (in a shared cache, a read beside the writer's
+// transaction finds the tables it wrote locked).
 func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if path == ":memory:" || path == "file::memory:" {
 		// A unique name keeps the stores of one process apart.
 		path = fmt.Sprintf("file:embedkit-mem-%d?mode=memory&cache=shared", memCounter.Add(1))
 	}
-	db, err := gorm.Open(Dialector(path), &gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
+	cfg := &gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard}
+	db, err := gorm.Open(Dialector(path), cfg)
+	for wait := time.Millisecond; err != nil && strings.Contains(err.Error(), "database is locked") && wait < time.Second; wait *= 2 {
+		time.Sleep(wait) // a new file's switch to WAL fails at once while another connection opens it
+		db, err = gorm.Open(Dialector(path), cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
 	}
