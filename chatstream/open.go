@@ -18,9 +18,8 @@ import (
 // (atomic: a transaction of its own when it writes more than the user),
 // reserve the turn for the user's id (in this process and in the cluster),
 // open the stream (thread and user echo, atomic), then start the agent and
-// stream the turn. A refused
-// reservation or opening undoes what the request created, so that a request
-// is all or nothing.
+// stream the turn. A refused reservation or opening undoes what the request
+// created, so that a request is all or nothing.
 
 // open provisions the user, reserves the turn for it and opens the stream.
 // The reservation has effects outside the store (the registry, the

@@ -75,14 +75,13 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.txn = txn{s: s, db: db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})}
 	s.close = sync.OnceValue(func() error {
+		s.closed.Store(true)
 		if s.group != nil {
-			s.group.mu.Lock()
-			s.closed.Store(true)
+			s.group.mu.Lock() // after it, join (which checks closed under it) starts no writer
 			s.group.mu.Unlock()
 			s.group.wg.Wait() // the writer fails what waits and ends
 			s.group.w.release()
 		}
-		s.closed.Store(true)
 		var err error
 		if s.cfg.onClose != nil {
 			err = s.cfg.onClose()
