@@ -17,8 +17,9 @@ import (
 var errEmptyTenantName = wire.BadRequest("embedTenantName must be lowercase, 5 to 36 characters of a-z, 0-9 and '-', start with a letter and end with a letter or digit")
 
 // generateSession serves POST /api/v1/embed/generate-session: decode and
-// validate, then, in one transaction, check the deployment, provision the
-// user and store a new sessionId. The deployment is read with the
+// validate, then, atomically, check the deployment, provision the user and
+// store a new sessionId (in one transaction, or in the user's one write
+// when that is all the request writes). The deployment is read with the
 // definitions the request names ([provision.Apply]), not on its own.
 func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -64,35 +65,25 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	}
 	gen := h.defs.Generation()
 	now := h.o.now()
-	var tenant store.EmbedTenant
-	var found *store.LookupResult
-	maxUsers := acct.ExternalUserLimit()
 	sid := secret.New()
-	sidHash := secret.Hash(sid.Reveal())
-	err = h.st.InTx(ctx, func(tx store.Tx) error {
-		res, err := provision.Apply(ctx, tx, acct, preq, maxUsers, now)
-		if err != nil {
-			return err
-		}
-		tenant, found = res.EmbedTenant, res.Found
-		etName := res.EmbedTenant.Name
-		if etName == "" {
-			// Not needed by this request (no creator mode, no name): the
-			// account's default embed tenant, not created until used.
-			etName = store.DefaultEmbedTenant
-		}
-		return tx.CreateSession(ctx, sidHash, store.Session{
-			AccountID:       acct.ID,
-			UserID:          res.User.ID,
-			DeploymentID:    req.DeploymentID,
-			EmbedTenantID:   res.EmbedTenant.ID,
-			EmbedTenantName: etName,
-			CreatorMode:     req.CreatorMode,
-			CreatedAt:       now,
-			ExpiresAt:       now.Add(h.o.sessionTTL),
-			KeyHash:         middleware.APIKeyHashFromContext(ctx),
-		})
-	})
+	preq.Session = &store.NewSession{Hash: secret.Hash(sid.Reveal()), Session: store.Session{
+		AccountID:    acct.ID,
+		DeploymentID: req.DeploymentID,
+		CreatorMode:  req.CreatorMode,
+		CreatedAt:    now,
+		ExpiresAt:    now.Add(h.o.sessionTTL),
+		KeyHash:      middleware.APIKeyHashFromContext(ctx),
+	}}
+	var res provision.Result
+	apply := func(tx store.Tx) (err error) {
+		res, err = provision.Apply(ctx, tx, acct, preq, acct.ExternalUserLimit(), now)
+		return err
+	}
+	if preq.OneWrite() {
+		err = apply(h.st) // the user's write, with the session, is atomic
+	} else {
+		err = h.st.InTx(ctx, apply)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		// A row the request's writes reference is gone: the API key
 		// (revoked since the request authenticated with it, perhaps on
@@ -109,10 +100,10 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		if preq.DeploymentID != 0 {
 			h.deployments.Add(dk, struct{}{}, time.Now().Add(h.o.cacheTTL))
 		}
-		if tenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
-			h.tenants.Add(tk, tenant, time.Time{})
+		if res.EmbedTenant.ID != 0 && preq.KnownEmbedTenant.ID == 0 {
+			h.tenants.Add(tk, res.EmbedTenant, time.Time{})
 		}
-		h.defs.Add(gen, found)
+		h.defs.Add(gen, res.Found)
 	}
 	wire.WriteJSON(w, http.StatusOK, SessionResponse{SessionID: sid.Reveal()})
 }

@@ -77,6 +77,17 @@ type UserUpsert struct {
 	// shared by every process using the store).
 	NewEphemeralPerMinute int
 	Now                   time.Time
+
+	// Session, when set, is a new unused session id for the user, stored
+	// with the upsert as [Sessions.CreateSession] stores one: both or
+	// neither. Its Session.UserID is ignored (the user's is stored).
+	Session *NewSession
+}
+
+// NewSession is a session id, by its hash, with the grant it carries.
+type NewSession struct {
+	Hash    []byte
+	Session Session
 }
 
 // AttributeValue is the value of one attribute for a user. A nil Value
@@ -116,6 +127,8 @@ type Users interface {
 	// [ErrLimit]; so is creating an ephemeral user when
 	// u.NewEphemeralPerMinute users were created in the current minute.
 	// Both are exact under concurrency, and an ErrLimit changes nothing.
+	// So does an error storing u.Session (such as [ErrNotFound] for a
+	// Session.KeyHash that names no stored key).
 	UpsertUser(ctx context.Context, u UserUpsert) (User, error)
 	// UserByKey returns the user k names, or [ErrNotFound] when it is
 	// missing or is an ephemeral user expired at now.

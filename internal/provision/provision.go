@@ -6,6 +6,7 @@ package provision
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,12 @@ type Request struct {
 	// EphemeralExpiresAt.
 	Persistent         bool
 	EphemeralExpiresAt time.Time
+
+	// Session, when set, is a session id that Apply stores for the user
+	// with its provisioning (generate-session), in the resolved embed
+	// tenant: the one named, or the account's default by name when the
+	// request needs none (it is created only when used).
+	Session *store.NewSession
 }
 
 // ErrDeploymentNotFound answers a request whose deployment the account
@@ -469,19 +476,33 @@ func fits(kind, def store.AttributeType) bool {
 	return kind == def
 }
 
-// OneWrite reports whether Apply writes nothing for r but the user: no
-// definitions and no embed tenant. Such a provisioning needs no
-// transaction of its own (Apply may run on the store itself), as the
-// store makes each of its writes atomic.
+// OneWrite reports whether Apply writes nothing for r but the external
+// user (with its Session): no definitions, and no embed tenant or a known
+// one. Such a provisioning needs no transaction of its own (Apply may run
+// on the store itself), as the store makes each of its writes atomic.
 func (r Request) OneWrite() bool {
-	return !r.CreatorMode && r.EmbedTenantName == "" && len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
+	known := r.KnownEmbedTenant.ID != 0 && r.KnownEmbedTenant.Name == cmp.Or(r.EmbedTenantName, store.DefaultEmbedTenant)
+	return r.InternalID == "" && (known || !r.CreatorMode && r.EmbedTenantName == "") &&
+		len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
+}
+
+// session is r.Session in the embed tenant of res, or nil.
+func (r Request) session(res Result) *store.NewSession {
+	if r.Session == nil {
+		return nil
+	}
+	ns := *r.Session
+	ns.Session.UserID = res.User.ID
+	ns.Session.EmbedTenantID = res.EmbedTenant.ID
+	ns.Session.EmbedTenantName = cmp.Or(res.EmbedTenant.Name, store.DefaultEmbedTenant)
+	return &ns
 }
 
 // Apply provisions the user of a validated request inside tx: it upserts the
 // creator-mode definitions first, then reads the definitions the request
 // names (and its deployment) in one [store.Catalog.Lookup], validates, and
 // writes the user with its attribute values and memberships in one
-// [store.Users.UpsertUser]. Failures are *wire.Error values with the spec's
+// [store.Users.UpsertUser], with r.Session if set. Failures are *wire.Error values with the spec's
 // messages; any error means the caller must roll back. maxUsers is the
 // account's limit of persistent external users.
 func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxUsers int, now time.Time) (Result, error) {
@@ -515,7 +536,10 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 				return Result{}, err
 			}
 		}
-		return res, nil
+		if ns := r.session(res); ns != nil {
+			err = tx.CreateSession(ctx, ns.Hash, ns.Session)
+		}
+		return res, err
 	}
 
 	var res Result
@@ -621,6 +645,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		}
 	}
 
+	up.Session = r.session(res)
 	u, err := tx.UpsertUser(ctx, up)
 	if errors.Is(err, store.ErrLimit) {
 		if r.Persistent {

@@ -38,10 +38,14 @@ func (r User) user() store.User {
 }
 
 func byKey(k store.UserKey) func(*gorm.DB) *gorm.DB {
+	return func(db *gorm.DB) *gorm.DB { return db.Where(keyIs(k)) }
+}
+
+func keyIs(k store.UserKey) clause.Expr {
 	if k.InternalID != "" {
-		return whereSQL("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
+		return gorm.Expr("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
 	}
-	return whereSQL("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
+	return gorm.Expr("account_id = ? AND external_id = ?", k.AccountID, k.ExternalID)
 }
 
 // upsertUser is an UpsertUser with the JSON objects it merges into
@@ -78,69 +82,82 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		ids := slices.Compact(slices.Sorted(slices.Values(u.Groups))) // nil for none: null clears
 		u.groups, _ = json.Marshal(map[string][]int64{strconv.FormatInt(u.GroupScope.EmbedTenantID, 10): ids})
 	}
-	alive := whereSQL(visible, u.now.UnixNano())
+	alive := gorm.Expr(visible, u.now.UnixNano())
 	if u.Persistent {
-		alive = whereSQL("NOT ephemeral") // converting an ephemeral user takes the rare path
+		alive = gorm.Expr("NOT ephemeral") // converting an ephemeral user takes the rare path
 	}
+	returning := clause.And(keyIs(u.UserKey), alive)
 	missed := false
 	if !t.inTx && t.s.pg { // a returning user's UPDATE alone is atomic: no BEGIN and COMMIT round trips
 		var ok bool
-		err := t.s.retry(ctx, func() (err error) { ok, err = t.updateUser(ctx, u, false, byKey(u.UserKey), alive); return err })
+		err := t.s.retry(ctx, func() (err error) { ok, err = t.updateUser(ctx, u, false, returning); return err })
 		if err != nil || ok {
 			return u.out, err
 		}
 		missed = true
 	}
 	err = t.atomic(ctx, func(t *txn) error {
-		if !missed {
-			if ok, err := t.updateUser(ctx, u, false, byKey(u.UserKey), alive); err != nil || ok {
-				return err
-			}
+		if err := t.upsertUser(ctx, u, returning, missed); err != nil || u.Session == nil {
+			return err
 		}
-		for range 3 {
-			if ok, err := t.insertUser(ctx, u, true); err != nil || ok {
-				return err
-			}
-			// Expired, converted or inserted concurrently.
-			row, err := first[User](t, ctx, op, byKey(u.UserKey), func(db *gorm.DB) *gorm.DB {
-				if t.s.pg { // SQLite's writers are serialized already
-					db = db.Clauses(clause.Locking{Strength: "UPDATE"})
-				}
-				return db
-			})
-			if errors.Is(err, store.ErrNotFound) {
-				continue // deleted meanwhile
-			} else if err != nil {
-				return err
-			}
-			expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
-			if expired || row.Ephemeral && u.Persistent {
-				// The place first, so that ErrLimit changes nothing.
-				if err := t.takePlace(ctx, u); err != nil {
-					return err
-				}
-			}
-			if !expired {
-				_, err := t.updateUser(ctx, u, row.Ephemeral && u.Persistent, whereSQL("id = ?", row.ID))
-				return err
-			}
-			// Absent: replace it with everything it owns.
-			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
-				return err
-			}
-			if ok, err := t.insertUser(ctx, u, false); err != nil || ok {
-				return err
-			}
-			break
-		}
-		return t.fail(wrapErr(op, store.ErrConflict))
+		s := u.Session.Session
+		s.UserID = u.out.ID
+		return t.CreateSession(ctx, u.Session.Hash, s)
 	})
 	return u.out, err
 }
 
+// upsertUser is UpsertUser in a transaction, the update of the returning
+// user (where it is) already tried when missed.
+func (t *txn) upsertUser(ctx context.Context, u *upsertUser, returning clause.Expression, missed bool) error {
+	const op = "upsert user"
+	if !missed {
+		if ok, err := t.updateUser(ctx, u, false, returning); err != nil || ok {
+			return err
+		}
+	}
+	for range 3 {
+		if ok, err := t.insertUser(ctx, u, true); err != nil || ok {
+			return err
+		}
+		// Expired, converted or inserted concurrently.
+		row, err := first[User](t, ctx, op, byKey(u.UserKey), func(db *gorm.DB) *gorm.DB {
+			if t.s.pg { // SQLite's writers are serialized already
+				db = db.Clauses(clause.Locking{Strength: "UPDATE"})
+			}
+			return db
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		} else if err != nil {
+			return err
+		}
+		expired := row.Ephemeral && row.ExpiresAt != nil && *row.ExpiresAt <= u.now.UnixNano()
+		if expired || row.Ephemeral && u.Persistent {
+			// The place first, so that ErrLimit changes nothing.
+			if err := t.takePlace(ctx, u); err != nil {
+				return err
+			}
+		}
+		if !expired {
+			_, err := t.updateUser(ctx, u, row.Ephemeral && u.Persistent, gorm.Expr("id = ?", row.ID))
+			return err
+		}
+		// Absent: replace it with everything it owns.
+		if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Delete(&User{}, row.ID) }); err != nil {
+			return err
+		}
+		if ok, err := t.insertUser(ctx, u, false); err != nil || ok {
+			return err
+		}
+		break
+	}
+	return t.fail(wrapErr(op, store.ErrConflict))
+}
+
 // updateUser applies u to the user where selects, converting it to
 // persistent when persist is set, and reports whether a row matched.
-func (t *txn) updateUser(ctx context.Context, u *upsertUser, persist bool, where ...func(*gorm.DB) *gorm.DB) (bool, error) {
+func (t *txn) updateUser(ctx context.Context, u *upsertUser, persist bool, where clause.Expression) (bool, error) {
 	set := map[string]any{"updated_at": u.now.UnixNano()}
 	profile := map[string]*string{"email": u.Email, "display_name": u.DisplayName, "picture": u.Picture, "security_context": u.securityContext}
 	for col, v := range profile {
@@ -163,7 +180,17 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, persist bool, where
 	}
 	var row User
 	n, err := t.do(ctx, "upsert user", func(db *gorm.DB) *gorm.DB {
-		return db.Model(&row).Scopes(where...).Clauses(clause.Returning{}).Updates(set)
+		ns := u.Session
+		if ns == nil || t.inTx {
+			return db.Model(&row).Where(where).Clauses(clause.Returning{}).Updates(set)
+		}
+		// Outside a transaction (PostgreSQL's returning user), the session's
+		// INSERT goes with the UPDATE in one atomic statement, which GORM
+		// cannot write: a data-modifying WITH.
+		return db.Raw(`WITH u AS (UPDATE embedkit_users ? WHERE ? RETURNING *), s AS (INSERT INTO embedkit_sessions (hash, account_id,
+			user_id, deployment_id, embed_tenant_id, embed_tenant_name, creator_mode, created_at, expires_at, key_hash)
+			SELECT ?, u.account_id, u.id, ?, ?, ?, ?, ?, ?, ? FROM u) SELECT * FROM u`, clause.Assignments(set), where, ns.Hash, ns.Session.DeploymentID, ns.Session.EmbedTenantID, ns.Session.EmbedTenantName,
+			ns.Session.CreatorMode, nowOr(ns.Session.CreatedAt).UnixNano(), ns.Session.ExpiresAt.UnixNano(), keyHash(ns.Session.KeyHash)).Scan(&row)
 	})
 	if n > 0 {
 		u.out = row.user()
@@ -336,15 +363,20 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 }
 
 func (t *txn) CreateSession(ctx context.Context, hash []byte, s store.Session) error {
-	if len(s.KeyHash) == 0 {
-		s.KeyHash = nil // no key, not a key with an empty hash
-	}
 	_, err := t.write(ctx, "create session", func(db *gorm.DB) *gorm.DB {
 		return db.Create(&Session{Hash: hash, AccountID: s.AccountID, UserID: s.UserID, DeploymentID: s.DeploymentID,
 			EmbedTenantID: s.EmbedTenantID, EmbedTenantName: s.EmbedTenantName, CreatorMode: s.CreatorMode,
-			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: s.KeyHash})
+			CreatedAt: nowOr(s.CreatedAt).UnixNano(), ExpiresAt: s.ExpiresAt.UnixNano(), KeyHash: keyHash(s.KeyHash)})
 	})
 	return err
+}
+
+// keyHash is nil for no key, not a key with an empty hash.
+func keyHash(h []byte) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 // ExchangeSession marks the session used (a concurrent exchange waits for

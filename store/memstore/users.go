@@ -87,6 +87,13 @@ func (d *db) upsertUser(u store.UserUpsert) (store.User, error) {
 	if u.SetGroups {
 		d.replaceMemberships(nu.ID, u.GroupScope, u.Groups)
 	}
+	if ns := u.Session; ns != nil {
+		sess := ns.Session
+		sess.UserID = nu.ID
+		if err := d.createSession(ns.Hash, sess); err != nil {
+			return store.User{}, err
+		}
+	}
 	return copyUser(nu), nil
 }
 

@@ -9,6 +9,70 @@ import (
 
 var sessionRules = []rule{
 	{
+		name: "UpsertUser with a Session stores the user and the session id, both or neither",
+		doc:  "A new or returning user's upsert with Session stores the session for that user (whatever Session.UserID says), on the store and in a transaction; a KeyHash naming no stored key is ErrNotFound and neither the user's change nor the session is stored.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			mustNil(t, "SaveAPIKey", st.SaveAPIKey(ctx(t), store.APIKey{Hash: []byte("key"), AccountID: f.account.ID}))
+			et, err := st.EnsureEmbedTenant(ctx(t), f.account.ID, "tenant-one", 0)
+			mustNil(t, "EnsureEmbedTenant", err)
+			upsert := func(tx store.Tx, ext, name, key, hash string) (store.User, error) {
+				up := f.upsert(ext)
+				up.DisplayName = &name
+				up.Session = &store.NewSession{Hash: []byte(hash), Session: store.Session{
+					AccountID: f.account.ID, UserID: 999999, DeploymentID: f.deploy.ID, EmbedTenantID: et.ID,
+					EmbedTenantName: et.Name, CreatorMode: true, CreatedAt: t0, ExpiresAt: t0.Add(5 * time.Minute), KeyHash: []byte(key)}}
+				return tx.UpsertUser(ctx(t), up)
+			}
+			inTx := func(ext, name, key, hash string) (u store.User, err error) {
+				err = st.InTx(ctx(t), func(tx store.Tx) (err error) { u, err = upsert(tx, ext, name, key, hash); return err })
+				return u, err
+			}
+			exchange := func(hash string, u store.User) {
+				t.Helper()
+				g, err := st.ExchangeSession(ctx(t), []byte(hash), []byte("tok-"+hash), t0.Add(time.Hour), t0)
+				mustNil(t, "ExchangeSession of "+hash, err)
+				if g.UserID != u.ID || g.EmbedTenantID != et.ID || g.EmbedTenantName != et.Name || !g.CreatorMode || string(g.KeyHash) != "key" {
+					t.Errorf("grant of %s = %+v, want user %d in %+v with key", hash, g, u.ID, et)
+				}
+			}
+			for _, via := range []struct {
+				name string
+				call func(ext, name, key, hash string) (store.User, error)
+			}{
+				{"store", func(ext, name, key, hash string) (store.User, error) { return upsert(st, ext, name, key, hash) }},
+				{"InTx", inTx},
+			} {
+				ext := "u-" + via.name
+				u, err := via.call(ext, "New", "key", via.name+"-new")
+				mustNil(t, via.name+": UpsertUser of a new user with a session", err)
+				exchange(via.name+"-new", u)
+				again, err := via.call(ext, "Back", "key", via.name+"-back")
+				mustNil(t, via.name+": UpsertUser of a returning user with a session", err)
+				if again.ID != u.ID || again.DisplayName != "Back" {
+					t.Errorf("%s: returning user = %+v, want user %d named Back", via.name, again, u.ID)
+				}
+				exchange(via.name+"-back", u)
+
+				_, err = via.call(ext, "Gone", "deleted-key", via.name+"-gone")
+				wantErr(t, via.name+": returning user, key missing", err, store.ErrNotFound)
+				_, err = via.call(ext+"-2", "Gone", "deleted-key", via.name+"-gone2")
+				wantErr(t, via.name+": new user, key missing", err, store.ErrNotFound)
+				got, err := st.UserByKey(ctx(t), u.Key(), t0)
+				mustNil(t, "UserByKey", err)
+				if got.DisplayName != "Back" {
+					t.Errorf("%s: a refused upsert changed the user's name to %q", via.name, got.DisplayName)
+				}
+				_, err = st.UserByKey(ctx(t), store.UserKey{AccountID: f.account.ID, ExternalID: ext + "-2"}, t0)
+				wantErr(t, via.name+": user of a refused upsert", err, store.ErrNotFound)
+				for _, h := range []string{"-gone", "-gone2"} {
+					_, err = st.ExchangeSession(ctx(t), []byte(via.name+h), []byte("t"+via.name+h), t0.Add(time.Hour), t0)
+					wantErr(t, via.name+": session of a refused upsert", err, store.ErrNotFound)
+				}
+			}
+		},
+	},
+	{
 		name: "ExchangeSession trades a session id for a token once",
 		doc:  "A session id is single use; the exchange returns the grant with the token's expiry, the token then resolves to the same grant, and a second exchange is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {
