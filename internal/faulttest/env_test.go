@@ -144,6 +144,7 @@ type genReq struct {
 	extID   string
 	country string
 	group   string
+	tenant  string // embedTenantName, if any: a new one makes the request a transaction
 
 	start, end time.Time
 	status     int    // 0 when the request itself failed
@@ -154,12 +155,16 @@ type genReq struct {
 }
 
 func (g *genReq) body() map[string]any {
-	return map[string]any{
+	b := map[string]any{
 		"deploymentId":   1,
 		"externalId":     g.extID,
 		"userAttributes": []any{map[string]any{"name": "country", "value": g.country}},
 		"groups":         []string{g.group},
 	}
+	if g.tenant != "" {
+		b["embedTenantName"] = g.tenant
+	}
+	return b
 }
 
 // generate sends one generate-session request, bounded by hangGuard.

@@ -358,8 +358,8 @@ func collect(t *testing.T, e *env, req chatstream.Request) ([]chatstream.Message
 }
 
 // TestPostgresBlackHoleAtRollback cuts the network exactly when a
-// transaction that failed on a rule (an unknown group: 400) sends its
-// ROLLBACK: the request is still answered within about the query timeout,
+// transaction that failed on a rule (an unknown group: 400; the new embed
+// tenant makes the request a transaction) sends its ROLLBACK: the request is still answered within about the query timeout,
 // because the rollback is bounded too, and the connection is not reused.
 func TestPostgresBlackHoleAtRollback(t *testing.T) {
 	e := newPostgresEnv(t)
@@ -369,7 +369,7 @@ func TestPostgresBlackHoleAtRollback(t *testing.T) {
 		t.Fatalf("warm-up: %d %q %v", warm.status, warm.errMsg, warm.err)
 	}
 	e.proxy.BlackHoleOn("ROLLBACK")
-	g := &genReq{extID: "rolled-back", country: "R", group: "no-such-group"}
+	g := &genReq{extID: "rolled-back", country: "R", group: "no-such-group", tenant: "rolled-back-tenant"}
 	e.generate(t.Context(), g)
 	took := g.end.Sub(g.start)
 	if e.proxy.Mode() != faulttest.BlackHole {
