@@ -30,14 +30,13 @@ func first[R any](t *txn, ctx context.Context, op string, scopes ...func(*gorm.D
 	return row, someRow(op, n, err)
 }
 
-// list reads the rows of R that scopes select in order, converted by conv.
 func list[R, T any](t *txn, ctx context.Context, op string, conv func(R) T, order string, scopes ...func(*gorm.DB) *gorm.DB) ([]T, error) {
 	var rows []R
 	_, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Scopes(scopes...).Order(order).Find(&rows) })
 	return convert(rows, conv), err
 }
 
-func whereSQL(query string, args ...any) func(*gorm.DB) *gorm.DB {
+func whereSQL(query any, args ...any) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB { return db.Where(query, args...) }
 }
 
@@ -60,7 +59,6 @@ func (t *txn) SaveAccount(ctx context.Context, a store.Account) (store.Account, 
 	return account(row, err)
 }
 
-// account converts a row read or written with err.
 func account(r Account, err error) (store.Account, error) {
 	if err != nil {
 		return store.Account{}, err
@@ -336,8 +334,7 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 
 const inScope = "account_id = ? AND embed_tenant_id = ?"
 
-// after selects the definitions of model in s after afterID, at most
-// limit (GORM would drop a negative LIMIT).
+// after selects a page of model's definitions in s (limit at least 0: GORM would drop a negative LIMIT).
 func after(model any, s store.Scope, afterID int64, limit int) func(*gorm.DB) *gorm.DB {
 	return func(db *gorm.DB) *gorm.DB {
 		return db.Model(model).Select("*").Where(inScope+" AND id > ?", s.AccountID, s.EmbedTenantID, afterID).Limit(max(limit, 0))

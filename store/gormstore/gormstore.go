@@ -24,6 +24,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,7 +127,6 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	})
 }
 
-// retry runs f until it succeeds or fails for good (see InTx).
 func (s *Store) retry(ctx context.Context, f func() error) error {
 	if s.closed.Load() {
 		return errClosed
@@ -156,14 +156,10 @@ type txn struct {
 	abort error
 }
 
-// do runs one statement built by f under ctx (outside a transaction, with
-// the query timeout) and returns how many rows it affected or returned.
+// do runs the statement f builds and returns how many rows it affected or returned.
 func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (int64, error) {
-	if t.abort != nil {
-		return 0, t.abort
-	}
-	if t.s.closed.Load() {
-		return 0, errClosed
+	if t.abort != nil || t.s.closed.Load() {
+		return 0, cmp.Or(t.abort, errClosed)
 	}
 	if !t.inTx {
 		var cancel context.CancelFunc
@@ -205,7 +201,6 @@ func (t *txn) atomic(ctx context.Context, fn func(t *txn) error) error {
 	return t.s.InTx(ctx, func(tx store.Tx) error { return fn(tx.(*txn)) })
 }
 
-// atomically is atomic for a fn with a result.
 func atomically[T any](t *txn, ctx context.Context, fn func(t *txn) (T, error)) (out T, err error) {
 	err = t.atomic(ctx, func(t *txn) (err error) {
 		out, err = fn(t)
@@ -262,11 +257,7 @@ func WithQueryTimeout(d time.Duration) Option {
 }
 
 // wrapErr makes err an error of the store, "gormstore: <op>: ", with the
-// sentinel it means: a duplicate key is [store.ErrConflict], a missing
-// referenced row [store.ErrNotFound] (see txn.do for the dialect's
-// translation); busy, locked, serialization failure or deadlock (retried
-// by [Store.InTx]) and a lost connection, deadline or shutdown are
-// [store.ErrUnavailable].
+// sentinel classify finds (after txn.do's translation by the dialect).
 func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -305,20 +296,16 @@ func classify(err error) (kind error, retry bool) {
 		return nil, false
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone), errors.Is(err, gorm.ErrInvalidTransaction),
 		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.As(err, new(net.Error)): // also a deadline, a closed socket and a syscall.Errno such as ECONNRESET
+		errors.As(err, new(net.Error)), // also a deadline, a closed socket and a syscall.Errno such as ECONNRESET
+		// Errors without a code: a closed pool or connection, SQLite's file.
+		slices.ContainsFunc([]string{"sql: database is closed", "conn closed", "timeout", "failed to connect", "connection refused",
+			"disk I/O error", "database or disk is full", "unable to open database file", "file is not a database"},
+			func(s string) bool { return strings.Contains(msg, s) }):
 		return store.ErrUnavailable, false
-	}
-	// Errors without a code: a closed pool or connection, SQLite's file.
-	for _, s := range []string{"sql: database is closed", "conn closed", "timeout", "failed to connect", "connection refused",
-		"disk I/O error", "database or disk is full", "unable to open database file", "file is not a database"} {
-		if strings.Contains(msg, s) {
-			return store.ErrUnavailable, false
-		}
 	}
 	return nil, false
 }
 
-// isRetryable reports whether a transaction that failed with err may succeed again.
 func isRetryable(err error) bool {
 	_, retry := classify(err)
 	return retry

@@ -19,15 +19,14 @@ import (
 // writer, runs while calls wait: each call's fn under its caller's context
 // in a savepoint of its own, then one commit for all. Running the fns
 // itself, the writer never holds the write lock while the scheduler finds
-// a caller a core. Between runs it keeps its connection when the pool has
-// room for two more (a pool of one or two gets it back: reads need it).
+// a caller a core.
 type group struct {
 	mu      sync.Mutex
 	waiting []*member
 	running bool           // a writer goroutine is draining waiting
 	wg      sync.WaitGroup // the writer, for Close
 	w       groupTx        // the writer's connection and statements
-	keep    bool           // keep w between runs: the pool has room beside it
+	keep    bool           // keep w between runs: the pool has room for two more (a smaller pool gets it back: reads need it)
 }
 
 type member struct {
@@ -230,8 +229,7 @@ type groupTx struct {
 // number of values of an IN list or a batch insert.
 const maxStmts = 64
 
-// stmt returns q prepared on the connection, kept until release, or until
-// maxStmts texts are kept and it starts afresh.
+// stmt returns q prepared on the connection, cached (at most maxStmts texts, then afresh).
 func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -268,7 +266,6 @@ func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql
 func (t *groupTx) Commit() error   { return t.end("COMMIT") }
 func (t *groupTx) Rollback() error { return t.end("ROLLBACK") }
 
-// end runs a statement of the transaction's own (BEGIN, COMMIT...).
 func (t *groupTx) end(q string) error {
 	_, err := t.ExecContext(context.Background(), q)
 	return err
@@ -281,7 +278,6 @@ func (t *groupTx) closeStmts() {
 	}
 }
 
-// release closes the statements and gives the connection back.
 func (t *groupTx) release() {
 	t.closeStmts()
 	if t.Conn != nil {

@@ -76,16 +76,13 @@ var legacyTables = []string{
 // fresh start names them, keeping every row. Hand-written DDL: GORM's
 // migrator renames neither sequences nor constraints.
 func prefixNames(tx *gorm.DB) error {
-	m, renames := tx.Migrator(), renamesSQLite
-	if tx.Dialector.Name() == "postgres" {
-		renames = renamesPostgres
-	}
+	m, q := tx.Migrator(), renames[tx.Dialector.Name() == "postgres"]
 	for _, old := range legacyTables {
 		if err := m.RenameTable(old, "embedkit_"+old); err != nil {
 			return err
 		}
 		var stmts []string
-		err := tx.Raw(renames, "embedkit_"+old).Scan(&stmts).Error
+		err := tx.Raw(q, "embedkit_"+old).Scan(&stmts).Error
 		for i := 0; err == nil && i < len(stmts); i++ {
 			err = tx.Exec(stmts[i]).Error
 		}
@@ -96,21 +93,21 @@ func prefixNames(tx *gorm.DB) error {
 	return nil
 }
 
-// renamesPostgres lists the statements that rename the indexes (primary
-// keys and unique constraints included), owned sequences and foreign keys
-// of a table.
-const renamesPostgres = `WITH t AS (SELECT (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AS oid)
+// renames lists, by PostgreSQL, the statements that rename a table's indexes
+// (primary keys and unique constraints included), owned sequences and foreign
+// keys; on SQLite, that drop its old indexes (SQLite cannot rename an index):
+// upgrade, next, creates the model's.
+var renames = map[bool]string{
+	true: `WITH t AS (SELECT (quote_ident(current_schema()) || '.' || quote_ident(?))::regclass AS oid)
 	SELECT format('ALTER INDEX %I RENAME TO %I', i.relname, 'embedkit_' || i.relname) FROM t, pg_index x
 	JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = t.oid AND i.relname NOT LIKE 'embedkit\_%'
 	UNION ALL SELECT format('ALTER SEQUENCE %I RENAME TO %I', s.relname, 'embedkit_' || s.relname) FROM t, pg_depend d
 	JOIN pg_class s ON s.oid = d.objid WHERE d.refobjid = t.oid AND s.relkind = 'S' AND d.deptype IN ('a', 'i') AND s.relname NOT LIKE 'embedkit\_%'
 	UNION ALL SELECT format('ALTER TABLE %s RENAME CONSTRAINT %I TO %I', t.oid, conname, 'fk_embedkit_' || substr(conname, 4)) FROM t, pg_constraint
-	WHERE conrelid = t.oid AND contype = 'f' AND conname LIKE 'fk\_%' AND conname NOT LIKE 'fk\_embedkit\_%'`
-
-// renamesSQLite lists the statements that drop the old indexes of a table
-// (SQLite cannot rename an index); upgrade, next, creates the model's.
-const renamesSQLite = `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
-	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`
+	WHERE conrelid = t.oid AND contype = 'f' AND conname LIKE 'fk\_%' AND conname NOT LIKE 'fk\_embedkit\_%'`,
+	false: `SELECT 'DROP INDEX "' || replace(name, '"', '""') || '"' FROM sqlite_master
+	WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL AND name NOT LIKE 'embedkit\_%' ESCAPE '\'`,
+}
 
 // upgrade adds the columns and indexes of the current models that a
 // database of version 3 to 5 lacks. The API key of sessions and

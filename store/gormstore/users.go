@@ -37,10 +37,6 @@ func (r User) user() store.User {
 	return u
 }
 
-func byKey(k store.UserKey) func(*gorm.DB) *gorm.DB {
-	return func(db *gorm.DB) *gorm.DB { return db.Where(keyIs(k)) }
-}
-
 func keyIs(k store.UserKey) clause.Expr {
 	if k.InternalID != "" {
 		return gorm.Expr("account_id = ? AND internal_id = ?", k.AccountID, k.InternalID)
@@ -87,17 +83,16 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 		alive = gorm.Expr("NOT ephemeral") // converting an ephemeral user takes the rare path
 	}
 	returning := clause.And(keyIs(u.UserKey), alive)
-	missed := false
 	if !t.inTx && t.s.pg { // a returning user's UPDATE alone is atomic: no BEGIN and COMMIT round trips
 		var ok bool
 		err := t.s.retry(ctx, func() (err error) { ok, err = t.updateUser(ctx, u, false, returning); return err })
 		if err != nil || ok {
 			return u.out, err
 		}
-		missed = true
+		returning = nil // tried
 	}
 	err = t.atomic(ctx, func(t *txn) error {
-		if err := t.upsertUser(ctx, u, returning, missed); err != nil || u.Session == nil {
+		if err := t.upsertUser(ctx, u, returning); err != nil || u.Session == nil {
 			return err
 		}
 		s := u.Session.Session
@@ -107,11 +102,11 @@ func (t *txn) UpsertUser(ctx context.Context, req store.UserUpsert) (store.User,
 	return u.out, err
 }
 
-// upsertUser is UpsertUser in a transaction, the update of the returning
-// user (where it is) already tried when missed.
-func (t *txn) upsertUser(ctx context.Context, u *upsertUser, returning clause.Expression, missed bool) error {
+// upsertUser is UpsertUser in a transaction; returning selects the returning
+// user to update first, nil when that was tried already.
+func (t *txn) upsertUser(ctx context.Context, u *upsertUser, returning clause.Expression) error {
 	const op = "upsert user"
-	if !missed {
+	if returning != nil {
 		if ok, err := t.updateUser(ctx, u, false, returning); err != nil || ok {
 			return err
 		}
@@ -121,7 +116,7 @@ func (t *txn) upsertUser(ctx context.Context, u *upsertUser, returning clause.Ex
 			return err
 		}
 		// Expired, converted or inserted concurrently.
-		row, err := first[User](t, ctx, op, byKey(u.UserKey), func(db *gorm.DB) *gorm.DB {
+		row, err := first[User](t, ctx, op, whereSQL(keyIs(u.UserKey)), func(db *gorm.DB) *gorm.DB {
 			if t.s.pg { // SQLite's writers are serialized already
 				db = db.Clauses(clause.Locking{Strength: "UPDATE"})
 			}
@@ -265,7 +260,7 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 }
 
 func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
-	row, err := first[User](t, ctx, "user by key", primary, byKey(k), whereSQL(visible, nowOr(now).UnixNano()))
+	row, err := first[User](t, ctx, "user by key", primary, whereSQL(keyIs(k)), whereSQL(visible, nowOr(now).UnixNano()))
 	return row.user(), err
 }
 
@@ -299,7 +294,8 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 
 // userData reads, by t.s.pg, the user's attributes (the value of each:
 // the member of attribute_values named by its ID) and groups (the IDs
-// listed under the embed tenant's ID in group_ids) that s defines.
+// listed under the embed tenant's ID in group_ids) that s defines;
+// userDataSQL takes the dialect's expressions of the three.
 var userData = map[bool]string{
 	false: fmt.Sprintf(userDataSQL, `u.attribute_values -> ('$."' || d.id || '"')`, "SELECT CAST(j.key AS INTEGER) FROM json_each(u.attribute_values) j",
 		`SELECT j.value FROM json_each(u.group_ids, '$."' || ? || '"') j`),
@@ -307,8 +303,6 @@ var userData = map[bool]string{
 		"SELECT e::bigint FROM jsonb_array_elements_text(u.group_ids::jsonb -> ?) e"),
 }
 
-// userDataSQL takes the dialect's expressions of an attribute's value, of
-// the attribute IDs and of the group IDs.
 const userDataSQL = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, d.name, d.type, d.display_name, d.default_value, d.description, d.created_at, d.updated_at, %s AS value
 	FROM embedkit_users u JOIN embedkit_catalog_attributes d ON d.account_id = ? AND d.embed_tenant_id = ? AND d.id IN (%s) WHERE u.id = ?
 	UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL

@@ -23,8 +23,7 @@ import (
 // PoolSize returns the size of the pool Open creates: four connections per
 // core the Go runtime may use (runtime.GOMAXPROCS), at least 16, since a
 // transaction holds its connection over a round trip per statement, mostly
-// waiting (fewer queued chat openings on small machines). A host wanting
-// another size hands its own handle to [gormstore.OpenDB].
+// waiting (fewer queued chat openings on small machines).
 func PoolSize() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 
 // Open connects to the PostgreSQL database named by dsn (a URL or
