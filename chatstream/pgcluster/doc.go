@@ -57,8 +57,11 @@
 //
 // # Connections
 //
-// A Cluster holds its own pgxpool (size set by the DSN's pool_max_conns,
-// pgx's default otherwise) and one more connection for LISTEN. Its
+// A Cluster holds its own pgxpool and one more connection for LISTEN. The
+// pool has the DSN's pool_max_conns connections or, without it, four per
+// core the Go runtime may use (runtime.GOMAXPROCS), at least 16: every
+// chat opening's claim takes one while the writes of lines and releases
+// hold theirs. Its
 // connections show in pg_stat_activity as application_name "embedkit-cluster
 // <replica id>" (unless the DSN sets one) and "embedkit-listen <replica
 // id>".

@@ -3,7 +3,9 @@ package pgcluster
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,4 +288,31 @@ func twoReplicas(t *testing.T) (dsn string, a, b *Cluster) {
 		return c
 	}
 	return dsn, open("a"), open("b")
+}
+
+// TestPoolSize checks the size of the cluster's pool: four connections per
+// GOMAXPROCS, at least 16, unless the DSN's pool_max_conns sets it.
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct {
+		dsn  string
+		want int32
+	}{
+		{dsn, int32(max(16, 4*runtime.GOMAXPROCS(0)))},
+		{dsn + sep + "pool_max_conns=3", 3},
+	} {
+		c, err := New(t.Context(), tc.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.pool.Config().MaxConns; got != tc.want {
+			t.Errorf("pool size %d, want %d", got, tc.want)
+		}
+		_ = c.Close()
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +110,13 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 	}
 	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = "embedkit-cluster " + cfg.replicaID
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// As the store's pool (gormstore/postgres.PoolSize): every opening's
+		// claim waits for a connection while the flusher's and the
+		// releases' transactions hold theirs, and pgx's default (4 on 2
+		// cores) queued the openings.
+		pcfg.MaxConns = int32(max(16, 4*runtime.GOMAXPROCS(0)))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
