@@ -476,13 +476,15 @@ func fits(kind, def store.AttributeType) bool {
 	return kind == def
 }
 
-// OneWrite reports whether Apply writes nothing for r but the external
-// user (with its Session): no definitions, and no embed tenant or a known
-// one. Such a provisioning needs no transaction of its own (Apply may run
-// on the store itself), as the store makes each of its writes atomic.
+// OneWrite reports whether Apply writes at most one thing for r: no
+// definitions, no embed tenant or a known one, and either an external
+// user (with its Session) or an internal user without a Session (which
+// Apply only reads). Such a provisioning needs no transaction of its own
+// (Apply may run on the store itself), as the store makes each of its
+// writes atomic.
 func (r Request) OneWrite() bool {
 	known := r.KnownEmbedTenant.ID != 0 && r.KnownEmbedTenant.Name == cmp.Or(r.EmbedTenantName, store.DefaultEmbedTenant)
-	return r.InternalID == "" && (known || !r.CreatorMode && r.EmbedTenantName == "") &&
+	return (r.InternalID == "" || r.Session == nil) && (known || !r.CreatorMode && r.EmbedTenantName == "") &&
 		len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
 }
 

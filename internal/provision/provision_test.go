@@ -86,3 +86,32 @@ func TestValidEmbedTenantName(t *testing.T) {
 		}
 	}
 }
+
+// TestOneWrite checks which requests Apply may run without a transaction
+// of their own: those that write at most one thing.
+func TestOneWrite(t *testing.T) {
+	known := store.EmbedTenant{ID: 5, AccountID: 1, Name: "tenant-one"}
+	sess := &store.NewSession{Hash: []byte("h")}
+	for _, tc := range []struct {
+		name string
+		r    provision.Request
+		want bool
+	}{
+		{"external user", provision.Request{ExternalID: "u"}, true},
+		{"external user with a session", provision.Request{ExternalID: "u", Session: sess}, true},
+		{"internal user (a read)", provision.Request{InternalID: "a@x.test"}, true},
+		{"internal user with a session (a read, then a write)", provision.Request{InternalID: "a@x.test", Session: sess}, false},
+		{"group definitions", provision.Request{ExternalID: "u", GroupDefinitions: []store.GroupDef{{Name: "g"}}}, false},
+		{"attribute definitions", provision.Request{ExternalID: "u", AttributeDefinitions: []store.AttributeDef{{Name: "a", Type: store.TypeString}}}, false},
+		{"creator mode, embed tenant unknown", provision.Request{ExternalID: "u", CreatorMode: true}, false},
+		{"named embed tenant unknown", provision.Request{ExternalID: "u", EmbedTenantName: "tenant-one"}, false},
+		{"named embed tenant known", provision.Request{ExternalID: "u", EmbedTenantName: "tenant-one", KnownEmbedTenant: known}, true},
+		{"another embed tenant known", provision.Request{ExternalID: "u", EmbedTenantName: "tenant-two", KnownEmbedTenant: known}, false},
+		{"creator mode, default embed tenant known", provision.Request{ExternalID: "u", CreatorMode: true,
+			KnownEmbedTenant: store.EmbedTenant{ID: 6, AccountID: 1, Name: store.DefaultEmbedTenant}}, true},
+	} {
+		if got := tc.r.OneWrite(); got != tc.want {
+			t.Errorf("%s: OneWrite = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
