@@ -217,16 +217,13 @@ func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (Turn
 	} else {
 		now := h.cfg.now()
 		lim := h.cfg.limitsOf(c.acct)
-		err := h.st.InTx(ctx, func(tx store.Tx) error {
-			p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
-			p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
-			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
-			user, scope = res.User, res.Scope
-			return err
-		})
+		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
+		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+		res, err := provision.Run(ctx, h.st, c.acct, p, now)
 		if err != nil {
 			return Turn{}, err
 		}
+		user, scope = res.User, res.Scope
 	}
 	data, err := h.st.UserData(ctx, user.ID, scope)
 	if err != nil {

@@ -66,17 +66,7 @@ func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, 
 	p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 	p.KnownDefinitions = h.defs.Known(c.acct.ID, p)
 	gen := h.defs.Generation()
-	var res provision.Result
-	apply := func(tx store.Tx) (err error) {
-		res, err = provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
-		return err
-	}
-	var err error
-	if p.OneWrite() {
-		err = apply(h.st) // the user's write alone is atomic
-	} else {
-		err = h.st.InTx(ctx, apply)
-	}
+	res, err := provision.Run(ctx, h.st, c.acct, p, now)
 	if err == nil {
 		h.defs.Add(gen, res.Found)
 	}

@@ -20,7 +20,7 @@ var errEmptyTenantName = wire.BadRequest("embedTenantName must be lowercase, 5 t
 // validate, then, atomically, check the deployment, provision the user and
 // store a new sessionId (in one transaction, or in the user's one write
 // when that is all the request writes). The deployment is read with the
-// definitions the request names ([provision.Apply]), not on its own.
+// definitions the request names ([provision.Run]), not on its own.
 func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	acct, _, ok := middleware.AccountFromContext(ctx)
@@ -74,16 +74,7 @@ func (h *Handler) generateSession(w http.ResponseWriter, r *http.Request) {
 		ExpiresAt:    now.Add(h.o.sessionTTL),
 		KeyHash:      middleware.APIKeyHashFromContext(ctx),
 	}}
-	var res provision.Result
-	apply := func(tx store.Tx) (err error) {
-		res, err = provision.Apply(ctx, tx, acct, preq, acct.ExternalUserLimit(), now)
-		return err
-	}
-	if preq.OneWrite() {
-		err = apply(h.st) // the user's write, with the session, is atomic
-	} else {
-		err = h.st.InTx(ctx, apply)
-	}
+	res, err := provision.Run(ctx, h.st, acct, preq, now)
 	if errors.Is(err, store.ErrNotFound) {
 		// A row the request's writes reference is gone: the API key
 		// (revoked since the request authenticated with it, perhaps on

@@ -500,13 +500,30 @@ func (r Request) session(res Result) *store.NewSession {
 	return &ns
 }
 
+// Run applies r on st atomically: on the store itself when r writes at
+// most one thing ([Request.OneWrite]; each of the store's writes is
+// atomic), else in one transaction. The account's limit of persistent
+// external users applies.
+func Run(ctx context.Context, st store.Store, acct store.Account, r Request, now time.Time) (res Result, err error) {
+	apply := func(tx store.Tx) (err error) {
+		res, err = Apply(ctx, tx, acct, r, acct.ExternalUserLimit(), now)
+		return err
+	}
+	if r.OneWrite() {
+		err = apply(st)
+	} else {
+		err = st.InTx(ctx, apply)
+	}
+	return res, err
+}
+
 // Apply provisions the user of a validated request inside tx: it upserts the
 // creator-mode definitions first, then reads the definitions the request
 // names (and its deployment) in one [store.Catalog.Lookup], validates, and
 // writes the user with its attribute values and memberships in one
-// [store.Users.UpsertUser], with r.Session if set. Failures are *wire.Error values with the spec's
-// messages; any error means the caller must roll back. maxUsers is the
-// account's limit of persistent external users.
+// [store.Users.UpsertUser], with r.Session if set. Failures are *wire.Error
+// values with the spec's messages; any error means the caller must roll
+// back. maxUsers is the account's limit of persistent external users.
 func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxUsers int, now time.Time) (Result, error) {
 	// The deployment is checked before anything else, and with the names
 	// when nothing comes before them.
