@@ -292,13 +292,10 @@ func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.
 	return out, err
 }
 
-// userData reads, by t.s.pg, the user's attributes (the members of
-// attribute_values, keyed by definition ID) and groups (the IDs listed
-// under the embed tenant's ID in group_ids) that s defines. Each ID the
-// user's row lists is looked up by primary key: CROSS JOIN keeps SQLite
-// from scanning the scope's definitions, and its correlated IN (...) form
-// was several times slower on every call. userDataSQL takes the
-// dialect's expressions: the attribute IDs, their value, the group IDs.
+// userData reads, by t.s.pg, the user's attributes (attribute_values, by
+// definition ID) and groups (the IDs under the embed tenant's ID in
+// group_ids) that s defines, each ID looked up by primary key (CROSS JOIN
+// fixes SQLite's join order; a correlated IN (...) was several times slower).
 var userData = map[bool]string{
 	false: fmt.Sprintf(userDataSQL, "json_each(u.attribute_values) j", `u.attribute_values -> ('$."' || j.key || '"')`, "CAST(j.key AS INTEGER)",
 		`json_each(u.group_ids, '$."' || ? || '"') j`, "j.value"),
