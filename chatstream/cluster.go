@@ -111,7 +111,7 @@ type Cluster interface {
 	Join(ctx context.Context, key ThreadKey) (turn RemoteTurn, ok bool, err error)
 
 	// Abort asks the process running the thread's turn to abort it; the
-	// turn's [ClaimedTurn.Aborted] closes there shortly after. ok is false
+	// turn's [ClaimedTurn.AfterAbort] function runs there shortly after. ok is false
 	// when no turn of the thread runs (nothing changes then). Abort is
 	// idempotent.
 	Abort(ctx context.Context, key ThreadKey) (ok bool, err error)
@@ -128,10 +128,14 @@ type ClaimedTurn interface {
 	// after Release does nothing.
 	Publish(lines []Line)
 
-	// Aborted is closed when the turn must stop: another process (or this
-	// one) called [Cluster.Abort] for the thread, or the claim was taken
-	// over after its lease expired. It is never closed by Release.
-	Aborted() <-chan struct{}
+	// AfterAbort arranges for f to run once, on a goroutine of its own,
+	// when the turn must stop: another process (or this one) called
+	// [Cluster.Abort] for the thread, or the claim was taken over after
+	// its lease expired; at once when that already happened. Release never
+	// runs it. stop deregisters f, as with [context.AfterFunc]: it reports
+	// whether it stopped f from being run. Waiting costs no goroutine, so
+	// a running turn keeps one goroutine, its agent's.
+	AfterAbort(f func()) (stop func() bool)
 
 	// Release publishes final (the turn's last lines, __state__ included),
 	// waits until every line is written, marks the turn ended (its readers

@@ -404,6 +404,9 @@ type turn struct {
 	// claim is the turn's claim in the cluster (nil without one). It is
 	// set by reserve before the turn starts and read-only afterwards.
 	claim ClaimedTurn
+	// unwatch deregisters the claim's abort function (nil without one).
+	// Guarded by mu.
+	unwatch func() bool
 
 	mu  sync.Mutex
 	seq *sequence
@@ -487,6 +490,11 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent instrume
 	t.cancel = func(cause error) { cancel(cause); cancelDeadline() }
 
 	t.mu.Lock()
+	if t.claim != nil {
+		// An abort received by another replica (or a claim taken over)
+		// stops the turn here.
+		t.unwatch = t.claim.AfterAbort(func() { t.stop(errAborted, outcomeAborted) })
+	}
 	t.appendLocked(echo)
 	t.appendLocked(start)
 	// The echo is stored; an answer that is still empty needs no
@@ -499,25 +507,9 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent instrume
 	t.started = true
 	t.agentRunning = true
 	r.active++ // the agent's goroutine below
-	if t.claim != nil {
-		r.active++ // the abort watcher below
-	}
 	stopped := r.stopped
 	r.mu.Unlock()
 
-	if t.claim != nil {
-		// An abort received by another replica (or a claim taken over)
-		// stops the turn here.
-		aborted := t.claim.Aborted()
-		go func() {
-			defer r.ended()
-			select {
-			case <-aborted:
-				t.stop(errAborted, outcomeAborted)
-			case <-t.done:
-			}
-		}()
-	}
 	go t.run(agent, info, user, stopped)
 }
 
@@ -607,6 +599,9 @@ func (t *turn) finish(o outcome) {
 		return
 	}
 	t.finishing = true
+	if t.unwatch != nil {
+		t.unwatch()
+	}
 	lines, msgs, lastSort := t.seq.finish(o, t.reserved)
 	if lastSort <= t.reserved {
 		lastSort = 0 // stored already (t.reserved rises only once stored): the thread's row is not written

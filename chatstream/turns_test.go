@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
 )
 
 // TestHeldTurnGoroutines holds turns open on a paused agent, after a line
@@ -19,10 +21,36 @@ import (
 // each side, net/http's), a turn then runs one goroutine, its agent's; the
 // checkpoint's goroutine has ended.
 func TestHeldTurnGoroutines(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		testHeldTurnGoroutines(t, func(agent chatstream.Agent) *env {
+			return newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+		})
+	})
+	// In a cluster, waiting for an abort from another replica costs no
+	// goroutine either.
+	t.Run("pgcluster", func(t *testing.T) {
+		testHeldTurnGoroutines(t, func(agent chatstream.Agent) *env {
+			dsn := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
+			cl := openCluster(t, dsn)
+			return newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{agent: agent,
+				opts: []chatstream.Option{chatstream.WithCluster(cl)},
+				store: func(t testing.TB, _ string) store.Store {
+					st, err := testdb.OpenStore(dsn)
+					if err != nil {
+						t.Fatalf("open store: %v", err)
+					}
+					t.Cleanup(func() { _ = st.Close() })
+					return st
+				}})
+		})
+	})
+}
+
+func testHeldTurnGoroutines(t *testing.T, open func(chatstream.Agent) *env) {
 	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
 		chatstreamtest.Content("a"), chatstreamtest.Pause(time.Minute),
 	}}
-	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	e := open(agent)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}

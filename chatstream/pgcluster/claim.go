@@ -26,8 +26,8 @@ type claimedTurn struct {
 	c       *Cluster
 	id      string
 	key     chatstream.ThreadKey
-	aborted chan struct{}
-	once    sync.Once
+	aborted context.Context // canceled by abort
+	abort   context.CancelFunc
 
 	// Guarded by c.mu. A released claim stays in c.claims until the flush
 	// that ends it.
@@ -49,7 +49,8 @@ type claimedTurn struct {
 // advisory lock per account and counts the account's live claims, so that
 // concurrent claims on every replica cannot pass the limits together.
 func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64, lim chatstream.TurnLimits) (chatstream.ClaimedTurn, error) {
-	ct := &claimedTurn{c: c, id: newTurnID(), key: key, aborted: make(chan struct{})}
+	ct := &claimedTurn{c: c, id: newTurnID(), key: key}
+	ct.aborted, ct.abort = context.WithCancel(context.Background())
 	// Registered before the INSERT, so that an abort notification sent
 	// right after the commit finds it.
 	c.mu.Lock()
@@ -187,10 +188,10 @@ func (ct *claimedTurn) Publish(lines []chatstream.Line) {
 	signal(c.flushSig)
 }
 
-// Aborted implements [chatstream.ClaimedTurn].
-func (ct *claimedTurn) Aborted() <-chan struct{} { return ct.aborted }
-
-func (ct *claimedTurn) abort() { ct.once.Do(func() { close(ct.aborted) }) }
+// AfterAbort implements [chatstream.ClaimedTurn].
+func (ct *claimedTurn) AfterAbort(f func()) (stop func() bool) {
+	return context.AfterFunc(ct.aborted, f)
+}
 
 // Release implements [chatstream.ClaimedTurn]: the remaining lines, an eof
 // row and ended_at go with the flusher's next write, at once, together with

@@ -34,11 +34,9 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	stop := turn.AfterAbort(func() { fmt.Println("aborted") }) // Abort on any replica
+	defer stop()
 	turn.Publish([]chatstream.Line{{Sort: 5, Data: []byte(`{"id":"m1","content":"Hel"}` + "\n")}})
-	select {
-	case <-turn.Aborted(): // Abort on any replica
-	default:
-	}
 	_ = turn.Release(ctx, []chatstream.Line{{Sort: 7, State: true, Data: []byte(`{"id":"__state__"}` + "\n")}})
 
 	// On another replica: rejoin the running turn.

@@ -97,7 +97,7 @@ func TestListenConnectionIsPinged(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-ct.Aborted():
+	case <-aborted(ct):
 	case <-time.After(5 * time.Second):
 		t.Fatal("notification lost between pings")
 	}
@@ -315,4 +315,11 @@ func TestPoolSize(t *testing.T) {
 		}
 		_ = c.Close()
 	}
+}
+
+// aborted returns a channel closed when ct's abort function runs.
+func aborted(ct chatstream.ClaimedTurn) <-chan struct{} {
+	ch := make(chan struct{})
+	ct.AfterAbort(func() { close(ch) })
+	return ch
 }
