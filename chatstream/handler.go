@@ -47,6 +47,8 @@ type Handler struct {
 	// that sessionSettings name.
 	agents *lru.Cache[agentKey, store.Agent]
 	defs   *provision.DefinitionCache
+	// userReads holds a slot for each turn reading its user (see userReader).
+	userReads chan struct{}
 }
 
 type agentKey struct {
@@ -66,7 +68,7 @@ func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
 	cfg := newConfig(opts)
 	tel := telemetry.New(scope, cfg.tp, cfg.mp)
 	data, _ := agent.(DataAgent)
-	h := &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster, st), tel: tel, data: data,
+	h := &Handler{st: st, agent: instrumented{agent, tel}, cfg: cfg, turns: newRegistry(cfg.log, cfg.cluster, st), tel: tel, data: data, userReads: make(chan struct{}, maxUserReads),
 		defs: provision.NewDefinitionCache(middleware.DefaultKeyCacheSize, cfg.keyCacheTTL)}
 	if cfg.keyCacheTTL > 0 {
 		h.agents = lru.New[agentKey, store.Agent](middleware.DefaultKeyCacheSize)

@@ -90,20 +90,31 @@ func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time
 	}
 }
 
+// maxUserReads bounds the turns reading their user at once, so that the
+// reads, which no first line waits for, leave the store's connections to
+// the openings, which every first line waits for (docs/performance.md).
+const maxUserReads = 4
+
 // userReader returns how the turn reads the user's attributes and groups
 // of scope: on the turn's goroutine, after the first line, off the
-// opening's path. The turn cannot run without them (they drive row-level
-// security): if they cannot be read, it ends as an agent error, traced and
-// measured like any turn.
+// opening's path, at most maxUserReads at once. The turn cannot run
+// without them (they drive row-level security): if they cannot be read,
+// it ends as an agent error, traced and measured like any turn.
 func (h *Handler) userReader(u store.User, scope store.Scope) userReader {
 	return func(ctx context.Context) (User, error) {
 		var (
 			data store.UserData
 			err  error
 		)
-		// On a goroutine of its own, like the opening: the agent's
-		// goroutine keeps its stack for the turn's life.
-		onOwnStack(func() { data, err = h.st.UserData(ctx, u.ID, scope) })
+		select {
+		case h.userReads <- struct{}{}:
+			// On a goroutine of its own, like the opening: the agent's
+			// goroutine keeps its stack for the turn's life.
+			onOwnStack(func() { data, err = h.st.UserData(ctx, u.ID, scope) })
+			<-h.userReads
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
 		if err != nil {
 			return User{}, fmt.Errorf("chatstream: read the user's attributes and groups: %w", err)
 		}
