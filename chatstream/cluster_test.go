@@ -100,7 +100,19 @@ func newPair(t testing.TB, po pairOpts) *pair {
 	// Clusters are closed after the handlers (cleanups run last first).
 	p.ca = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("a")}, po.clusterA...)...)
 	p.cb = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("b")}, po.clusterB...)...)
-	openStore := func(t testing.TB, _ string) store.Store {
+	openStore := storeOn(dsn)
+	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
+		opts: append([]chatstream.Option{chatstream.WithCluster(p.ca)}, po.handler...)})
+	p.b = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
+		opts: append([]chatstream.Option{chatstream.WithCluster(p.cb)}, po.handler...)})
+	return p
+}
+
+// storeOn opens a store on dsn for each replica (envOpts.store), closed
+// at the test's end.
+func storeOn(dsn string) func(testing.TB, string) store.Store {
+	return func(t testing.TB, _ string) store.Store {
 		st, err := testdb.OpenStore(dsn)
 		if err != nil {
 			t.Fatalf("open store: %v", err)
@@ -108,12 +120,6 @@ func newPair(t testing.TB, po pairOpts) *pair {
 		t.Cleanup(func() { _ = st.Close() })
 		return st
 	}
-	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
-	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
-		opts: append([]chatstream.Option{chatstream.WithCluster(p.ca)}, po.handler...)})
-	p.b = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
-		opts: append([]chatstream.Option{chatstream.WithCluster(p.cb)}, po.handler...)})
-	return p
 }
 
 func openCluster(t testing.TB, dsn string, opts ...pgcluster.Option) *pgcluster.Cluster {

@@ -56,15 +56,8 @@ func TestAbortedAgentCountsUntilItReturnsCluster(t *testing.T) {
 	a := newStubbornAgent()
 	e := newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{
 		agent: a, cfg: withLimits(store.Limits{RunningTurnsPerUser: 2}),
-		opts: []chatstream.Option{chatstream.WithCluster(cl)},
-		store: func(t testing.TB, _ string) store.Store {
-			st, err := testdb.OpenStore(dsn)
-			if err != nil {
-				t.Fatalf("open store: %v", err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			return st
-		},
+		opts:  []chatstream.Option{chatstream.WithCluster(cl)},
+		store: storeOn(dsn),
 	})
 	abortedAgentCounts(t, e, a)
 }

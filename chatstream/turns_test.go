@@ -13,7 +13,6 @@ import (
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
-	"github.com/embedkit/embedkit/store"
 )
 
 // TestHeldTurnGoroutines holds turns open on a paused agent, after a line
@@ -33,15 +32,8 @@ func TestHeldTurnGoroutines(t *testing.T) {
 			dsn := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
 			cl := openCluster(t, dsn)
 			return newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{agent: agent,
-				opts: []chatstream.Option{chatstream.WithCluster(cl)},
-				store: func(t testing.TB, _ string) store.Store {
-					st, err := testdb.OpenStore(dsn)
-					if err != nil {
-						t.Fatalf("open store: %v", err)
-					}
-					t.Cleanup(func() { _ = st.Close() })
-					return st
-				}})
+				opts:  []chatstream.Option{chatstream.WithCluster(cl)},
+				store: storeOn(dsn)})
 		})
 	})
 }

@@ -97,7 +97,7 @@ func TestListenConnectionIsPinged(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-aborted(ct):
+	case <-AbortedOf(ct):
 	case <-time.After(5 * time.Second):
 		t.Fatal("notification lost between pings")
 	}
@@ -317,8 +317,9 @@ func TestPoolSize(t *testing.T) {
 	}
 }
 
-// aborted returns a channel closed when ct's abort function runs.
-func aborted(ct chatstream.ClaimedTurn) <-chan struct{} {
+// AbortedOf returns a channel closed when ct's abort function runs (for
+// this package's tests and pgcluster_test's).
+func AbortedOf(ct chatstream.ClaimedTurn) <-chan struct{} {
 	ch := make(chan struct{})
 	ct.AfterAbort(func() { close(ch) })
 	return ch

@@ -283,7 +283,7 @@ func TestAbortOnOtherReplicaClosesAborted(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Abort = %v, %v; want true, nil", ok, err)
 	}
-	d := waitClosed(t, aborted(ct), 5*time.Second, "Aborted after Abort on B")
+	d := waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted after Abort on B")
 	t.Logf("abort reached A %v after B's Abort returned", d)
 	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
 		t.Errorf("second Abort = %v, %v; want true, nil (idempotent)", ok, err)
@@ -300,7 +300,7 @@ func TestAbortOnOtherReplicaClosesAborted(t *testing.T) {
 		t.Fatalf("Claim: %v", err)
 	}
 	select {
-	case <-aborted(ct2):
+	case <-pgcluster.AbortedOf(ct2):
 		t.Error("a new claim starts aborted")
 	case <-time.After(300 * time.Millisecond):
 	}
@@ -322,7 +322,7 @@ func TestAbortOnSameReplica(t *testing.T) {
 	if stop := ct.AfterAbort(func() {}); stop() {
 		t.Error("not aborted when Abort returned on the owner")
 	}
-	waitClosed(t, aborted(ct), 5*time.Second, "the abort function")
+	waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "the abort function")
 	_ = ct.Release(ctx, nil)
 }
 
@@ -338,7 +338,7 @@ func TestAbortWithoutNotificationsArrivesByPolling(t *testing.T) {
 	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
 		t.Fatalf("Abort = %v, %v", ok, err)
 	}
-	d := waitClosed(t, aborted(ct), 5*time.Second, "Aborted by polling")
+	d := waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted by polling")
 	t.Logf("abort reached A by polling after %v (poll interval 100ms)", d)
 
 	// Readers without notifications poll too.
@@ -408,7 +408,7 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
 		t.Fatalf("Abort = %v, %v", ok, err)
 	}
-	d := waitClosed(t, aborted(ct), 5*time.Second, "Aborted after the LISTEN connection dropped")
+	d := waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted after the LISTEN connection dropped")
 	t.Logf("abort reached A %v after its LISTEN connection was cut", d)
 	_ = ct.Release(ctx, nil)
 
@@ -421,7 +421,7 @@ func TestAbortAfterListenConnectionDropped(t *testing.T) {
 	if ok, err := b.Abort(ctx, key("c2")); !ok || err != nil {
 		t.Fatalf("Abort = %v, %v", ok, err)
 	}
-	waitClosed(t, aborted(ct2), 5*time.Second, "Aborted after reconnecting")
+	waitClosed(t, pgcluster.AbortedOf(ct2), 5*time.Second, "Aborted after reconnecting")
 	_ = ct2.Release(ctx, nil)
 }
 
@@ -544,7 +544,7 @@ func TestTakenOverClaimIsAborted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
-	waitClosed(t, aborted(ct), 5*time.Second, "Aborted of the claim taken over")
+	waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted of the claim taken over")
 	if err := ct.Release(ctx, nil); !errors.Is(err, chatstream.ErrTurnLost) {
 		t.Errorf("Release of the claim taken over = %v, want ErrTurnLost", err)
 	}
@@ -708,7 +708,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	if _, err := b.Abort(ctx, key("c1")); err != nil {
 		t.Fatal(err)
 	}
-	<-aborted(ct)
+	<-pgcluster.AbortedOf(ct)
 	if _, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{}); err != nil { // left unreleased
 		t.Fatal(err)
 	}
@@ -746,7 +746,7 @@ func TestAbortLatency(t *testing.T) {
 			t.Fatalf("Abort = %v, %v", ok, err)
 		}
 		ret := time.Now()
-		waitClosed(t, aborted(ct), 5*time.Second, "Aborted")
+		waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted")
 		end := time.Now()
 		fromReturn = append(fromReturn, end.Sub(ret))
 		fromCall = append(fromCall, end.Sub(call))
@@ -785,7 +785,7 @@ func BenchmarkAbortLatency(b *testing.B) {
 		}
 		ret := time.Now()
 		select {
-		case <-aborted(ct):
+		case <-pgcluster.AbortedOf(ct):
 		case <-time.After(5 * time.Second):
 			b.Fatal("abort did not arrive")
 		}
@@ -833,11 +833,4 @@ func BenchmarkJoinLatency(b *testing.B) {
 	p50, p99 := percentiles(ds)
 	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
-}
-
-// aborted returns a channel closed when ct's abort function runs.
-func aborted(ct chatstream.ClaimedTurn) <-chan struct{} {
-	ch := make(chan struct{})
-	ct.AfterAbort(func() { close(ch) })
-	return ch
 }
