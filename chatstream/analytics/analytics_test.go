@@ -136,7 +136,9 @@ func TestOnlyOneReadOnlySelect(t *testing.T) {
 		{"ATTACH DATABASE ':memory:' AS x", "read-only SELECT"},
 		{"DETACH DATABASE main", "read-only SELECT"},
 		{"WITH x AS (SELECT 1) DELETE FROM orders", "read-only SELECT"},
-		{"WITH x AS (SELECT 1) INSERT INTO secrets SELECT 2, 'x'", "read-only SELECT"},
+		{"WITH x AS (SELECT 1) INSERT INTO orders SELECT 2, 'x', 1, 1, '2025-01-01'", "read-only SELECT"},
+		// A table outside the model is refused as a missing one is.
+		{"WITH x AS (SELECT 1) INSERT INTO secrets SELECT 2, 'x'", "only the views of the data model"},
 		{"CREATE TEMP VIEW v AS SELECT * FROM main.customers", "read-only SELECT"},
 		{"CREATE TEMP TABLE t AS SELECT 1", "read-only SELECT"},
 		{"BEGIN", "read-only SELECT"},

@@ -381,18 +381,25 @@ int analytics_close(sqlite3 *db) { return sqlite3_close_v2(db); }
 
 // analytics_opens_database compiles sql on the checker connection and
 // reports whether its program opens a table or index of a database other
-// than temp (1), not (0), or does not compile (-1). The checker's temp
-// schema holds only empty stand-ins of the model's views, so a program
-// that opens anything else reads the database by itself: a base table,
-// the schema, or a table outside the model, however it names it (this
-// covers the columns of a USING or NATURAL join, which SQLite's authorizer
-// is not asked about).
+// than temp, or temp's own schema table (root page 1) (1), neither (0),
+// or does not compile (-1, with the message in sqlite3_errmsg). The checker's temp schema holds only empty
+// stand-ins of the model's views, so a program that opens anything else
+// reads the database by itself: a base table, the schema (whose temp
+// part holds the views' SQL), or a table outside the model, however it
+// names it. This covers what SQLite's authorizer is not asked about: the
+// columns of a USING or NATURAL join (a FULL JOIN's USING column even
+// returns the right table's value), and a table of which no column is
+// used (count(*)).
 int analytics_opens_database(sqlite3 *chk, const char *sql, int n) {
 	sqlite3_stmt *st = NULL;
 	int rc = sqlite3_prepare_v2(chk, sql, n, &st, NULL);
-	if (rc != 0 || st == NULL) {
-		if (st) sqlite3_finalize(st);
-		return -1;
+	if (rc != 0) return -1;
+	// No statement, or one that writes: the tool refuses it on its own
+	// connection, where it compiles next, whatever it names.
+	if (st == NULL) return 0;
+	if (!sqlite3_stmt_readonly(st)) {
+		sqlite3_finalize(st);
+		return 0;
 	}
 	int found = 0;
 	if (sqlite3_stmt_explain(st, 1) != 0) {
@@ -401,7 +408,7 @@ int analytics_opens_database(sqlite3 *chk, const char *sql, int n) {
 	while (found == 0 && sqlite3_step(st) == SQLITE_ROW) {
 		const char *op = (const char *)sqlite3_column_text(st, 1);
 		if (op && (strcmp(op, "OpenRead") == 0 || strcmp(op, "OpenWrite") == 0 || strcmp(op, "ReopenIdx") == 0) &&
-		    sqlite3_column_int(st, 4) != 1) {
+		    (sqlite3_column_int(st, 4) != 1 || sqlite3_column_int(st, 3) == 1)) {
 			found = 1;
 		}
 	}

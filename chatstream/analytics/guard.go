@@ -383,7 +383,7 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 	for i := range g.reads {
 		g.reads[i] = map[[2]string]bool{}
 	}
-	if err := t.openChecker(sc, g); err != nil {
+	if err := t.openChecker(g); err != nil {
 		g.release()
 		return nil, err
 	}
@@ -409,9 +409,13 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 	return g, nil
 }
 
-// checker is an in-memory database with a copy of the schema of the
-// tool's database (no rows) and, in its temp schema, an empty table named
-// and shaped as each of the model's views. A query compiled there reads
+// checker is an in-memory database that holds, in its temp schema, an
+// empty table named and shaped as each of the model's views, and nothing
+// else: the database as the model describes it. Each query is compiled
+// there first, so that what the model is told (a compile error, or that
+// the query reads something else) depends on the model alone, never on
+// what the tool's database holds beside it: no error tells a table
+// outside the model from a missing one. A query that compiles there reads
 // the database only by itself: see analytics_opens_database.
 type checker struct {
 	sem  chan struct{} // held while a query compiles on db
@@ -419,26 +423,14 @@ type checker struct {
 	stop *C.int // set when the query being compiled is interrupted: analytics_checker_open
 }
 
-// openChecker builds the tool's checker from the connection sc, whose
-// guard is g, once.
-func (t *SQLTool) openChecker(sc *sqlite3.SQLiteConn, g *guard) error {
+// openChecker builds the tool's checker, once; g is a guard of the tool's
+// database, on which it reads the views' columns.
+func (t *SQLTool) openChecker(g *guard) error {
 	t.checkMu.Lock()
 	defer t.checkMu.Unlock()
 	if t.checker != nil {
 		return nil
 	}
-	var schema []string
-	rows, err := sc.Query("SELECT sql FROM main.sqlite_schema WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type = 'table' DESC, type = 'index' DESC, rowid", nil)
-	if err != nil {
-		return fmt.Errorf("analytics: read the schema: %w", err)
-	}
-	val := make([]driver.Value, 1)
-	for rows.Next(val) == nil {
-		if s, ok := val[0].(string); ok {
-			schema = append(schema, s)
-		}
-	}
-	rows.Close()
 	var db *C.sqlite3
 	stop := (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 	if rc := C.analytics_checker_open(&db, stop); rc != 0 {
@@ -455,12 +447,6 @@ func (t *SQLTool) openChecker(sc *sqlite3.SQLiteConn, g *guard) error {
 			return errors.New(C.GoString(C.analytics_errmsg(db)))
 		}
 		return nil
-	}
-	// An object that cannot be copied (a virtual table of a module this
-	// build lacks) is left out: a query that names it does not compile on
-	// the checker, and is refused.
-	for _, s := range schema {
-		exec(s)
 	}
 	for _, mv := range t.model.Views {
 		st, _, _, err := g.compile(fmt.Sprintf("SELECT * FROM temp.%q", mv.Name))
@@ -488,21 +474,27 @@ func (t *SQLTool) openChecker(sc *sqlite3.SQLiteConn, g *guard) error {
 	return nil
 }
 
-// opensDatabase reports whether q, compiled over the stand-ins of the
-// views, reads anything of the database by itself (or does not compile
-// there, or ctx ended first).
-func (c *checker) opensDatabase(ctx context.Context, q string) bool {
+// check compiles q over the stand-ins of the views. It returns SQLite's
+// message when q does not compile there, and reports whether q reads
+// anything of the database by itself (or ctx ended first).
+func (c *checker) check(ctx context.Context, q string) (invalid string, opens bool) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		return true
+		return "", true
 	}
 	defer func() { <-c.sem }()
 	cs := C.CString(q)
 	defer C.free(unsafe.Pointer(cs))
 	C.analytics_checker_stop(c.stop, 0)
 	defer context.AfterFunc(ctx, func() { C.analytics_checker_stop(c.stop, 1) })()
-	return C.analytics_opens_database(c.db, cs, C.int(len(q))) != 0
+	switch C.analytics_opens_database(c.db, cs, C.int(len(q))) {
+	case 0:
+		return "", false
+	case 1:
+		return "", true
+	}
+	return C.GoString(C.analytics_errmsg(c.db)), true
 }
 
 // compile prepares the first statement of sql. It returns the statement
@@ -538,15 +530,33 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
 	st, first, flags, err := g.compile(q)
 	c.st = st
+	// What the model is told depends on the model alone (see checker): a
+	// query that does not compile is judged by its error over the views.
+	var invalid string
+	if err != nil && !g.stopped.Load() {
+		invalid, _ = t.checker.check(ctx, q)
+	}
+	refused := func() error {
+		if ctx.Err() != nil {
+			return t.failure(ctx, g, timeout, ctx.Err().Error())
+		}
+		return toolErr("the query may read only the views of the data model (%s)", t.sqlite.list)
+	}
 	switch {
-	case err != nil && g.stopped.Load():
+	case err != nil && (g.stopped.Load() || ctx.Err() != nil):
 		err = t.failure(ctx, g, timeout, err.Error())
+	case err != nil && strings.HasPrefix(invalid, "no such table"):
+		// A name outside the model, whether the database has it or not.
+		err = refused()
 	case err != nil && g.denied != "":
 		err = toolErr("%s", g.denied)
 	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
 		err = toolErr("only a single read-only SELECT statement is allowed")
+	case err != nil && invalid != "":
+		err = toolErr("the query is not valid SQL: %s", invalid)
 	case err != nil:
-		err = toolErr("the query is not valid SQL: %s", err)
+		// Valid over the views: the error is the database's own.
+		err = refused()
 	case st == nil || strings.TrimSpace(first) == "":
 		err = toolErr("sqlQuery holds no statement")
 	case flags&C.ANALYTICS_MORE != 0:
@@ -557,11 +567,9 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		err = toolErr("only a single read-only SELECT statement is allowed")
 	case flags&C.ANALYTICS_PARAMS != 0:
 		err = toolErr("the query has parameters; write the values into it")
-	case t.checker.opensDatabase(ctx, first):
-		if ctx.Err() != nil {
-			err = t.failure(ctx, g, timeout, ctx.Err().Error())
-		} else {
-			err = toolErr("the query may read only the views of the data model (%s)", t.sqlite.list)
+	default:
+		if _, opens := t.checker.check(ctx, first); opens {
+			err = refused()
 		}
 	}
 	if err != nil {

@@ -294,6 +294,10 @@ func FuzzHostileSQL(f *testing.F) {
 		"SELECT * FROM main.customers", "SELECT * FROM main.orders", "SELECT * FROM secrets", "SELECT * FROM sqlite_master",
 		"SELECT * FROM temp.sqlite_master", "SELECT * FROM customers", "SELECT name, country FROM main.customers UNION ALL SELECT value, 0 FROM secrets",
 		"SELECT * FROM pragma_table_list", "SELECT count(*) FROM main.customers",
+		// Reads no column of which reaches the authorizer.
+		"SELECT sql FROM (SELECT NULL AS sql) AS a FULL JOIN sqlite_temp_master USING (sql)",
+		"SELECT name FROM (SELECT NULL AS name) AS a FULL JOIN main.customers USING (name)",
+		"SELECT count(*) FROM sqlite_temp_master",
 	}
 	f.Fuzz(func(t *testing.T, name, quote, body, shape, alias, read uint8) {
 		n := names[int(name)%len(names)]

@@ -24,6 +24,16 @@ var redteamSQL = []hostileCase{
 	{"schema as a string literal table", "SELECT sql FROM 'sqlite_master'", -1},
 	{"schema in a scalar subquery", "SELECT (SELECT group_concat(name) FROM temp.sqlite_master)", -1},
 	{"schema in EXISTS", "SELECT EXISTS (SELECT 1 FROM sqlite_temp_master WHERE name LIKE 'embedkit%')", -1},
+	// No column of these is asked of the authorizer: a FULL JOIN's USING
+	// column (which returns the right table's value), a NATURAL JOIN's
+	// columns, count(*).
+	{"temp schema through a FULL JOIN's USING column", "SELECT sql FROM (SELECT NULL AS sql) AS a FULL JOIN sqlite_temp_master USING (sql) WHERE sql IS NOT NULL", -1},
+	{"temp schema through a RIGHT JOIN's USING column", "SELECT sql FROM (SELECT NULL AS sql) AS a RIGHT JOIN temp.sqlite_master USING (sql)", -1},
+	{"schema through a FULL JOIN's USING column", "SELECT sql FROM (SELECT NULL AS sql) AS a FULL JOIN sqlite_master USING (sql) WHERE sql IS NOT NULL", -1},
+	{"count of the temp schema", "SELECT count(*) FROM sqlite_temp_master", -1},
+	{"NATURAL JOIN oracle on the temp schema", "SELECT count(*) FROM (SELECT 'customers' AS name) NATURAL JOIN sqlite_temp_master", -1},
+	{"base table through a FULL JOIN's USING column", "SELECT name FROM (SELECT NULL AS name) AS a FULL JOIN main.customers USING (name) WHERE name IS NOT NULL", -1},
+	{"FULL JOIN USING of two views", "SELECT count(*) FROM customers FULL JOIN (SELECT country FROM orders) USING (country)", 4},
 	{"guessed secret view", "SELECT * FROM temp.embedkit_aaaaaaaaaaaaaaaa_source_0", -1},
 	{"pragma_table_list of temp", "SELECT name FROM pragma_table_list('temp')", -1},
 	{"schema-qualified pragma function", "SELECT * FROM main.pragma_table_info('customers')", -1},
@@ -299,5 +309,43 @@ func TestRedteamVirtualTables(t *testing.T) {
 		"WITH customers AS (SELECT * FROM ft) SELECT * FROM customers",
 	} {
 		checkHostile(t, tool, hostileCase{q: q, want: -1})
+	}
+}
+
+// TestErrorsDependOnTheModelAlone: what a refused query is told does not
+// depend on what the database holds beside the model. Each query naming a
+// table or index the database has outside the model gets the same error
+// as the same query naming one it lacks, so errors cannot probe the
+// schema.
+func TestErrorsDependOnTheModelAlone(t *testing.T) {
+	tool, _ := newTool(t)
+	pairs := [][2]string{
+		{"SELECT count(*) FROM secrets", "SELECT count(*) FROM nosuch"},
+		{"SELECT * FROM main.secrets", "SELECT * FROM main.nosuch"},
+		{"SELECT count(*) FROM customers FULL JOIN main.secrets USING (name)", "SELECT count(*) FROM customers FULL JOIN main.nosuch USING (name)"},
+		{"SELECT count(*) FROM customers FULL JOIN main.secrets USING (value)", "SELECT count(*) FROM customers FULL JOIN main.nosuch USING (value)"},
+		{"SELECT count(*) FROM main.customers INDEXED BY sqlite_autoindex_customers_1", "SELECT count(*) FROM main.customers INDEXED BY nosuch"},
+		{"DELETE FROM secrets", "DELETE FROM nosuch"},
+		{"INSERT INTO secrets VALUES (1)", "INSERT INTO nosuch VALUES (1)"},
+		{"UPDATE secrets SET value = 1", "UPDATE nosuch SET value = 1"},
+		{"DROP TABLE secrets", "DROP TABLE nosuch"},
+	}
+	for _, p := range pairs {
+		_, errHas := run(t, tool, german, p[0])
+		_, errLacks := run(t, tool, german, p[1])
+		if errHas == nil || errLacks == nil || errHas.Error() != errLacks.Error() {
+			t.Errorf("%s: %v\n%s: %v\nwant the same refusal", p[0], errHas, p[1], errLacks)
+		}
+	}
+	// Mistakes within the model keep SQLite's own message.
+	for q, want := range map[string]string{
+		"SELECT nosuchcol FROM customers":           "no such column: nosuchcol",
+		"SELEC 1":                                   "syntax error",
+		"SELECT * FROM customers INDEXED BY nosuch": "no such index: nosuch",
+		"DELETE FROM orders":                        "read-only SELECT",
+		"SELECT count(*) FROM secrets, nosuch":      "may read only the views",
+	} {
+		_, err := run(t, tool, german, q)
+		toolError(t, q, err, want)
 	}
 }
