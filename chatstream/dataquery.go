@@ -517,22 +517,20 @@ func appendCSVValue(b []byte, v any) []byte {
 	return appendCSVField(b, fmt.Sprint(v))
 }
 
-// appendCSVField appends a text field as RFC 4180 writes it: quoted when
-// it holds a comma, a quote or a line break, with quotes doubled. Invalid
-// UTF-8 becomes U+FFFD. A text starting with = + - @, a tab or a carriage
-// return gets a leading ' so that a spreadsheet shows it as text rather
-// than running it as a formula: a query's text is written by whoever
-// controls the model's prompt or the data, and must not become a formula
-// in the file a user opens.
+// appendCSVField appends a text field quoted, as RFC 4180 allows any
+// field to be, with quotes doubled. Invalid UTF-8 becomes U+FFFD. A text
+// is written by whoever controls the model's prompt or the data, and must
+// not become a formula in the file a user opens: every text is quoted, so
+// that no separator splits it, whichever a spreadsheet takes (";" in many
+// locales, where "a;=f()" unquoted would be two cells, the second a
+// formula); one starting with = + - @, a tab or a carriage return gets a
+// leading ' so that a spreadsheet shows it as text.
 func appendCSVField(b []byte, s string) []byte {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	if s != "" && strings.IndexByte("=+-@\t\r", s[0]) >= 0 {
 		s = "'" + s
-	}
-	if !strings.ContainsAny(s, ",\"\r\n") {
-		return append(b, s...)
 	}
 	b = append(b, '"')
 	for {

@@ -56,7 +56,7 @@ func FuzzDataRequest(f *testing.F) {
 // encoding/json encodes them (without HTML escaping), and a CSV record
 // reads back, with encoding/csv, as the values written.
 func FuzzDataValues(f *testing.F) {
-	for _, s := range []string{"", "a,b", `"`, "x\r\ny", "\u2028", "bad\xff", "=1+1", "-2", "\x00\x1f\x7f", "é日本", `\.`} {
+	for _, s := range []string{"", "a,b", `"`, "x\r\ny", "\u2028", "bad\xff", "=1+1", "-2", "\x00\x1f\x7f", "é日本", `\.`, "a;=1+1", "a\t=1|=2"} {
 		f.Add(s, "next", 1.5)
 	}
 	f.Add("", "", 1e21)
@@ -121,6 +121,16 @@ func FuzzDataValues(f *testing.F) {
 			}
 			if _, err := r.Read(); err == nil {
 				t.Fatalf("record %q reads as more than one", s.buf)
+			}
+		}
+		// A text is one field whatever separator a spreadsheet splits on.
+		one := dataStream{csv: true}
+		one.row([]any{s1})
+		for _, sep := range []rune{';', '\t', '|'} {
+			r := csv.NewReader(bytes.NewReader(one.buf))
+			r.Comma = sep
+			if got, err := r.Read(); err != nil || len(got) != 1 {
+				t.Fatalf("record %q read with separator %q: %q, %v; want one field", one.buf, sep, got, err)
 			}
 		}
 	})

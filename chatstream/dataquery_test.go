@@ -104,6 +104,7 @@ var hostileValues = []any{
 	"a,b", `say "hi"`, "line\nbreak\r\n", "=HYPERLINK(\"http://evil.example/\",\"x\")", "+1", "-2", "@SUM(A1)", "\ttab",
 	"bad\xffutf8", "sep\u2028\u2029", "</script><script>", "\x00\x01", math.NaN(), math.Inf(1), math.Inf(-1),
 	1e21, 1e-7, -0.5, int64(math.MaxInt64), int64(math.MinInt64), true, nil, "",
+	"Total;=WEBSERVICE(A2&B2)", "tab\t=1|=2",
 }
 
 type fakeRows struct {
@@ -491,7 +492,8 @@ func TestDataQueryCSV(t *testing.T) {
 		}
 		want := []string{"a,b", `say "hi"`, "line\nbreak\n", `'=HYPERLINK("http://evil.example/","x")`, "'+1", "'-2", "'@SUM(A1)", "'\ttab",
 			"bad\uFFFDutf8", "sep\u2028\u2029", "</script><script>", "\x00\x01", "NaN", "Infinity", "-Infinity",
-			"1e+21", "1e-7", "-0.5", "9223372036854775807", "-9223372036854775808", "true", "", ""}
+			"1e+21", "1e-7", "-0.5", "9223372036854775807", "-9223372036854775808", "true", "", "",
+			"Total;=WEBSERVICE(A2&B2)", "tab\t=1|=2"}
 		// encoding/csv reads a quoted \r\n as \n.
 		for i, w := range want {
 			if recs[1][i] != w {
@@ -500,6 +502,16 @@ func TestDataQueryCSV(t *testing.T) {
 		}
 		if recs[0][0] != "'=cmd|' /C calc'!A0" {
 			t.Errorf("hostile column name = %q", recs[0][0])
+		}
+		// Every text is quoted, so that no separator a spreadsheet may
+		// take (";" in many locales, a tab, "|") splits it into a cell
+		// that starts a formula; numbers, booleans and nulls are not.
+		body := string(r.raw)
+		for _, field := range []string{`"Total;=WEBSERVICE(A2&B2)"`, "\"tab\t=1|=2\"", `,"",`, `"sep` + "\u2028\u2029" + `"`,
+			",NaN,Infinity,-Infinity,1e+21,1e-7,-0.5,9223372036854775807,-9223372036854775808,true,,"} {
+			if !strings.Contains(body, field) {
+				t.Errorf("hostile CSV lacks %q:\n%s", field, body)
+			}
 		}
 	})
 }
