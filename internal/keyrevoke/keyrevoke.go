@@ -1,6 +1,7 @@
 // Package keyrevoke tells every API-key cache of this process that a key was
-// revoked, so that the process that revokes a key refuses it at once while
-// other processes notice within their cache's lifetime.
+// revoked or changed (its admin flag), so that the process that revokes or
+// changes a key serves it as stored at once, while other processes notice
+// within their cache's lifetime.
 //
 // A cache reads [Gen] before it looks a key up in the store and keeps that
 // generation with the cached entry; [Valid] then reports whether the key was

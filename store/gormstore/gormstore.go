@@ -51,7 +51,8 @@ type Store struct {
 // OpenDB returns a store that runs every statement through db, the host's
 // GORM handle on SQLite or PostgreSQL, after migrating embedkit's tables
 // ([Migrate]). On SQLite, db needs the settings of the sqlite
-// sub-package's Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE).
+// sub-package's Dialector (foreign keys, busy timeout, BEGIN IMMEDIATE);
+// without foreign keys OpenDB fails.
 func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
@@ -75,6 +76,10 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.txn = txn{s: s, db: db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})}
+	var fk int // deletions rely on them: a revoked key's sessions and tokens, a user's threads
+	if !s.pg && (s.db.Raw("PRAGMA foreign_keys").Scan(&fk).Error != nil || fk != 1) {
+		return nil, errors.New("gormstore: OpenDB: SQLite's foreign keys are off: open db with _foreign_keys=on in its DSN, as the sqlite sub-package does")
+	}
 	s.close = sync.OnceValue(func() error {
 		s.closed.Store(true)
 		if s.group != nil {
@@ -215,12 +220,7 @@ func primary(db *gorm.DB) *gorm.DB { return db.Clauses(dbresolver.Write) }
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
-func nowOr(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Now()
-	}
-	return t
-}
+func nowOr(t time.Time) time.Time { return cmp.Or(t, time.Now()) } // t unset: now
 
 // Option configures a [Store] at [OpenDB] (and the DSN conveniences of the
 // sqlite and postgres sub-packages). Options apply in order; an invalid

@@ -365,6 +365,26 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+// TestOpenDBRefusesSQLiteWithoutForeignKeys: a host's SQLite handle
+// without foreign keys would keep a revoked key's sessions and tokens (and
+// a deleted user's threads): OpenDB fails, and creates nothing.
+func TestOpenDBRefusesSQLiteWithoutForeignKeys(t *testing.T) {
+	path := t.TempDir() + "/nofk.db"
+	db, err := gorm.Open(sqlite.Open("file:"+path+"?_txlock=immediate"), &gorm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	if _, err := gormstore.OpenDB(db); err == nil || !strings.Contains(err.Error(), "foreign keys are off") {
+		t.Fatalf("OpenDB without foreign keys: err = %v, want a refusal", err)
+	}
+	var n int
+	if err := db.Raw("SELECT count(*) FROM sqlite_master").Scan(&n).Error; err != nil || n != 0 {
+		t.Errorf("OpenDB without foreign keys created %d objects (%v)", n, err)
+	}
+}
+
 // TestOpenDB checks that a host's GORM handle can back the store and stays
 // open after Close.
 func TestOpenDB(t *testing.T) {
@@ -375,7 +395,7 @@ func TestOpenDB(t *testing.T) {
 			if backend == testdb.Postgres {
 				dialector = postgres.Open(dsn)
 			} else {
-				dialector = sqlite.Open(dsn)
+				dialector = sqlite.Open("file:" + dsn + "?_foreign_keys=on")
 			}
 			db, err := gorm.Open(dialector, &gorm.Config{})
 			if err != nil {

@@ -100,6 +100,14 @@ func (o *Operator) Apply(ctx context.Context, cfg Config) error {
 	for _, h := range revoked {
 		keyrevoke.Forget(h)
 	}
+	// A listed key's admin flag may have changed: caches read it again.
+	for _, a := range cfg.Accounts {
+		for _, k := range a.APIKeys {
+			if h, err := k.hash(); err == nil {
+				keyrevoke.Forget(h)
+			}
+		}
+	}
 	return nil
 }
 
@@ -324,6 +332,9 @@ func (o *Operator) AddAPIKey(ctx context.Context, account string, spec APIKey) (
 		info = keyInfo(k)
 		return nil
 	})
+	if err == nil {
+		keyrevoke.Forget(h) // its admin flag may have changed: caches read it again
+	}
 	return info, err
 }
 

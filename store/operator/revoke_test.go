@@ -145,3 +145,33 @@ func TestRevokeByConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoteOverHTTP: a key whose admin flag AddAPIKey clears loses the
+// admin endpoints at once on the server that changed it, though its key
+// cache held it as an admin key.
+func TestDemoteOverHTTP(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			s := replica(t, backend, openShared(t, testdb.OpenDSN(t, backend)))
+			ctx := context.Background()
+			op := operator.New(s.Store)
+			key, _, err := op.CreateAPIKey(ctx, apitest.Account, operator.APIKey{Name: "host", Admin: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := func() int {
+				status, _ := s.Do(t, "GET", "/api/v1/embed-tenants/default/groups", key, nil)
+				return status
+			}
+			if got := list(); got == 401 || got == 403 {
+				t.Fatalf("admin key on an admin endpoint: %d", got)
+			}
+			if _, err := op.AddAPIKey(ctx, apitest.Account, operator.APIKey{Key: key, Name: "host"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := list(); got != 403 {
+				t.Errorf("the demoted key (cached as admin): %d, want 403 at once", got)
+			}
+		})
+	}
+}
