@@ -1,6 +1,7 @@
 package chatstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,7 +124,7 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.dataTimeout)
 	defer cancel()
-	t, err := h.dataTurn(ctx, c, req)
+	t, provisionUser, err := h.dataTurn(ctx, c, req)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -142,6 +143,11 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, h.queryFailure(ctx, err))
 			return
 		}
+	}
+	// The query is accepted: now the request's user is stored.
+	if err := provisionUser(); err != nil {
+		h.fail(w, r, err)
+		return
 	}
 
 	out := &dataStream{csv: acceptsCSV(r), lw: h.newLineWriter(r, w)}
@@ -205,29 +211,42 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
 }
 
 // dataTurn describes the caller's user and branch as a turn does, for the
-// data source: with an API key, the user of sessionSettings, provisioned
-// as a chat turn provisions it.
-func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (Turn, error) {
+// data source: with an API key, the user of sessionSettings as a chat turn
+// provisions it. A request is all or nothing, and a query may be refused:
+// the user is provisioned in a transaction that is rolled back, to read
+// what the query runs with, and stored by provisionUser once the query is
+// accepted.
+func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (t Turn, provisionUser func() error, err error) {
 	var (
-		user  store.User
-		scope store.Scope
+		user store.User
+		data store.UserData
 	)
+	provisionUser = func() error { return nil }
 	if c.es != nil {
-		user, scope = c.es.User, c.es.Session.Scope()
+		user = c.es.User
+		if data, err = h.st.UserData(ctx, user.ID, c.es.Session.Scope()); err != nil {
+			return Turn{}, nil, err
+		}
 	} else {
 		now := h.cfg.now()
 		lim := h.cfg.limitsOf(c.acct)
 		p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 		p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
-		res, err := provision.Run(ctx, h.st, c.acct, p, now)
-		if err != nil {
-			return Turn{}, err
+		err = h.st.InTx(ctx, func(tx store.Tx) error {
+			res, err := provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
+			if err == nil {
+				user = res.User
+				data, err = tx.UserData(ctx, res.User.ID, res.Scope)
+			}
+			return cmp.Or(err, errDryRun)
+		})
+		if !errors.Is(err, errDryRun) {
+			return Turn{}, nil, err
 		}
-		user, scope = res.User, res.Scope
-	}
-	data, err := h.st.UserData(ctx, user.ID, scope)
-	if err != nil {
-		return Turn{}, err
+		provisionUser = func() error {
+			_, err := provision.Run(ctx, h.st, c.acct, p, now)
+			return err
+		}
 	}
 	return Turn{
 		AccountName:      c.acct.Name,
@@ -237,8 +256,12 @@ func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (Turn
 		IsDefaultBranch:  req.ActiveBranchName == "",
 		Branches:         c.acct.Branches,
 		DeploymentID:     c.agent.DeploymentID,
-	}, nil
+	}, provisionUser, nil
 }
+
+// errDryRun rolls back the transaction in which dataTurn provisions a user
+// to read it.
+var errDryRun = errors.New("chatstream: dry run")
 
 // queryFailure maps an error of a data source to the answer: a
 // *[QueryError], or running out of the handler's time, is a 400 with its

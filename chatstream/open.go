@@ -14,17 +14,18 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// Opening a turn, top to bottom (open, then startTurn): provision the user
-// (atomic: a transaction of its own when it writes more than the user),
-// reserve the turn for the user's id (in this process and in the cluster),
-// open the stream (thread and user echo, atomic), then start the agent and
-// stream the turn. A refused reservation or opening undoes what the request
-// created, so that a request is all or nothing.
+// Opening a turn, top to bottom (open, then startTurn): find the user
+// (the session's, the stored one of sessionSettings, unchanged, or a new
+// one, created), reserve the turn for the user's id (in this process and
+// in the cluster), open the stream (the user's new values, the thread and
+// the user echo, in one transaction), then start the agent and stream the
+// turn. A request is all or nothing: a refused reservation or opening
+// changes no stored user, and deletes the user the request created.
 
-// open provisions the user, reserves the turn for it and opens the stream.
-// The reservation has effects outside the store (the registry, the
-// cluster), so it is made between the two transactions, never inside one
-// (whose function may run more than once).
+// open finds the user, reserves the turn for it and opens the stream. The
+// reservation has effects outside the store (the registry, the cluster),
+// so it is made before the opening's transaction, never inside it (whose
+// function may run more than once).
 func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.Time) (*turn, openedTurn, error) {
 	chatID := req.ChatID
 	if chatID == "" {
@@ -34,43 +35,80 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		return nil, openedTurn{}, errShuttingDown // spare the store a user to undo
 	}
 	lim := h.cfg.limitsOf(c.acct)
-	user, scope, err := h.provisionUser(ctx, c, req, lim, now)
+	u, err := h.findUser(ctx, c, req, lim, now)
 	if err != nil {
 		return nil, openedTurn{}, err
 	}
-	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, user.ID, h.cfg.maxTurnBytes,
+	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, u.user.ID, h.cfg.maxTurnBytes,
 		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
 	var op openedTurn
 	if err == nil {
-		if op, err = h.openStream(ctx, c, req, chatID, user, lim, now); err != nil {
+		if op, err = h.openStream(ctx, c, req, chatID, &u, lim, now); err != nil {
 			h.turns.release(ctx, t)
 		}
 	}
 	if err != nil {
-		h.undoUser(ctx, c, user, now)
+		h.undoUser(ctx, c, u.user, now)
 		return nil, openedTurn{}, err
 	}
 	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
-	op.user = h.userReader(user, scope)
+	op.user = h.userReader(u.user, u.scope)
+	if u.found != nil {
+		h.defs.Add(u.gen, u.found)
+	}
 	return t, op, nil
 }
 
-// provisionUser returns the user a turn runs for: the session's, or the
-// one the request's sessionSettings provision (profile, attributes and
-// groups), atomically.
-func (h *Handler) provisionUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (store.User, store.Scope, error) {
+// foundUser is the user a turn runs for, as findUser found it.
+type foundUser struct {
+	user  store.User
+	scope store.Scope
+	// update provisions the request's values on a user that existed: in
+	// the opening's transaction (nil: nothing to write).
+	update func(tx store.Tx) (provision.Result, error)
+	// The definitions the provisioning looked up, for h.defs once stored.
+	gen   int64
+	found *store.LookupResult
+}
+
+// findUser returns the user a turn runs for: the session's; the stored
+// user of the request's sessionSettings, left as it is until the opening
+// writes the request's values (update); or a new user, created with them
+// (atomically; undoUser deletes it when the request is refused).
+func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (foundUser, error) {
 	if c.es != nil {
-		return c.es.User, c.es.Session.Scope(), nil
+		return foundUser{user: c.es.User, scope: c.es.Session.Scope()}, nil
 	}
 	p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
 	p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 	p.KnownDefinitions = h.defs.Known(c.acct.ID, p)
 	gen := h.defs.Generation()
-	res, err := provision.Run(ctx, h.st, c.acct, p, now)
-	if err == nil {
-		h.defs.Add(gen, res.Found)
+	run := func(tx store.Tx) (provision.Result, error) {
+		return provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 	}
-	return res.User, res.Scope, err
+	if p.ExternalID != "" {
+		u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
+		if err == nil {
+			return foundUser{user: u, update: run, gen: gen}, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return foundUser{}, err
+		}
+	}
+	// A new external user, or an internal one (which provisioning only
+	// reads).
+	var res provision.Result
+	err := provisionRun(ctx, h.st, p, func(tx store.Tx) (err error) { res, err = run(tx); return err })
+	return foundUser{user: res.User, scope: res.Scope, gen: gen, found: res.Found}, err
+}
+
+// provisionRun runs apply as provision.Run does: on the store itself when
+// p writes at most one thing, else in a transaction.
+func provisionRun(ctx context.Context, st store.Store, p provision.Request, apply func(store.Tx) error) error {
+	if p.OneWrite() {
+		return apply(st)
+	}
+	return st.InTx(ctx, apply)
 }
 
 // undoUser deletes the user u of a refused request if the request created
@@ -140,18 +178,31 @@ type openedTurn struct {
 	user userReader
 }
 
-// openStream finds or creates the thread chatID of user, reserved for
-// it, and stores the user echo, in one transaction with no effect outside
-// it (for a new chat, the one write CreateThread, atomic on its own).
-func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, user store.User, lim store.Limits, now time.Time) (openedTurn, error) {
+// openStream writes the request's values of a user that existed (u's
+// update, which sets u's scope), finds or creates the thread chatID of the
+// user, reserved for it, and stores the user echo, in one transaction with
+// no effect outside it (for a new chat of an unchanged user, the one write
+// CreateThread, atomic on its own).
+func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, u *foundUser, lim store.Limits, now time.Time) (openedTurn, error) {
 	var op openedTurn
 	run := h.st.InTx
-	if req.ChatID == "" {
+	if req.ChatID == "" && u.update == nil {
 		// A new chat: its opening is one write (the thread with the echo),
 		// atomic without a transaction of its own.
 		run = func(_ context.Context, fn func(store.Tx) error) error { return fn(h.st) }
 	}
 	err := run(ctx, func(tx store.Tx) error {
+		if u.update != nil {
+			res, err := u.update(tx)
+			if err != nil {
+				return err
+			}
+			if res.User.ID != u.user.ID {
+				return errUserGone // deleted (and created anew) since findUser
+			}
+			u.user, u.scope, u.found = res.User, res.Scope, res.Found
+		}
+		user := u.user
 		// A chat id the request did not send is new (a random UUID): no
 		// need to look for its thread.
 		th, err := store.Thread{}, error(store.ErrNotFound)

@@ -470,9 +470,9 @@ func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.T
 	const op = "create thread"
 	row := Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID, UserID: th.UserID, LastSort: th.LastSort,
 		CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()}
-	if !t.inTx && t.s.pg && len(msgs) == 1 {
+	if t.s.pg && len(msgs) == 1 {
 		// A new chat's opening: one statement, atomic without BEGIN and COMMIT
-		// round trips (GORM cannot put an INSERT in a WITH clause).
+		// round trips of its own (GORM cannot put an INSERT in a WITH clause).
 		_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Exec(`WITH th AS (INSERT INTO embedkit_threads (account_id, chat_id, agent_id, user_id, last_sort, created_at, updated_at)
 				VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING account_id, chat_id) INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body)
