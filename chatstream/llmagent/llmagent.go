@@ -300,7 +300,7 @@ func (tr *turn) call(ctx context.Context, msgs []msg, toolsOK bool, round int) (
 		if res != nil && res.usage != nil {
 			u.InputTokens, u.OutputTokens = res.usage.PromptTokens, res.usage.CompletionTokens
 		}
-		mc.End(u, err)
+		mc.End(u, withoutURL(err))
 		tr.logUsage(ctx, round, attempt, res, time.Since(start), err)
 		if err == nil {
 			return res, nil
@@ -575,9 +575,26 @@ func (tr *turn) logUsage(ctx context.Context, round, attempt int, res *response,
 	tr.a.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "llmagent: model usage", attrs...)
 }
 
+// withoutURL returns err with the URL of a transport failure (a
+// *url.Error, "Post \"https://...\": dial tcp ...") cut to its scheme, host
+// and path: a model endpoint may carry its key in the query (api-key=...),
+// and logs and traces must not. The underlying error stays wrapped.
+func withoutURL(err error) error {
+	ue, ok := errors.AsType[*url.Error](err)
+	if !ok {
+		return err
+	}
+	where := "the model endpoint"
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		where = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	}
+	return &url.Error{Op: ue.Op, URL: where, Err: ue.Err}
+}
+
 // describe summarizes a model failure for the log: the status and the
 // error code and type of the body, never the request (its URL or headers).
 func describe(err error) string {
+	err = withoutURL(err)
 	if apiErr, ok := errors.AsType[*openai.Error](err); ok {
 		s := apiErr.Error()
 		if apiErr.Type != "" {

@@ -722,3 +722,22 @@ func TestConcurrentTurns(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestTransportFailureLogsNoQuery: a host may send the model endpoint's key
+// in the query (option.WithQuery("api-key", ...), as some gateways take
+// it); a transport failure's log line names the endpoint without it.
+func TestTransportFailureLogsNoQuery(t *testing.T) {
+	logs := &logbuf.Buffer{}
+	a := llmagent.New("http://127.0.0.1:1/v1", "m", nil, llmagent.WithRequestOptions(option.WithQuery("api-key", "query-secret-42")),
+		llmagent.WithRetryDelay(time.Millisecond), llmagent.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if _, err := answer(t, a, chatstream.Turn{}); err == nil {
+		t.Fatal("an unreachable endpoint answered")
+	}
+	l := logs.String()
+	if !strings.Contains(l, "model request failed") || !strings.Contains(l, "127.0.0.1:1") {
+		t.Fatalf("log = %s", l)
+	}
+	if strings.Contains(l, "query-secret-42") {
+		t.Errorf("the endpoint's query reached the log: %s", l)
+	}
+}
