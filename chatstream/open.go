@@ -96,20 +96,24 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 		}
 	}
 	// A new external user, or an internal one (which provisioning only
-	// reads).
+	// reads). A concurrent request may have created the external user
+	// since: then nothing is written here (the opening writes the
+	// request's values).
 	var res provision.Result
-	err := provisionRun(ctx, h.st, p, func(tx store.Tx) (err error) { res, err = run(tx); return err })
+	err := h.st.InTx(ctx, func(tx store.Tx) (err error) {
+		if res, err = run(tx); err == nil && p.ExternalID != "" && !res.User.CreatedAt.Equal(now) {
+			return errUserExists
+		}
+		return err
+	})
+	if errors.Is(err, errUserExists) {
+		return foundUser{user: res.User, update: run, gen: gen}, nil
+	}
 	return foundUser{user: res.User, scope: res.Scope, gen: gen, found: res.Found}, err
 }
 
-// provisionRun runs apply as provision.Run does: on the store itself when
-// p writes at most one thing, else in a transaction.
-func provisionRun(ctx context.Context, st store.Store, p provision.Request, apply func(store.Tx) error) error {
-	if p.OneWrite() {
-		return apply(st)
-	}
-	return st.InTx(ctx, apply)
-}
+// errUserExists rolls back the creation of a user that exists already.
+var errUserExists = errors.New("chatstream: the user exists")
 
 // undoUser deletes the user u of a refused request if the request created
 // it (at now) and nothing uses it by then: no turn of this process is

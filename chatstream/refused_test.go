@@ -1,14 +1,17 @@
 package chatstream_test
 
 import (
+	"context"
 	"fmt"
 	"iter"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
@@ -131,6 +134,56 @@ func TestRefusedDataQueryChangesNoUser(t *testing.T) {
 		}
 		if got := country(); got != `"Germany"` {
 			t.Errorf("a refused query changed the user: country %s, want \"Germany\"", got)
+		}
+	})
+}
+
+// missingUser is a store whose UserByKey does not find an external user
+// named racer: a request that looks for it finds nothing, as when another
+// request creates it at the same instant.
+type missingUser struct{ store.Store }
+
+func (s missingUser) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
+	if k.ExternalID == "racer" {
+		return store.User{}, fmt.Errorf("racer: %w", store.ErrNotFound)
+	}
+	return s.Store.UserByKey(ctx, k, now)
+}
+
+// TestRefusedTurnOfARacingFirstRequest: a request that takes its user for
+// new, while another request has created it, writes nothing when it is
+// refused (here by the running-turn limit).
+func TestRefusedTurnOfARacingFirstRequest(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{
+			store: func(t testing.TB, backend string) store.Store { return missingUser{testdb.Open(t, backend)} },
+			cfg:   func(c *operator.Config) { c.Accounts[0].Limits.RunningTurnsPerUser = 1 },
+		})
+		ctx := t.Context()
+		racer := func(country string) *chatstream.SessionSettings {
+			return &chatstream.SessionSettings{ExternalID: "racer", SecurityContext: []byte(`{"team":"` + country + `"}`),
+				UserAttributes: []chatstream.UserAttribute{{Name: "country", Value: country}}}
+		}
+		next, stop := iter.Pull2(e.client.Stream(ctx, acct, agentID, chatstream.Request{Input: "tool-open", SessionSettings: racer("A")}))
+		defer stop()
+		if _, err, ok := next(); !ok || err != nil {
+			t.Fatalf("the running turn's first line: %v", err)
+		}
+		e.Advance(time.Millisecond) // two requests never share an instant (see undoUser)
+		r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
+			map[string]any{"input": "echo:x", "sessionSettings": racer("B")}))
+		if r.Status != http.StatusTooManyRequests {
+			t.Fatalf("status %d (%s), want 429", r.Status, r.Raw)
+		}
+		// Read past the wrapper, in a transaction of the store beneath.
+		if err := e.Store.InTx(ctx, func(tx store.Tx) error {
+			u, err := tx.UserByKey(ctx, store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "racer"}, e.Now())
+			if err == nil && string(u.SecurityContext) != `{"team":"A"}` {
+				t.Errorf("the refused request changed the user: security context %s", u.SecurityContext)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

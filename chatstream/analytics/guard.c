@@ -382,7 +382,8 @@ int analytics_close(sqlite3 *db) { return sqlite3_close_v2(db); }
 // analytics_opens_database compiles sql on the checker connection and
 // reports whether its program opens a table or index of a database other
 // than temp, or temp's own schema table (root page 1) (1), neither (0),
-// or does not compile (-1, with the message in sqlite3_errmsg). The checker's temp schema holds only empty
+// writes (2), or does not compile (-1, with the message in
+// sqlite3_errmsg). The checker's temp schema holds only empty
 // stand-ins of the model's views, so a program that opens anything else
 // reads the database by itself: a base table, the schema (whose temp
 // part holds the views' SQL), or a table outside the model, however it
@@ -394,12 +395,10 @@ int analytics_opens_database(sqlite3 *chk, const char *sql, int n) {
 	sqlite3_stmt *st = NULL;
 	int rc = sqlite3_prepare_v2(chk, sql, n, &st, NULL);
 	if (rc != 0) return -1;
-	// No statement, or one that writes: the tool refuses it on its own
-	// connection, where it compiles next, whatever it names.
-	if (st == NULL) return 0;
+	if (st == NULL) return 0; // no statement: it reads nothing
 	if (!sqlite3_stmt_readonly(st)) {
 		sqlite3_finalize(st);
-		return 0;
+		return 2;
 	}
 	int found = 0;
 	if (sqlite3_stmt_explain(st, 1) != 0) {

@@ -475,13 +475,14 @@ func (t *SQLTool) openChecker(g *guard) error {
 }
 
 // check compiles q over the stand-ins of the views. It returns SQLite's
-// message when q does not compile there, and reports whether q reads
-// anything of the database by itself (or ctx ended first).
-func (c *checker) check(ctx context.Context, q string) (invalid string, opens bool) {
+// message when q does not compile there, and reports whether q writes, and
+// whether it reads anything of the database by itself (or ctx ended
+// first).
+func (c *checker) check(ctx context.Context, q string) (invalid string, writes, opens bool) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		return "", true
+		return "", false, true
 	}
 	defer func() { <-c.sem }()
 	cs := C.CString(q)
@@ -490,11 +491,13 @@ func (c *checker) check(ctx context.Context, q string) (invalid string, opens bo
 	defer context.AfterFunc(ctx, func() { C.analytics_checker_stop(c.stop, 1) })()
 	switch C.analytics_opens_database(c.db, cs, C.int(len(q))) {
 	case 0:
-		return "", false
+		return "", false, false
 	case 1:
-		return "", true
+		return "", false, true
+	case 2:
+		return "", true, false
 	}
-	return C.GoString(C.analytics_errmsg(c.db)), true
+	return C.GoString(C.analytics_errmsg(c.db)), false, true
 }
 
 // compile prepares the first statement of sql. It returns the statement
@@ -528,35 +531,39 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	// inside one instruction (guard.c's functions check for it) or while
 	// it compiles (see guard.stopped).
 	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
-	st, first, flags, err := g.compile(q)
-	c.st = st
-	// What the model is told depends on the model alone (see checker): a
-	// query that does not compile is judged by its error over the views.
-	var invalid string
-	if err != nil && !g.stopped.Load() {
-		invalid, _ = t.checker.check(ctx, q)
-	}
-	refused := func() error {
+	// First over the views alone (see checker): what the model is told of
+	// a query that does not compile there, writes, or reads the database
+	// by itself depends on the model alone, never on what the database
+	// holds beside it.
+	invalid, writes, opens := t.checker.check(ctx, q)
+	refusal := func(msg string, args ...any) error {
+		err := toolErr(msg, args...)
 		if ctx.Err() != nil {
-			return t.failure(ctx, g, timeout, ctx.Err().Error())
+			err = t.failure(ctx, g, timeout, ctx.Err().Error())
 		}
-		return toolErr("the query may read only the views of the data model (%s)", t.sqlite.list)
+		c.close() // it cancels ctx
+		return err
 	}
 	switch {
-	case err != nil && (g.stopped.Load() || ctx.Err() != nil):
-		err = t.failure(ctx, g, timeout, err.Error())
-	case err != nil && strings.HasPrefix(invalid, "no such table"):
+	case invalid != "" && !strings.HasPrefix(invalid, "no such table"):
+		return nil, refusal("the query is not valid SQL: %s", invalid)
+	case writes:
+		return nil, refusal("only a single read-only SELECT statement is allowed")
+	case opens:
 		// A name outside the model, whether the database has it or not.
-		err = refused()
+		return nil, refusal("the query may read only the views of the data model (%s)", t.sqlite.list)
+	}
+	st, first, flags, err := g.compile(q)
+	c.st = st
+	switch {
+	case err != nil && g.stopped.Load():
+		err = t.failure(ctx, g, timeout, err.Error())
 	case err != nil && g.denied != "":
 		err = toolErr("%s", g.denied)
 	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
 		err = toolErr("only a single read-only SELECT statement is allowed")
-	case err != nil && invalid != "":
-		err = toolErr("the query is not valid SQL: %s", invalid)
 	case err != nil:
-		// Valid over the views: the error is the database's own.
-		err = refused()
+		err = toolErr("the query is not valid SQL: %s", err)
 	case st == nil || strings.TrimSpace(first) == "":
 		err = toolErr("sqlQuery holds no statement")
 	case flags&C.ANALYTICS_MORE != 0:
@@ -567,10 +574,6 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		err = toolErr("only a single read-only SELECT statement is allowed")
 	case flags&C.ANALYTICS_PARAMS != 0:
 		err = toolErr("the query has parameters; write the values into it")
-	default:
-		if _, opens := t.checker.check(ctx, first); opens {
-			err = refused()
-		}
 	}
 	if err != nil {
 		c.close()

@@ -329,11 +329,16 @@ func TestErrorsDependOnTheModelAlone(t *testing.T) {
 		{"INSERT INTO secrets VALUES (1)", "INSERT INTO nosuch VALUES (1)"},
 		{"UPDATE secrets SET value = 1", "UPDATE nosuch SET value = 1"},
 		{"DROP TABLE secrets", "DROP TABLE nosuch"},
+		{"DROP INDEX sqlite_autoindex_customers_1", "DROP INDEX nosuch"},
+		{"REINDEX secrets", "REINDEX nosuch"},
+		{"REINDEX main.secrets", "REINDEX main.nosuch"},
 	}
+	// The names themselves may be echoed: compare the errors without them.
+	names := strings.NewReplacer("sqlite_autoindex_customers_1", "NAME", "secrets", "NAME", "nosuch", "NAME")
 	for _, p := range pairs {
 		_, errHas := run(t, tool, german, p[0])
 		_, errLacks := run(t, tool, german, p[1])
-		if errHas == nil || errLacks == nil || errHas.Error() != errLacks.Error() {
+		if errHas == nil || errLacks == nil || names.Replace(errHas.Error()) != names.Replace(errLacks.Error()) {
 			t.Errorf("%s: %v\n%s: %v\nwant the same refusal", p[0], errHas, p[1], errLacks)
 		}
 	}

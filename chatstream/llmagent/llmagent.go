@@ -313,7 +313,7 @@ func (tr *turn) call(ctx context.Context, msgs []msg, toolsOK bool, round int) (
 		}
 		wait, ok := retryWait(err, a.cfg.retryDelay)
 		if !ok || tr.retried || res.streamed {
-			return nil, fmt.Errorf("llmagent: model request failed: %w", err)
+			return nil, fmt.Errorf("llmagent: model request failed: %w", withoutURL(err))
 		}
 		tr.retried = true
 		timer := time.NewTimer(wait)

@@ -725,13 +725,18 @@ func TestConcurrentTurns(t *testing.T) {
 
 // TestTransportFailureLogsNoQuery: a host may send the model endpoint's key
 // in the query (option.WithQuery("api-key", ...), as some gateways take
-// it); a transport failure's log line names the endpoint without it.
+// it); a transport failure's log line, and the error Answer returns (which
+// the chat handler logs and traces), name the endpoint without it.
 func TestTransportFailureLogsNoQuery(t *testing.T) {
 	logs := &logbuf.Buffer{}
 	a := llmagent.New("http://127.0.0.1:1/v1", "m", nil, llmagent.WithRequestOptions(option.WithQuery("api-key", "query-secret-42")),
 		llmagent.WithRetryDelay(time.Millisecond), llmagent.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	if _, err := answer(t, a, chatstream.Turn{}); err == nil {
+	_, err := answer(t, a, chatstream.Turn{})
+	if err == nil {
 		t.Fatal("an unreachable endpoint answered")
+	}
+	if strings.Contains(err.Error(), "query-secret-42") {
+		t.Errorf("the endpoint's query is in the error the handler logs and traces: %v", err)
 	}
 	l := logs.String()
 	if !strings.Contains(l, "model request failed") || !strings.Contains(l, "127.0.0.1:1") {
