@@ -411,12 +411,12 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 
 // checker is an in-memory database that holds, in its temp schema, an
 // empty table named and shaped as each of the model's views, and nothing
-// else: the database as the model describes it. A query that compiles on
-// the tool's connection is compiled there too, to see whether it reads
-// the database by itself (see analytics_opens_database); one that does
-// not is judged by its error there, so that what the model is told
-// depends on the model alone, never on what the tool's database holds
-// beside it: no error tells a table outside the model from a missing one.
+// else: the database as the model describes it. Each query is compiled
+// there before the tool's connection compiles it, to see whether it
+// writes or reads the database by itself (see analytics_opens_database),
+// so that what the model is told of a refused query depends on the model
+// alone, never on what the tool's database holds beside it: no error
+// tells a table outside the model from a missing one.
 type checker struct {
 	sem  chan struct{} // held while a query compiles on db
 	db   *C.sqlite3
