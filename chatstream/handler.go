@@ -390,9 +390,9 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if t, ok := h.turns.running(turnKey{c.acct.ID, th.ChatID}); ok {
+	if t, held := h.turns.abort(turnKey{c.acct.ID, th.ChatID}); t != nil {
 		t.stop(errAborted, outcomeAborted)
-	} else if cl := h.cfg.cluster; cl != nil {
+	} else if cl := h.cfg.cluster; cl != nil && !held {
 		// The turn may run on another replica: it stops there shortly
 		// after (or nothing changes when none runs).
 		actx, cancel := context.WithTimeout(ctx, clusterTimeout)

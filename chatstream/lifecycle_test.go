@@ -323,3 +323,54 @@ func TestOpeningWhoseUserIsGone(t *testing.T) {
 		}
 	})
 }
+
+// gateStore holds the next InTx once armed: the opening of a turn in an
+// existing chat waits there, reserved but not started.
+type gateStore struct {
+	store.Store
+	armed   *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s gateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.InTx(ctx, fn)
+}
+
+// TestAbortDuringOpening: an abort answered while the turn is still
+// opening (reserved, its transaction under way) aborts it as it starts;
+// it does not run to its end.
+func TestAbortDuringOpening(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			gs.Store = testdb.Open(t, backend)
+			return gs
+		}})
+		ss := ext("abort-open")
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "ao", SessionSettings: ss})
+		gs.armed.Store(true)
+		res := make(chan []chatstream.Message, 1)
+		go func() {
+			msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: "ao", SessionSettings: ss})
+			res <- msgs
+		}()
+		<-gs.entered
+		if err := e.client.Abort(t.Context(), acct, agentID, "ao", *ss); err != nil {
+			t.Fatalf("abort: %v", err)
+		}
+		close(gs.release)
+		select {
+		case msgs := <-res:
+			if st := last(msgs).State; st == nil || !st.Aborted {
+				t.Errorf("abort answered 204 during the opening, but the turn ran to its end: last state %+v", st)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream did not end")
+		}
+	})
+}

@@ -271,6 +271,23 @@ func (r *registry) followContext(parent context.Context) (context.Context, conte
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
+// abort finds the turn of key to abort: a started one, which the caller
+// stops, or one still opening, which is marked to be aborted as it starts
+// (held reports that this process holds the thread either way).
+func (r *registry) abort(key turnKey) (started *turn, held bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.turns[key]
+	switch {
+	case !ok:
+		return nil, false
+	case !t.started:
+		t.abortAtStart = true
+		return nil, true
+	}
+	return t, true
+}
+
 // running returns the started turn of key, if any.
 func (r *registry) running(key turnKey) (*turn, bool) {
 	r.mu.Lock()
@@ -393,6 +410,9 @@ type turn struct {
 	key     turnKey
 	userID  int64
 	started bool // guarded by reg.mu
+	// abortAtStart: an abort came while the turn opened; it is aborted as
+	// it starts. Guarded by reg.mu.
+	abortAtStart bool
 	// agentRunning: the agent has not returned; lingering: the turn is
 	// finished and unregistered but counted in reg.linger* until it does.
 	// Both guarded by reg.mu.
@@ -507,10 +527,16 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent instrume
 	t.started = true
 	t.agentRunning = true
 	r.active++ // the agent's goroutine below
-	stopped := r.stopped
+	var cause error
+	switch {
+	case r.stopped:
+		cause = errShutdown
+	case t.abortAtStart:
+		cause = errAborted
+	}
 	r.mu.Unlock()
 
-	go t.run(agent, info, user, stopped)
+	go t.run(agent, info, user, cause)
 }
 
 // run is the turn's goroutine: it runs the agent, then ends the turn. The
@@ -518,12 +544,12 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent instrume
 // parked goroutine's stack only to four times what it uses: the frames
 // under the agent (run, runAgent, instrumented.answer) stay small, and
 // what runs before and after the agent is in functions of their own.
-func (t *turn) run(agent instrumented, info *Turn, user userReader, stopped bool) {
+func (t *turn) run(agent instrumented, info *Turn, user userReader, stopped error) {
 	defer t.reg.ended()
 	defer t.cancel(nil)
 	stop := context.AfterFunc(t.ctx, t.finishOnCancel)
-	if stopped {
-		t.cancel(errShutdown)
+	if stopped != nil { // a shutdown, or an abort, while it opened
+		t.cancel(stopped)
 	}
 	err := runAgent(t.ctx, agent, info, user, &emitter{t: t})
 	t.agentDone(err, stop)
