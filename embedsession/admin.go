@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/embedkit/embedkit/internal/provision"
@@ -80,20 +82,36 @@ func (h *Handler) tenantScope(ctx context.Context, r *http.Request) (store.Scope
 	return store.Scope{AccountID: acct.ID, EmbedTenantID: et.ID}, nil
 }
 
-// pageParams parses ?first= and ?after=.
+// pageParams parses ?first= and ?after=, strictly: a value that does not
+// decode is refused, not dropped (url.Values would drop the pair, and a
+// page the client did not ask for would come back). Other parameters are
+// ignored; of a repeated one the first counts.
 func pageParams(r *http.Request) (first int, afterID int64, err error) {
-	q := r.URL.Query()
 	first = DefaultPageSize
-	if s := q.Get("first"); s != "" || q.Has("first") {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxPageSize {
-			return 0, 0, wire.BadRequest("first must be a whole number from 1 to %d", MaxPageSize)
-		}
-		first = n
-	}
-	if s := q.Get("after"); s != "" || q.Has("after") {
-		if afterID, err = decodeCursor(s); err != nil {
-			return 0, 0, wire.BadRequest("after must be an endCursor returned by this endpoint")
+	var seenFirst, seenAfter bool
+	for pair := range strings.SplitSeq(r.URL.RawQuery, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		key, kerr := url.QueryUnescape(k)
+		val, verr := url.QueryUnescape(v)
+		switch {
+		case pair == "":
+		case kerr != nil:
+			return 0, 0, wire.BadRequest("the query string is not valid: %q", k)
+		case key == "first" && !seenFirst:
+			seenFirst = true
+			n, err := strconv.Atoi(val)
+			if verr != nil || err != nil || n < 1 || n > MaxPageSize {
+				return 0, 0, wire.BadRequest("first must be a whole number from 1 to %d", MaxPageSize)
+			}
+			first = n
+		case key == "after" && !seenAfter:
+			seenAfter = true
+			if verr == nil {
+				afterID, err = decodeCursor(val)
+			}
+			if verr != nil || err != nil {
+				return 0, 0, wire.BadRequest("after must be an endCursor returned by this endpoint")
+			}
 		}
 	}
 	return first, afterID, nil

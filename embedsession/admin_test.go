@@ -142,6 +142,9 @@ func TestAdminList(t *testing.T) {
 			{"first=0", "first=0"}, {"first negative", "first=-1"}, {"first over 1000", "first=1001"},
 			{"first not a number", "first=ten"}, {"first empty", "first="}, {"first fraction", "first=1.5"},
 			{"after garbage", "after=zzz"}, {"after empty", "after="}, {"after raw id", "after=5"},
+			// Pairs url.Values would drop: refused, not ignored.
+			{"first with a semicolon", "first=5000;x=1"}, {"first badly escaped", "first=%zz"}, {"first=0 badly escaped", "first=0%"},
+			{"after with a semicolon", "after=djE6NA;"}, {"after badly escaped", "after=%zz"}, {"key badly escaped", "%zz=1"},
 		} {
 			t.Run("bad parameter "+c.name+" is 400", func(t *testing.T) {
 				for _, kind := range []string{"groups", "user-attributes"} {
