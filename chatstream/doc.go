@@ -20,8 +20,8 @@
 //	}
 //
 //	// gorilla/mux: copy mux.Vars into r.PathValue once
-//	r := mux.NewRouter()
-//	r.Use(middleware.PathValues(mux.Vars))
+//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
+//	r.Use(middleware.EncodedPathValues(mux.Vars))
 //	for _, rt := range h.Routes() {
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}

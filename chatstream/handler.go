@@ -25,7 +25,7 @@ const (
 
 // Route is one endpoint of the handler: mount Handler for Method and Pattern
 // on any router that fills r.PathValue (http.ServeMux does; for gorilla/mux
-// use middleware.PathValues(mux.Vars)).
+// use middleware.EncodedPathValues(mux.Vars) with UseEncodedPath).
 type Route struct {
 	Method  string
 	Pattern string

@@ -71,12 +71,12 @@ func (c *Client) ExchangeToken(ctx context.Context, sessionID string) (TokenResp
 // RevokeUserSessions ends every session and token of an external user
 // (admin key).
 func (c *Client) RevokeUserSessions(ctx context.Context, externalID string) error {
-	return c.do(ctx, http.MethodDelete, "/api/v1/embed/users/"+url.PathEscape(externalID)+"/sessions", nil, nil)
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed/users/"+segment(externalID)+"/sessions", nil, nil)
 }
 
 // DeleteUser deprovisions an external user (admin key).
 func (c *Client) DeleteUser(ctx context.Context, externalID string) error {
-	return c.do(ctx, http.MethodDelete, "/api/v1/embed/users/"+url.PathEscape(externalID), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed/users/"+segment(externalID), nil, nil)
 }
 
 // ListGroups returns one page of an embed tenant's groups (admin key).
@@ -98,13 +98,22 @@ func (c *Client) ListAttributes(ctx context.Context, embedTenant string, first i
 
 // DeleteGroup deletes a group of an embed tenant by id (admin key).
 func (c *Client) DeleteGroup(ctx context.Context, embedTenant, id string) error {
-	return c.do(ctx, http.MethodDelete, "/api/v1/embed-tenants/"+url.PathEscape(embedTenant)+"/groups/"+url.PathEscape(id), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed-tenants/"+segment(embedTenant)+"/groups/"+segment(id), nil, nil)
 }
 
 // DeleteAttribute deletes an attribute definition of an embed tenant by id
 // (admin key).
 func (c *Client) DeleteAttribute(ctx context.Context, embedTenant, id string) error {
-	return c.do(ctx, http.MethodDelete, "/api/v1/embed-tenants/"+url.PathEscape(embedTenant)+"/user-attributes/"+url.PathEscape(id), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/api/v1/embed-tenants/"+segment(embedTenant)+"/user-attributes/"+segment(id), nil, nil)
+}
+
+// segment escapes s as one path segment; a dot segment too, which
+// url.PathEscape leaves as it is and URL normalization would remove.
+func segment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 func listPath(tenant, kind string, first int, after string) string {
@@ -115,7 +124,7 @@ func listPath(tenant, kind string, first int, after string) string {
 	if after != "" {
 		q.Set("after", after)
 	}
-	p := "/api/v1/embed-tenants/" + url.PathEscape(tenant) + "/" + kind
+	p := "/api/v1/embed-tenants/" + segment(tenant) + "/" + kind
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}

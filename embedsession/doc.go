@@ -25,8 +25,8 @@
 // or on gorilla/mux, whose path parameters the handlers read through
 // middleware.PathValues:
 //
-//	r := mux.NewRouter()
-//	r.Use(middleware.PathValues(mux.Vars))
+//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
+//	r.Use(middleware.EncodedPathValues(mux.Vars))
 //	for _, rt := range h.Routes() {
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}

@@ -41,7 +41,7 @@ func NewHandler(st store.Store, opts ...Option) *Handler {
 // Route is one endpoint: mount Handler for Method and Pattern on a router.
 // Pattern uses {name} wildcards, which http.ServeMux and gorilla/mux both
 // understand; the handlers read them with r.PathValue (on gorilla/mux add
-// middleware.PathValues(mux.Vars)).
+// middleware.EncodedPathValues(mux.Vars) with UseEncodedPath).
 type Route struct {
 	Method  string
 	Pattern string
@@ -79,7 +79,8 @@ const (
 //
 // or on gorilla/mux:
 //
-//	r.Use(middleware.PathValues(mux.Vars))
+//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
+//	r.Use(middleware.EncodedPathValues(mux.Vars))
 //	for _, rt := range h.Routes() {
 //		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}

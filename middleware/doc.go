@@ -20,8 +20,8 @@
 //
 // Mounting on gorilla/mux:
 //
-//	r := mux.NewRouter()
-//	r.Use(middleware.PathValues(mux.Vars))
+//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
+//	r.Use(middleware.EncodedPathValues(mux.Vars))
 //	embed := r.PathPrefix("/embed").Subrouter()
 //	embed.Use(middleware.Session(st))
 //	embed.HandleFunc("/whoami", whoami)

@@ -1,12 +1,13 @@
 package middleware
 
-import "net/http"
+import (
+	"net/http"
+	"net/url"
+)
 
-// PathValues copies the path parameters a router keeps elsewhere into
-// r.PathValue, which embedkit's handlers read, so they work on any router.
-// For gorilla/mux:
-//
-//	r.Use(middleware.PathValues(mux.Vars))
+// PathValues copies the path parameters a router keeps elsewhere, decoded,
+// into r.PathValue, which embedkit's handlers read, so they work on any
+// router. For gorilla/mux use [EncodedPathValues] with UseEncodedPath.
 //
 // http.ServeMux and chi fill r.PathValue themselves and need no bridge.
 func PathValues(vars func(*http.Request) map[string]string) func(http.Handler) http.Handler {
@@ -18,4 +19,27 @@ func PathValues(vars func(*http.Request) map[string]string) func(http.Handler) h
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// EncodedPathValues is [PathValues] for a router that matches the escaped
+// path and keeps its parameters escaped: gorilla/mux with UseEncodedPath,
+// which embedkit's paths need, since an externalId may hold "/" or be a
+// dot segment (addressed as a%2Fb or %2E%2E; a router matching the
+// decoded path would split the one and clean the other away). It
+// unescapes each value; one that does not unescape is left out, and the
+// handler answers 404.
+//
+//	r := mux.NewRouter().UseEncodedPath()
+//	r.Use(middleware.EncodedPathValues(mux.Vars))
+func EncodedPathValues(vars func(*http.Request) map[string]string) func(http.Handler) http.Handler {
+	return PathValues(func(r *http.Request) map[string]string {
+		escaped := vars(r)
+		out := make(map[string]string, len(escaped))
+		for k, v := range escaped {
+			if u, err := url.PathUnescape(v); err == nil {
+				out[k] = u
+			}
+		}
+		return out
+	})
 }

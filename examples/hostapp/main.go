@@ -97,12 +97,12 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 	reaper.Start()
 
 	// 3. The host's router: its own routes, and embedkit under the prefix.
-	r := mux.NewRouter()
+	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/" or be a dot segment
 	r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "the host's own home page")
 	})
 	api := r.PathPrefix(Prefix).Subrouter()
-	api.Use(middleware.PathValues(mux.Vars)) // handlers read r.PathValue
+	api.Use(middleware.EncodedPathValues(mux.Vars)) // handlers read r.PathValue
 	for _, rt := range embed.Routes() {
 		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}

@@ -208,7 +208,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
 	reaper.Start()
 
-	r := mux.NewRouter()
+	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/" or be a dot segment
 	// Unmatched paths and methods answer JSON errors like every endpoint.
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -217,7 +217,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 		w.Header().Set("Allow", strings.Join(allowedMethods(r, req), ", "))
 		httperr.Write(w, req, nil, httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", req.Method, req.URL.Path))
 	})
-	r.Use(middleware.PathValues(mux.Vars))
+	r.Use(middleware.EncodedPathValues(mux.Vars))
 	for _, rt := range embed.Routes() {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}

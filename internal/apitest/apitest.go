@@ -207,8 +207,8 @@ func New(t testing.TB, tg Target, opts ...Option) *Server {
 	var h http.Handler
 	switch tg.Router {
 	case Gorilla:
-		r := mux.NewRouter()
-		r.Use(middleware.PathValues(mux.Vars))
+		r := mux.NewRouter().UseEncodedPath()
+		r.Use(middleware.EncodedPathValues(mux.Vars))
 		for _, rt := range routes {
 			r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 		}
