@@ -426,3 +426,18 @@ func TestPathValues(t *testing.T) {
 		t.Errorf("PathValue = %q, want 42", rec.Body.String())
 	}
 }
+
+// TestEncodedPathValues: escaped parameters arrive decoded; one that does
+// not decode is left out.
+func TestEncodedPathValues(t *testing.T) {
+	h := middleware.EncodedPathValues(func(*http.Request) map[string]string {
+		return map[string]string{"id": "a%2Fb%25", "dots": "%2E%2E", "bad": "%zz"}
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(r.PathValue("id") + "|" + r.PathValue("dots") + "|" + r.PathValue("bad")))
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if got := rec.Body.String(); got != "a/b%|..|" {
+		t.Errorf("PathValues = %q, want %q", got, "a/b%|..|")
+	}
+}
