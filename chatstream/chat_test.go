@@ -722,6 +722,8 @@ func TestErrors(t *testing.T) {
 			{"both ids", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "internalId": apitest.InternalUser}}, 400},
 			{"attributes with internalId", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "userAttributes": []any{map[string]any{"name": "country", "value": "DE"}}}}, 400},
 			{"roles with internalId", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "roles": []any{"admin"}}}, 400},
+			{"ROLES with internalId", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "ROLES": []any{}}}, 400},
+			{"escaped roles with internalId", streamPath(acct, agentID), apitest.AdminKey, `{"input":"x","sessionSettings":{"internalId":"` + apitest.InternalUser + `","\u0072oles":1}}`, 400},
 			{"abort roles with internalId", abortPath(acct, agentID), apitest.AdminKey, map[string]any{"chatId": "owned", "sessionSettings": map[string]any{"internalId": apitest.InternalUser, "roles": []any{"admin"}}}, 400},
 			{"attribute without value", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "userAttributes": []any{map[string]any{"name": "country"}}}}, 400},
 			{"ttl fraction", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "ephemeralTtlSeconds": 1.5}}, 400},

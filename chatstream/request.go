@@ -3,6 +3,7 @@ package chatstream
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -201,9 +202,11 @@ func decodeAbortRequest(body []byte, needSettings bool) (AbortRequest, error) {
 // refuseRoles applies the rule "with internalId, roles ... cannot be
 // specified": the body's sessionSettings.roles, which embedkit has no use
 // for otherwise (unknown fields are ignored), is a 400 next to internalId;
-// null counts as omitted, as for the other fields internalId forbids.
+// null counts as omitted, as for the other fields internalId forbids. The
+// key matches as encoding/json matches the other fields: in any case, and
+// after its escapes are decoded ("ROLES", "\u0072oles").
 func refuseRoles(body []byte, s *SessionSettings) error {
-	if s == nil || s.InternalID == "" || !bytes.Contains(body, []byte(`"roles"`)) {
+	if s == nil || s.InternalID == "" {
 		return nil
 	}
 	var raw struct {
@@ -212,8 +215,10 @@ func refuseRoles(body []byte, s *SessionSettings) error {
 	if json.Unmarshal(body, &raw) != nil {
 		return nil
 	}
-	if v, ok := raw.SessionSettings["roles"]; ok && string(bytes.TrimSpace(v)) != "null" {
-		return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
+	for k, v := range raw.SessionSettings {
+		if strings.EqualFold(k, "roles") && string(bytes.TrimSpace(v)) != "null" {
+			return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
+		}
 	}
 	return nil
 }
