@@ -86,22 +86,22 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 	run := func(tx store.Tx) (provision.Result, error) {
 		return provision.Apply(ctx, tx, c.acct, p, c.acct.ExternalUserLimit(), now)
 	}
-	if p.ExternalID != "" {
-		u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
-		if err == nil {
-			return foundUser{user: u, update: run, gen: gen}, nil
-		}
-		if !errors.Is(err, store.ErrNotFound) {
-			return foundUser{}, err
-		}
+	if p.ExternalID == "" { // an internal user, which provisioning only reads
+		res, err := provision.Run(ctx, h.st, c.acct, p, now)
+		return foundUser{user: res.User, scope: res.Scope, gen: gen, found: res.Found}, err
 	}
-	// A new external user, or an internal one (which provisioning only
-	// reads). A concurrent request may have created the external user
-	// since: then nothing is written here (the opening writes the
-	// request's values).
+	u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
+	if err == nil {
+		return foundUser{user: u, update: run, gen: gen}, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return foundUser{}, err
+	}
+	// A new user. A concurrent request may have created it since: then
+	// nothing is written here (the opening writes the request's values).
 	var res provision.Result
-	err := h.st.InTx(ctx, func(tx store.Tx) (err error) {
-		if res, err = run(tx); err == nil && p.ExternalID != "" && !res.User.CreatedAt.Equal(now) {
+	err = h.st.InTx(ctx, func(tx store.Tx) (err error) {
+		if res, err = run(tx); err == nil && !res.User.CreatedAt.Equal(now) {
 			return errUserExists
 		}
 		return err
