@@ -128,7 +128,8 @@ func removeUnlisted(ctx context.Context, tx store.Tx, acct store.Account, keep [
 		if k.Origin != store.OriginConfig || listed[string(k.Hash)] {
 			continue
 		}
-		if err := tx.DeleteAPIKey(ctx, acct.ID, k.Hash); err != nil {
+		// A replica starting at the same time may have deleted it since.
+		if err := tx.DeleteAPIKey(ctx, acct.ID, k.Hash); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
 		out = append(out, k.Hash)

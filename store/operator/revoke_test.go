@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"encoding/hex"
+	"sync"
 	"testing"
 
 	"github.com/embedkit/embedkit/embedsession"
@@ -171,6 +172,46 @@ func TestDemoteOverHTTP(t *testing.T) {
 			}
 			if got := list(); got != 403 {
 				t.Errorf("the demoted key (cached as admin): %d, want 403 at once", got)
+			}
+		})
+	}
+}
+
+// TestReplicasStartTogether: replicas that start at once with a
+// configuration that drops a key all start (each deletes the key, or finds
+// it deleted by another), and the key is gone.
+func TestReplicasStartTogether(t *testing.T) {
+	for _, backend := range testdb.Backends() {
+		t.Run(backend, func(t *testing.T) {
+			for range 3 {
+				dsn := testdb.OpenDSN(t, backend)
+				old := operator.DemoConfig()
+				old.Accounts[0].APIKeys = append(old.Accounts[0].APIKeys, operator.APIKey{Key: "sk-acme-old"})
+				if err := operator.New(openShared(t, dsn)).Apply(t.Context(), old); err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for i := range 6 {
+					st := openShared(t, dsn)
+					wg.Go(func() {
+						if err := operator.New(st).Apply(t.Context(), operator.DemoConfig()); err != nil {
+							t.Errorf("replica %d: Apply: %v", i, err)
+						}
+					})
+				}
+				wg.Wait()
+				st := openShared(t, dsn)
+				acct, err := st.AccountByName(t.Context(), "acme")
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys, err := st.APIKeys(t.Context(), acct.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(keys) != len(operator.DemoConfig().Accounts[0].APIKeys) {
+					t.Errorf("%d keys after the replicas started, want the demo's %d", len(keys), len(operator.DemoConfig().Accounts[0].APIKeys))
+				}
 			}
 		})
 	}
