@@ -51,10 +51,12 @@ type UserUpsert struct {
 
 	// Attributes sets the values of these attributes (a nil Value clears
 	// one); the user's values of other attributes are kept. AttributeIDs
-	// are distinct and name existing definitions.
+	// are distinct; one whose definition was deleted since the caller
+	// looked it up is accepted, and its value is never read.
 	Attributes []AttributeValue
-	// SetGroups makes Groups (IDs of existing groups of GroupScope)
-	// exactly the user's groups within GroupScope; memberships in other
+	// SetGroups makes Groups (IDs of groups of GroupScope; one deleted
+	// since the caller looked it up is ignored) exactly the user's groups
+	// within GroupScope; memberships in other
 	// scopes are kept. An empty Groups clears them. SetGroups false keeps
 	// every membership.
 	SetGroups  bool

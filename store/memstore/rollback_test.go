@@ -183,11 +183,11 @@ func TestFailedCallUndoesItself(t *testing.T) {
 		if _, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: key, Persistent: true, DisplayName: ptr("kept")}); err != nil {
 			return err
 		}
-		// The first value is valid, the second names no attribute.
+		// The profile and the value are written before the session, whose
+		// API key does not exist.
 		_, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: key, DisplayName: ptr("undone"), Attributes: []store.AttributeValue{
 			{AttributeID: found.Attributes[0].ID, Value: json.RawMessage(`"DE"`)},
-			{AttributeID: 4242, Value: json.RawMessage(`"FR"`)},
-		}})
+		}, Session: &store.NewSession{Hash: []byte("h"), Session: store.Session{AccountID: a.ID, KeyHash: []byte("no such key"), ExpiresAt: t0.Add(time.Minute)}}})
 		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("UpsertUser = %v, want ErrNotFound", err)
 		}

@@ -81,9 +81,7 @@ func (d *db) upsertUser(u store.UserUpsert) (store.User, error) {
 		set(d, d.users, nu.ID, nu)
 		set(d, byKey, key, nu.ID)
 	}
-	if err := d.setAttributeValues(nu.ID, u.Attributes); err != nil {
-		return store.User{}, err
-	}
+	d.setAttributeValues(nu.ID, u.Attributes)
 	if u.SetGroups {
 		d.replaceMemberships(nu.ID, u.GroupScope, u.Groups)
 	}
@@ -182,8 +180,7 @@ func (d *db) userByKey(k store.UserKey, now time.Time) (store.User, error) {
 func isNullJSON(v json.RawMessage) bool { return len(v) == 0 || string(v) == "null" }
 
 // setAttributeValues sets or clears the values of the existing user.
-func (d *db) setAttributeValues(userID int64, values []store.AttributeValue) error {
-	const op = "upsert user"
+func (d *db) setAttributeValues(userID int64, values []store.AttributeValue) {
 	for _, v := range values {
 		if isNullJSON(v.Value) {
 			ndel(d, d.values, userID, v.AttributeID)
@@ -191,12 +188,11 @@ func (d *db) setAttributeValues(userID int64, values []store.AttributeValue) err
 			continue
 		}
 		if _, ok := d.attributes[v.AttributeID]; !ok {
-			return notFound(op + ": attribute")
+			continue // deleted since the caller looked it up: never read
 		}
 		nset(d, d.values, userID, v.AttributeID, clone(v.Value))
 		nset(d, d.valueUsers, v.AttributeID, userID, struct{}{})
 	}
-	return nil
 }
 
 // userData returns the values and groups of scope sc of the user.

@@ -453,6 +453,35 @@ var userRules = []rule{
 		},
 	},
 	{
+		name: "a definition deleted since its lookup is ignored",
+		doc:  "A caller may name an attribute or group that was looked up and then deleted (a cache, a concurrent admin delete): UpsertUser succeeds, stores nothing that any read returns, and the user's other values and groups are written.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			as := f.attrs(t, st, f.scope(), "country", "gone")
+			gs := f.groups(t, st, f.scope(), "sales", "gone")
+			mustNil(t, "DeleteAttribute", st.DeleteAttribute(ctx(t), f.scope(), as[1].ID))
+			mustNil(t, "DeleteGroup", st.DeleteGroup(ctx(t), f.scope(), gs[1].ID))
+			f.values(t, st, u, val(as[0].ID, `"Germany"`), val(as[1].ID, `"x"`))
+			f.member(t, st, u, f.scope(), gs[0].ID, gs[1].ID)
+			d := f.data(t, st, u.ID, f.scope())
+			if got := valueNames(d.Attributes); !slices.Equal(got, []string{"country"}) {
+				t.Errorf("values = %+v, want country alone", d.Attributes)
+			}
+			if got := groupNames(d.Groups); !slices.Equal(got, []string{"sales"}) {
+				t.Errorf("groups = %v, want sales alone", got)
+			}
+			// A definition of the same name made later has no value.
+			as2 := f.attrs(t, st, f.scope(), "gone")
+			if as2[0].ID == as[1].ID {
+				t.Fatalf("a deleted attribute's ID was reused")
+			}
+			if got := valueNames(f.data(t, st, u.ID, f.scope()).Attributes); !slices.Equal(got, []string{"country"}) {
+				t.Errorf("after a new definition of the name: values = %v", got)
+			}
+		},
+	},
+	{
 		name: "a new user is created with its values and groups",
 		doc:  "The first UpsertUser of a key stores the profile, the attribute values and the memberships together, as generate-session provisions a user; UserData of a missing user is empty, not an error.",
 		fn: func(t *testing.T, st store.Store) {
