@@ -30,14 +30,14 @@ type ThreadMessage struct {
 // Threads reads and writes chat threads and their history.
 type Threads interface {
 	// CreateThread stores a new thread with its first messages msgs (none
-	// is fine), which t.LastSort must already cover; an existing
+	// is fine; their IDs are distinct), which t.LastSort must already cover; an existing
 	// (AccountID, ChatID) is [ErrConflict], a missing user [ErrNotFound].
 	// Either stores nothing.
 	CreateThread(ctx context.Context, t Thread, msgs ...ThreadMessage) error
 	// Thread returns [ErrNotFound] when missing.
 	Thread(ctx context.Context, accountID int64, chatID string) (Thread, error)
-	// AppendMessages stores msgs (replacing a stored message with the same
-	// ID) and raises the thread's LastSort to lastSort if it is higher. A
+	// AppendMessages stores msgs, whose IDs are distinct (replacing a
+	// stored message with the same ID), and raises the thread's LastSort to lastSort if it is higher. A
 	// missing thread is [ErrNotFound] and nothing is stored. The store does
 	// not keep msgs (nor their bodies) past the call.
 	AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []ThreadMessage) error
