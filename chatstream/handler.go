@@ -385,25 +385,63 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	key := turnKey{c.acct.ID, req.ChatID}
+	_, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	if errors.Is(err, errChatGone) && h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
+		err = nil // its thread is stored as the turn opens
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	if t, held := h.turns.abort(turnKey{c.acct.ID, th.ChatID}); t != nil {
+	// The abort is answered once the thread is free for the next input
+	// (or, at worst, after clusterTimeout).
+	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	if t, started := h.turns.abort(key); started {
 		t.stop(errAborted, outcomeAborted)
-	} else if cl := h.cfg.cluster; cl != nil && !held {
-		// The turn may run on another replica: it stops there shortly
-		// after (or nothing changes when none runs).
-		actx, cancel := context.WithTimeout(ctx, clusterTimeout)
-		_, err := cl.Abort(actx, ThreadKey{AccountID: c.acct.ID, ChatID: th.ChatID})
-		cancel()
+	} else if t != nil {
+		select { // aborted as it starts, or its opening refused
+		case <-t.done:
+		case <-wctx.Done():
+		}
+	} else if cl := h.cfg.cluster; cl != nil {
+		// The turn may run on another replica: it stops there and then
+		// releases the thread (or nothing changes when none runs).
+		tk := ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID}
+		ok, err := cl.Abort(wctx, tk)
 		if err != nil {
 			h.fail(w, r, clusterUnavailable(err))
 			return
 		}
+		if ok {
+			waitRemoteEnd(wctx, cl, tk)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// firstTurnOpening reports whether the first turn of the new chat key is
+// opening for the caller's user.
+func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) bool {
+	userID, ok := h.turns.openingFor(key)
+	if !ok {
+		return false
+	}
+	u, known, err := h.lookupUser(ctx, c, s)
+	return err == nil && known && u.ID == userID
+}
+
+// waitRemoteEnd waits until the turn of key running on another replica has
+// ended (its claim released) or ctx ends.
+func waitRemoteEnd(ctx context.Context, cl Cluster, key ThreadKey) {
+	rt, ok, err := cl.Join(ctx, key)
+	for pos := 0; ok && err == nil; {
+		var lines []Line
+		lines, ok, err = rt.Next(ctx, pos)
+		pos += len(lines)
+		ok = !ok // done
+	}
 }
 
 // newID returns a random UUID (version 4) for chats and messages.

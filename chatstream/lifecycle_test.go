@@ -341,36 +341,55 @@ func (s gateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.InTx(ctx, fn)
 }
 
-// TestAbortDuringOpening: an abort answered while the turn is still
-// opening (reserved, its transaction under way) aborts it as it starts;
-// it does not run to its end.
+// TestAbortDuringOpening: an abort that comes while the turn is still
+// opening (reserved, its transaction under way), in an existing chat or in
+// the first turn of a new one, aborts the turn as it starts, and is
+// answered once the thread is free: an input sent right after the 204
+// opens the next turn.
 func TestAbortDuringOpening(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-			gs.Store = testdb.Open(t, backend)
-			return gs
-		}})
-		ss := ext("abort-open")
-		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "ao", SessionSettings: ss})
-		gs.armed.Store(true)
-		res := make(chan []chatstream.Message, 1)
-		go func() {
-			msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: "ao", SessionSettings: ss})
-			res <- msgs
-		}()
-		<-gs.entered
-		if err := e.client.Abort(t.Context(), acct, agentID, "ao", *ss); err != nil {
-			t.Fatalf("abort: %v", err)
-		}
-		close(gs.release)
-		select {
-		case msgs := <-res:
-			if st := last(msgs).State; st == nil || !st.Aborted {
-				t.Errorf("abort answered 204 during the opening, but the turn ran to its end: last state %+v", st)
+		for _, newChat := range []bool{false, true} {
+			gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+				gs.Store = testdb.Open(t, backend)
+				return gs
+			}})
+			ss, chatID := ext("abort-open"), "ao"
+			if newChat {
+				collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "earlier", SessionSettings: ss})
+			} else {
+				collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: ss})
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the stream did not end")
+			gs.armed.Store(true)
+			res := make(chan []chatstream.Message, 1)
+			go func() {
+				msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: chatID, SessionSettings: ss})
+				res <- msgs
+			}()
+			<-gs.entered
+			aborted := make(chan error, 1)
+			go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
+			select {
+			case err := <-aborted:
+				close(gs.release)
+				t.Fatalf("new chat %v: the abort was answered (%v) while the opening turn still held the thread", newChat, err)
+			case <-time.After(100 * time.Millisecond): // the abort waits for the opening turn
+			}
+			close(gs.release)
+			if err := <-aborted; err != nil {
+				t.Fatalf("new chat %v: abort: %v", newChat, err)
+			}
+			if _, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "echo:next", ChatID: chatID, SessionSettings: ss}); err != nil {
+				t.Errorf("new chat %v: an input right after the abort's 204: %v, want the next turn", newChat, err)
+			}
+			select {
+			case msgs := <-res:
+				if st := last(msgs).State; st == nil || !st.Aborted {
+					t.Errorf("new chat %v: the abort was answered, but the turn ran to its end: last state %+v", newChat, st)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stream did not end")
+			}
 		}
 	})
 }

@@ -251,6 +251,7 @@ func (r *registry) drop(t *turn) {
 	if r.turns[t.key] == t && !t.started {
 		r.deleteLocked(t)
 		r.wakeLocked()
+		close(t.done) // an abort waiting for the thread to be free
 	}
 	r.mu.Unlock()
 }
@@ -271,21 +272,29 @@ func (r *registry) followContext(parent context.Context) (context.Context, conte
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-// abort finds the turn of key to abort: a started one, which the caller
-// stops, or one still opening, which is marked to be aborted as it starts
-// (held reports that this process holds the thread either way).
-func (r *registry) abort(key turnKey) (started *turn, held bool) {
+// abort finds the turn of key to abort, if this process holds the thread:
+// a started one, which the caller stops, or one still opening, which is
+// marked to be aborted as it starts; the thread is free again once its done
+// is closed (the turn aborted and stored, or the opening refused).
+func (r *registry) abort(key turnKey) (t *turn, started bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t, ok := r.turns[key]
-	switch {
-	case !ok:
-		return nil, false
-	case !t.started:
+	t = r.turns[key]
+	if t != nil && !t.started {
 		t.abortAtStart = true
-		return nil, true
 	}
-	return t, true
+	return t, t != nil && t.started
+}
+
+// openingFor returns the user of the turn of key that is reserved but not
+// started, if any.
+func (r *registry) openingFor(key turnKey) (userID int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.turns[key]; t != nil && !t.started {
+		return t.userID, true
+	}
+	return 0, false
 }
 
 // running returns the started turn of key, if any.
@@ -449,7 +458,7 @@ type turn struct {
 	closed                         bool            // the log is complete
 	waiters                        []chan struct{} // one per follower (capacity 1): signaled on append
 	finishing                      bool            // no more agent events
-	done                           chan struct{}   // closed once finished: stored and log closed
+	done                           chan struct{}   // closed once finished (stored, log closed), or the reservation dropped
 }
 
 // appendLocked encodes m into the log.
