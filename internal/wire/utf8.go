@@ -3,8 +3,8 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -127,9 +127,39 @@ func shortPath(p string) string {
 	return p
 }
 
+// pathSeg is one step of a field path: a key, or an array index.
+type pathSeg struct {
+	key   string
+	index int
+	isIdx bool
+}
+
+// joinPath writes segs as a field path ("userProfile.displayName",
+// "groups[2]"), stopping once it is longer than shortPath keeps: a path's
+// cost stays linear in the depth of the document.
+func joinPath(segs []pathSeg) string {
+	var b strings.Builder
+	for _, s := range segs {
+		if b.Len() > 255 {
+			break
+		}
+		switch {
+		case s.isIdx:
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.index))
+			b.WriteByte(']')
+		case b.Len() > 0:
+			b.WriteByte('.')
+			b.WriteString(s.key)
+		default:
+			b.WriteString(s.key)
+		}
+	}
+	return b.String()
+}
+
 // pathFrame is one open object or array while walking a document.
 type pathFrame struct {
-	path    string
 	array   bool
 	index   int  // next element's index (arrays)
 	wantKey bool // the next token is a key (objects)
@@ -141,7 +171,10 @@ type pathFrame struct {
 func pathAt(doc []byte, offset int) (path string, isKey, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
-	var stack []pathFrame
+	var (
+		stack []pathFrame
+		segs  []pathSeg // segs[i] names stack[i+1] in stack[i]
+	)
 	key := "" // the key of the value that comes next, in the top object
 	for {
 		tok, err := dec.Token()
@@ -155,6 +188,9 @@ func pathAt(doc []byte, offset int) (path string, isKey, ok bool) {
 		}
 		if d, isDelim := tok.(json.Delim); isDelim && (d == '}' || d == ']') {
 			stack = stack[:len(stack)-1]
+			if len(segs) > 0 {
+				segs = segs[:len(segs)-1]
+			}
 			if len(stack) > 0 && !stack[len(stack)-1].array {
 				stack[len(stack)-1].wantKey = true
 			}
@@ -162,30 +198,34 @@ func pathAt(doc []byte, offset int) (path string, isKey, ok bool) {
 		}
 		if top != nil && !top.array && top.wantKey {
 			if end > offset {
-				return top.path, true, true
+				return joinPath(segs), true, true
 			}
 			key = tok.(string)
 			top.wantKey = false
 			continue
 		}
 		// A value: name it.
-		here := ""
+		var seg pathSeg
 		switch {
 		case top == nil:
 		case top.array:
-			here = fmt.Sprintf("%s[%d]", top.path, top.index)
+			seg = pathSeg{index: top.index, isIdx: true}
 			top.index++
-		case top.path == "":
-			here = key
 		default:
-			here = top.path + "." + key
+			seg = pathSeg{key: key}
 		}
 		if d, isDelim := tok.(json.Delim); isDelim {
-			stack = append(stack, pathFrame{path: here, array: d == '[', wantKey: d == '{'})
+			if top != nil {
+				segs = append(segs, seg)
+			}
+			stack = append(stack, pathFrame{array: d == '[', wantKey: d == '{'})
 			continue
 		}
 		if end > offset {
-			return here, false, true
+			if top == nil {
+				return "", false, true
+			}
+			return joinPath(append(segs, seg)), false, true
 		}
 		if top != nil && !top.array {
 			top.wantKey = true

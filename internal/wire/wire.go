@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -127,7 +126,7 @@ func Unmarshal(body []byte, v any) error {
 		// PostgreSQL text cannot hold NUL; refuse it alike on every backend.
 		var doc any
 		if json.Unmarshal(trimmed, &doc) == nil {
-			if field, ok := nulField(doc, ""); ok {
+			if field, ok := nulField(doc); ok {
 				if len(field) > 255 {
 					field = strings.ToValidUTF8(field[:255], "") + "…"
 				}
@@ -141,14 +140,14 @@ func Unmarshal(body []byte, v any) error {
 	// number (and no other) written as an integer. A fraction still fails.
 	doc := trimmed
 	var dec *json.Decoder
-	for range maxIntegerRewrites + 1 {
+	for rewrites := 0; ; rewrites++ {
 		dec = json.NewDecoder(bytes.NewReader(doc))
 		err := dec.Decode(v)
 		if err == nil {
 			break
 		}
 		te, ok := errors.AsType[*json.UnmarshalTypeError](err)
-		if !ok || !isInteger(te.Type.Kind()) {
+		if !ok || !isInteger(te.Type.Kind()) || rewrites == maxIntegerRewrites {
 			return decodeError(err)
 		}
 		fixed, ok := wholeNumberAt(doc, te)
@@ -247,28 +246,32 @@ func wholeNumberAt(doc []byte, te *json.UnmarshalTypeError) ([]byte, bool) {
 }
 
 // HasKey reports whether the top-level JSON object body has key (in any
-// case, as encoding/json matches names) with a non-null value, so that
-// "chatId": "" is told from an omitted chatId. key is ASCII.
+// case and spelling, as encoding/json matches names) with a non-null value,
+// so that "chatId": "" is told from an omitted chatId. Every occurrence
+// counts, in document order, as when encoding/json decodes the body: a null
+// leaves a field as it is, so one non-null occurrence sets it. key is ASCII.
 func HasKey(body []byte, key string) bool {
-	if !containsFold(body, key) {
+	if !containsFold(body, key) && !bytes.Contains(body, []byte(`\u`)) {
 		return false
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return false
 	}
-	// Matched as encoding/json matches field names: an exact key first,
-	// else any case.
-	v, ok := m[key]
-	if !ok {
-		for k, kv := range m {
-			if strings.EqualFold(k, key) {
-				v, ok = kv, true
-				break
-			}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return false
+		}
+		if k, _ := tok.(string); strings.EqualFold(k, key) && string(v) != "null" {
+			return true
 		}
 	}
-	return ok && string(bytes.TrimSpace(v)) != "null"
+	return false
 }
 
 // containsFold reports whether b holds the ASCII string s in any case.
@@ -288,26 +291,36 @@ func containsFold(b []byte, s string) bool {
 // nulField returns the path ("userProfile.displayName", "groups[2]") of the
 // first string of a decoded JSON document, in key order, that holds NUL; a
 // key that holds NUL names itself.
-func nulField(v any, path string) (string, bool) {
+func nulField(v any) (string, bool) {
+	var segs []pathSeg
+	return nulAt(v, &segs)
+}
+
+// nulAt is nulField below the path segs, which it leaves as it found them.
+func nulAt(v any, segs *[]pathSeg) (string, bool) {
 	switch x := v.(type) {
 	case string:
-		return path, strings.IndexByte(x, 0) >= 0
+		if strings.IndexByte(x, 0) >= 0 {
+			return joinPath(*segs), true
+		}
 	case []any:
 		for i, e := range x {
-			if p, ok := nulField(e, fmt.Sprintf("%s[%d]", path, i)); ok {
+			*segs = append(*segs, pathSeg{index: i, isIdx: true})
+			p, ok := nulAt(e, segs)
+			*segs = (*segs)[:len(*segs)-1]
+			if ok {
 				return p, true
 			}
 		}
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(x)) {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
+			*segs = append(*segs, pathSeg{key: k})
 			if strings.IndexByte(k, 0) >= 0 {
-				return strings.ReplaceAll(p, "\x00", `\u0000`), true
+				return strings.ReplaceAll(joinPath(*segs), "\x00", `\u0000`), true
 			}
-			if p, ok := nulField(x[k], p); ok {
+			p, ok := nulAt(x[k], segs)
+			*segs = (*segs)[:len(*segs)-1]
+			if ok {
 				return p, true
 			}
 		}

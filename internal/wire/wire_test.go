@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -182,9 +183,62 @@ func TestHasKey(t *testing.T) {
 		`{"other":1}`:     false,
 		`{"x":"chatId"}`:  false,
 		`{`:               false,
+		// Every occurrence counts, as in encoding/json, where a null
+		// leaves the field as the earlier one set it.
+		`{"chatid":"","ChatID":null}`:    true,
+		`{"chatId":"","chatId":null}`:    true,
+		`{"chatId":null,"CHATID":null}`:  false,
+		`{"\u0063hatId":""}`:             true,
+		`{"chatId\u0000":""}`:            false,
+		`{"x":{"chatId":""},"chatI":""}`: false,
 	} {
 		if got := wire.HasKey([]byte(body), "chatId"); got != want {
 			t.Errorf("HasKey(%s) = %v, want %v", body, got, want)
 		}
+	}
+}
+
+// TestRefusalCostIsLinear: naming the field of invalid text or of a NUL
+// costs memory linear in the depth of the field: a small body nested deep
+// must not cost the server hundreds of MiB to refuse (the token exchange
+// decodes bodies before any credential is checked).
+func TestRefusalCostIsLinear(t *testing.T) {
+	bodies := map[string]func(depth int) []byte{
+		"invalid UTF-8": func(n int) []byte {
+			return []byte(`{"a":` + strings.Repeat("[", n) + "\"\xff\"" + strings.Repeat("]", n) + "}")
+		},
+		"NUL": func(n int) []byte {
+			return []byte(`{"a":` + strings.Repeat("[", n) + `"\u0000"` + strings.Repeat("]", n) + "}")
+		},
+	}
+	for name, body := range bodies {
+		alloc := func(depth int) uint64 {
+			var m0, m1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&m0)
+			err := wire.Unmarshal(body(depth), &struct{}{})
+			runtime.ReadMemStats(&m1)
+			if status, msg := wire.Status(err); status != http.StatusBadRequest || !strings.HasPrefix(msg, "field a[0][0][0]") || !strings.Contains(msg, "…") {
+				t.Errorf("%s: %d %q, want a 400 naming the field's path, cut", name, status, msg)
+			}
+			return m1.TotalAlloc - m0.TotalAlloc
+		}
+		if a, b := alloc(4000), alloc(8000); b > 3*a {
+			t.Errorf("%s: refusing a body nested 8,000 deep allocated %d KiB, 4,000 deep %d KiB: more than linear", name, b>>10, a>>10)
+		}
+	}
+}
+
+// TestIntegerRewritesBounded: past the rewrites of whole numbers written
+// as 1.0 that one body may need, the body is refused; it is never decoded
+// as if it were empty.
+func TestIntegerRewritesBounded(t *testing.T) {
+	var v struct {
+		N int64  `json:"n"`
+		S string `json:"s"`
+	}
+	body := "{" + strings.Repeat(`"n":1.0,`, 9) + `"n":1.5,"s":"kept"}`
+	if status, _ := wire.Status(wire.Unmarshal([]byte(body), &v)); status != http.StatusBadRequest {
+		t.Errorf("Unmarshal = %d with v = %+v, want 400", status, v)
 	}
 }
