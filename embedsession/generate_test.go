@@ -1,6 +1,7 @@
 package embedsession_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware/httperr"
 )
 
 const gen = embedsession.PathGenerateSession
@@ -584,4 +587,33 @@ func TestCacheTTL(t *testing.T) {
 		checkRejection(t, s, rejection{body: obj{"deploymentId": 2, "externalId": "c"}, status: 404, msg: "deployment not found", exact: true})
 		checkRejection(t, s, rejection{key: "sk-nope", body: body("c", nil), status: 401, msg: "invalid API key", exact: true})
 	})
+}
+
+// TestClientNilValueNeverClears: through the Go client, an attribute whose
+// Value was left nil is refused (400) and the stored value kept; Value(nil)
+// is how a value is cleared.
+func TestClientNilValueNeverClears(t *testing.T) {
+	s := apitest.New(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux})
+	c := embedsession.NewClient(s.URL, apitest.AdminKey)
+	ctx := t.Context()
+	req := func(v json.RawMessage) embedsession.SessionRequest {
+		return embedsession.SessionRequest{DeploymentID: 1, ExternalID: "jane",
+			UserAttributes: []embedsession.UserAttribute{{Name: "country", Value: v}}}
+	}
+	if _, err := c.GenerateSession(ctx, req(embedsession.Value("Germany"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.GenerateSession(ctx, req(nil))
+	if status, _ := httperr.Status(err); status != http.StatusBadRequest {
+		t.Errorf("nil Value: %v, want a 400", err)
+	}
+	if got := s.User(t, apitest.Account, "jane", "").Attributes["country"]; got != `"Germany"` {
+		t.Errorf("stored country after a nil Value = %q, want it kept", got)
+	}
+	if _, err := c.GenerateSession(ctx, req(embedsession.Value(nil))); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.User(t, apitest.Account, "jane", "").Attributes["country"]; ok {
+		t.Errorf("stored country after Value(nil) = %q, want it cleared", got)
+	}
 }

@@ -49,10 +49,12 @@ type UserProfile struct {
 
 // UserAttribute is one attribute value of a [SessionRequest]. Value is the
 // JSON of a string, number, array of strings, array of numbers, or null
-// (clears the value); build it with [Value].
+// (clears the value); build it with [Value] (Value(nil) clears). A nil
+// Value is sent as no value, which the server refuses with a 400: a value
+// left out by mistake never clears one.
 type UserAttribute struct {
 	Name  string          `json:"name"`
-	Value json.RawMessage `json:"value"`
+	Value json.RawMessage `json:"value,omitzero"`
 }
 
 // AttributeDefinition asks for an attribute to exist in the embed tenant
