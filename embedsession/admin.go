@@ -183,8 +183,10 @@ func (h *Handler) deleteItem(w http.ResponseWriter, r *http.Request, notFound er
 		wire.WriteError(w, r, h.o.log, err)
 		return
 	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
+	// Only the id as the lists write it: not "+3" or "03" for 3.
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
 		wire.WriteError(w, r, h.o.log, notFound)
 		return
 	}

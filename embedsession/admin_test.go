@@ -233,7 +233,8 @@ func TestAdminDelete(t *testing.T) {
 			}
 		})
 		t.Run("malformed or missing id is 404", func(t *testing.T) {
-			for _, id := range []string{"abc", "0", "-1", "99999999", "1.5"} {
+			// Another spelling of an existing id ("+3", "03") is malformed too.
+			for _, id := range []string{"abc", "0", "-1", "99999999", "1.5", "+" + groups["drop"], "0" + groups["drop"], "+" + attrsIDs["drop_a"]} {
 				if st, _ := del(tenantPath("del-tenant", "groups/"+id), apitest.AdminKey); st != 404 {
 					t.Errorf("groups/%s: got %d", id, st)
 				}
