@@ -93,7 +93,8 @@ func Status(err error) (int, string) {
 
 // Write answers err as {"error": message} with the status [Status] maps it
 // to, Content-Type: application/json and Cache-Control: no-store, plus
-// Retry-After when err is an [*Error] with a RetryAfter. The cause of a 5xx
+// Retry-After when err is an [*Error] with a RetryAfter, and on a 401
+// WWW-Authenticate: Api-Key, Bearer unless the header is set already. The cause of a 5xx
 // answer is logged on log at level Error when log is not nil, never sent.
 func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, msg := Status(err)
@@ -112,6 +113,11 @@ func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	if status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
+		// A 401 names the schemes that can authenticate (RFC 9110 §11.6.1);
+		// the message says which one the route wants.
+		h.Set("WWW-Authenticate", "Api-Key, Bearer")
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

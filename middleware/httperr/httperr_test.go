@@ -57,6 +57,22 @@ func TestWrite(t *testing.T) {
 	if rec.Code != 500 || strings.Contains(rec.Body.String(), "hunter2") {
 		t.Errorf("500 answer = %d %q, want no detail", rec.Code, rec.Body.String())
 	}
+	if rec.Header().Get("WWW-Authenticate") != "" {
+		t.Errorf("a 500 carries WWW-Authenticate")
+	}
+
+	// A 401 names the schemes (RFC 9110), unless the host set its own.
+	rec = httptest.NewRecorder()
+	httperr.Write(rec, r, log, httperr.Errorf(401, "invalid API key"))
+	if got := rec.Header().Get("WWW-Authenticate"); got != "Api-Key, Bearer" {
+		t.Errorf("401 WWW-Authenticate = %q", got)
+	}
+	rec = httptest.NewRecorder()
+	rec.Header().Set("WWW-Authenticate", `Basic realm="host"`)
+	httperr.Write(rec, r, log, httperr.Errorf(401, "no"))
+	if got := rec.Header().Get("WWW-Authenticate"); got != `Basic realm="host"` {
+		t.Errorf("the host's WWW-Authenticate became %q", got)
+	}
 }
 
 func TestParse(t *testing.T) {
