@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -141,12 +142,15 @@ func (d *demoHost) mint(r *http.Request, u demoUser) (string, error) {
 		UserProfile:  &embedsession.UserProfile{DisplayName: embedsession.String(u.Name)},
 	}
 	pic := ""
-	if u.Avatar != "" {
+	// The avatar's URL names the address the browser connected to, not
+	// the request's Host header, which any client sets: the demo users are
+	// shared, and their picture is shown to everyone who picks them.
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && u.Avatar != "" {
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"
 		}
-		pic = scheme + "://" + r.Host + "/demo/avatars/" + u.Avatar
+		pic = scheme + "://" + local.String() + "/demo/avatars/" + u.Avatar
 	}
 	req.UserProfile.Picture = &pic
 	if d.hasCountry {

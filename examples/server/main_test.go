@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -327,6 +328,26 @@ func TestDemoHostOnlyWithDemoAccount(t *testing.T) {
 	resp, b := do(t, c, http.MethodGet, demo.base+"/?user=ana", "", nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "/embed/chat?sessionId=") {
 		t.Fatalf("demo server, /?user=ana: %d %s", resp.StatusCode, b)
+	}
+
+	// The demo users are shared: the Host header of one visitor's request
+	// never becomes the picture every other visitor's browser loads.
+	req, _ := http.NewRequest(http.MethodGet, demo.base+"/?user=ana", nil)
+	req.Host = "attacker.example:8443"
+	if resp, err := c.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	sid := regexp.MustCompile(`sessionId=([A-Za-z0-9_-]+)`).FindSubmatch(b)
+	if sid == nil {
+		t.Fatalf("no sessionId in the demo page: %s", b)
+	}
+	resp, b = do(t, c, http.MethodGet, demo.base+"/embed/whoami?sessionId="+string(sid[1]), "", nil)
+	var who struct{ Picture string }
+	if err := json.Unmarshal(b, &who); err != nil || !strings.HasPrefix(who.Picture, demo.base+"/demo/avatars/") {
+		t.Errorf("demo-ana's picture after a request with another Host = %q (%d %s), want one under %s", who.Picture, resp.StatusCode, b, demo.base)
 	}
 
 	cfg := `{"accounts":[{"name":"initech","plan":"enterprise","apiKeys":[{"key":"sk-initech","admin":true}],
