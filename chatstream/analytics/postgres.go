@@ -51,6 +51,26 @@ func (c PostgresConfig) withDefaults() PostgresConfig {
 // maxPostgresRowBytes bounds one row as PostgreSQL sends it.
 const maxPostgresRowBytes = 16 << 20
 
+// beyondTransaction names the functions of pg_catalog, executable by PUBLIC
+// by default, whose effects reach beyond the calling query's transaction:
+// advisory locks, which other sessions (embedkit's own coordination among
+// them) wait on and which fill the server's shared lock table; a WAL
+// message that no rollback removes; and stopping other sessions of the
+// same role, that is other users' queries. The reader must not be able to
+// execute any of them: [SetupPostgres] revokes them from PUBLIC, and
+// [NewPostgresSQLTool] refuses a reader that can.
+var beyondTransaction = []string{
+	"pg_advisory_lock", "pg_advisory_lock_shared", "pg_advisory_xact_lock", "pg_advisory_xact_lock_shared",
+	"pg_try_advisory_lock", "pg_try_advisory_lock_shared", "pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared",
+	"pg_logical_emit_message", "pg_cancel_backend", "pg_terminate_backend",
+}
+
+// readerTempFileLimit bounds the temporary files of one of the reader's
+// queries (a sort or hash that spills to disk); set by SetupPostgres when it
+// runs as a superuser, since only a superuser can change it, so that no
+// query can raise it.
+const readerTempFileLimit = "1GB"
+
 // SetupPostgres creates or updates, through admin, the PostgreSQL objects
 // of the analytics tools over m: the roles (when missing: the owner
 // without login, the reader with login and no password), the schema and,
@@ -178,8 +198,47 @@ func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresCon
 			return fmt.Errorf("analytics: set up PostgreSQL: %s: %w", q, err)
 		}
 	}
+	if err := confineReader(ctx, tx, cfg.Reader); err != nil {
+		return fmt.Errorf("analytics: set up PostgreSQL: %w", err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("analytics: set up PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+// confineReader, when it runs as a superuser (no other role may), revokes
+// EXECUTE on the functions of beyondTransaction from PUBLIC in this
+// database and bounds the reader's temporary files. Otherwise it changes
+// nothing: NewPostgresSQLTool then refuses a reader that can still execute
+// one of those functions.
+func confineReader(ctx context.Context, tx *sql.Tx, reader string) error {
+	var super bool
+	if err := tx.QueryRowContext(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)`, beyondTransaction)
+	if err != nil {
+		return err
+	}
+	var stmts []string
+	for rows.Next() {
+		var fn string
+		if err := rows.Scan(&fn); err != nil {
+			rows.Close()
+			return err
+		}
+		stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION pg_catalog."+fn+" FROM PUBLIC")
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	stmts = append(stmts, fmt.Sprintf("ALTER ROLE %s SET temp_file_limit = %s", quoteIdent(reader), quoteLiteral(readerTempFileLimit)))
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
 	}
 	return nil
 }
@@ -249,6 +308,17 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 	}
 	if readable != "" {
 		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q can read %s by itself; revoke it", t.pg.cfg.Reader, readable)
+	}
+	var reach string
+	err = pc.QueryRow(ctx, `SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text), '')
+		FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)
+		AND has_function_privilege(p.oid, 'EXECUTE')`, beyondTransaction).Scan(&reach)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: check the reader role: %w", err)
+	}
+	if reach != "" {
+		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q can execute %s, whose effects outlive its query's transaction or reach other sessions; "+
+			"revoke EXECUTE on them from PUBLIC as a superuser (SetupPostgres does when it runs as one; see docs/analytics-tools.md)", t.pg.cfg.Reader, reach)
 	}
 	for _, v := range m.Views {
 		var ok bool
@@ -323,7 +393,10 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 		return fail(err)
 	}
 	c.inTx = true
-	if _, err := pc.Exec(ctx, fmt.Sprintf("SELECT %s.embedkit_begin($1::jsonb)", quoteIdent(t.pg.cfg.Schema)), accessJSON(a)); err != nil {
+	// Sent as a parameter whatever the pool's default_query_exec_mode: in
+	// the simple protocol pgx would write the values into the statement's
+	// text, which pg_stat_activity shows every session of the reader.
+	if _, err := pc.Exec(ctx, fmt.Sprintf("SELECT %s.embedkit_begin($1::jsonb)", quoteIdent(t.pg.cfg.Schema)), pgx.QueryExecModeExec, accessJSON(a)); err != nil {
 		return fail(err)
 	}
 	ms := max(timeout.Milliseconds(), 1)
@@ -480,14 +553,11 @@ func (c *pgCursor) close() {
 		c.pc.PgConn().Close(ctx)
 		cancel()
 	} else if c.inTx && !c.pc.PgConn().IsClosed() {
-		// The query may have taken session-level advisory locks
-		// (pg_advisory_lock), the one state of a session that outlives a
-		// rolled-back transaction: release them, or the next query's
-		// user, SetupPostgres (whose lock is one of them) and the host's
-		// own users of those locks would wait on them. A connection that
-		// cannot be reset leaves the pool.
+		// Nothing of the query outlives its transaction (the reader can
+		// take no advisory lock): roll it back. A connection that cannot be
+		// reset leaves the pool.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.pc.Exec(ctx, "ROLLBACK; SELECT pg_catalog.pg_advisory_unlock_all()")
+		_, err := c.pc.Exec(ctx, "ROLLBACK")
 		cancel()
 		if err != nil {
 			c.conn.Raw(func(any) error { return driver.ErrBadConn })

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -132,6 +133,15 @@ var hostilePostgres = []hostileCase{
 	{"DDL", "CREATE TEMP VIEW x AS SELECT 1", -1},
 	{"parameters", "SELECT $1::int", -1},
 	{"EXPLAIN ANALYZE counts hidden rows", "EXPLAIN ANALYZE SELECT * FROM customers", -1},
+	// Nothing that outlives the query's transaction or reaches other
+	// sessions: locks others wait on (embedkit's own turn lock among them),
+	// WAL no rollback removes, other users' queries stopped.
+	{"advisory lock held by the transaction", "SELECT pg_advisory_xact_lock(hashtextextended('embedkit.turns', 1))", -1},
+	{"advisory lock held by the session", "SELECT pg_catalog.pg_advisory_lock(1)", -1},
+	{"advisory locks by the thousand", "SELECT count(pg_try_advisory_xact_lock_shared(g, g)) FROM generate_series(1, 5000) g", -1},
+	{"WAL message", "SELECT pg_logical_emit_message(false, 'embedkit', repeat('x', 1000000))", -1},
+	{"stop another session", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()", -1},
+	{"cancel another session", "SELECT pg_cancel_backend(pg_backend_pid())", -1},
 	// Legitimate SQL, and attacks that run but change nothing.
 	{"view", "SELECT count(*) FROM customers", 2},
 	{"quoted view", `SELECT count(*) FROM "customers"`, 2},
@@ -261,5 +271,72 @@ func TestSetupPostgresConcurrently(t *testing.T) {
 	defer db.Close()
 	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "can read") {
 		t.Errorf("a reader that can read customers: %v", err)
+	}
+}
+
+// TestPostgresReaderConfined: NewPostgresSQLTool refuses a reader that can
+// execute a function whose effects reach beyond its query's transaction
+// (SetupPostgres revokes them from PUBLIC), and the reader's temporary
+// files are bounded by a setting no query can raise.
+func TestPostgresReaderConfined(t *testing.T) {
+	f := newPGFixture(t)
+	tool := f.tool(t)
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT current_setting('temp_file_limit'), set_config('temp_file_limit', '-1', true) IS NULL"})
+	if err == nil {
+		t.Errorf("the reader raised its temp_file_limit: %v", res.Data)
+	}
+	res, err = tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT current_setting('temp_file_limit')"})
+	if err != nil || res.Data[0][0] != "1GB" {
+		t.Errorf("temp_file_limit = %v %v, want 1GB", res, err)
+	}
+	ctx := t.Context()
+	if _, err := f.admin.ExecContext(ctx, "GRANT EXECUTE ON FUNCTION pg_advisory_lock(bigint) TO "+f.cfg.Reader); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", f.reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "pg_advisory_lock(bigint)") {
+		t.Errorf("NewPostgresSQLTool with a reader that can take advisory locks: %v, want a refusal naming the function", err)
+	}
+	if _, err := f.admin.ExecContext(ctx, "REVOKE EXECUTE ON FUNCTION pg_advisory_lock(bigint) FROM "+f.cfg.Reader); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPostgresAccessNotInActivity: the user's filter values reach
+// PostgreSQL as a parameter, whatever the pool's query mode (the simple
+// protocol, as behind PgBouncer, would write them into the statement's
+// text): another user's query polling pg_stat_activity never sees them.
+func TestPostgresAccessNotInActivity(t *testing.T) {
+	f := newPGFixture(t)
+	f.reader += "&default_query_exec_mode=simple_protocol"
+	if !strings.Contains(f.reader, "?") {
+		f.reader = strings.Replace(f.reader, "&", "?", 1)
+	}
+	tool := f.tool(t, analytics.WithTimeout(10*time.Second))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { // a French user asks again and again
+		for ctx.Err() == nil {
+			_, _ = tool.Run(ctx, chatstream.Turn{User: chatstream.User{ExternalID: "fr", Attributes: map[string]any{"country": "France"}}},
+				analytics.SQLInput{SQLQuery: "SELECT count(*) FROM customers"})
+		}
+	})
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: `SELECT string_agg(DISTINCT a.query, ' | ')
+		FROM generate_series(1, 20000) g,
+		LATERAL pg_stat_get_activity(CASE WHEN pg_stat_clear_snapshot() IS NULL OR g > 0 THEN NULL::int END) a
+		WHERE a.pid <> pg_backend_pid() AND a.query LIKE '%embedkit_begin%'`})
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen := fmt.Sprint(res.Data); strings.Contains(seen, "France") {
+		t.Errorf("a German user read a French user's filter value in pg_stat_activity: %s", seen)
+	} else if !strings.Contains(seen, "embedkit_begin") {
+		t.Logf("the poll saw no other session's embedkit_begin: %s", seen)
 	}
 }
