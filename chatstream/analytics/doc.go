@@ -96,9 +96,12 @@
 // nothing else. Each query runs in a read-only transaction with
 // statement_timeout; nothing it does (set_config, SET ROLE, any spelling of
 // a name) changes the access the views read, since it is recorded by a
-// function that writes, which a read-only transaction cannot call. When
-// the query ends, the transaction is rolled back and the session's
-// advisory locks, the one state that outlives it, are released.
+// function that writes, which a read-only transaction cannot call. The
+// reader can execute no function whose effects outlive the transaction or
+// reach other sessions (advisory locks, WAL messages, stopping another
+// session): SetupPostgres revokes them from PUBLIC, and NewPostgresSQLTool
+// refuses a reader that can. When the query ends, the transaction is
+// rolled back.
 //
 // # The data behind a result
 //
