@@ -247,11 +247,10 @@ func TestRedteamPostgres(t *testing.T) {
 	}
 }
 
-// TestRedteamPostgresAdvisoryLocks: a session-level advisory lock is the
-// one state a query could leave behind on its pooled connection after its
-// transaction is rolled back. It would block SetupPostgres (another
-// replica starting) and the host's own users of the key; the tool
-// releases every such lock when the query ends.
+// TestRedteamPostgresAdvisoryLocks: a session-level advisory lock would
+// outlive the query's transaction on its pooled connection, blocking
+// SetupPostgres (another replica starting) and the host's own users of the
+// key. The reader can take none: the query is refused and holds nothing.
 func TestRedteamPostgresAdvisoryLocks(t *testing.T) {
 	f := newPGFixture(t)
 	tool := f.tool(t)
@@ -259,8 +258,8 @@ func TestRedteamPostgresAdvisoryLocks(t *testing.T) {
 		"SELECT pg_advisory_lock(hashtext('embedkit analytics setup')), pg_advisory_lock(4242), pg_advisory_lock_shared(4243)",
 		"SELECT count(*) FROM customers, (SELECT pg_try_advisory_lock(4242)) AS l",
 	} {
-		if _, err := run(t, tool, german, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
+		if _, err := run(t, tool, german, q); !errors.As(err, new(*analytics.ToolError)) {
+			t.Fatalf("%s: %v, want a tool error", q, err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		var free bool
