@@ -198,7 +198,7 @@ func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresCon
 			return fmt.Errorf("analytics: set up PostgreSQL: %s: %w", q, err)
 		}
 	}
-	if err := confineReader(ctx, tx, cfg.Reader); err != nil {
+	if err := confineReader(ctx, tx, cfg); err != nil {
 		return fmt.Errorf("analytics: set up PostgreSQL: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -209,39 +209,68 @@ func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresCon
 
 // confineReader, when it runs as a superuser (no other role may), revokes
 // EXECUTE on the functions of beyondTransaction from PUBLIC in this
-// database and bounds the reader's temporary files. Otherwise it changes
+// database and grants it back, in the same transaction, to every role that
+// is not a superuser, not predefined (pg_*) and not a role of an embedkit
+// analytics installation (marked by a comment on the role), so that the
+// host's roles, embedkit's store and cluster among them, keep what they
+// had; a role created later gets it at the next SetupPostgres. It also
+// bounds the reader's temporary files. Without a superuser it changes
 // nothing: NewPostgresSQLTool then refuses a reader that can still execute
 // one of those functions.
-func confineReader(ctx context.Context, tx *sql.Tx, reader string) error {
+func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 	var super bool
 	if err := tx.QueryRowContext(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p
+	column := func(q string, args ...any) ([]string, error) {
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for rows.Next() {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, rows.Close()
+	}
+	fns, err := column(`SELECT 'pg_catalog.' || p.oid::regprocedure::text FROM pg_proc p
 		WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)`, beyondTransaction)
 	if err != nil {
 		return err
 	}
-	var stmts []string
-	for rows.Next() {
-		var fn string
-		if err := rows.Scan(&fn); err != nil {
-			rows.Close()
-			return err
-		}
-		stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION pg_catalog."+fn+" FROM PUBLIC")
+	stmts := []string{
+		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Owner), quoteLiteral(roleMark+"owner")),
+		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Reader), quoteLiteral(roleMark+"reader")),
+		fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC", strings.Join(fns, ", ")),
+		fmt.Sprintf("ALTER ROLE %s SET temp_file_limit = %s", quoteIdent(cfg.Reader), quoteLiteral(readerTempFileLimit)),
 	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	stmts = append(stmts, fmt.Sprintf("ALTER ROLE %s SET temp_file_limit = %s", quoteIdent(reader), quoteLiteral(readerTempFileLimit)))
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
+			return fmt.Errorf("%s: %w", firstLine(q), err)
 		}
+	}
+	others, err := column(`SELECT quote_ident(r.rolname) FROM pg_roles r
+		WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper AND r.rolname <> ALL($1)
+		AND coalesce(shobj_description(r.oid, 'pg_authid'), '') NOT LIKE $2 || '%'`,
+		[]string{cfg.Owner, cfg.Reader}, roleMark)
+	if err != nil || len(others) == 0 {
+		return err
+	}
+	q := fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", strings.Join(fns, ", "), strings.Join(others, ", "))
+	if _, err := tx.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("grant EXECUTE back to the other roles: %w", err)
 	}
 	return nil
 }
+
+// roleMark starts the comment SetupPostgres puts on its roles, which are
+// never granted what it revokes from PUBLIC.
+const roleMark = "embedkit analytics "
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")

@@ -280,7 +280,40 @@ func TestSetupPostgresConcurrently(t *testing.T) {
 // files are bounded by a setting no query can raise.
 func TestPostgresReaderConfined(t *testing.T) {
 	f := newPGFixture(t)
+	// A role of the host's, not a superuser, that uses advisory locks (as
+	// embedkit's store and cluster do when they log in as such a role).
+	app := f.cfg.Reader + "_app"
+	if _, err := f.admin.ExecContext(t.Context(), "CREATE ROLE "+app+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Under SetupPostgres's lock, so that no other test's setup grants
+		// the role anything between the two drops.
+		tx, err := f.admin.BeginTx(context.Background(), nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tx.Rollback()
+		for _, q := range []string{"SELECT pg_advisory_xact_lock(hashtext('embedkit analytics setup'))", "DROP OWNED BY " + app, "DROP ROLE " + app} {
+			if _, err := tx.ExecContext(context.Background(), q); err != nil {
+				t.Errorf("%s: %v", q, err)
+				return
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Error(err)
+		}
+	})
 	tool := f.tool(t)
+	var appLocks, readerLocks bool
+	if err := f.admin.QueryRowContext(t.Context(), "SELECT has_function_privilege($1, 'pg_advisory_xact_lock(bigint)', 'EXECUTE'), has_function_privilege($2, 'pg_try_advisory_xact_lock(bigint)', 'EXECUTE')",
+		app, f.cfg.Reader).Scan(&appLocks, &readerLocks); err != nil {
+		t.Fatal(err)
+	}
+	if !appLocks || readerLocks {
+		t.Errorf("after SetupPostgres: the host's role can take advisory locks %v (want true), the reader %v (want false)", appLocks, readerLocks)
+	}
 	res, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT current_setting('temp_file_limit'), set_config('temp_file_limit', '-1', true) IS NULL"})
 	if err == nil {
 		t.Errorf("the reader raised its temp_file_limit: %v", res.Data)
