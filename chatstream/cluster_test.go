@@ -2,6 +2,7 @@ package chatstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -554,4 +555,33 @@ func BenchmarkCrossReplicaRejoinLag(b *testing.B) {
 	slices.Sort(lag)
 	b.ReportMetric(float64(lag[len(lag)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lag[len(lag)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// failJoin is a Cluster whose Join fails: the database lost between the
+// abort's two calls.
+type failJoin struct{ *pgcluster.Cluster }
+
+func (f failJoin) Join(context.Context, chatstream.ThreadKey) (chatstream.RemoteTurn, bool, error) {
+	return nil, false, errors.New("connection reset")
+}
+
+// TestClusterAbortWaitFails: an abort on B whose wait for the turn's end
+// on A cannot read the cluster is a 503, never a 204 while the thread is
+// still held (the next input would be 409).
+func TestClusterAbortWaitFails(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	ca := openCluster(t, dsn, pgcluster.WithReplicaID("a"), pgcluster.WithListen(false), pgcluster.WithPollInterval(time.Second))
+	cb := openCluster(t, dsn, pgcluster.WithReplicaID("b"))
+	openStore := storeOn(dsn)
+	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+	agent := newGatedAgent()
+	a := newEnv(t, tg, envOpts{agent: agent, store: openStore, opts: []chatstream.Option{chatstream.WithCluster(ca)}})
+	b := newEnv(t, tg, envOpts{agent: agent, store: openStore, opts: []chatstream.Option{chatstream.WithCluster(failJoin{cb})}})
+	_, wait := streamUntil(t, t.Context(), a.client, chatstream.Request{Input: "slow", ChatID: "j", SessionSettings: ext("u")}, isPiece("answer"))
+	if err := b.client.Abort(t.Context(), acct, agentID, "j", chatstream.SessionSettings{ExternalID: "u"}); apiStatus(err) != http.StatusServiceUnavailable {
+		t.Errorf("abort on B whose wait failed: %v, want 503", err)
+	}
+	if _, _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
 }

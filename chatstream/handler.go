@@ -410,38 +410,45 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		// releases the thread (or nothing changes when none runs).
 		tk := ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID}
 		ok, err := cl.Abort(wctx, tk)
+		if err == nil && ok {
+			err = waitRemoteEnd(wctx, cl, tk)
+		}
 		if err != nil {
 			h.fail(w, r, clusterUnavailable(err))
 			return
-		}
-		if ok {
-			waitRemoteEnd(wctx, cl, tk)
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // firstTurnOpening reports whether the first turn of the new chat key is
-// opening for the caller's user.
+// opening in this process, for the caller's user and agent.
 func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) bool {
-	userID, ok := h.turns.openingFor(key)
-	if !ok {
-		return false
+	if _, err := h.st.Thread(ctx, key.accountID, key.chatID); !errors.Is(err, store.ErrNotFound) {
+		return false // a thread of another agent, or of a user gone
 	}
 	u, known, err := h.lookupUser(ctx, c, s)
-	return err == nil && known && u.ID == userID
+	return err == nil && known && h.turns.openingFor(key, u.ID, c.agent.ID)
 }
 
 // waitRemoteEnd waits until the turn of key running on another replica has
-// ended (its claim released) or ctx ends.
-func waitRemoteEnd(ctx context.Context, cl Cluster, key ThreadKey) {
-	rt, ok, err := cl.Join(ctx, key)
-	for pos := 0; ok && err == nil; {
-		var lines []Line
-		lines, ok, err = rt.Next(ctx, pos)
+// ended (its claim released), or ctx ends. It returns the error of a
+// cluster that could not be read: the turn may still hold the thread.
+func waitRemoteEnd(ctx context.Context, cl Cluster, key ThreadKey) error {
+	rt, running, err := cl.Join(ctx, key)
+	for pos := 0; running && err == nil; {
+		var (
+			lines []Line
+			done  bool
+		)
+		lines, done, err = rt.Next(ctx, pos)
 		pos += len(lines)
-		ok = !ok // done
+		running = !done
 	}
+	if err == nil || errors.Is(err, ErrTurnLost) || ctx.Err() != nil {
+		return nil // ended, its process gone, or the wait's bound reached
+	}
+	return err
 }
 
 // newID returns a random UUID (version 4) for chats and messages.

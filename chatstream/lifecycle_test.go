@@ -16,6 +16,7 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // waitGoroutines waits until the number of goroutines is at most want.
@@ -353,6 +354,8 @@ func TestAbortDuringOpening(t *testing.T) {
 			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
 				gs.Store = testdb.Open(t, backend)
 				return gs
+			}, cfg: func(c *operator.Config) {
+				c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
 			}})
 			ss, chatID := ext("abort-open"), "ao"
 			if newChat {
@@ -367,6 +370,10 @@ func TestAbortDuringOpening(t *testing.T) {
 				res <- msgs
 			}()
 			<-gs.entered
+			// Through another agent's path the chat does not exist.
+			if err := e.client.Abort(t.Context(), acct, "8", chatID, *ss); apiStatus(err) != http.StatusNotFound {
+				t.Errorf("new chat %v: abort through another agent during the opening: %v, want 404", newChat, err)
+			}
 			aborted := make(chan error, 1)
 			go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
 			select {

@@ -39,7 +39,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 	if err != nil {
 		return nil, openedTurn{}, err
 	}
-	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, u.user.ID, h.cfg.maxTurnBytes,
+	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, u.user.ID, c.agent.ID, h.cfg.maxTurnBytes,
 		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
 	var op openedTurn
 	if err == nil {

@@ -104,7 +104,7 @@ func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 // running turns than lim allows (counted here, or by the cluster across
 // replicas) is 429. ctx bounds the cluster's claim, which runs without the
 // registry's lock.
-func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSize int, lim TurnLimits) (*turn, error) {
+func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, agentID string, maxSize int, lim TurnLimits) (*turn, error) {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -132,7 +132,7 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, maxSi
 		r.mu.Unlock()
 		return nil, turnLimitError(&TurnLimitError{Max: lim.Account})
 	}
-	t := &turn{reg: r, key: key, userID: userID, maxSize: maxSize, done: make(chan struct{})}
+	t := &turn{reg: r, key: key, userID: userID, agentID: agentID, maxSize: maxSize, done: make(chan struct{})}
 	r.addLocked(t)
 	r.mu.Unlock()
 	if r.cluster == nil {
@@ -286,15 +286,13 @@ func (r *registry) abort(key turnKey) (t *turn, started bool) {
 	return t, t != nil && t.started
 }
 
-// openingFor returns the user of the turn of key that is reserved but not
-// started, if any.
-func (r *registry) openingFor(key turnKey) (userID int64, ok bool) {
+// openingFor reports whether the turn of key is reserved for userID and
+// agentID and not started yet.
+func (r *registry) openingFor(key turnKey, userID int64, agentID string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t := r.turns[key]; t != nil && !t.started {
-		return t.userID, true
-	}
-	return 0, false
+	t := r.turns[key]
+	return t != nil && !t.started && t.userID == userID && t.agentID == agentID
 }
 
 // running returns the started turn of key, if any.
@@ -418,6 +416,7 @@ type turn struct {
 	reg     *registry
 	key     turnKey
 	userID  int64
+	agentID string
 	started bool // guarded by reg.mu
 	// abortAtStart: an abort came while the turn opened; it is aborted as
 	// it starts. Guarded by reg.mu.
