@@ -246,7 +246,9 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 	stmts := []string{
 		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Owner), quoteLiteral(roleMark+"owner")),
 		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Reader), quoteLiteral(roleMark+"reader")),
-		fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC", strings.Join(fns, ", ")),
+		// From the roles themselves too: another installation's setup may
+		// have granted them back before they were marked.
+		fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC, %s, %s", strings.Join(fns, ", "), quoteIdent(cfg.Owner), quoteIdent(cfg.Reader)),
 		fmt.Sprintf("ALTER ROLE %s SET temp_file_limit = %s", quoteIdent(cfg.Reader), quoteLiteral(readerTempFileLimit)),
 	}
 	for _, q := range stmts {
