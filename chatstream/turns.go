@@ -399,8 +399,11 @@ func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
 	r.mu.Lock()
 	r.stopped = true
 	r.mu.Unlock()
+	// All at once: each turn finishes on its own goroutine
+	// (finishOnCancel), so that final writes waiting on a slow database
+	// overlap and grace bounds them all.
 	for _, t := range r.startedTurns() {
-		t.stop(errShutdown, outcomeShutdown)
+		t.cancel(errShutdown)
 	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()

@@ -2,6 +2,7 @@ package faulttest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -69,5 +70,29 @@ func TestGracefulShutdown(t *testing.T) {
 		if st := msgs[len(msgs)-1].State; !historyHas(st, chatstream.RoleAssistant, answer) {
 			t.Errorf("history of %s = %+v, want the stored answer %q", chatID, st, answer)
 		}
+	}
+}
+
+// TestCloseWithDatabaseBlackHoled: Close with turns running while every
+// packet to PostgreSQL is dropped stops them all at once, so that its
+// grace bounds the whole, not the grace plus a final write's timeout per
+// turn (8 turns took 35 s when they were stopped one after another).
+func TestCloseWithDatabaseBlackHoled(t *testing.T) {
+	skipWithoutPostgres(t)
+	e := newEnv(t, envOpts{backend: testdb.Postgres, agent: testAgent, appName: fmt.Sprintf("close-bh-%d", time.Now().UnixNano())})
+	var streams []*stream
+	for i := range 8 {
+		streams = append(streams, e.startStream(t, chatstream.Request{Input: inputLong, ChatID: fmt.Sprintf("bh-%d", i),
+			SessionSettings: &chatstream.SessionSettings{ExternalID: fmt.Sprintf("bh-%d", i)}}))
+	}
+	e.proxy.BlackHole()
+	began := time.Now()
+	err := e.chat.Close()
+	if took := time.Since(began); took > 15*time.Second {
+		t.Errorf("Close took %v with the database black-holed (%v): the turns were not stopped together", took.Round(time.Millisecond), err)
+	}
+	_ = e.proxy.Restore()
+	for _, s := range streams {
+		s.wait(t)
 	}
 }
