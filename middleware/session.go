@@ -127,9 +127,13 @@ func (o *options) redirectWithoutSessionID(w http.ResponseWriter, r *http.Reques
 }
 
 // serveExchanged serves a request whose sessionId was just exchanged for
-// tok: it sets the cookie and hands the token to the handler.
+// tok: it sets the cookie and hands the token to the handler. The cookie
+// goes first, also on an error: the sessionId is used up, and a reload
+// after a failed read of the user (the database away) signs in with the
+// cookie instead.
 func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next http.Handler, st SessionStore, tok string, sess store.Session, now time.Time) {
 	ctx := r.Context()
+	http.SetCookie(w, o.cookie(r, tok, sess.ExpiresAt))
 	u, err := st.UserByID(ctx, sess.UserID, now)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -138,7 +142,6 @@ func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next ht
 		wire.WriteError(w, r, o.log, err)
 		return
 	}
-	http.SetCookie(w, o.cookie(r, tok, sess.ExpiresAt))
 	if o.redirectWithoutSessionID(w, r) {
 		return
 	}
