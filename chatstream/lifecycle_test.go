@@ -2,6 +2,7 @@ package chatstream_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -283,6 +284,42 @@ func TestTurnTooLong(t *testing.T) {
 			t.Errorf("%d lines streamed past a 20 kB cap", len(msgs))
 		}
 	})
+}
+
+// TestTurnTooLongInOneLine: no single event takes a turn's stream past its
+// cap: a content piece, a thought or a tool call's input larger than the
+// room left is refused with ErrTurnTooLong, never streamed or stored.
+func TestTurnTooLongInOneLine(t *testing.T) {
+	huge := strings.Repeat("x", 100000)
+	for name, emit := range map[string]func(chatstream.Emitter) error{
+		"content":  func(e chatstream.Emitter) error { return e.Content(huge) },
+		"thinking": func(e chatstream.Emitter) error { return e.Thinking(huge) },
+		"tool input": func(e chatstream.Emitter) error {
+			_, err := e.ToolCall("svcSqlApi", map[string]string{"sql": huge})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var agentErr atomic.Value
+			agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+				if err := emit(e); err != nil {
+					agentErr.Store(err)
+				}
+				return nil
+			})
+			e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux},
+				envOpts{agent: agent, opts: []chatstream.Option{chatstream.WithMaxTurnBytes(20000), chatstream.WithDevelopment(true)}})
+			msgs := collect(t, e.client, chatstream.Request{Input: "q", SessionSettings: ext("long")})
+			if err, _ := agentErr.Load().(error); !errors.Is(err, chatstream.ErrTurnTooLong) {
+				t.Errorf("agent got %v, want ErrTurnTooLong", err)
+			}
+			for _, m := range msgs {
+				if b, _ := json.Marshal(m); len(b) > 20000 {
+					t.Errorf("a %d-byte line (%s) was streamed past a 20 kB cap", len(b), m.ID)
+				}
+			}
+		})
+	}
 }
 
 // userGoneStore deletes the user of a thread being created just before

@@ -231,9 +231,10 @@ func WithReapBatch(n int) ReaperOption {
 }
 
 // WithMaxTurnBytes caps the encoded size of one turn's stream (every line
-// a rejoining client would replay). Once it is exceeded, the agent's Emitter
-// returns [ErrTurnTooLong] and the turn ends like an agent error, with a
-// short final message. Default: [DefaultMaxTurnBytes] (64 MiB). n must be
+// a rejoining client would replay). An event that would take the stream
+// past it (a content piece, a thought, a tool call's input or result) is
+// refused: the agent's Emitter returns [ErrTurnTooLong] and the turn ends
+// like an agent error, with a short final message. Default: [DefaultMaxTurnBytes] (64 MiB). n must be
 // positive; WithMaxTurnBytes panics otherwise.
 func WithMaxTurnBytes(n int) Option {
 	mustPositive("WithMaxTurnBytes", n)

@@ -22,11 +22,11 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// bigAgent answers with 8 content pieces of 1 MiB: its stream (the pieces,
-// the final message and __state__ with the history, 24 MiB) is several
+// bigAgent answers with 6 content pieces of 1 MiB: its stream (the pieces,
+// the final message and __state__ with the history, 18 MiB) is several
 // times what a connection's buffers hold when the client reads nothing.
 const (
-	bigPieces = 8
+	bigPieces = 6
 	bigPiece  = 1 << 20
 )
 

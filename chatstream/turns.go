@@ -740,12 +740,13 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 // emitter is the [Emitter] of a turn.
 type emitter struct{ t *turn }
 
-// checkLocked returns the error of an emitter call that must not proceed.
-func (e *emitter) checkLocked() error {
+// checkLocked returns the error of an emitter call that must not proceed:
+// the turn is over, or adding n bytes would take its stream past its cap.
+func (e *emitter) checkLocked(n int) error {
 	if e.t.finishing {
 		return e.over()
 	}
-	if e.t.size > e.t.maxSize {
+	if e.t.size+n > e.t.maxSize {
 		e.t.tooLong = true
 		return ErrTurnTooLong
 	}
@@ -773,7 +774,7 @@ func (e *emitter) Thinking(text string) error {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := e.checkLocked(); err != nil {
+	if err := e.checkLocked(len(text)); err != nil {
 		return err
 	}
 	e.reserveLocked()
@@ -790,7 +791,7 @@ func (e *emitter) Content(piece string) error {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := e.checkLocked(); err != nil {
+	if err := e.checkLocked(len(piece)); err != nil {
 		return err
 	}
 	if piece == "" {
@@ -817,7 +818,7 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := e.checkLocked(); err != nil {
+	if err := e.checkLocked(len(in)); err != nil {
 		return nil, err
 	}
 	e.reserveLocked()
