@@ -125,7 +125,7 @@ func New(baseURL, model string, tools []Tool, opts ...Option) *Agent {
 	if cfg.httpClient != nil {
 		ro = append(ro, option.WithHTTPClient(cfg.httpClient))
 	}
-	ro = append(ro, option.WithBaseURL(baseURL), option.WithAPIKey(cfg.apiKey), option.WithMaxRetries(0))
+	ro = append(ro, option.WithBaseURL(baseURL), option.WithAPIKey(cfg.apiKey), option.WithMaxRetries(0), option.WithMiddleware(boundResponses))
 	a.client = openai.NewClient(ro...)
 	return a
 }
@@ -377,8 +377,11 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 
 	s := a.client.Chat.Completions.NewStreaming(reqCtx, params, option.WithMaxRetries(0))
 	defer s.Close()
-	var pending []*call // by index
-	var content strings.Builder
+	var (
+		pending []*call // by index
+		earlier []*call // calls an endpoint sent at an index reused since
+		content strings.Builder
+	)
 	for s.Next() {
 		idle.Reset(a.cfg.idleTimeout)
 		ch := s.Current()
@@ -416,6 +419,12 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 					pending = append(pending, nil)
 				}
 				p := pending[tc.Index]
+				if p != nil && tc.ID != "" && p.id != "" && tc.ID != p.id {
+					// Another call at the same index: some endpoints send
+					// every parallel call at index 0.
+					earlier = append(earlier, p)
+					p = nil
+				}
 				if p == nil {
 					p = &call{}
 					pending[tc.Index] = p
@@ -423,10 +432,14 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				if tc.ID != "" {
 					p.id = tc.ID
 				}
-				if n := tc.Function.Name; n != "" && n != p.name {
+				if n := tc.Function.Name; n != "" && n != p.name && len(p.name)+len(n) <= maxToolName {
 					p.name += n
 				}
-				p.args += tc.Function.Arguments
+				if a := tc.Function.Arguments; len(p.args)+len(a) <= maxToolArgs {
+					p.args += a
+				} else {
+					p.tooLong = true
+				}
 			}
 			if c.FinishReason != "" {
 				res.finish = c.FinishReason
@@ -438,12 +451,12 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 		if context.Cause(reqCtx) == errIdle && ctx.Err() == nil {
 			return res, errIdle
 		}
-		return res, err
+		return res, streamEventError(err)
 	}
 	if res.finish == "" {
 		return res, errTruncated
 	}
-	for i, p := range pending {
+	for i, p := range append(earlier, pending...) {
 		if p == nil {
 			continue
 		}
@@ -498,6 +511,8 @@ func (tr *turn) runTool(ctx context.Context, c call) (string, error) {
 	switch {
 	case !ok:
 		terr = fmt.Errorf("unknown tool %q; the tools are %s", c.name, strings.Join(tr.a.names, ", "))
+	case c.tooLong:
+		terr = fmt.Errorf("the arguments are longer than %d KiB", maxToolArgs>>10)
 	case !valid:
 		terr = errors.New("the arguments are not valid JSON")
 	default:

@@ -304,7 +304,13 @@ func TestErrorStatuses(t *testing.T) {
 		{"500 then success", []reply{{status: 500, body: `{"error":{"message":"boom"}}`}, say("ok")}, 2, true, "500 Internal Server Error"},
 		{"500 twice: one retry in total", []reply{{status: 500, body: `{}`}, {status: 500, body: `{}`}, say("never")}, 2, false, "500"},
 		{"503 with a non-JSON body", []reply{{status: 503, body: `<html>down</html>`}, {status: 502, body: ``}, say("never")}, 2, false, "502"},
-		{"error event in the stream", []reply{{chunks: []string{`{"error":{"message":"overloaded","type":"server_error"}}`}}, say("ok")}, 2, true, "received error while streaming"},
+		{"error event in the stream", []reply{{chunks: []string{`{"error":{"message":"overloaded: Incorrect API key provided: sk-test-***","type":"server_error"}}`}}, say("ok")}, 2, true, "sent an error event"},
+		// Gateways answer {"error": "..."}: the status still decides, and
+		// their text is not logged.
+		{"401 with a string error is not retried", []reply{{status: 401, body: `{"error":"Unauthorized: sk-test-***"}`}, say("never")}, 1, false, "401 Unauthorized"},
+		{"404 with a string error is not retried", []reply{{status: 404, body: `{"error":"model not found"}`}, say("never")}, 1, false, "404 Not Found"},
+		{"429 with a string error and a long Retry-After fails at once", []reply{{status: 429, body: `{"error":"rate limited"}`, header: map[string]string{"Retry-After": "60"}}, say("ok")}, 1, false, "429"},
+		{"500 with a body past the cap", []reply{{status: 500, body: strings.Repeat("x", 8<<20)}, say("ok")}, 2, true, "500 Internal Server Error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, tc.replies...)
@@ -744,5 +750,56 @@ func TestTransportFailureLogsNoQuery(t *testing.T) {
 	}
 	if strings.Contains(l, "query-secret-42") {
 		t.Errorf("the endpoint's query reached the log: %s", l)
+	}
+}
+
+// TestParallelCallsSharingAnIndex: endpoints that send every parallel call
+// at index 0 (with a new id each) get each call run on its own, not one
+// call of a merged name and arguments.
+func TestParallelCallsSharingAnIndex(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{role(),
+			toolStart(0, "call_a", "svcMeta", `{"q":"revenue"}`),
+			toolStart(0, "call_b", "svcSqlApi", `{"q":"select 1"}`),
+			finish("tool_calls")}},
+		say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: 1}
+	sql := &fakeTool{name: "svcSqlApi", result: 2}
+	a, _ := newAgent(t, f, []llmagent.Tool{meta, sql})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	if m, q := meta.called(), sql.called(); len(m) != 1 || m[0] != `{"q":"revenue"}` || len(q) != 1 || q[0] != `{"q":"select 1"}` {
+		t.Errorf("svcMeta ran with %v, svcSqlApi with %v; want one call each", m, q)
+	}
+}
+
+// TestModelOutputBounded: what the agent reads of the endpoint is bounded:
+// tool arguments past 64 KiB are a tool error (the tool does not run, and
+// the stream carries at most the bound), and an answer past 16 MiB fails
+// the request (retried once, as a broken stream).
+func TestModelOutputBounded(t *testing.T) {
+	piece := `"` + strings.Repeat("x", 1000) + `",`
+	chunks := []string{role(), toolStart(0, "call_1", "svcSqlApi", `{"q":[`)}
+	for range 100 {
+		chunks = append(chunks, toolArgs(0, piece))
+	}
+	f := newFake(t, reply{chunks: append(chunks, toolArgs(0, `""]}`), finish("tool_calls"))}, say("Done."))
+	sql := &fakeTool{name: "svcSqlApi", result: 1}
+	a, _ := newAgent(t, f, []llmagent.Tool{sql})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.Events()
+	if len(sql.called()) != 0 || len(ev) == 0 || ev[0].Result != `{"error":"the arguments are longer than 64 KiB"}` || len(ev[0].Input) > 80<<10 {
+		t.Errorf("tool ran %d times; first event %q… (%d bytes of input)", len(sql.called()), ev[0].Result, len(ev[0].Input))
+	}
+
+	f = newFake(t, reply{chunks: []string{role(), text(strings.Repeat("y", 17<<20)), finish("stop")}}, say("ok"))
+	a, logs := newAgent(t, f, nil)
+	rec, err = answer(t, a, chatstream.Turn{})
+	if err != nil || rec.Text() != "ok" || len(f.reqs()) != 2 || !strings.Contains(logs.String(), "larger than 16 MiB") {
+		t.Errorf("a 17 MiB answer: %q, %v, %d requests; log:\n%s", rec.Text(), err, len(f.reqs()), logs.String())
 	}
 }

@@ -20,8 +20,19 @@ type msg struct {
 	callID  string // tool: the call it answers
 }
 
-// call is a tool call of the model.
-type call struct{ id, name, args string }
+// call is a tool call of the model; tooLong marks arguments cut at
+// maxToolArgs.
+type call struct {
+	id, name, args string
+	tooLong        bool
+}
+
+// Bounds on a tool call the model streams: a tool's name is at most 64
+// characters, and no tool takes arguments near 64 KiB.
+const (
+	maxToolName = 64
+	maxToolArgs = 64 << 10
+)
 
 // estimate is the token estimate of n bytes of text: one token per 4
 // bytes, rounded up.
