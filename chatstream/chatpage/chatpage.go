@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -237,6 +238,11 @@ type Me struct {
 	DataURL string `json:"dataUrl"`
 	// ExpiresAt is when the token expires.
 	ExpiresAt time.Time `json:"expiresAt"`
+	// ChatKey names the user and agent of the session, opaquely: the page
+	// keeps its conversation across sessions with the same key (a host
+	// page that mints a new session on every load), and drops it for
+	// another.
+	ChatKey string `json:"chatKey"`
 }
 
 var errNoAgent = wire.Errorf(http.StatusNotFound, "no chat agent for this session")
@@ -296,7 +302,14 @@ func (h *Handler) me(ctx context.Context, es middleware.EmbedSession) (Me, error
 		AbortURL:    h.o.chatBase + chatPath(chatstream.AbortPattern),
 		DataURL:     h.o.chatBase + chatPath(chatstream.DataPattern),
 		ExpiresAt:   es.Session.ExpiresAt.UTC(),
+		ChatKey:     chatKey(acct.ID, u.ID, id),
 	}, nil
+}
+
+// chatKey is Me.ChatKey: a hash, so that the page learns no identifier.
+func chatKey(accountID, userID int64, agentID string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "embedkit chat key\x00%d\x00%d\x00%s", accountID, userID, agentID))
+	return hex.EncodeToString(h[:12])
 }
 
 // safePicture keeps http, https and data:image URLs.

@@ -23,6 +23,7 @@ let token = "";
 let me = null;
 let busy = false;
 let ended = false; // the session expired
+let lastRefusal = ""; // the message of the last error answer
 // chat is what a reload needs: the thread, the highest sort applied and
 // the messages as merged so far. It is saved to sessionStorage as one
 // value, so that lastSort always matches the messages.
@@ -89,18 +90,20 @@ function watchExpiry(at) {
   if (ms < 2 ** 31 - 1) setTimeout(sessionExpired, ms);
 }
 
-// forget drops the token and the chat of an earlier session.
+// forget drops the token of an earlier session. Its chat stays stored,
+// unshown, until the new session's user is known: boot keeps it only for
+// the same user and agent (me.chatKey), as when a host page mints a new
+// session on every load.
 function forget() {
   token = "";
   storage.removeItem(TOKEN_KEY);
   storage.removeItem(EXPIRES_KEY);
-  storage.removeItem(CHAT_KEY);
 }
 
 // exchange trades the embed URL's sessionId for a token. It returns ""
-// or why it failed. Either way the earlier session's token and chat are
-// gone first: a new sessionId may be another user's, and a failed one
-// must never leave the page signed in as the earlier user.
+// or why it failed. Either way the earlier session's token is gone first:
+// a new sessionId may be another user's, and a failed one must never
+// leave the page signed in as the earlier user.
 async function exchange(sessionId) {
   forget();
   let res;
@@ -132,6 +135,7 @@ async function exchange(sessionId) {
 // exchangeFailed shows why the chat link did not open; the page stays
 // signed out.
 function exchangeFailed(why) {
+  storage.removeItem(CHAT_KEY);
   ended = true;
   setBusy(false);
   input.disabled = send.disabled = newChat.disabled = true;
@@ -414,10 +418,14 @@ function finish(state) {
   // The thread's state is final: it is on screen before the page says
   // the turn ended.
   flushRender();
-  if (state.aborted) {
-    show("Stopped. The answer so far is kept.", "info");
-  } else if (state.error) {
+  // An error says more than an abort (a shutdown aborts with one), and a
+  // turn that ended well clears a notice of the way (reconnecting).
+  if (state.error) {
     show("The answer could not be completed: " + state.error, "error");
+  } else if (state.aborted) {
+    show("Stopped. The answer so far is kept.", "info");
+  } else {
+    show("");
   }
   setBusy(false);
 }
@@ -436,8 +444,10 @@ function setBusy(b) {
 
 // ----- streaming -----
 
-// stream posts a chat request and applies its lines; it returns whether
-// the stream ended with __state__.
+// stream posts a chat request and applies its lines. It returns "done"
+// (the stream ended with __state__), "refused" (an error answer, shown),
+// "unsent" (no answer: the request may not have reached the server) or
+// "lost" (the connection dropped during the stream).
 async function stream(req) {
   let res;
   try {
@@ -447,11 +457,11 @@ async function stream(req) {
       body: JSON.stringify(req),
     });
   } catch (_) {
-    return false;
+    return "unsent";
   }
   if (!res.ok) {
     await httpError(res);
-    return true;
+    return res.status === 409 && !/thread is full/i.test(lastRefusal) ? "running" : "refused";
   }
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
@@ -476,13 +486,14 @@ async function stream(req) {
       }
     }
   } catch (_) {
-    return done; // connection lost
+    // the connection was lost
   }
-  return done;
+  return done ? "done" : "lost";
 }
 
 async function httpError(res) {
   const msg = await errorText(res);
+  lastRefusal = msg;
   setBusy(false);
   switch (res.status) {
     case 401:
@@ -492,7 +503,7 @@ async function httpError(res) {
       if (/thread is full/i.test(msg)) {
         show("This conversation is full. Start a new chat to keep asking questions.", "error");
       } else {
-        show("An answer is still being written in this conversation. Wait for it to finish, or press Stop.", "error");
+        show("An answer is still being written in this conversation; it is shown here. Send your question again when it is done, or press Stop.", "error");
       }
       break;
     case 429: {
@@ -506,11 +517,31 @@ async function httpError(res) {
 }
 
 // run streams req and, when the connection drops before the end, rejoins
-// the turn from the last line applied.
+// the turn from the last line applied. A question that was refused, or
+// that got no answer at all, goes back into the box: it was not asked.
 async function run(req) {
+  const asked = req.input;
+  const giveBack = () => {
+    if (asked !== undefined && !input.value.trim()) input.value = asked;
+  };
   for (let attempt = 0; ; attempt++) {
-    if (await stream(req)) {
+    const r = await stream(req);
+    if (r === "running" && req.input !== undefined) {
+      // Another tab's turn runs in this chat: follow it here.
+      giveBack();
+      setBusy(true);
+      req = { chatId: chat.chatId, resumeAfterSort: chat.lastSort };
+      continue;
+    }
+    if (r !== "unsent" && r !== "lost") {
+      if (r !== "done") giveBack();
       saveNow();
+      return;
+    }
+    if (r === "unsent" && asked !== undefined && req.input !== undefined) {
+      giveBack();
+      setBusy(false);
+      show("Your question could not be sent: the connection failed. Send it again.", "error");
       return;
     }
     if (ended || attempt >= 4 || !chat.chatId) break;
@@ -562,7 +593,7 @@ stop.addEventListener("click", async () => {
 
 newChat.addEventListener("click", () => {
   if (busy) return;
-  chat = { chatId: "", lastSort: 0, msgs: {} };
+  chat = { chatId: "", lastSort: 0, msgs: {}, key: me.chatKey };
   clearLog();
   show("");
   saveNow();
@@ -621,6 +652,11 @@ async function boot() {
   watchExpiry(storage.getItem(EXPIRES_KEY) || me.expiresAt);
   setBusy(false);
   restore();
+  if (chat.key !== me.chatKey) {
+    // Another user's, or another agent's: never shown.
+    chat = { chatId: "", lastSort: 0, msgs: {}, key: me.chatKey };
+    storage.removeItem(CHAT_KEY);
+  }
   body.dataset.ready = "true";
   if (chat.chatId) {
     for (const m of Object.values(chat.msgs)) renderMessage(m);

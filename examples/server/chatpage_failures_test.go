@@ -1,0 +1,161 @@
+package main
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// answerStreams answers the tab's chat requests in order with the given
+// bodies (status 200, NDJSON; "FAIL" refuses the connection); requests
+// past the list go to the server.
+func (tb *tab) answerStreams(bodies ...string) {
+	tb.t.Helper()
+	var mu sync.Mutex
+	n := 0
+	paused := make(chan fetch.RequestID, 16)
+	if err := chromedp.Listen(tb.ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.RequestID
+		}
+	}); err != nil {
+		tb.t.Fatal(err)
+	}
+	go func() {
+		for {
+			select {
+			case id := <-paused:
+				mu.Lock()
+				i := n
+				n++
+				mu.Unlock()
+				if i < len(bodies) && bodies[i] == "FAIL" {
+					_, _ = chromedp.Call(tb.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonConnectionRefused})
+				} else if i < len(bodies) {
+					_, _ = chromedp.Call(tb.ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: id, ResponseCode: 200,
+						ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/x-ndjson"}}, Body: []byte(bodies[i])})
+				} else {
+					_, _ = chromedp.Call(tb.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+				}
+			case <-tb.ctx.Done():
+				return
+			}
+		}
+	}()
+	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/chat/stream-chat-state"}}}); err != nil {
+		tb.t.Fatal(err)
+	}
+}
+
+// The lines of a fake turn of chat "c1".
+const (
+	fakeCutoff = `{"id":"__cutoff__","role":"assistant","content":"","isDelta":false,"isInProcess":false,"sort":0,"state":{"chatId":"c1","isStreaming":true}}` + "\n"
+	fakeUser   = `{"id":"u1","role":"user","content":"q","isDelta":false,"isInProcess":false,"sort":1}` + "\n"
+	fakeDelta  = `{"id":"a1","role":"assistant","content":"Hello ","graphPath":["agent"],"isDelta":true,"isInProcess":true,"isStructuredResponse":false,"sort":2}` + "\n"
+	fakeFinal  = `{"id":"a1","role":"assistant","content":"Hello world","graphPath":["final","agent"],"isDelta":false,"isInProcess":false,"isStructuredResponse":false,"sort":3}` + "\n"
+)
+
+func fakeState(extra string) string {
+	return `{"id":"__state__","role":"assistant","content":"","isDelta":false,"isInProcess":false,"sort":4,"state":{"chatId":"c1","isStreaming":false,"messages":[` +
+		`{"id":"u1","role":"user","content":"q","isDelta":false,"isInProcess":false,"sort":1},` +
+		`{"id":"a1","role":"assistant","content":"Hello world","graphPath":["final","agent"],"isDelta":false,"isInProcess":false,"isStructuredResponse":false,"sort":3}]` + extra + `}}` + "\n"
+}
+
+// TestChatPageFailures: what the chat page shows when a turn does not go
+// the plain way: every failure is shown, a question that was not asked
+// goes back into the box, and a reload of the host page keeps the
+// conversation.
+func TestChatPageFailures(t *testing.T) {
+	dir := vegaDir(t)
+	b := newBrowser(t)
+	s := startServer(t, "-db", ":memory:", "-vega-dir", dir, "-agent-delay", "100ms")
+
+	notice := func(tb *tab) (text string) {
+		tb.eval(chat(`d.getElementById("ek-notice").hidden ? "" : d.getElementById("ek-notice").textContent`), &text)
+		return text
+	}
+	inputText := func(tb *tab) (text string) {
+		tb.eval(chat(`d.getElementById("ek-input").value`), &text)
+		return text
+	}
+
+	// A stream that drops (no __state__), then a rejoin that ends
+	// normally: the answer is complete and "Reconnecting…" is gone.
+	t.Run("a rejoin that ends well clears the reconnecting notice", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.answerStreams(fakeCutoff+fakeUser+fakeDelta, fakeCutoff+fakeFinal+fakeState(""))
+		tb.ask("q")
+		tb.waitFor("the rejoined turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant") && d.querySelector(".ek-assistant").innerText.includes("Hello world")`), 20*time.Second)
+		if n := notice(tb); n != "" {
+			t.Errorf("the answer is complete and the page idle, but the notice says %q", n)
+			tb.screenshot("stale-reconnecting")
+		}
+	})
+
+	// A shutdown ends the stream aborted, with an error: the user did not
+	// press Stop and learns why it ended.
+	t.Run("an abort with an error shows the error", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.answerStreams(fakeCutoff + fakeUser + fakeFinal + fakeState(`,"aborted":true,"error":"the server is shutting down"`))
+		tb.ask("q")
+		tb.waitFor("the turn to end", chat(jsIdle+` && !d.getElementById("ek-notice").hidden`), 20*time.Second)
+		if n := notice(tb); !strings.Contains(n, "shutting down") {
+			t.Errorf("notice %q, want the server's error", n)
+			tb.screenshot("shutdown-as-stopped")
+		}
+	})
+
+	// A refused question (here 409: another tab's answer is being
+	// written) goes back into the box.
+	t.Run("a refused question goes back into the box", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.answerStream(409, nil, `{"error":"a turn of this chat is running: wait for it to end or abort it"}`)
+		tb.ask("my question")
+		tb.waitFor("the notice", chat(jsIdle+` && !d.getElementById("ek-notice").hidden`), 20*time.Second)
+		if in := inputText(tb); in != "my question" {
+			t.Errorf("after a 409 the box holds %q (notice %q), want the question back", in, notice(tb))
+			tb.screenshot("409-question-lost")
+		}
+	})
+
+	// The server cannot be reached when the question is sent: the question
+	// was not asked; it goes back into the box, and the page says so.
+	t.Run("a question sent while the server is unreachable goes back into the box", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.answerStreams("FAIL")
+		tb.ask("revenue by country")
+		tb.waitFor("the page to settle", chat(jsIdle+` && !d.getElementById("ek-notice").hidden`), 30*time.Second)
+		if in, n := inputText(tb), notice(tb); in != "revenue by country" || !strings.Contains(n, "could not be sent") {
+			t.Errorf("box %q, notice %q: want the question back and a notice that it was not sent", in, n)
+			tb.screenshot("question-lost")
+		}
+	})
+
+	// The host page mints a new session on every load: reloading it keeps
+	// the conversation of the same user, and another user never sees it.
+	t.Run("reloading the host page keeps the conversation", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("the turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
+		tb.run(chromedp.Reload())
+		tb.waitFor("the conversation after the reload", chat(`d.body && d.body.dataset.ready === "true" && d.querySelectorAll(".ek-msg").length > 0`), 30*time.Second)
+		tb.open("liam")
+		tb.waitFor("the chat of another user", chat(`d.body && d.body.dataset.ready === "true"`), 30*time.Second)
+		var n int
+		tb.eval(chat(`d.querySelectorAll(".ek-msg").length`), &n)
+		if n != 0 {
+			t.Errorf("another user's page shows %d messages of Ana's conversation", n)
+			tb.screenshot("other-user-sees-chat")
+		}
+	})
+}
