@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -55,6 +56,7 @@ type Agent struct {
 	toolParams []openai.ChatCompletionToolUnionParam
 	toolTokens int // estimated tokens of the tool definitions
 	cfg        config
+	own        *http.Client // the agent's own pool (nil: the host's client)
 }
 
 var _ chatstream.Agent = (*Agent)(nil)
@@ -122,12 +124,27 @@ func New(baseURL, model string, tools []Tool, opts ...Option) *Agent {
 	// The host's SDK options first, then ours, so that the base URL, the
 	// key and the retries are always the agent's.
 	ro := slices.Clone(cfg.requestOpts)
-	if cfg.httpClient != nil {
-		ro = append(ro, option.WithHTTPClient(cfg.httpClient))
+	hc := cfg.httpClient
+	if hc == nil {
+		// A pool of the agent's own, which Close empties.
+		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		a.own = hc
 	}
+	ro = append(ro, option.WithHTTPClient(hc))
 	ro = append(ro, option.WithBaseURL(baseURL), option.WithAPIKey(cfg.apiKey), option.WithMaxRetries(0), option.WithMiddleware(boundResponses))
 	a.client = openai.NewClient(ro...)
 	return a
+}
+
+// Close closes the idle connections of the agent's own connection pool
+// (one with [WithHTTPClient] is the host's), whose goroutines would
+// otherwise live on for the transport's idle timeout. A turn still running
+// goes on; Close is for the end of the agent's use. It returns nil.
+func (a *Agent) Close() error {
+	if a.own != nil {
+		a.own.CloseIdleConnections()
+	}
+	return nil
 }
 
 // CheckBaseURL returns an error unless baseURL is an absolute http or

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -801,5 +802,27 @@ func TestModelOutputBounded(t *testing.T) {
 	rec, err = answer(t, a, chatstream.Turn{})
 	if err != nil || rec.Text() != "ok" || len(f.reqs()) != 2 || !strings.Contains(logs.String(), "larger than 16 MiB") {
 		t.Errorf("a 17 MiB answer: %q, %v, %d requests; log:\n%s", rec.Text(), err, len(f.reqs()), logs.String())
+	}
+}
+
+// TestCloseEndsIdleConnections: the agent's own connection pool keeps a
+// connection to the endpoint after a turn, with its goroutines; Close ends
+// them.
+func TestCloseEndsIdleConnections(t *testing.T) {
+	f := newFake(t, say("ok"))
+	before := runtime.NumGoroutine()
+	a, _ := newAgent(t, f, nil)
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, %d before the agent", n, before)
 	}
 }

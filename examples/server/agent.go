@@ -94,7 +94,7 @@ func newAgent(o options, log *slog.Logger) (agent chatstream.Agent, close func()
 		endpoint = u.Redacted() // no password of the URL in the log
 	}
 	log.Info("chat agent: language model", "model", o.llmModel, "endpoint", endpoint)
-	return llm, closeAll, nil
+	return llm, func() error { return errors.Join(llm.Close(), closeAll()) }, nil
 }
 
 // envAnalyticsSchema names the PostgreSQL schema of the analytics views
