@@ -256,18 +256,32 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 			return fmt.Errorf("%s: %w", firstLine(q), err)
 		}
 	}
-	others, err := column(`SELECT quote_ident(r.rolname) FROM pg_roles r
-		WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper AND r.rolname <> ALL($1)
-		AND coalesce(shobj_description(r.oid, 'pg_authid'), '') NOT LIKE $2 || '%'`,
-		[]string{cfg.Owner, cfg.Reader}, roleMark)
-	if err != nil || len(others) == 0 {
-		return err
+	// A role dropped meanwhile by another session fails the GRANT: list
+	// the roles again (a few times) from a savepoint.
+	for attempt := 1; ; attempt++ {
+		others, err := column(`SELECT quote_ident(r.rolname) FROM pg_roles r
+			WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper AND r.rolname <> ALL($1)
+			AND coalesce(shobj_description(r.oid, 'pg_authid'), '') NOT LIKE $2 || '%'`,
+			[]string{cfg.Owner, cfg.Reader}, roleMark)
+		if err != nil || len(others) == 0 {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT embedkit_grant_back"); err != nil {
+			return err
+		}
+		q := fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", strings.Join(fns, ", "), strings.Join(others, ", "))
+		_, err = tx.ExecContext(ctx, q)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT embedkit_grant_back")
+			return err
+		}
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT embedkit_grant_back"); rerr != nil {
+			return rerr
+		}
+		if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "42704" || attempt == 5 {
+			return fmt.Errorf("grant EXECUTE back to the other roles: %w", err)
+		}
 	}
-	q := fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", strings.Join(fns, ", "), strings.Join(others, ", "))
-	if _, err := tx.ExecContext(ctx, q); err != nil {
-		return fmt.Errorf("grant EXECUTE back to the other roles: %w", err)
-	}
-	return nil
 }
 
 // roleMark starts the comment SetupPostgres puts on its roles, which are
