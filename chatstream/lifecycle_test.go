@@ -298,6 +298,16 @@ func TestTurnTooLongInOneLine(t *testing.T) {
 			_, err := e.ToolCall("svcSqlApi", map[string]string{"sql": huge})
 			return err
 		},
+		// The result's line repeats the input.
+		"tool result": func(e chatstream.Emitter) error {
+			tc, err := e.ToolCall("svcSqlApi", map[string]string{"sql": huge[:12000]})
+			if err != nil {
+				return err
+			}
+			return tc.Result(map[string]string{"rows": huge[:15000]})
+		},
+		// Escapes make a line up to six times its text.
+		"escaped content": func(e chatstream.Emitter) error { return e.Content(strings.Repeat("\x01", 15000)) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			var agentErr atomic.Value

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -740,11 +741,50 @@ func (t *turn) follow(ctx context.Context, lw *lineWriter, after int64) bool {
 // emitter is the [Emitter] of a turn.
 type emitter struct{ t *turn }
 
+// lineOverhead bounds what a line adds to the text it carries: its id,
+// role, flags, sort and field names.
+const lineOverhead = 512
+
+// encodedLen is the length of s as a JSON string's contents: what its
+// escapes add (a control character takes six bytes, an invalid byte the
+// six of \ufffd) counts, so that a check before encoding holds.
+func encodedLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20:
+			n += 6
+		case c < utf8.RuneSelf:
+			n++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029':
+				n += 6
+			default:
+				n += size
+			}
+			i += size
+			continue
+		}
+		i++
+	}
+	return n
+}
+
 // checkLocked returns the error of an emitter call that must not proceed:
-// the turn is over, or adding n bytes would take its stream past its cap.
-func (e *emitter) checkLocked(n int) error {
+// the turn is over, or a line carrying texts would take its stream past
+// its cap.
+func (e *emitter) checkLocked(texts ...string) error {
 	if e.t.finishing {
 		return e.over()
+	}
+	n := lineOverhead
+	for _, s := range texts {
+		n += encodedLen(s)
 	}
 	if e.t.size+n > e.t.maxSize {
 		e.t.tooLong = true
@@ -774,7 +814,7 @@ func (e *emitter) Thinking(text string) error {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := e.checkLocked(len(text)); err != nil {
+	if err := e.checkLocked(text); err != nil {
 		return err
 	}
 	e.reserveLocked()
@@ -791,7 +831,7 @@ func (e *emitter) Content(piece string) error {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := e.checkLocked(len(piece)); err != nil {
+	if err := e.checkLocked(piece); err != nil {
 		return err
 	}
 	if piece == "" {
@@ -818,7 +858,7 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 	t := e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := e.checkLocked(len(in)); err != nil {
+	if err := e.checkLocked(name, string(in)); err != nil {
 		return nil, err
 	}
 	e.reserveLocked()
@@ -828,13 +868,14 @@ func (e *emitter) ToolCall(name string, input any) (ToolCall, error) {
 		return nil, err
 	}
 	t.emitLocked(m)
-	return &toolCall{e: e, id: id}, nil
+	return &toolCall{e: e, id: id, name: name, input: string(in)}, nil
 }
 
 // toolCall is the [ToolCall] of an emitter.
 type toolCall struct {
-	e  *emitter
-	id string
+	e           *emitter
+	id          string
+	name, input string // repeated in the result's line
 }
 
 // Result implements [ToolCall].
@@ -853,12 +894,8 @@ func (c *toolCall) end(result string) error {
 	t := c.e.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.finishing {
-		return c.e.over()
-	}
-	if len(result) > t.maxSize {
-		t.tooLong = true
-		return ErrTurnTooLong
+	if err := c.e.checkLocked(c.name, c.input, result); err != nil {
+		return err
 	}
 	c.e.reserveLocked()
 	m, err := t.seq.toolEnd(c.id, result)
