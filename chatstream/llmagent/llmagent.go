@@ -436,9 +436,11 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 					pending = append(pending, nil)
 				}
 				p := pending[tc.Index]
-				if p != nil && tc.ID != "" && p.id != "" && tc.ID != p.id {
-					// Another call at the same index: some endpoints send
-					// every parallel call at index 0.
+				if p != nil && tc.ID != "" && p.id != "" && tc.ID != p.id && tc.Function.Name != "" {
+					// Another call (a new id with a name) at the same index:
+					// some endpoints send every parallel call at index 0.
+					// A new id without a name continues the call: others
+					// change the id between the chunks of one call.
 					earlier = append(earlier, p)
 					p = nil
 				}

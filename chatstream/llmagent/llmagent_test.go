@@ -826,3 +826,20 @@ func TestCloseEndsIdleConnections(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before the agent", n, before)
 	}
 }
+
+// TestCallWhoseIDChanges: endpoints that send another id in the later
+// chunks of one call (without a name) make one call, not several.
+func TestCallWhoseIDChanges(t *testing.T) {
+	argsWithID := func(id, a string) string {
+		return chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": id, "type": "function", "function": map[string]any{"arguments": a}}}}, nil)
+	}
+	f := newFake(t, reply{chunks: []string{role(), toolStart(0, "call_a", "svcMeta", `{"q":`), argsWithID("call_x1", `"revenue"`), argsWithID("call_x2", `}`), finish("tool_calls")}}, say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: 1}
+	a, _ := newAgent(t, f, []llmagent.Tool{meta})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	if m := meta.called(); len(m) != 1 || m[0] != `{"q":"revenue"}` {
+		t.Errorf("svcMeta ran with %q, want one call", m)
+	}
+}
