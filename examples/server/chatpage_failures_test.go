@@ -52,6 +52,44 @@ func (tb *tab) answerStreams(bodies ...string) {
 	}
 }
 
+// answerOnce answers the tab's first request whose URL matches pattern
+// with status and body (status 0: the connection fails), and lets every
+// later one through.
+func (tb *tab) answerOnce(pattern string, status int, body string) {
+	tb.t.Helper()
+	paused := make(chan fetch.RequestID, 16)
+	if err := chromedp.Listen(tb.ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.RequestID
+		}
+	}); err != nil {
+		tb.t.Fatal(err)
+	}
+	go func() {
+		first := true
+		for {
+			select {
+			case id := <-paused:
+				switch {
+				case !first:
+					_, _ = chromedp.Call(tb.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+				case status == 0:
+					_, _ = chromedp.Call(tb.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonConnectionReset})
+				default:
+					_, _ = chromedp.Call(tb.ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: id, ResponseCode: int64(status),
+						ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}}, Body: []byte(body)})
+				}
+				first = false
+			case <-tb.ctx.Done():
+				return
+			}
+		}
+	}()
+	if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
+		tb.t.Fatal(err)
+	}
+}
+
 // The lines of a fake turn of chat "c1".
 const (
 	fakeCutoff = `{"id":"__cutoff__","role":"assistant","content":"","isDelta":false,"isInProcess":false,"sort":0,"state":{"chatId":"c1","isStreaming":true}}` + "\n"
@@ -138,6 +176,39 @@ func TestChatPageFailures(t *testing.T) {
 			t.Errorf("box %q, notice %q: want the question back and a notice that it was not sent", in, n)
 			tb.screenshot("question-lost")
 		}
+	})
+
+	// The session expires during a turn (here: the abort answers 401): the
+	// turn's end does not take the notice away.
+	t.Run("an expired session stays said when the turn ends", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.answerOnce("*/chat/abort", 401, `{"error":"invalid or expired token"}`)
+		tb.ask("revenue by country")
+		tb.waitFor("the answer to stream", chat(`!d.getElementById("ek-stop").hidden`), 20*time.Second)
+		tb.run(chromedp.Sleep(300 * time.Millisecond))
+		tb.eval(chat(`(d.getElementById("ek-stop").click(), true)`), nil)
+		tb.waitFor("the expired notice", chat(`d.getElementById("ek-notice").textContent.includes("expired")`), 20*time.Second)
+		tb.waitFor("the answer to end", chat(`d.querySelector(".ek-assistant") && !d.querySelector('.ek-msg[aria-busy="true"]')`), 60*time.Second)
+		tb.run(chromedp.Sleep(300 * time.Millisecond))
+		if n := notice(tb); !strings.Contains(n, "expired") {
+			t.Errorf("notice %q after the turn ended, want the expired session said", n)
+			tb.screenshot("expiry-cleared")
+		}
+	})
+
+	// /me fails (the page says to reload); the reload keeps the
+	// conversation, which the page that failed did not overwrite.
+	t.Run("a failed load keeps the conversation for the reload", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("the turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
+		tb.answerOnce("*/embed/chat/me", 0, "")
+		tb.run(chromedp.Navigate(tb.base + "/?user=ana"))
+		tb.waitFor("the failure", chat(`d.getElementById("ek-notice").textContent.includes("Reload")`), 20*time.Second)
+		tb.open("ana")
+		tb.waitFor("the conversation after the reload", chat(`d.querySelectorAll(".ek-msg").length > 0`), 20*time.Second)
 	})
 
 	// The host page mints a new session on every load: reloading it keeps

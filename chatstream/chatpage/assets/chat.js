@@ -348,7 +348,9 @@ function save() {
 function saveNow() {
   clearTimeout(saveTimer);
   saveTimer = 0;
-  if (ended) return;
+  // Nothing before boot has checked the stored chat against the session
+  // (chat.key): the empty chat of a page still loading must not replace it.
+  if (ended || chat.key === undefined) return;
   try {
     storage.setItem(CHAT_KEY, JSON.stringify(chat));
   } catch (_) {
@@ -424,8 +426,8 @@ function finish(state) {
     show("The answer could not be completed: " + state.error, "error");
   } else if (state.aborted) {
     show("Stopped. The answer so far is kept.", "info");
-  } else {
-    show("");
+  } else if (!ended) {
+    show(""); // an expired session's notice stays
   }
   setBusy(false);
 }
