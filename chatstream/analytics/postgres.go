@@ -207,16 +207,18 @@ func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresCon
 	return nil
 }
 
-// confineReader, when it runs as a superuser (no other role may), revokes
+// confineReader, when it runs as a superuser (no other role may), takes
 // EXECUTE on the functions of beyondTransaction from PUBLIC in this
-// database and grants it back, in the same transaction, to every role that
-// is not a superuser, not predefined (pg_*) and not a role of an embedkit
-// analytics installation (marked by a comment on the role), so that the
-// host's roles, embedkit's store and cluster among them, keep what they
-// had; a role created later gets it at the next SetupPostgres. It also
-// bounds the reader's temporary files. Without a superuser it changes
-// nothing: NewPostgresSQLTool then refuses a reader that can still execute
-// one of those functions.
+// database and gives it to the role Owner+"_functions" (created without
+// login), of which it makes every other role a member, in the same
+// transaction: every role that is not a superuser, not predefined (pg_*),
+// not a role of an embedkit analytics installation (marked by a comment on
+// the role) and not one the reader or the owner belongs to. The host's
+// roles, embedkit's store and cluster among them, keep what they had, and
+// a membership never stops a DROP ROLE. A role created later becomes a
+// member at the next SetupPostgres. It also bounds the reader's temporary
+// files. Without a superuser it changes nothing: NewPostgresSQLTool then
+// refuses a reader that can still execute one of those functions.
 func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 	var super bool
 	if err := tx.QueryRowContext(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
@@ -243,12 +245,18 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 	if err != nil {
 		return err
 	}
+	group := functionsRole(cfg)
+	fnList := strings.Join(fns, ", ")
 	stmts := []string{
+		fmt.Sprintf(`DO $$ BEGIN
+			IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s NOLOGIN; END IF;
+		END $$`, quoteLiteral(group), quoteIdent(group)),
+		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(group), quoteLiteral(roleMark+"functions")),
 		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Owner), quoteLiteral(roleMark+"owner")),
 		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Reader), quoteLiteral(roleMark+"reader")),
-		// From the roles themselves too: another installation's setup may
-		// have granted them back before they were marked.
-		fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC, %s, %s", strings.Join(fns, ", "), quoteIdent(cfg.Owner), quoteIdent(cfg.Reader)),
+		// From the setup's own roles too: an earlier grant may name them.
+		fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC, %s, %s", fnList, quoteIdent(cfg.Owner), quoteIdent(cfg.Reader)),
+		fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fnList, quoteIdent(group)),
 		fmt.Sprintf("ALTER ROLE %s SET temp_file_limit = %s", quoteIdent(cfg.Reader), quoteLiteral(readerTempFileLimit)),
 	}
 	for _, q := range stmts {
@@ -260,17 +268,18 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 	// the roles again (a few times) from a savepoint.
 	for attempt := 1; ; attempt++ {
 		others, err := column(`SELECT quote_ident(r.rolname) FROM pg_roles r
-			WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper AND r.rolname <> ALL($1)
-			AND coalesce(shobj_description(r.oid, 'pg_authid'), '') NOT LIKE $2 || '%'`,
-			[]string{cfg.Owner, cfg.Reader}, roleMark)
+			WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper
+			AND coalesce(shobj_description(r.oid, 'pg_authid'), '') NOT LIKE $1 || '%'
+			AND NOT pg_has_role($2, r.oid, 'MEMBER') AND NOT pg_has_role($3, r.oid, 'MEMBER')
+			AND NOT pg_has_role(r.oid, $4, 'MEMBER')`,
+			roleMark, cfg.Reader, cfg.Owner, group)
 		if err != nil || len(others) == 0 {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT embedkit_grant_back"); err != nil {
 			return err
 		}
-		q := fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", strings.Join(fns, ", "), strings.Join(others, ", "))
-		_, err = tx.ExecContext(ctx, q)
+		_, err = tx.ExecContext(ctx, fmt.Sprintf("GRANT %s TO %s", quoteIdent(group), strings.Join(others, ", ")))
 		if err == nil {
 			_, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT embedkit_grant_back")
 			return err
@@ -279,10 +288,14 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 			return rerr
 		}
 		if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "42704" || attempt == 5 {
-			return fmt.Errorf("grant EXECUTE back to the other roles: %w", err)
+			return fmt.Errorf("grant %s to the other roles: %w", group, err)
 		}
 	}
 }
+
+// functionsRole names the role that holds what SetupPostgres takes from
+// PUBLIC, for the other roles.
+func functionsRole(cfg PostgresConfig) string { return cfg.Owner + "_functions" }
 
 // roleMark starts the comment SetupPostgres puts on its roles, which are
 // never granted what it revokes from PUBLIC.

@@ -50,6 +50,7 @@ func newPGFixture(t testing.TB) *pgFixture {
 		for _, q := range []string{
 			"DROP SCHEMA IF EXISTS " + f.data + " CASCADE", "DROP SCHEMA IF EXISTS " + f.cfg.Schema + " CASCADE",
 			"DROP OWNED BY " + f.cfg.Owner + ", " + f.cfg.Reader, "DROP ROLE IF EXISTS " + f.cfg.Owner, "DROP ROLE IF EXISTS " + f.cfg.Reader,
+			"DROP OWNED BY " + f.cfg.Owner + "_functions", "DROP ROLE IF EXISTS " + f.cfg.Owner + "_functions",
 		} {
 			if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
 				t.Errorf("%s: %v", q, err)
@@ -282,33 +283,23 @@ func TestPostgresReaderConfined(t *testing.T) {
 	f := newPGFixture(t)
 	// A role of the host's, not a superuser, that uses advisory locks (as
 	// embedkit's store and cluster do when they log in as such a role).
-	app := f.cfg.Reader + "_app"
-	if _, err := f.admin.ExecContext(t.Context(), "CREATE ROLE "+app+" LOGIN"); err != nil {
-		t.Fatal(err)
+	// And a group role of the host's that the reader belongs to: it gets
+	// nothing, or the reader would inherit it.
+	app, group := f.cfg.Reader+"_app", f.cfg.Reader+"_group"
+	for _, q := range []string{"CREATE ROLE " + app + " LOGIN", "CREATE ROLE " + group} {
+		if _, err := f.admin.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
-		// Under SetupPostgres's lock, so that no other test's setup grants
-		// the role anything between the two drops.
-		tx, err := f.admin.BeginTx(context.Background(), nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer tx.Rollback()
-		for _, q := range []string{"SELECT pg_advisory_xact_lock(hashtext('embedkit analytics setup'))", "DROP OWNED BY " + app, "DROP ROLE " + app} {
-			if _, err := tx.ExecContext(context.Background(), q); err != nil {
-				t.Errorf("%s: %v", q, err)
-				return
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Error(err)
+		for _, r := range []string{app, group} {
+			_, _ = f.admin.ExecContext(context.Background(), "DROP ROLE IF EXISTS "+r)
 		}
 	})
 	// The reader exists already, granted the function by another
 	// installation's setup (before it was marked as a reader): SetupPostgres
 	// takes it back.
-	for _, q := range []string{"CREATE ROLE " + f.cfg.Reader + " LOGIN", "GRANT EXECUTE ON FUNCTION pg_advisory_lock(bigint) TO " + f.cfg.Reader} {
+	for _, q := range []string{"CREATE ROLE " + f.cfg.Reader + " LOGIN", "GRANT EXECUTE ON FUNCTION pg_advisory_lock(bigint) TO " + f.cfg.Reader, "GRANT " + group + " TO " + f.cfg.Reader} {
 		if _, err := f.admin.ExecContext(t.Context(), q); err != nil {
 			t.Fatal(err)
 		}
@@ -321,6 +312,11 @@ func TestPostgresReaderConfined(t *testing.T) {
 	}
 	if !appLocks || readerLocks {
 		t.Errorf("after SetupPostgres: the host's role can take advisory locks %v (want true), the reader %v (want false)", appLocks, readerLocks)
+	}
+	// The host's role is still dropped as it was: it holds a membership,
+	// not privileges on objects.
+	if _, err := f.admin.ExecContext(t.Context(), "DROP ROLE "+app); err != nil {
+		t.Errorf("DROP ROLE of the host's role after SetupPostgres: %v", err)
 	}
 	res, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT current_setting('temp_file_limit'), set_config('temp_file_limit', '-1', true) IS NULL"})
 	if err == nil {
