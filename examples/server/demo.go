@@ -134,6 +134,23 @@ func (d *demoHost) serve(w http.ResponseWriter, r *http.Request) {
 	_ = demoTmpl.Execute(w, data)
 }
 
+// avatarHost is the host of a demo avatar's URL: the request's Host when
+// it names this server on a loopback name or address (so that the image is
+// of the page's own origin), else the address the browser connected to.
+// Never any other Host header, which any client sets: the demo users are
+// shared, and their picture is shown to everyone who picks them.
+func avatarHost(reqHost, local string) string {
+	h, port, err := net.SplitHostPort(reqHost)
+	_, localPort, lerr := net.SplitHostPort(local)
+	if err != nil || lerr != nil || port != localPort {
+		return local
+	}
+	if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return reqHost
+	}
+	return local
+}
+
 // mint provisions the demo user and returns a new sessionId for it.
 func (d *demoHost) mint(r *http.Request, u demoUser) (string, error) {
 	req := embedsession.SessionRequest{
@@ -142,15 +159,12 @@ func (d *demoHost) mint(r *http.Request, u demoUser) (string, error) {
 		UserProfile:  &embedsession.UserProfile{DisplayName: embedsession.String(u.Name)},
 	}
 	pic := ""
-	// The avatar's URL names the address the browser connected to, not
-	// the request's Host header, which any client sets: the demo users are
-	// shared, and their picture is shown to everyone who picks them.
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && u.Avatar != "" {
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"
 		}
-		pic = scheme + "://" + local.String() + "/demo/avatars/" + u.Avatar
+		pic = scheme + "://" + avatarHost(r.Host, local.String()) + "/demo/avatars/" + u.Avatar
 	}
 	req.UserProfile.Picture = &pic
 	if d.hasCountry {

@@ -330,6 +330,24 @@ func TestDemoHostOnlyWithDemoAccount(t *testing.T) {
 		t.Fatalf("demo server, /?user=ana: %d %s", resp.StatusCode, b)
 	}
 
+	// A visitor of localhost gets the avatar from its own origin.
+	req0, _ := http.NewRequest(http.MethodGet, demo.base+"/?user=ana", nil)
+	req0.Host = strings.Replace(strings.TrimPrefix(demo.base, "http://"), "127.0.0.1", "localhost", 1)
+	if resp, err := c.Do(req0); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if sid := regexp.MustCompile(`sessionId=([A-Za-z0-9_-]+)`).FindSubmatch(b); sid != nil {
+		_, wb := do(t, c, http.MethodGet, demo.base+"/embed/whoami?sessionId="+string(sid[1]), "", nil)
+		if !strings.Contains(string(wb), `"picture":"http://`+req0.Host+`/demo/avatars/`) {
+			t.Errorf("a visitor of %s: whoami %s, want the avatar on that origin", req0.Host, wb)
+		}
+	} else {
+		t.Fatalf("no sessionId in the demo page: %s", b)
+	}
+
 	// The demo users are shared: the Host header of one visitor's request
 	// never becomes the picture every other visitor's browser loads.
 	req, _ := http.NewRequest(http.MethodGet, demo.base+"/?user=ana", nil)
