@@ -246,12 +246,14 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 		return err
 	}
 	group := functionsRole(cfg)
+	if len(group) > 63 || group == cfg.Owner || group == cfg.Reader {
+		return fmt.Errorf("the role %q, which keeps those functions for the other roles, is not a name of its own: give the owner a name of at most 53 bytes", group)
+	}
+	if err := retryRoleRace(ctx, tx, func() error { return createGroup(ctx, tx, group) }); err != nil {
+		return err
+	}
 	fnList := strings.Join(fns, ", ")
 	stmts := []string{
-		fmt.Sprintf(`DO $$ BEGIN
-			IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %s) THEN CREATE ROLE %s NOLOGIN; END IF;
-		END $$`, quoteLiteral(group), quoteIdent(group)),
-		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(group), quoteLiteral(roleMark+"functions")),
 		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Owner), quoteLiteral(roleMark+"owner")),
 		fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(cfg.Reader), quoteLiteral(roleMark+"reader")),
 		// From the setup's own roles too: an earlier grant may name them.
@@ -264,31 +266,97 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 			return fmt.Errorf("%s: %w", firstLine(q), err)
 		}
 	}
-	// A role dropped meanwhile by another session fails the GRANT: list
-	// the roles again (a few times) from a savepoint.
-	for attempt := 1; ; attempt++ {
-		others, err := column(`SELECT quote_ident(r.rolname) FROM pg_roles r
+	// What another installation's setup gave a role the reader belongs
+	// to (the reader would inherit it) is taken back.
+	undo, err := column(`SELECT format('REVOKE %I FROM %I', g.rolname, m.rolname)
+		FROM pg_auth_members am JOIN pg_roles g ON g.oid = am.roleid JOIN pg_roles m ON m.oid = am.member
+		WHERE shobj_description(g.oid, 'pg_authid') = $1 AND pg_has_role($2, m.oid, 'MEMBER')`, roleMark+"functions", cfg.Reader)
+	if err != nil {
+		return err
+	}
+	for _, q := range undo {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	// The others: not superusers, not predefined, not embedkit's, not a
+	// role an embedkit reader or this owner belongs to, nor one the group
+	// belongs to, nor a member of it already. A role without INHERIT
+	// would not use a membership: it gets the functions themselves.
+	return retryRoleRace(ctx, tx, func() error {
+		others, err := column(`SELECT CASE WHEN r.rolinherit THEN 'm' ELSE 'g' END || quote_ident(r.rolname) FROM pg_roles r
 			WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper
 			AND coalesce(shobj_description(r.oid, 'pg_authid'), '') NOT LIKE $1 || '%'
+			AND NOT EXISTS (SELECT FROM pg_roles x WHERE shobj_description(x.oid, 'pg_authid') = $1 || 'reader' AND pg_has_role(x.oid, r.oid, 'MEMBER'))
 			AND NOT pg_has_role($2, r.oid, 'MEMBER') AND NOT pg_has_role($3, r.oid, 'MEMBER')
-			AND NOT pg_has_role(r.oid, $4, 'MEMBER')`,
-			roleMark, cfg.Reader, cfg.Owner, group)
-		if err != nil || len(others) == 0 {
+			AND NOT pg_has_role(r.oid, $3, 'USAGE')`,
+			roleMark, cfg.Owner, group)
+		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT embedkit_grant_back"); err != nil {
+		var members, direct []string
+		for _, o := range others {
+			if o[0] == 'm' {
+				members = append(members, o[1:])
+			} else {
+				direct = append(direct, o[1:])
+			}
+		}
+		if len(members) > 0 {
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("GRANT %s TO %s", quoteIdent(group), strings.Join(members, ", "))); err != nil {
+				return err
+			}
+		}
+		if len(direct) > 0 {
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fnList, strings.Join(direct, ", "))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// createGroup creates the role group without login, or finds the one an
+// earlier setup created; a role of that name that is not embedkit's is an
+// error, never adopted.
+func createGroup(ctx context.Context, tx *sql.Tx, group string) error {
+	var login bool
+	var mark string
+	err := tx.QueryRowContext(ctx, "SELECT rolcanlogin, coalesce(shobj_description(oid, 'pg_authid'), '') FROM pg_roles WHERE rolname = $1", group).Scan(&login, &mark)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, "CREATE ROLE "+quoteIdent(group)+" NOLOGIN"); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, fmt.Sprintf("GRANT %s TO %s", quoteIdent(group), strings.Join(others, ", ")))
+		_, err = tx.ExecContext(ctx, fmt.Sprintf("COMMENT ON ROLE %s IS %s", quoteIdent(group), quoteLiteral(roleMark+"functions")))
+		return err
+	case err != nil:
+		return err
+	case login || mark != roleMark+"functions":
+		return fmt.Errorf("a role %q exists and is not embedkit's: give the analytics another owner name", group)
+	}
+	return nil
+}
+
+// retryRoleRace runs f from a savepoint, again (a few times) when another
+// session created or dropped a role meanwhile: roles are shared by the
+// whole server, and the setup's lock holds only in its own database.
+func retryRoleRace(ctx context.Context, tx *sql.Tx, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT embedkit_roles"); err != nil {
+			return err
+		}
+		err := f()
 		if err == nil {
-			_, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT embedkit_grant_back")
+			_, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT embedkit_roles")
 			return err
 		}
-		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT embedkit_grant_back"); rerr != nil {
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT embedkit_roles"); rerr != nil {
 			return rerr
 		}
-		if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "42704" || attempt == 5 {
-			return fmt.Errorf("grant %s to the other roles: %w", group, err)
+		pe, ok := errors.AsType[*pgconn.PgError](err)
+		if !ok || (pe.Code != "42704" && pe.Code != "23505") || attempt == 5 {
+			return err
 		}
 	}
 }

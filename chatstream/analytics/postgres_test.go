@@ -377,3 +377,70 @@ func TestPostgresAccessNotInActivity(t *testing.T) {
 		t.Logf("the poll saw no other session's embedkit_begin: %s", seen)
 	}
 }
+
+// TestSetupPostgresRoles: the roles SetupPostgres gives the functions it
+// takes from PUBLIC. A host role without INHERIT keeps them too; a role
+// of the group's name that is not embedkit's, or a group name that is
+// not one of its own (an owner of 63 bytes), is refused; and a host group
+// that another installation's reader belongs to gets nothing.
+func TestSetupPostgresRoles(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a role without INHERIT", func(t *testing.T) {
+		f := newPGFixture(t)
+		app := f.cfg.Reader + "_noinh"
+		if _, err := f.admin.ExecContext(ctx, "CREATE ROLE "+app+" LOGIN NOINHERIT"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = f.admin.ExecContext(ctx, "DROP OWNED BY "+app)
+			_, _ = f.admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+app)
+		})
+		f.tool(t)
+		var can bool
+		if err := f.admin.QueryRowContext(ctx, "SELECT has_function_privilege($1, 'pg_advisory_xact_lock(bigint)', 'EXECUTE')", app).Scan(&can); err != nil || !can {
+			t.Errorf("a NOINHERIT host role can take advisory locks: %v %v, want true", can, err)
+		}
+	})
+	t.Run("a host role of the group's name", func(t *testing.T) {
+		f := newPGFixture(t)
+		taken := f.cfg.Owner + "_functions"
+		if _, err := f.admin.ExecContext(ctx, "CREATE ROLE "+taken+" LOGIN"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = f.admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+taken) })
+		if err := analytics.SetupPostgres(ctx, f.admin, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "not embedkit's") {
+			t.Errorf("SetupPostgres with a host role named %s: %v, want a refusal", taken, err)
+		}
+	})
+	t.Run("an owner name of 63 bytes", func(t *testing.T) {
+		f := newPGFixture(t)
+		f.cfg.Owner = (f.cfg.Owner + strings.Repeat("o", 63))[:63]
+		t.Cleanup(func() {
+			_, _ = f.admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+f.cfg.Schema+" CASCADE")
+			_, _ = f.admin.ExecContext(ctx, "DROP OWNED BY "+f.cfg.Owner)
+			_, _ = f.admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+f.cfg.Owner)
+		})
+		if err := analytics.SetupPostgres(ctx, f.admin, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "at most 53 bytes") {
+			t.Errorf("SetupPostgres with a 63-byte owner: %v, want a refusal", err)
+		}
+	})
+	t.Run("another installation's reader in a host group", func(t *testing.T) {
+		fa, fb := newPGFixture(t), newPGFixture(t)
+		group := fb.cfg.Reader + "_group"
+		for _, q := range []string{"CREATE ROLE " + group, "CREATE ROLE " + fb.cfg.Reader + " LOGIN IN ROLE " + group} {
+			if _, err := fb.admin.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _, _ = fb.admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+group) })
+		fb.tool(t)
+		if err := analytics.SetupPostgres(ctx, fa.admin, fa.model, fa.cfg); err != nil {
+			t.Fatal(err)
+		}
+		var can bool
+		if err := fb.admin.QueryRowContext(ctx, "SELECT has_function_privilege($1, 'pg_advisory_lock(bigint)', 'EXECUTE')", fb.cfg.Reader).Scan(&can); err != nil || can {
+			t.Errorf("B's reader can take advisory locks after A's setup: %v %v", can, err)
+		}
+		fb.tool(t) // B starts again
+	})
+}

@@ -94,8 +94,8 @@ func postgresDemo(t testing.TB) (*sql.DB, analytics.PostgresConfig) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, q := range []string{"DROP SCHEMA IF EXISTS " + cfg.Schema + " CASCADE", "DROP OWNED BY " + cfg.Owner + ", " + cfg.Reader,
-			"DROP ROLE IF EXISTS " + cfg.Owner, "DROP ROLE IF EXISTS " + cfg.Reader} {
+		for _, q := range []string{"DROP SCHEMA IF EXISTS " + cfg.Schema + " CASCADE", "DROP OWNED BY " + cfg.Owner + ", " + cfg.Reader + ", " + cfg.Owner + "_functions",
+			"DROP ROLE IF EXISTS " + cfg.Owner, "DROP ROLE IF EXISTS " + cfg.Reader, "DROP ROLE IF EXISTS " + cfg.Owner + "_functions"} {
 			if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
 				t.Errorf("%s: %v", q, err)
 			}
