@@ -421,13 +421,16 @@ function finish(state) {
   // the turn ended.
   flushRender();
   // An error says more than an abort (a shutdown aborts with one), and a
-  // turn that ended well clears a notice of the way (reconnecting).
-  if (state.error) {
+  // turn that ended well clears a notice of the way (reconnecting). An
+  // expired session's notice stays: it says what to do next.
+  if (ended) {
+    // keep it
+  } else if (state.error) {
     show("The answer could not be completed: " + state.error, "error");
   } else if (state.aborted) {
     show("Stopped. The answer so far is kept.", "info");
-  } else if (!ended) {
-    show(""); // an expired session's notice stays
+  } else {
+    show("");
   }
   setBusy(false);
 }
@@ -552,7 +555,7 @@ async function run(req) {
     req = { chatId: chat.chatId, resumeAfterSort: chat.lastSort };
   }
   setBusy(false);
-  show("The connection was lost. Reload the page to see the answer.", "error");
+  if (!ended) show("The connection was lost. Reload the page to see the answer.", "error");
 }
 
 form.addEventListener("submit", (e) => {
