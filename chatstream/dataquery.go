@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/provision"
@@ -122,6 +123,13 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errNoDataSource)
 		return
 	}
+	lim := h.cfg.limitsOf(c.acct)
+	leave, err := h.queries.enter(c.acct.ID, dataQueryUser(c, req), TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	defer leave()
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.dataTimeout)
 	defer cancel()
 	t, provisionUser, err := h.dataTurn(ctx, c, req)
@@ -567,4 +575,58 @@ func appendCSVField(b []byte, s string) []byte {
 	}
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// dataQueries counts the data queries running in this process, per
+// account and per user. Each holds a connection of its data source for up
+// to its timeout, a pool every account shares with the chat's tools: the
+// running-turn limits bound them too, counted apart from the turns.
+type dataQueries struct {
+	mu      sync.Mutex
+	account map[int64]int
+	user    map[string]int
+}
+
+// enter admits a data query of user in account within lim (a zero field
+// is no limit), or returns the 429 of the limit reached; leave ends it.
+func (q *dataQueries) enter(account int64, user string, lim TurnLimits) (leave func(), err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.account == nil {
+		q.account, q.user = make(map[int64]int), make(map[string]int)
+	}
+	switch {
+	case lim.User > 0 && q.user[user] >= lim.User:
+		return nil, wire.Limited("runningTurnsPerUser", wire.TooMany(turnRetryAfter, "running query limit of %d per user reached: wait for a query to end", lim.User))
+	case lim.Account > 0 && q.account[account] >= lim.Account:
+		return nil, wire.Limited("runningTurns", wire.TooMany(turnRetryAfter, "running query limit of %d reached for this account: try again later", lim.Account))
+	}
+	q.account[account]++
+	q.user[user]++
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.account[account]--; q.account[account] <= 0 {
+			delete(q.account, account)
+		}
+		if q.user[user]--; q.user[user] <= 0 {
+			delete(q.user, user)
+		}
+	}, nil
+}
+
+// dataQueryUser names the user of a data query for its limit: the
+// session's user, or the user sessionSettings name in the account.
+func dataQueryUser(c caller, req DataRequest) string {
+	var external, internal string
+	switch {
+	case c.es != nil:
+		external, internal = c.es.User.ExternalID, c.es.User.InternalID
+	case req.SessionSettings != nil:
+		external, internal = req.SessionSettings.ExternalID, req.SessionSettings.InternalID
+	}
+	if internal != "" {
+		return strconv.FormatInt(c.acct.ID, 10) + ":internal:" + internal
+	}
+	return strconv.FormatInt(c.acct.ID, 10) + ":external:" + external
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/logbuf"
+	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
 
@@ -676,4 +677,47 @@ func (e *env) dataClient(auth string) *chatstream.Client {
 		opt = chatstream.WithAPIKey(key)
 	}
 	return chatstream.NewClient(e.URL, opt, chatstream.WithHTTPClient(e.Client()))
+}
+
+// TestDataQueryLimits: data queries running at once are bounded per user
+// and per account by the running-turn limits (counted apart from the
+// turns), with the 429 and Retry-After of those limits; one that ends frees
+// its place.
+func TestDataQueryLimits(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		src := &fakeSource{}
+		e := newDataEnv(t, tg, src, chatstream.WithDefaultLimits(store.Limits{RunningTurnsPerUser: 1, RunningTurns: 2}))
+		body := func(user, q string) map[string]any {
+			return map[string]any{"sqlQuery": q, "sessionSettings": map[string]any{"externalId": user}}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		hold := func(user string) {
+			wg.Go(func() {
+				req := e.Request(t, http.MethodPost, dataPath(acct, agentID7), apitest.AdminKey, body(user, "rows 5 wait 1"))
+				req = req.WithContext(ctx)
+				if resp, err := e.Client().Do(req); err == nil {
+					_, _ = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		hold("ann")
+		hold("bob")
+		waitFor(t, func() bool { return src.openRows() == 2 })
+		for _, c := range []struct{ user, want string }{
+			{"ann", "running query limit of 1 per user reached"},
+			{"cid", "running query limit of 2 reached for this account"},
+		} {
+			r := postData(t, e, "Api-Key "+apitest.AdminKey, "", body(c.user, "rows 1"))
+			if r.resp.StatusCode != http.StatusTooManyRequests || r.resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(r.raw), c.want) {
+				t.Errorf("%s: %d %q %s, want 429 %q", c.user, r.resp.StatusCode, r.resp.Header.Get("Retry-After"), r.raw, c.want)
+			}
+		}
+		cancel()
+		wg.Wait()
+		if r := postData(t, e, "Api-Key "+apitest.AdminKey, "", body("ann", "rows 1")); r.resp.StatusCode != http.StatusOK {
+			t.Errorf("after the queries ended: %d %s", r.resp.StatusCode, r.raw)
+		}
+	})
 }

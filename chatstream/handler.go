@@ -49,6 +49,8 @@ type Handler struct {
 	defs   *provision.DefinitionCache
 	// userReads holds a slot for each turn reading its user (see userReader).
 	userReads chan struct{}
+	// queries counts the data queries running in this process.
+	queries dataQueries
 }
 
 type agentKey struct {
