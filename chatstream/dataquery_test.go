@@ -716,7 +716,14 @@ func TestDataQueryLimits(t *testing.T) {
 		}
 		cancel()
 		wg.Wait()
-		if r := postData(t, e, "Api-Key "+apitest.AdminKey, "", body("ann", "rows 1")); r.resp.StatusCode != http.StatusOK {
+		// The server's handlers end once they see the clients gone.
+		waitFor(t, func() bool { return src.openRows() == 0 })
+		var r dataResponse
+		waitFor(t, func() bool {
+			r = postData(t, e, "Api-Key "+apitest.AdminKey, "", body("ann", "rows 1"))
+			return r.resp.StatusCode != http.StatusTooManyRequests
+		})
+		if r.resp.StatusCode != http.StatusOK {
 			t.Errorf("after the queries ended: %d %s", r.resp.StatusCode, r.raw)
 		}
 	})

@@ -1,7 +1,11 @@
 package analytics_test
 
 import (
+	"encoding/json"
 	"errors"
+	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +128,44 @@ func TestQueryDataTimeAndClose(t *testing.T) {
 	}
 	if _, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil {
 		t.Errorf("after Close: %v", err)
+	}
+}
+
+// TestNonFiniteNumbers: a number that is not finite is a float64 for the
+// data query API on both databases (which writes it as NaN, Infinity or
+// -Infinity), and its name in the tool's result, which is JSON.
+func TestNonFiniteNumbers(t *testing.T) {
+	type engine struct {
+		name  string
+		tool  *analytics.SQLTool
+		query string
+	}
+	_, ro := openDB(t)
+	lite, err := analytics.NewSQLTool(ro, model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines := []engine{{"sqlite", lite, "SELECT 1e999 AS a, -1e999 AS b"}}
+	if os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN") != "" {
+		f := newPGFixture(t)
+		engines = append(engines, engine{"postgres", f.tool(t), "SELECT 'Infinity'::float8 AS a, '-Infinity'::numeric AS b, 'NaN'::float8 AS c"})
+	}
+	for _, e := range engines {
+		rows, err := e.tool.QueryData(t.Context(), chatstream.Turn{User: internal}, e.query, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range readAll(t, rows)[0] {
+			if f, ok := v.(float64); !ok || !(math.IsInf(f, 0) || math.IsNaN(f)) {
+				t.Errorf("%s: data column %d = %T %v, want a non-finite float64", e.name, i, v, v)
+			}
+		}
+		res, err := run(t, e.tool, internal, e.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := json.Marshal(res); err != nil || !strings.Contains(string(b), `"data":[["Infinity","-Infinity"`) {
+			t.Errorf("%s: the tool's result as JSON: %s %v", e.name, b, err)
+		}
 	}
 }

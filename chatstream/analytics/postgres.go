@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -624,7 +623,8 @@ func pgValue(oid uint32, v []byte) any {
 			return n
 		}
 	case 700, 701, 1700: // float4, float8, numeric
-		if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+		// "Infinity", "-Infinity" and "NaN" too, as SQLite gives them.
+		if f, err := strconv.ParseFloat(s, 64); err == nil {
 			return f
 		}
 	}

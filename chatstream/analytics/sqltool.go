@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -72,8 +73,9 @@ type SQLResult struct {
 	UserRequest string   `json:"userRequest"`
 	Schema      []Column `json:"schema"`
 	// Data holds at most the row limit of rows, each a slice of values in
-	// Schema order: string, int64, float64 or nil. Treat it as read-only:
-	// cached results share it.
+	// Schema order: string, int64, float64 or nil; a number that is not
+	// finite is the string "NaN", "Infinity" or "-Infinity". Treat it as
+	// read-only: cached results share it.
 	Data [][]any `json:"data"`
 	// TotalRows is how many rows the query yields, before the row limit.
 	TotalRows int `json:"totalRows"`
@@ -423,6 +425,13 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 			continue
 		}
 		row := slices.Clone(c.values())
+		for i, v := range row {
+			// JSON has no such numbers: the model and the chat read them
+			// as PostgreSQL's to_json writes them.
+			if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
+				row[i] = nonFiniteName(f)
+			}
+		}
 		size += jsonSize(row)
 		if size > maxResultBytes {
 			return nil, errTooLarge
@@ -645,4 +654,15 @@ func (t *MetaTool) Call(ctx context.Context, _ chatstream.Turn, args json.RawMes
 		return nil, toolErr("the arguments are not a valid JSON object for svcMeta")
 	}
 	return t.model.Search(in.SearchQuery), nil
+}
+
+// nonFiniteName names a NaN or an infinity.
+func nonFiniteName(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case f > 0:
+		return "Infinity"
+	}
+	return "-Infinity"
 }
