@@ -50,6 +50,10 @@ func (c PostgresConfig) withDefaults() PostgresConfig {
 // maxPostgresRowBytes bounds one row as PostgreSQL sends it.
 const maxPostgresRowBytes = 16 << 20
 
+// errRowTooLarge refuses a row over maxPostgresRowBytes, for the tool and
+// for the data query API (whose results have no size cap of their own).
+var errRowTooLarge = toolErr("a row is larger than %d MiB; select fewer or shorter columns", maxPostgresRowBytes>>20)
+
 // beyondTransaction names the functions of pg_catalog, executable by PUBLIC
 // by default, whose effects reach beyond the calling query's transaction:
 // advisory locks, which other sessions (embedkit's own coordination among
@@ -706,7 +710,7 @@ func (c *pgCursor) translate(err error, compile bool) error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		if strings.Contains(err.Error(), "invalid body length") {
-			return errTooLarge
+			return errRowTooLarge
 		}
 		return fmt.Errorf("analytics: PostgreSQL: %w", err)
 	}

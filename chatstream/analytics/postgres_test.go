@@ -205,13 +205,24 @@ func TestPostgresBoundedCost(t *testing.T) {
 		}
 	}
 	sized := f.tool(t)
-	for _, q := range []string{
-		"SELECT repeat('x', 20000000)",
-		"SELECT repeat('x', 1000000) FROM generate_series(1, 8)",
-		"SELECT " + strings.Repeat("1, ", 100) + "1",
+	for q, want := range map[string]string{
+		"SELECT repeat('x', 20000000)":                           "a row is larger than 16 MiB",
+		"SELECT repeat('x', 1000000) FROM generate_series(1, 8)": "result too large",
+		"SELECT " + strings.Repeat("1, ", 100) + "1":             "result too large",
 	} {
 		_, err := sized.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
-		toolError(t, q, err, "result too large")
+		toolError(t, q, err, want)
+	}
+	// The data query API, which has no result cap, says the same of a row.
+	big, bigErr := sized.QueryData(t.Context(), chatstream.Turn{User: german}, "SELECT repeat('x', 20000000)", 0)
+	if bigErr == nil {
+		for big.Next() {
+		}
+		bigErr = big.Err()
+		big.Close()
+	}
+	if bigErr == nil || !strings.Contains(bigErr.Error(), "a row is larger than 16 MiB") {
+		t.Errorf("data query of a 20 MB row: %v, want %q", bigErr, "a row is larger than 16 MiB")
 	}
 	// The tool works after each of them.
 	if _, err := sized.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "SELECT count(*) FROM customers"}); err != nil {
