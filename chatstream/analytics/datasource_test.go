@@ -167,5 +167,8 @@ func TestNonFiniteNumbers(t *testing.T) {
 		if b, err := json.Marshal(res); err != nil || !strings.Contains(string(b), `"data":[["Infinity","-Infinity"`) {
 			t.Errorf("%s: the tool's result as JSON: %s %v", e.name, b, err)
 		}
+		if res.Schema[0].ColumnType != "number" {
+			t.Errorf("%s: the tool says column a is %q, want number (as the data query API says)", e.name, res.Schema[0].ColumnType)
+		}
 	}
 }

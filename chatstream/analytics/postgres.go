@@ -269,18 +269,29 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 			return fmt.Errorf("%s: %w", firstLine(q), err)
 		}
 	}
-	// What another installation's setup gave a role the reader belongs
-	// to (the reader would inherit it) is taken back.
-	undo, err := column(`SELECT format('REVOKE %I FROM %I', g.rolname, m.rolname)
-		FROM pg_auth_members am JOIN pg_roles g ON g.oid = am.roleid JOIN pg_roles m ON m.oid = am.member
-		WHERE shobj_description(g.oid, 'pg_authid') = $1 AND pg_has_role($2, m.oid, 'MEMBER')`, roleMark+"functions", cfg.Reader)
-	if err != nil {
-		return err
-	}
-	for _, q := range undo {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
+	// What a setup gave a role the reader belongs to (the reader would
+	// inherit it) is taken back: a membership of a functions role, or the
+	// functions themselves (given to a role without INHERIT).
+	err = retryRoleRace(ctx, tx, func() error {
+		undo, err := column(`SELECT format('REVOKE %I FROM %I', g.rolname, m.rolname)
+			FROM pg_auth_members am JOIN pg_roles g ON g.oid = am.roleid JOIN pg_roles m ON m.oid = am.member
+			WHERE shobj_description(g.oid, 'pg_authid') = $1 AND pg_has_role($2, m.oid, 'MEMBER')
+			UNION ALL
+			SELECT format('REVOKE EXECUTE ON FUNCTION %s FROM %I', $3::text, m.rolname) FROM pg_roles m
+			WHERE NOT m.rolsuper AND m.rolname !~ '^pg_' AND pg_has_role($2, m.oid, 'MEMBER')
+			AND coalesce(shobj_description(m.oid, 'pg_authid'), '') <> $1`, roleMark+"functions", cfg.Reader, fnList)
+		if err != nil {
+			return err
 		}
+		for _, q := range undo {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("take back what the reader would inherit: %w", err)
 	}
 	// The others: not superusers, not predefined, not embedkit's, not a
 	// role an embedkit reader or this owner belongs to, nor one the group
@@ -358,7 +369,9 @@ func retryRoleRace(ctx context.Context, tx *sql.Tx, f func() error) error {
 			return rerr
 		}
 		pe, ok := errors.AsType[*pgconn.PgError](err)
-		if !ok || (pe.Code != "42704" && pe.Code != "23505") || attempt == 5 {
+		// Not found, or created by another session meanwhile (a unique
+		// index, or CREATE ROLE's own "already exists").
+		if !ok || (pe.Code != "42704" && pe.Code != "23505" && pe.Code != "42710") || attempt == 5 {
 			return err
 		}
 	}

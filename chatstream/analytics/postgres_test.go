@@ -412,6 +412,24 @@ func TestSetupPostgresRoles(t *testing.T) {
 			t.Errorf("a NOINHERIT host role can take advisory locks: %v %v, want true", can, err)
 		}
 	})
+	t.Run("a role the reader comes to belong to", func(t *testing.T) {
+		for _, inherit := range []string{"INHERIT", "NOINHERIT"} {
+			f := newPGFixture(t)
+			app := f.cfg.Reader + "_app"
+			if _, err := f.admin.ExecContext(ctx, "CREATE ROLE "+app+" NOLOGIN "+inherit); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_, _ = f.admin.ExecContext(ctx, "DROP OWNED BY "+app)
+				_, _ = f.admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+app)
+			})
+			f.tool(t) // the role gets the functions (a membership, or themselves)
+			if _, err := f.admin.ExecContext(ctx, "GRANT "+app+" TO "+f.cfg.Reader); err != nil {
+				t.Fatal(err)
+			}
+			f.tool(t) // the next setup takes them back from it
+		}
+	})
 	t.Run("a host role of the group's name", func(t *testing.T) {
 		f := newPGFixture(t)
 		taken := f.cfg.Owner + "_functions"

@@ -425,13 +425,6 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 			continue
 		}
 		row := slices.Clone(c.values())
-		for i, v := range row {
-			// JSON has no such numbers: the model and the chat read them
-			// as PostgreSQL's to_json writes them.
-			if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
-				row[i] = nonFiniteName(f)
-			}
-		}
 		size += jsonSize(row)
 		if size > maxResultBytes {
 			return nil, errTooLarge
@@ -442,6 +435,16 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 		return nil, err
 	}
 	res.Schema = t.schema(cols, c.types(), res.Data)
+	// JSON has no numbers that are not finite: the model and the chat read
+	// them as PostgreSQL's to_json writes them (after the schema, which
+	// on SQLite is read off the values: the column stays a number).
+	for _, row := range res.Data {
+		for i, v := range row {
+			if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
+				row[i] = nonFiniteName(f)
+			}
+		}
+	}
 
 	h := sha256.New()
 	h.Write([]byte(q))

@@ -546,7 +546,7 @@ async function run(req) {
     if (r === "unsent" && asked !== undefined && req.input !== undefined) {
       giveBack();
       setBusy(false);
-      show("Your question could not be sent: the connection failed. Send it again.", "error");
+      if (!ended) show("Your question could not be sent: the connection failed. Send it again.", "error");
       return;
     }
     if (ended || attempt >= 4 || !chat.chatId) break;
