@@ -23,7 +23,6 @@ let token = "";
 let me = null;
 let busy = false;
 let ended = false; // the session expired
-let lastRefusal = ""; // the message of the last error answer
 // chat is what a reload needs: the thread, the highest sort applied and
 // the messages as merged so far. It is saved to sessionStorage as one
 // value, so that lastSort always matches the messages.
@@ -465,8 +464,8 @@ async function stream(req) {
     return "unsent";
   }
   if (!res.ok) {
-    await httpError(res);
-    return res.status === 409 && !/thread is full/i.test(lastRefusal) ? "running" : "refused";
+    const msg = await httpError(res);
+    return res.status === 409 && !/thread is full/i.test(msg) ? "running" : "refused";
   }
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
@@ -496,9 +495,9 @@ async function stream(req) {
   return done ? "done" : "lost";
 }
 
+// httpError shows an error answer and returns its message.
 async function httpError(res) {
   const msg = await errorText(res);
-  lastRefusal = msg;
   setBusy(false);
   switch (res.status) {
     case 401:
@@ -519,6 +518,7 @@ async function httpError(res) {
     default:
       show(res.status >= 500 ? "The chat service is unavailable right now. Please try again later." : "The request was refused: " + msg, "error");
   }
+  return msg;
 }
 
 // run streams req and, when the connection drops before the end, rejoins
