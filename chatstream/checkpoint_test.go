@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,4 +253,74 @@ func TestEmittersNeverWaitForWrites(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// failingAppends fails every AppendMessages outside a transaction (the
+// turns' checkpoints and final writes; the openings write in one) while
+// failing is set.
+type failingAppends struct {
+	store.Store
+	failing *atomic.Bool
+}
+
+func (s failingAppends) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	if s.failing.Load() {
+		return store.ErrUnavailable
+	}
+	return s.Store.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+// TestFailedFinalWriteKeepsSortsBelowTheMark: a turn streams more lines
+// than its reserved block of sorts while every checkpoint and then its
+// final write fail. The stream still ends with __state__ (saying the
+// answer could not be saved), no line it carries sorts above the thread's
+// stored LastSort, and the next turn's lines sort above every line of the
+// failed one, in the stream and in a client that reads them with
+// resumeAfterSort.
+func TestFailedFinalWriteKeepsSortsBelowTheMark(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		events := make([]chatstreamtest.Event, 0, 3000)
+		for range 3000 {
+			events = append(events, chatstreamtest.Content("x"))
+		}
+		failing := new(atomic.Bool)
+		e := newEnv(t, tg, envOpts{
+			agent: scripts{"many": {Events: events}},
+			store: func(t testing.TB, backend string) store.Store {
+				return failingAppends{testdb.Open(t, backend), failing}
+			},
+		})
+		failing.Store(true)
+		ss := ext("u")
+		got, _ := collectErr(t.Context(), e.client, chatstream.Request{Input: "many", ChatID: "many", SessionSettings: ss})
+		if len(got) == 0 || got[len(got)-1].ID != chatstream.StateID {
+			t.Fatalf("the stream did not end with __state__: %d lines", len(got))
+		}
+		st := got[len(got)-1]
+		if st.State.Error == "" {
+			t.Errorf("__state__ has no error: %+v", st.State)
+		}
+		var seen int64
+		for i, m := range got {
+			if i > 0 && m.Sort <= got[i-1].Sort {
+				t.Fatalf("line %d: sort %d after %d", i, m.Sort, got[i-1].Sort)
+			}
+			seen = max(seen, m.Sort)
+		}
+		for _, m := range st.State.Messages {
+			seen = max(seen, m.Sort)
+		}
+		th, err := e.Store.Thread(t.Context(), e.Accounts[acct].ID, "many")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if th.LastSort < seen {
+			t.Errorf("stored LastSort %d, below the sort %d the client saw", th.LastSort, seen)
+		}
+		failing.Store(false)
+		next := collect(t, e.client, chatstream.Request{Input: "echo:again", ChatID: "many", SessionSettings: ss})
+		if len(next) < 2 || next[1].Sort <= seen {
+			t.Fatalf("the next turn starts at sort %d, not above the %d seen", next[1].Sort, seen)
+		}
+	})
 }

@@ -661,6 +661,12 @@ func (t *turn) finish(o outcome) {
 		if st.Error == "" {
 			st.Error = errStoreFailed
 		}
+		// Nothing at or above the stored mark reaches a client: the
+		// next turn continues above it.
+		t.mu.Lock()
+		lines = withinMark(lines, t.reserved)
+		t.lines = t.lines[:t.pub]
+		t.mu.Unlock()
 	}
 	final := make([]Line, len(lines))
 	for i := range lines {
@@ -690,6 +696,30 @@ func (t *turn) finish(o outcome) {
 	t.closed = true
 	t.mu.Unlock()
 	close(t.done)
+}
+
+// withinMark keeps the final lines of a turn whose final write failed
+// within mark, the thread's stored last sort, where the next turn
+// continues: a sort above it would be used again. The lines at or above
+// it are left out (the history in __state__ holds their messages), and
+// __state__ takes sort mark, with its history's sorts at most mark (the
+// answer the last checkpoint stored sorts there too).
+func withinMark(lines []Message, mark int64) []Message {
+	st := lines[len(lines)-1]
+	if st.Sort <= mark {
+		return lines
+	}
+	out := lines[:0]
+	for _, l := range lines[:len(lines)-1] {
+		if l.Sort < mark {
+			out = append(out, l)
+		}
+	}
+	st.Sort = mark
+	for i := range st.State.Messages {
+		st.State.Messages[i].Sort = min(st.State.Messages[i].Sort, mark)
+	}
+	return append(out, st)
 }
 
 // follow writes the turn's log to lw, the lines so far and then the live
