@@ -10,8 +10,10 @@ import (
 	"io"
 	"iter"
 	"math"
+	"math/big"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/embedkit/embedkit/middleware/httperr"
@@ -228,8 +230,10 @@ type DataResult struct {
 }
 
 // Rows yields the result's rows as they arrive: each a slice of values in
-// Columns order, a string, int64, float64, bool or nil (a number column's
-// NaN and infinities, sent as strings, are float64 again). A query that
+// Columns order, a string, int64, float64, json.Number (a number with
+// more digits than a float64 keeps, such as a PostgreSQL numeric), bool
+// or nil (a number column's NaN and infinities, sent as strings, are
+// float64 again). A query that
 // fails after its first row yields a [*QueryError] with the server's
 // message; a stream that ends before its totalRows line yields
 // [ErrIncompleteData]. The response is closed when the loop ends or
@@ -288,14 +292,24 @@ func (d *DataResult) Close() error { return d.body.Close() }
 
 // dataValue turns a decoded JSON value into the type DataRows.Values
 // gives: json.Number into int64 when it is a whole number that fits, else
-// float64.
+// float64 when that keeps every digit (0.1 does: the shortest decimal of
+// the float64 is the text's number), else the json.Number itself (such
+// as PostgreSQL's numeric with more digits than a float64 holds).
 func dataValue(v any, numeric bool) any {
 	switch x := v.(type) {
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
 			return i
 		}
-		f, _ := x.Float64()
+		f, err := x.Float64()
+		if err != nil {
+			return x
+		}
+		a, okA := new(big.Rat).SetString(string(x))
+		b, okB := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+		if !okA || !okB || a.Cmp(b) != 0 {
+			return x
+		}
 		return f
 	case string:
 		if numeric {

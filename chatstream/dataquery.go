@@ -3,6 +3,7 @@ package chatstream
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -433,12 +434,59 @@ func appendJSONValue(b []byte, v any) []byte {
 			return appendJSONString(b, nonFinite(x))
 		}
 		return appendFloat(b, x)
+	case json.Number:
+		if isJSONNumber(string(x)) {
+			return append(b, x...)
+		}
+		return appendJSONString(b, string(x))
 	case bool:
 		return strconv.AppendBool(b, x)
 	}
 	// Not a type of the DataRows contract: its text, rather than a broken
 	// line.
 	return appendJSONString(b, fmt.Sprint(v))
+}
+
+// isJSONNumber reports whether s is a number as JSON writes it:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func isJSONNumber(s string) bool {
+	digits := func(i int) int { // the end of the digits from i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		i = digits(i)
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		if j := digits(i + 1); j > i+1 {
+			i = j
+		} else {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if j := digits(i); j > i {
+			i = j
+		} else {
+			return false
+		}
+	}
+	return i == len(s)
 }
 
 // nonFinite names a NaN or an infinity.
@@ -542,6 +590,11 @@ func appendCSVValue(b []byte, v any) []byte {
 			return append(b, nonFinite(x)...)
 		}
 		return appendFloat(b, x)
+	case json.Number:
+		if isJSONNumber(string(x)) {
+			return append(b, x...)
+		}
+		return appendCSVField(b, string(x))
 	case bool:
 		return strconv.AppendBool(b, x)
 	}

@@ -106,6 +106,7 @@ var hostileValues = []any{
 	"bad\xffutf8", "sep\u2028\u2029", "</script><script>", "\x00\x01", math.NaN(), math.Inf(1), math.Inf(-1),
 	1e21, 1e-7, -0.5, int64(math.MaxInt64), int64(math.MinInt64), true, nil, "",
 	"Total;=WEBSERVICE(A2&B2)", "tab\t=1|=2",
+	json.Number("123456789012345678901234567890.120"), json.Number("=1+1"), // a JSON number, a text that is not one
 }
 
 type fakeRows struct {
@@ -127,7 +128,8 @@ func (r *fakeRows) Columns() []chatstream.DataColumn {
 		}
 		cols[0].Name = "=cmd|' /C calc'!A0" // a hostile column name
 		for i, v := range hostileValues {
-			if _, ok := v.(float64); ok {
+			switch v.(type) {
+			case float64, json.Number:
 				cols[i].ColumnType = "number"
 			}
 		}
@@ -494,7 +496,7 @@ func TestDataQueryCSV(t *testing.T) {
 		want := []string{"a,b", `say "hi"`, "line\nbreak\n", `'=HYPERLINK("http://evil.example/","x")`, "'+1", "'-2", "'@SUM(A1)", "'\ttab",
 			"bad\uFFFDutf8", "sep\u2028\u2029", "</script><script>", "\x00\x01", "NaN", "Infinity", "-Infinity",
 			"1e+21", "1e-7", "-0.5", "9223372036854775807", "-9223372036854775808", "true", "", "",
-			"Total;=WEBSERVICE(A2&B2)", "tab\t=1|=2"}
+			"Total;=WEBSERVICE(A2&B2)", "tab\t=1|=2", "123456789012345678901234567890.120", "'=1+1"}
 		// encoding/csv reads a quoted \r\n as \n.
 		for i, w := range want {
 			if recs[1][i] != w {
@@ -509,7 +511,8 @@ func TestDataQueryCSV(t *testing.T) {
 		// that starts a formula; numbers, booleans and nulls are not.
 		body := string(r.raw)
 		for _, field := range []string{`"Total;=WEBSERVICE(A2&B2)"`, "\"tab\t=1|=2\"", `,"",`, `"sep` + "\u2028\u2029" + `"`,
-			",NaN,Infinity,-Infinity,1e+21,1e-7,-0.5,9223372036854775807,-9223372036854775808,true,,"} {
+			",NaN,Infinity,-Infinity,1e+21,1e-7,-0.5,9223372036854775807,-9223372036854775808,true,,",
+			`,123456789012345678901234567890.120,"'=1+1"` + "\r\n"} {
 			if !strings.Contains(body, field) {
 				t.Errorf("hostile CSV lacks %q:\n%s", field, body)
 			}
@@ -551,6 +554,16 @@ func TestDataQueryHostileJSON(t *testing.T) {
 				}
 				if !ok || !(g == w || math.IsNaN(g) && math.IsNaN(w)) {
 					t.Errorf("value %d = %#v, want %v", i, got, w)
+				}
+			case json.Number:
+				// Exact when it is a number; a text that is not one
+				// arrives as a string.
+				var exp any = w
+				if _, err := w.Float64(); err != nil {
+					exp = string(w)
+				}
+				if got != exp {
+					t.Errorf("value %d = %#v, want %#v", i, got, exp)
 				}
 			default:
 				if got != want {

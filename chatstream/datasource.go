@@ -32,7 +32,9 @@ type DataRows interface {
 	// Next advances to the next row; false at the end or on error (see Err).
 	Next() bool
 	// Values returns the current row: each value a string, float64, int64,
-	// bool or nil. The slice is valid until the next call of Next.
+	// json.Number (a decimal kept exact, such as PostgreSQL's numeric), bool
+	// or nil. A json.Number that is not a JSON number is written as a
+	// string. The slice is valid until the next call of Next.
 	Values() []any
 	// Err is the error that ended the rows, if any (a *[QueryError] for a
 	// timeout).

@@ -172,3 +172,38 @@ func TestNonFiniteNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresNumericExact: PostgreSQL's numeric (sum over bigint is one)
+// reaches the data query API and the tool's JSON with every digit, as a
+// JSON number; bigint stays exact too.
+func TestPostgresNumericExact(t *testing.T) {
+	if os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN") == "" {
+		t.Skip("EMBEDKIT_TEST_POSTGRES_DSN not set")
+	}
+	f := newPGFixture(t)
+	tool := f.tool(t)
+	const q = "SELECT 123456789012345678901234567890.120::numeric AS a, 9007199254740993::bigint AS b, sum(x) AS c FROM (VALUES (9007199254740993::bigint), (1::bigint)) AS v(x)"
+	rows, err := tool.QueryData(t.Context(), chatstream.Turn{User: internal}, q, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, rows)[0]
+	want := []any{json.Number("123456789012345678901234567890.120"), int64(9007199254740993), json.Number("9007199254740994")}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("data column %d = %T %v, want %T %v", i, got[i], got[i], want[i], want[i])
+		}
+	}
+	res, err := run(t, tool, internal, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := json.Marshal(res); err != nil || !strings.Contains(string(b), `"data":[[123456789012345678901234567890.120,9007199254740993,9007199254740994]]`) {
+		t.Errorf("the tool's result as JSON: %s %v", b, err)
+	}
+	for _, c := range res.Schema {
+		if c.ColumnType != "number" {
+			t.Errorf("column %s is %q, want number", c.Name, c.ColumnType)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -639,11 +640,16 @@ func pgValue(oid uint32, v []byte) any {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return n
 		}
-	case 700, 701, 1700: // float4, float8, numeric
+	case 700, 701: // float4, float8
 		// "Infinity", "-Infinity" and "NaN" too, as SQLite gives them.
 		if f, err := strconv.ParseFloat(s, 64); err == nil {
 			return f
 		}
+	case 1700: // numeric: exact, as PostgreSQL writes it (sum(bigint) is one)
+		if f, err := strconv.ParseFloat(s, 64); err == nil && (math.IsInf(f, 0) || math.IsNaN(f)) {
+			return f
+		}
+		return json.Number(s)
 	}
 	return s
 }

@@ -73,9 +73,10 @@ type SQLResult struct {
 	UserRequest string   `json:"userRequest"`
 	Schema      []Column `json:"schema"`
 	// Data holds at most the row limit of rows, each a slice of values in
-	// Schema order: string, int64, float64 or nil; a number that is not
-	// finite is the string "NaN", "Infinity" or "-Infinity". Treat it as
-	// read-only: cached results share it.
+	// Schema order: string, int64, float64, json.Number (PostgreSQL's
+	// numeric, exact), bool or nil; a number that is not finite is the
+	// string "NaN", "Infinity" or "-Infinity". Treat it as read-only:
+	// cached results share it.
 	Data [][]any `json:"data"`
 	// TotalRows is how many rows the query yields, before the row limit.
 	TotalRows int `json:"totalRows"`
@@ -522,7 +523,7 @@ func (t *SQLTool) schema(cols, types []string, data [][]any) []Column {
 				break
 			}
 			switch row[i].(type) {
-			case int64, float64:
+			case int64, float64, json.Number:
 				typ = "number"
 			case string:
 				typ = "string"

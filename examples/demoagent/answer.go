@@ -1,6 +1,7 @@
 package demoagent
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/embedkit/embedkit/chatstream/analytics"
@@ -268,6 +269,8 @@ func cellText(v any) string {
 		return formatNumber(v, 0)
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64)
+	case json.Number: // PostgreSQL's numeric, exact
+		return string(v)
 	case nil:
 		return "null"
 	}
@@ -286,6 +289,9 @@ func toFloat(v any) float64 {
 		return float64(v)
 	case float64:
 		return v
+	case json.Number:
+		f, _ := v.Float64()
+		return f
 	}
 	return 0
 }
@@ -299,6 +305,8 @@ func formatNumber(v any, decimals int) string {
 		f = float64(v)
 	case float64:
 		f = v
+	case json.Number:
+		f, _ = v.Float64()
 	case nil:
 		return "no value"
 	default:
