@@ -814,7 +814,7 @@ func TestBrowser(t *testing.T) {
 		// A reload stays signed out.
 		tb.eval(chat(`(w.location.reload(), true)`), nil)
 		time.Sleep(200 * time.Millisecond)
-		tb.waitFor("the page after reload", chat(`d.body && d.getElementById("ek-notice").textContent.includes("expired")`), 20*time.Second)
+		tb.waitFor("the page after reload", chat(`d.body && d.getElementById("ek-notice").textContent.includes("This chat has no session")`), 20*time.Second)
 		tb.mu.Lock()
 		var rest []string
 		for _, p := range tb.problems {
@@ -824,6 +824,21 @@ func TestBrowser(t *testing.T) {
 		}
 		tb.problems = rest
 		tb.mu.Unlock()
+		tb.noProblems()
+	})
+
+	t.Run("a chat opened without a sessionId says it has no session", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.run(chromedp.Navigate(s.base + "/embed/chat"))
+		var got struct {
+			Notice   string
+			Disabled bool
+		}
+		tb.waitFor("the notice", self(`d.body && !d.getElementById("ek-notice").hidden`), 20*time.Second)
+		tb.eval(self(`({ notice: d.getElementById("ek-notice").textContent, disabled: d.getElementById("ek-input").disabled })`), &got)
+		if got.Notice != "This chat has no session. Open it from the application to sign in." || !got.Disabled {
+			t.Errorf("notice %q, input disabled %v", got.Notice, got.Disabled)
+		}
 		tb.noProblems()
 	})
 

@@ -66,7 +66,9 @@ function show(text, kind) {
 
 // ----- session -----
 
-function sessionExpired() {
+// sessionExpired ends the page's session: the token expired or was
+// refused, or (why) there is none.
+function sessionExpired(why) {
   if (ended) return;
   ended = true;
   token = "";
@@ -74,7 +76,7 @@ function sessionExpired() {
   storage.removeItem(EXPIRES_KEY);
   setBusy(false);
   input.disabled = send.disabled = newChat.disabled = true;
-  show("Your session has expired. Open the chat again from the application to continue.", "error");
+  show(why || "Your session has expired. Open the chat again from the application to continue.", "error");
   if (window.parent !== window) {
     // The message holds no secret, and the page cannot know its host's
     // origin: any parent may read it.
@@ -629,7 +631,9 @@ async function boot() {
   } else {
     token = storage.getItem(TOKEN_KEY) || "";
   }
-  if (!token) return sessionExpired();
+  // Opened without a sessionId, and no token from an earlier load (or an
+  // exchange that failed before a reload).
+  if (!token) return sessionExpired("This chat has no session. Open it from the application to sign in.");
   let res;
   try {
     res = await api(body.dataset.meUrl);
