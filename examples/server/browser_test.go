@@ -785,6 +785,41 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("CSV rows %q, table rows %q", first, shown.First)
 		}
 		t.Logf("downloaded %d rows", len(recs)-1)
+		var status string
+		tb.eval(chat(`d.querySelector(".ek-table-status").textContent`), &status)
+		if status != "" {
+			t.Errorf("status after a whole download: %q", status)
+		}
+		tb.noProblems()
+	})
+
+	t.Run("Download CSV says when the file holds fewer rows than the result", func(t *testing.T) {
+		s := startServer(t, "-db", ":memory:", "-vega-dir", dir, "-agent-delay", "0s", "-data-row-limit", "3")
+		tb := b.newTab(t, s.base)
+		dl := t.TempDir()
+		if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
+			t.Fatal(err)
+		}
+		tb.open("liam")
+		tb.ask("revenue by month")
+		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table") && d.querySelector(".ek-download")`), 60*time.Second)
+		var caption string
+		tb.eval(chat(`(d.querySelector(".ek-download").click(), d.querySelector(".ek-table caption").textContent)`), &caption)
+		if recs := downloadedCSV(t, dl); len(recs) != 4 {
+			t.Fatalf("%d CSV records, want the header and 3 rows", len(recs))
+		}
+		total := regexp.MustCompile(`(\d+) rows$`).FindStringSubmatch(caption) // the table's caption: "...: 24 rows"
+		if total == nil {
+			t.Fatalf("caption %q", caption)
+		}
+		want := "The file holds the first 3 of " + total[1] + " rows."
+		tb.waitFor("the status", chat(`d.querySelector(".ek-table-status").textContent !== ""`), 10*time.Second)
+		var status string
+		tb.eval(chat(`d.querySelector(".ek-table-status").textContent`), &status)
+		if status != want {
+			t.Errorf("status %q, want %q (caption %q)", status, want, caption)
+		}
 		tb.noProblems()
 	})
 

@@ -87,6 +87,7 @@ type options struct {
 	dev, metrics     bool
 	agentDelay       time.Duration
 	vegaDir          string
+	dataRowLimit     int
 	// agent is demo or llm; llmModel, llmBaseURL and llmAPIKey configure llm.
 	agent, llmModel, llmBaseURL, llmAPIKey string
 }
@@ -109,6 +110,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.DurationVar(&o.agentDelay, "agent-delay", delay, "pause of the demo agent between streamed pieces (env EMBED_AGENT_DELAY)")
 	fs.StringVar(&o.vegaDir, "vega-dir", envOr("EMBED_VEGA_DIR", ""), "node_modules folder with the pinned vega packages; empty loads them from the CDN (env EMBED_VEGA_DIR)")
+	rows, err := strconv.Atoi(envOr("EMBED_DATA_ROW_LIMIT", strconv.Itoa(chatstream.DefaultDataRowLimit)))
+	if err != nil {
+		return o, fmt.Errorf("EMBED_DATA_ROW_LIMIT: %w", err)
+	}
+	fs.IntVar(&o.dataRowLimit, "data-row-limit", rows, "rows one request of the data query API (and Download CSV) returns at most (env EMBED_DATA_ROW_LIMIT)")
 	metrics, err := strconv.ParseBool(envOr("EMBED_METRICS", "false"))
 	if err != nil {
 		return o, fmt.Errorf("EMBED_METRICS: %w", err)
@@ -122,6 +128,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.agentDelay < 0 {
 		return o, fmt.Errorf("-agent-delay (EMBED_AGENT_DELAY) must not be negative, got %v", o.agentDelay)
+	}
+	if o.dataRowLimit < 1 {
+		return o, fmt.Errorf("-data-row-limit (EMBED_DATA_ROW_LIMIT) must be positive, got %d", o.dataRowLimit)
 	}
 	return o, o.checkAgent()
 }
@@ -190,7 +199,8 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	// group definition deleted through the admin API may still be used by
 	// chat turns for up to 5 s; the values stored meanwhile are ignored.
 	embed := embedsession.NewHandler(st, embedsession.WithLogger(log), embedsession.WithCacheTTL(5*time.Second))
-	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log), chatstream.WithKeyCache(5 * time.Second)}
+	chatOpts := []chatstream.Option{chatstream.WithDevelopment(o.dev), chatstream.WithLogger(log), chatstream.WithKeyCache(5 * time.Second),
+		chatstream.WithDataRowLimit(o.dataRowLimit)}
 	// On PostgreSQL, running chat turns are shared with the other
 	// processes on the database; SQLite stays single-process.
 	var cluster *pgcluster.Cluster

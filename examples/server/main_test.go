@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
 )
 
 // server runs the example server in-process on a free port until the test
@@ -277,6 +279,12 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 	if _, err = parseFlags([]string{"-agent-delay=-1s"}, io.Discard); err == nil || !strings.Contains(err.Error(), "must not be negative") {
 		t.Errorf("negative -agent-delay: %v, want an error", err)
+	}
+	if _, err = parseFlags([]string{"-data-row-limit=0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "must be positive") {
+		t.Errorf("-data-row-limit 0: %v, want an error", err)
+	}
+	if o, err = parseFlags(nil, io.Discard); err != nil || o.dataRowLimit != chatstream.DefaultDataRowLimit {
+		t.Errorf("default -data-row-limit: %d %v", o.dataRowLimit, err)
 	}
 }
 

@@ -81,7 +81,7 @@ export function renderTool(box, msg) {
     const rows = toObjects(result);
     box.append(table(result, rows));
     const query = typeof result.sqlQuery === "string" && result.sqlQuery ? result.sqlQuery : typeof input.sqlQuery === "string" ? input.sqlQuery : "";
-    if (query) box.append(tableActions(query, result.queryTitle || input.queryTitle));
+    if (query) box.append(tableActions(query, result.queryTitle || input.queryTitle, result.totalRows));
     const spec = parseJSON(result.vegaSpec || input.vegaSpec);
     if (spec && typeof spec === "object" && rows.length > 0) box.append(chart(box, spec, rows, result.queryTitle));
   }
@@ -177,9 +177,24 @@ function fileName(title) {
   return (name || "result") + ".csv";
 }
 
+// csvRecords counts the records of a CSV file as the data query API
+// writes it: each ends with CRLF, which a quoted field may hold too.
+function csvRecords(text) {
+  let n = 0;
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34) quoted = !quoted; // "" inside a field flips twice
+    else if (c === 10 && !quoted) n++;
+  }
+  return n;
+}
+
 // tableActions are the buttons under a result table: "Download CSV"
-// (every row, through the data query API) and "Show SQL".
-function tableActions(query, title) {
+// (every row, through the data query API) and "Show SQL". total is the
+// query's row count as the tool saw it: a file with fewer rows (the data
+// query API's row cap) says so.
+function tableActions(query, title, total) {
   const bar = el("div", "ek-table-actions");
   const dl = el("button", "ek-link-button ek-download", "Download CSV");
   dl.type = "button";
@@ -212,6 +227,7 @@ function tableActions(query, title) {
         throw new Error(msg);
       }
       const blob = await res.blob();
+      const rows = csvRecords(await blob.text()) - 1; // the header
       const a = el("a");
       a.href = URL.createObjectURL(blob);
       a.download = fileName(title);
@@ -219,7 +235,9 @@ function tableActions(query, title) {
       a.click();
       a.remove();
       setTimeout(() => URL.revokeObjectURL(a.href), 60000);
-      status.textContent = "";
+      status.textContent = typeof total === "number" && rows >= 0 && rows < total
+        ? `The file holds the first ${numberFormat.format(rows)} of ${numberFormat.format(total)} rows.`
+        : "";
     } catch (err) {
       status.className = "ek-table-status ek-tool-error";
       status.textContent = "The download failed: " + String((err && err.message) || err);
