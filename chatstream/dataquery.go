@@ -289,24 +289,31 @@ func (h *Handler) queryFailure(ctx context.Context, err error) error {
 	return fmt.Errorf("chatstream: data query: %w", err)
 }
 
-// acceptsCSV reports whether the request's Accept header names text/csv
-// (with a non-zero quality).
+// acceptsCSV reports whether the request's Accept header prefers
+// text/csv: named with a quality above 0 and none lower than that of the
+// NDJSON answer's types (application/x-ndjson, application/json,
+// application/* or */*). A quality that is not a number counts as 1.
 func acceptsCSV(r *http.Request) bool {
+	csv, other := 0.0, 0.0
 	for _, v := range r.Header.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
 			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-			if err != nil || mt != "text/csv" {
+			if err != nil {
 				continue
 			}
-			if q, ok := params["q"]; ok {
-				if f, err := strconv.ParseFloat(q, 64); err == nil && f <= 0 {
-					continue
-				}
+			q := 1.0
+			if f, err := strconv.ParseFloat(params["q"], 64); err == nil {
+				q = f
 			}
-			return true
+			switch mt {
+			case "text/csv":
+				csv = max(csv, q)
+			case "application/x-ndjson", "application/json", "application/*", "*/*":
+				other = max(other, q)
+			}
 		}
 	}
-	return false
+	return csv > 0 && csv >= other
 }
 
 // dataStream encodes a data query's answer into buf, a batch at a time,

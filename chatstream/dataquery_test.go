@@ -488,6 +488,19 @@ func TestDataQueryCSV(t *testing.T) {
 			t.Errorf("row 7 = %q", got)
 		}
 
+		// The Accept header's qualities decide.
+		for accept, csv := range map[string]bool{
+			"text/csv": true, "text/csv, */*": true, "application/x-ndjson;q=0.5, text/csv;q=0.6": true,
+			"text/csv;q=x": true, "TEXT/CSV": true,
+			"*/*, text/csv;q=0.5": false, "application/json, text/csv;q=0.9": false, "text/csv;q=0": false,
+			"text/*": false, "": false, "application/x-ndjson": false,
+		} {
+			r := postData(t, e, adminAuth, accept, dataBody("rows 2"))
+			if got := r.resp.Header.Get("Content-Type") == chatstream.CSVContentType; r.resp.StatusCode != 200 || got != csv {
+				t.Errorf("Accept %q: %d %q, want CSV %v", accept, r.resp.StatusCode, r.resp.Header.Get("Content-Type"), csv)
+			}
+		}
+
 		r = postData(t, e, adminAuth, "text/csv", dataBody("hostile"))
 		recs, err = csv.NewReader(strings.NewReader(string(r.raw))).ReadAll()
 		if err != nil || len(recs) != 2 {
