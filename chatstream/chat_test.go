@@ -735,6 +735,7 @@ func TestErrors(t *testing.T) {
 			{"uppercase externalId", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "Bob"}}, 400},
 			{"input wrong type", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": 5, "sessionSettings": map[string]any{"externalId": "a"}}, 400},
 			{"malformed JSON", streamPath(acct, agentID), apitest.AdminKey, "{", 400},
+			{"repeated key", streamPath(acct, agentID), apitest.AdminKey, `{"input":"x","sessionSettings":{"externalId":"a","EXTERNALID":"b"}}`, 400},
 			{"abort without chatId", abortPath(acct, agentID), apitest.AdminKey, map[string]any{"sessionSettings": map[string]any{"externalId": "owner"}}, 400},
 			{"abort unknown thread", abortPath(acct, agentID), apitest.AdminKey, map[string]any{"chatId": "missing", "sessionSettings": map[string]any{"externalId": "owner"}}, 404},
 			{"abort thread of another user", abortPath(acct, agentID), apitest.AdminKey, map[string]any{"chatId": "owned", "sessionSettings": map[string]any{"externalId": "intruder"}}, 403},

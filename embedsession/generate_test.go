@@ -90,6 +90,7 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "malformed JSON is 400", body: `{"deploymentId": 1,`, status: 400, msg: "malformed JSON"},
 			{name: "non-object body is 400", body: `[1,2]`, status: 400, msg: "JSON object"},
 			{name: "empty body is 400", body: ``, status: 400, msg: "JSON object"},
+			{name: "a repeated key is 400 naming it", body: `{"deploymentId":1,"externalId":"keeper","externalID":"other"}`, status: 400, msg: "field externalID appears more than once (keys differing only in case count as one)", exact: true},
 			{name: "trailing data is 400", body: `{"deploymentId":1,"externalId":"keeper"} {}`, status: 400, msg: "single JSON object"},
 			{name: "body over 1 MiB is 413", body: `{"deploymentId":1,"externalId":"keeper","email":"` + long + `"}`, status: 413, msg: "too large"},
 			// wrong JSON types name the field

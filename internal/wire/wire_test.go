@@ -112,12 +112,16 @@ func TestUnmarshalErrors(t *testing.T) {
 
 func FuzzUnmarshal(f *testing.F) {
 	for _, s := range []string{`{}`, `{"name":"x","count":3,"tags":["a"]}`, `{"inner":{"on":true}}`, `[`, `{"count":1e400}`,
-		"{\"name\":\"col\xff\"}", `{"tags":["\ud800"]}`, `{"name":"\ud83d\ude00"}`, `{"name":"\ufffd"}`} {
+		"{\"name\":\"col\xff\"}", `{"tags":["\ud800"]}`, `{"name":"\ud83d\ude00"}`, `{"name":"\ufffd"}`,
+		`{"name":"a","NAME":"b"}`, `{"inner":{"on":true,"o\u006e":false}}`, `{"x":{"k":1,"K":2}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var v target
 		err := wire.Unmarshal(b, &v)
+		if err == nil && hasFoldedDuplicate(b) {
+			t.Fatalf("Unmarshal(%q) accepted an object that repeats a key", b)
+		}
 		if err == nil {
 			// Nothing was replaced: a decoded string holds U+FFFD only
 			// when the body spelled it (raw or as \ufffd).
@@ -139,7 +143,104 @@ func FuzzUnmarshal(f *testing.F) {
 		if status, _ := wire.Status(err); status != 400 {
 			t.Fatalf("Unmarshal(%q) = %v: status %d, want 400", b, err, status)
 		}
+		// Refused for a duplicate key only when an object holds two keys
+		// that encoding/json takes for one.
+		if _, msg := wire.Status(err); strings.Contains(msg, "appears more than once") && !hasFoldedDuplicate(b) {
+			t.Fatalf("Unmarshal(%q) = %q, but no object repeats a key", b, msg)
+		}
 	})
+}
+
+// hasFoldedDuplicate reports, with encoding/json's tokens, whether an
+// object of the JSON text b holds two keys equal under case folding.
+func hasFoldedDuplicate(b []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		obj     bool
+		keys    []string
+		wantKey bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch x := tok.(type) {
+		case json.Delim:
+			switch x {
+			case '{', '[':
+				if top != nil && top.obj {
+					top.wantKey = true
+				}
+				stack = append(stack, &frame{obj: x == '{', wantKey: x == '{'})
+				continue
+			default:
+				stack = stack[:len(stack)-1]
+				continue
+			}
+		case string:
+			if top != nil && top.obj && top.wantKey {
+				for _, k := range top.keys {
+					if strings.EqualFold(k, x) {
+						return true
+					}
+				}
+				top.keys = append(top.keys, x)
+				top.wantKey = false
+				continue
+			}
+		}
+		if top != nil && top.obj {
+			top.wantKey = true
+		}
+	}
+}
+
+// TestDuplicateKeysAreRefused: a key its object holds already, in any
+// letter case or spelled with escapes, is a 400 naming it; keys of
+// different objects, and equal texts that are values, are not.
+func TestDuplicateKeysAreRefused(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"name":"a","name":"b"}`:                                "field name appears more than once (keys differing only in case count as one)",
+		`{"name":"a","NAME":"b"}`:                                "field NAME appears more than once (keys differing only in case count as one)",
+		`{"name":"a","\u006eame":"b"}`:                           "field name appears more than once (keys differing only in case count as one)",
+		`{"inner":{"on":true,"On":false}}`:                       "field inner.On appears more than once (keys differing only in case count as one)",
+		`{"x":[{"a":1},{"a":1,"b":{"k":1,"K":2}}]}`:              "field x[1].b.K appears more than once (keys differing only in case count as one)",
+		`{"":1,"":2}`:                                            "field  appears more than once (keys differing only in case count as one)",
+		`{"name":"a","tags":["name","name"],"inner":{"name":1}}`: "",
+		`{"a":{"k":1},"b":{"k":1},"c":[{"k":1},{"k":1}]}`:        "",
+		`{"name":"x\"name\":","count":1}`:                        "",
+	} {
+		var v target
+		err := wire.Unmarshal([]byte(body), &v)
+		got := ""
+		if err != nil {
+			var status int
+			status, got = wire.Status(err)
+			if status != 400 {
+				t.Errorf("Unmarshal(%s): status %d", body, status)
+			}
+		}
+		if got != want {
+			t.Errorf("Unmarshal(%s) = %q, want %q", body, got, want)
+		}
+	}
+	// Many keys: the walk stays linear, and finds the duplicate at the end.
+	var b strings.Builder
+	b.WriteString(`{"name":"x"`)
+	for i := range 100000 {
+		fmt.Fprintf(&b, `,"k%d":1`, i)
+	}
+	b.WriteString(`,"K99999":2}`)
+	var v target
+	if _, msg := wire.Status(wire.Unmarshal([]byte(b.String()), &v)); !strings.Contains(msg, "K99999 appears more than once") {
+		t.Errorf("100,000 keys: %q", msg)
+	}
 }
 
 func TestNULIsRefused(t *testing.T) {
