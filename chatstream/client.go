@@ -10,7 +10,6 @@ import (
 	"io"
 	"iter"
 	"math"
-	"math/big"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -290,6 +289,41 @@ func (d *DataResult) Rows() iter.Seq2[[]any, error] {
 // Close closes the response; it is safe to call more than once.
 func (d *DataResult) Close() error { return d.body.Close() }
 
+// decimal is a JSON number's value as its significant digits and where
+// the decimal point goes: 0.<digits> × 10^point.
+type decimal struct {
+	neg    bool
+	digits string
+	point  int
+}
+
+// decimalOf reads the JSON number s (or a float's 'e' format). Two texts
+// of one value give the same decimal; an exponent beyond int gives the
+// zero decimal with point -1, which no number has.
+func decimalOf(s string) decimal {
+	var d decimal
+	if s != "" && s[0] == '-' {
+		d.neg, s = true, s[1:]
+	}
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+	e := 0
+	if exp != "" {
+		var err error
+		if e, err = strconv.Atoi(exp); err != nil {
+			return decimal{point: -1}
+		}
+	}
+	ip, fp, _ := strings.Cut(mant, ".")
+	digits := ip + fp
+	lead := len(digits) - len(strings.TrimLeft(digits, "0"))
+	d.digits = strings.TrimRight(digits[lead:], "0")
+	if d.digits == "" {
+		return decimal{} // zero, whatever its sign
+	}
+	d.point = len(ip) + e - lead
+	return d
+}
+
 // dataValue turns a decoded JSON value into the type DataRows.Values
 // gives: json.Number into int64 when it is a whole number that fits, else
 // float64 when that keeps every digit (0.1 does: the shortest decimal of
@@ -302,12 +336,7 @@ func dataValue(v any, numeric bool) any {
 			return i
 		}
 		f, err := x.Float64()
-		if err != nil {
-			return x
-		}
-		a, okA := new(big.Rat).SetString(string(x))
-		b, okB := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
-		if !okA || !okB || a.Cmp(b) != 0 {
+		if err != nil || decimalOf(string(x)) != decimalOf(strconv.FormatFloat(f, 'e', -1, 64)) {
 			return x
 		}
 		return f

@@ -153,3 +153,48 @@ func FuzzDataValues(f *testing.F) {
 		}
 	})
 }
+
+// TestDataValueNumbers: the client gives an int64 for a whole number that
+// fits, a float64 when that keeps every digit, and the json.Number
+// otherwise, deciding without arithmetic on huge exponents.
+func TestDataValueNumbers(t *testing.T) {
+	for in, want := range map[string]any{
+		"7": int64(7), "-0": int64(0), "0.1": 0.1, "64188.60": 64188.6, "1e-7": 1e-7, "1E+21": 1e21, "-2.5e-3": -0.0025,
+		"9007199254740993.5":                 json.Number("9007199254740993.5"),
+		"123456789012345678901234567890.120": json.Number("123456789012345678901234567890.120"),
+		"1e-999999":                          json.Number("1e-999999"),
+		"1e999999":                           json.Number("1e999999"),
+		"1e-99999999999999999999999":         json.Number("1e-99999999999999999999999"),
+	} {
+		if got := dataValue(json.Number(in), true); got != want {
+			t.Errorf("dataValue(%s) = %T %v, want %T %v", in, got, got, want, want)
+		}
+	}
+}
+
+// FuzzDataValueFloat: every float64, written as JSON writes it, comes
+// back as itself.
+func FuzzDataValueFloat(f *testing.F) {
+	for _, x := range []float64{0, 0.1, 1.5, -2.25e-300, math.MaxFloat64, 5e-324, 1e21, 123456.789} {
+		f.Add(x)
+	}
+	f.Fuzz(func(t *testing.T, x float64) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return
+		}
+		text := string(appendJSONValue(nil, x))
+		got := dataValue(json.Number(text), true)
+		switch g := got.(type) {
+		case int64:
+			if float64(g) != x {
+				t.Fatalf("%s: int64 %d, want %v", text, g, x)
+			}
+		case float64:
+			if g != x {
+				t.Fatalf("%s: %v, want %v", text, g, x)
+			}
+		default:
+			t.Fatalf("%s: %T %v, want %v", text, got, got, x)
+		}
+	})
+}

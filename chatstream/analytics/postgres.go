@@ -646,8 +646,14 @@ func pgValue(oid uint32, v []byte) any {
 			return f
 		}
 	case 1700: // numeric: exact, as PostgreSQL writes it (sum(bigint) is one)
-		if f, err := strconv.ParseFloat(s, 64); err == nil && (math.IsInf(f, 0) || math.IsNaN(f)) {
-			return f
+		f, err := strconv.ParseFloat(s, 64)
+		switch {
+		case err == nil && (math.IsInf(f, 0) || math.IsNaN(f)):
+			return f // "Infinity", "-Infinity", "NaN"
+		case err != nil:
+			// Beyond a float64's range: a reader of JSON would take it for
+			// an infinity (or 0); its digits as text, as before.
+			return s
 		}
 		return json.Number(s)
 	}

@@ -469,6 +469,8 @@ func jsonSize(row []any) int64 {
 					n += 5
 				}
 			}
+		case json.Number: // PostgreSQL's numeric: as many digits as it has
+			n += int64(len(v))
 		case nil:
 			n += 4
 		default:

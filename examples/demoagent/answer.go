@@ -269,8 +269,12 @@ func cellText(v any) string {
 		return formatNumber(v, 0)
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64)
-	case json.Number: // PostgreSQL's numeric, exact
-		return string(v)
+	case json.Number: // PostgreSQL's numeric, exact: 64188.60 reads 64188.6 as on SQLite
+		n := string(v)
+		if strings.Contains(n, ".") && !strings.ContainsAny(n, "eE") {
+			n = strings.TrimSuffix(strings.TrimRight(n, "0"), ".")
+		}
+		return n
 	case nil:
 		return "null"
 	}
