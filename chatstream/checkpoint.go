@@ -13,10 +13,11 @@ import (
 // stored once: later checkpoints and the turn's final write leave it out.
 // The turn reserves a block of sort numbers in the thread
 // (store.Thread.LastSort) with its echo, and a checkpoint reserves a new one
-// when fewer than sortLow are left: no line at or above the reserved mark
-// reaches a client (such lines wait in the turn's log until a checkpoint
-// raises the mark), so that the next turn after a crash starts above every
-// sort a client may have seen. Emitters never wait for a write.
+// when fewer than sortLow are left: no line within finalSlots of the
+// reserved mark reaches a client (such lines wait in the turn's log until
+// a checkpoint raises the mark), so that the next turn after a crash, or
+// after a final write that failed, starts above every sort a client may
+// have seen. Emitters never wait for a write.
 const (
 	// checkpointInterval is how often a running turn that streamed
 	// something since its last checkpoint stores one; with the write,

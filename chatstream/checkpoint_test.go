@@ -324,3 +324,58 @@ func TestFailedFinalWriteKeepsSortsBelowTheMark(t *testing.T) {
 		}
 	})
 }
+
+// TestFailedFinalWriteStillEndsWithFinalMessage: a turn that streamed
+// past its block of sorts, with an open tool call, whose checkpoints and
+// final write all fail, still ends with the tool call's end, the final
+// message (its whole content, not in process) and __state__, within the
+// stored mark; the Go client's conversation holds the final answer and no
+// message in process.
+func TestFailedFinalWriteStillEndsWithFinalMessage(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		// 3,000 pieces, then a tool call left open.
+		agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+			for range 3000 {
+				if err := e.Content("x"); err != nil {
+					return err
+				}
+			}
+			_, err := e.ToolCall("svcSqlApi", map[string]any{"q": 1})
+			return err
+		})
+		failing := new(atomic.Bool)
+		e := newEnv(t, tg, envOpts{
+			agent: agent,
+			store: func(t testing.TB, backend string) store.Store {
+				return failingAppends{testdb.Open(t, backend), failing}
+			},
+		})
+		failing.Store(true)
+		got, _ := collectErr(t.Context(), e.client, chatstream.Request{Input: "many", ChatID: "many", SessionSettings: ext("u")})
+		n := len(got)
+		if n < 3 || got[n-1].ID != chatstream.StateID || got[n-2].GraphPath[0] != "final" || got[n-3].ToolCall == nil || got[n-3].IsInProcess {
+			t.Fatalf("the stream does not end with the tool end, the final message and __state__: %d lines", n)
+		}
+		c := conv(got)
+		if fa, ok := c.FinalAnswer(); !ok || fa.IsInProcess || len(fa.Content) != 3000 {
+			t.Errorf("final answer found %v: %d bytes, in process %v", ok, len(fa.Content), fa.IsInProcess)
+		}
+		for _, m := range c.History() {
+			if m.IsInProcess {
+				t.Errorf("message %s left in process with %d bytes", m.ID, len(m.Content))
+			}
+		}
+		th, err := e.Store.Thread(t.Context(), e.Accounts[acct].ID, "many")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := got[n-1].Sort; th.LastSort != last {
+			t.Errorf("__state__ at sort %d, the stored LastSort %d", last, th.LastSort)
+		}
+		for i := 1; i < n; i++ {
+			if got[i].Sort <= got[i-1].Sort {
+				t.Fatalf("line %d: sort %d after %d", i, got[i].Sort, got[i-1].Sort)
+			}
+		}
+	})
+}

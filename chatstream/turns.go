@@ -1,6 +1,7 @@
 package chatstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -481,19 +482,19 @@ func encodeMessage(m *Message) Line {
 }
 
 // addLocked appends an encoded line to the log and publishes it when its
-// sort is below the reserved mark.
+// sort is below the reserved mark's final slots.
 func (t *turn) addLocked(l Line) {
 	t.size += len(l.Data)
 	t.lines = append(t.lines, l)
 	t.publishLocked()
 }
 
-// publishLocked publishes the lines below the reserved mark that are not
-// yet: to the cluster (which never waits) and to the readers, whom it
+// publishLocked publishes the lines below the reserved mark's final slots
+// (see finalSlots) that are not yet: to the cluster (which never waits) and to the readers, whom it
 // wakes. Lines are in sort order, so the published ones are a prefix.
 func (t *turn) publishLocked() {
 	n := t.pub
-	for n < len(t.lines) && t.lines[n].Sort < t.reserved {
+	for n < len(t.lines) && t.lines[n].Sort < t.reserved-finalSlots {
 		n++
 	}
 	if n == t.pub {
@@ -661,11 +662,16 @@ func (t *turn) finish(o outcome) {
 		if st.Error == "" {
 			st.Error = errStoreFailed
 		}
-		// Nothing at or above the stored mark reaches a client: the
-		// next turn continues above it.
+		// Nothing above the stored mark reaches a client: the next turn
+		// continues above it.
 		t.mu.Lock()
-		lines = withinMark(lines, t.reserved)
-		t.lines = t.lines[:t.pub]
+		if first := withinMark(lines, t.reserved); first > 0 {
+			n := t.pub
+			for n < len(t.lines) && t.lines[n].Sort < first {
+				n++
+			}
+			t.lines = t.lines[:n] // the lines waiting above first are left out
+		}
 		t.mu.Unlock()
 	}
 	final := make([]Line, len(lines))
@@ -698,28 +704,39 @@ func (t *turn) finish(o outcome) {
 	close(t.done)
 }
 
-// withinMark keeps the final lines of a turn whose final write failed
-// within mark, the thread's stored last sort, where the next turn
-// continues: a sort above it would be used again. The lines at or above
-// it are left out (the history in __state__ holds their messages), and
-// __state__ takes sort mark, with its history's sorts at most mark (the
-// answer the last checkpoint stored sorts there too).
-func withinMark(lines []Message, mark int64) []Message {
-	st := lines[len(lines)-1]
-	if st.Sort <= mark {
-		return lines
+// finalSlots is how many sorts below the reserved mark no streamed line
+// takes: a turn's last lines (an open tool call's end and the final
+// message; __state__ takes the mark itself) fit there when its final
+// write fails, so that they stay within what the store covers.
+const finalSlots = 2
+
+// withinMark renumbers the final lines of a turn whose final write
+// failed, when they went above mark, the thread's stored last sort (where
+// the next turn continues): they take the last sorts up to mark, above
+// every line published (those stay below mark-finalSlots), and the
+// history in __state__ follows (a completed message whose line was
+// waiting sorts with the first of them). It returns the first sort
+// they take, 0 when they fit as they were.
+func withinMark(lines []Message, mark int64) int64 {
+	if lines[len(lines)-1].Sort <= mark {
+		return 0
 	}
-	out := lines[:0]
-	for _, l := range lines[:len(lines)-1] {
-		if l.Sort < mark {
-			out = append(out, l)
+	first := mark - int64(len(lines)) + 1
+	moved := make(map[string]int64, len(lines))
+	for i := range lines {
+		lines[i].Sort = first + int64(i)
+		moved[lines[i].ID] = lines[i].Sort
+	}
+	hist := lines[len(lines)-1].State.Messages
+	for i := range hist {
+		if s, ok := moved[hist[i].ID]; ok {
+			hist[i].Sort = s
+		} else {
+			hist[i].Sort = min(hist[i].Sort, first)
 		}
 	}
-	st.Sort = mark
-	for i := range st.State.Messages {
-		st.State.Messages[i].Sort = min(st.State.Messages[i].Sort, mark)
-	}
-	return append(out, st)
+	slices.SortStableFunc(hist, func(a, b Message) int { return cmp.Compare(a.Sort, b.Sort) })
+	return first
 }
 
 // follow writes the turn's log to lw, the lines so far and then the live
