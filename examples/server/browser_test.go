@@ -882,7 +882,7 @@ func TestBrowser(t *testing.T) {
 		// The shell loads with no session at all; the page then reports
 		// the missing session, and the test drives its renderers.
 		tb.run(chromedp.Navigate(s.base + "/embed/chat"))
-		tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("expired")`, 20*time.Second)
+		tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
 		var got struct {
 			Images, Scripts int
 			Links           []string
@@ -1057,7 +1057,7 @@ func TestBrowser(t *testing.T) {
 			tb := b.newTab(t, srv.URL)
 			tb.run(chromedp.Navigate(srv.URL + "/embed/chat"))
 			// The chat runs with or without the chart libraries.
-			tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("expired")`, 20*time.Second)
+			tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
 			var drawn bool
 			tb.eval(cdnChartJS, &drawn)
 			if tampered {
@@ -1164,8 +1164,9 @@ const probeJS = `(async () => {
   const spec = {
     $schema: "https://vega.github.io/schema/vega-lite/v5.json",
     usermeta: { embedOptions: { actions: true, editorUrl: "/canary/editor", sourceHeader: "<script>alert(1)</script>", loader: { baseURL: "/canary/" } } },
+    // Left out before drawing, as every data source a spec names is (a
+    // lookup's too: TestBrowserHostileToolCallsAndCharts).
     data: { url: "/canary/data.json" },
-    transform: [{ lookup: "label", from: { data: { url: "/canary/lookup.json" }, key: "label", fields: ["x"] } }],
     layer: [
       { mark: "bar", encoding: { x: { field: "label", type: "nominal" }, y: { field: "v", type: "quantitative" }, href: { value: "/canary/href" } } },
       { mark: { type: "image", url: "/canary/image.png", width: 10, height: 10 }, encoding: { x: { field: "label", type: "nominal" }, y: { field: "v", type: "quantitative" } } },

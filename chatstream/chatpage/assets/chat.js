@@ -199,7 +199,11 @@ function place(id, node, ord) {
 }
 
 function signature(m) {
-  return JSON.stringify([m.content, m.isInProcess, m.toolCall?.input, m.toolCall?.result]);
+  try {
+    return JSON.stringify([m.content, m.isInProcess, m.toolCall?.input, m.toolCall?.result]);
+  } catch (_) {
+    return String(Math.random()); // drawn again; renderMessage says what it can
+  }
 }
 
 // Messages are drawn again at most once a frame, and, when drawing takes
@@ -256,16 +260,22 @@ function renderMessage(m) {
   v.sig = sig;
   const node = v.el;
   node.setAttribute("aria-busy", m.isInProcess ? "true" : "false");
-  if (m.role === "user") {
-    node.replaceChildren(el("p", "ek-user-text", m.content));
-  } else if (m.toolCall) {
-    renderTool(node, m);
-  } else {
-    const md = el("div", "ek-md");
-    if (m.content) md.append(renderMarkdown(m.content));
-    else if (m.isInProcess) md.append(el("span", "ek-typing", "Thinking…"));
-    node.replaceChildren(md);
-    if (m._stopped) node.append(el("p", "ek-meta", "Stopped."));
+  // Each message is drawn on its own: one that cannot be (what the model
+  // wrote can be anything) says so, and the others are drawn still.
+  try {
+    if (m.role === "user") {
+      node.replaceChildren(el("p", "ek-user-text", typeof m.content === "string" ? m.content : ""));
+    } else if (m.toolCall) {
+      renderTool(node, m);
+    } else {
+      const md = el("div", "ek-md");
+      if (typeof m.content === "string" && m.content) md.append(renderMarkdown(m.content));
+      else if (m.isInProcess) md.append(el("span", "ek-typing", "Thinking…"));
+      node.replaceChildren(md);
+      if (m._stopped) node.append(el("p", "ek-meta", "Stopped."));
+    }
+  } catch (_) {
+    node.replaceChildren(el("p", "ek-tool-error", "This message could not be shown."));
   }
   if (follow) toBottom();
 }
@@ -419,8 +429,10 @@ function finish(state) {
     }
   }
   // The thread's state is final: it is on screen before the page says
-  // the turn ended.
-  flushRender();
+  // the turn ended (and the turn ends even if drawing fails).
+  try {
+    flushRender();
+  } catch (_) { /* each message says what failed */ }
   // An error says more than an abort (a shutdown aborts with one), and a
   // turn that ended well clears a notice of the way (reconnecting). An
   // expired session's notice stays: it says what to do next.

@@ -25,23 +25,49 @@ export function parseJSON(s) {
   }
 }
 
+// str is a value of the model's or the data's JSON as text to show: a
+// string as it is, a number or boolean as JSON writes it, anything else
+// (an object, whose conversion a hostile input can make throw) nothing.
+function str(v) {
+  switch (typeof v) {
+    case "string":
+      return v;
+    case "number":
+    case "boolean":
+      return String(v);
+  }
+  return "";
+}
+
+// pretty is v as indented JSON, or raw (its text as received) when v
+// cannot be written again (nested too deep for the browser).
+function pretty(v, raw) {
+  try {
+    return JSON.stringify(v, null, 2);
+  } catch (_) {
+    return str(raw);
+  }
+}
+
 function stepTitle(name, input, result, done) {
-  if (result && typeof result.error === "string") return "Step failed: " + (name || "tool");
+  if (result && typeof result.error === "string") return "Step failed: " + (str(name) || "tool");
   switch (name) {
     case "svcMeta":
-      return (done ? "Searched the data model" : "Searching the data model") + (input.searchQuery ? ": " + input.searchQuery : "");
+      return (done ? "Searched the data model" : "Searching the data model") + (str(input.searchQuery) ? ": " + str(input.searchQuery) : "");
     case "svcSqlApi":
-      return (done ? "Ran a query" : "Running a query") + (input.queryTitle ? ": " + input.queryTitle : "");
+      return (done ? "Ran a query" : "Running a query") + (str(input.queryTitle) ? ": " + str(input.queryTitle) : "");
     default:
-      return (done ? "Used " : "Using ") + (name || "a tool");
+      return (done ? "Used " : "Using ") + (str(name) || "a tool");
   }
 }
 
 // renderTool fills box with the tool call of msg.
 export function renderTool(box, msg) {
   const tc = msg.toolCall || {};
-  const input = parseJSON(tc.input) || {};
-  const result = parseJSON(tc.result);
+  let input = parseJSON(tc.input);
+  if (!input || typeof input !== "object") input = {};
+  let result = parseJSON(tc.result);
+  if (result !== null && typeof result !== "object") result = {};
   const done = result !== null;
   views.get(box)?.finalize();
   views.delete(box);
@@ -51,10 +77,9 @@ export function renderTool(box, msg) {
   summary.append(el("span", "ek-step-state" + (done ? (result.error ? " ek-failed" : " ek-done") : " ek-running"), done ? (result.error ? "!" : "✓") : "…"));
   summary.append(el("span", "", stepTitle(tc.name, input, result, done)));
   details.append(summary);
-  if (input.description || (result && result.description)) {
-    details.append(el("p", "ek-step-desc", input.description || result.description));
-  }
-  const sql = input.sqlQuery || input.query || (result && result.sqlQuery);
+  const desc = str(input.description) || (result ? str(result.description) : "");
+  if (desc) details.append(el("p", "ek-step-desc", desc));
+  const sql = str(input.sqlQuery) || str(input.query) || (result ? str(result.sqlQuery) : "");
   if (sql) {
     const pre = el("pre", "ek-code ek-sql");
     pre.append(el("code", "", sql));
@@ -62,13 +87,14 @@ export function renderTool(box, msg) {
   } else if (tc.name === "svcMeta" && result && Array.isArray(result.cubes)) {
     const ul = el("ul", "ek-cubes");
     for (const c of result.cubes) {
-      const members = Array.isArray(c.members) ? c.members.map((m) => m.title || m.name).join(", ") : "";
-      ul.append(el("li", "", (c.title || c.name || "") + (members ? ": " + members : "")));
+      if (!c || typeof c !== "object") continue;
+      const members = Array.isArray(c.members) ? c.members.map((m) => (m && (str(m.title) || str(m.name))) || "").join(", ") : "";
+      ul.append(el("li", "", (str(c.title) || str(c.name)) + (members ? ": " + members : "")));
     }
     details.append(ul);
   } else if (tc.input && !sql) {
     const pre = el("pre", "ek-code");
-    pre.append(el("code", "", JSON.stringify(input, null, 2)));
+    pre.append(el("code", "", pretty(input, tc.input)));
     details.append(pre);
   }
   box.append(details);
@@ -77,20 +103,21 @@ export function renderTool(box, msg) {
     box.append(el("p", "ek-tool-error", result.error));
     return;
   }
+  const title = str(result.queryTitle) || str(input.queryTitle);
   if (Array.isArray(result.data) && (Array.isArray(result.schema) || result.data.length === 0 || !Array.isArray(result.data[0]))) {
     const rows = toObjects(result);
     box.append(table(result, rows));
-    const query = typeof result.sqlQuery === "string" && result.sqlQuery ? result.sqlQuery : typeof input.sqlQuery === "string" ? input.sqlQuery : "";
-    if (query) box.append(tableActions(query, result.queryTitle || input.queryTitle, result.totalRows));
-    const spec = parseJSON(result.vegaSpec || input.vegaSpec);
-    if (spec && typeof spec === "object" && rows.length > 0) box.append(chart(box, spec, rows, result.queryTitle));
+    const query = str(result.sqlQuery) || str(input.sqlQuery);
+    if (query) box.append(tableActions(query, title, result.totalRows));
+    const spec = parseJSON(str(result.vegaSpec) || str(input.vegaSpec));
+    if (spec && typeof spec === "object" && !Array.isArray(spec) && rows.length > 0) box.append(chart(box, spec, rows, str(result.queryTitle)));
   }
 }
 
 // toObjects turns the result's rows (arrays matching schema, or objects)
 // into objects keyed by column name.
 function toObjects(result) {
-  const cols = Array.isArray(result.schema) ? result.schema.map((c) => String(c.name)) : null;
+  const cols = Array.isArray(result.schema) ? result.schema.map((c) => (c && str(c.name)) || "") : null;
   return result.data.map((row) => {
     if (Array.isArray(row) && cols) {
       const o = Object.create(null);
@@ -102,7 +129,7 @@ function toObjects(result) {
 }
 
 function columnsOf(result, rows) {
-  if (Array.isArray(result.schema)) return result.schema.map((c) => ({ name: String(c.name), type: String(c.column_type || "") }));
+  if (Array.isArray(result.schema)) return result.schema.map((c) => ({ name: (c && str(c.name)) || "", type: (c && str(c.column_type)) || "" }));
   const seen = [];
   for (const r of rows) for (const k of Object.keys(r)) if (!seen.includes(k)) seen.push(k);
   return seen.map((name) => ({ name, type: "" }));
@@ -113,8 +140,8 @@ const numberFormat = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2
 function cellText(v) {
   if (v === null || v === undefined) return "";
   if (typeof v === "number") return numberFormat.format(v);
-  if (typeof v === "object") return JSON.stringify(v);
-  return String(v);
+  if (typeof v === "object") return pretty(v, "");
+  return str(v);
 }
 
 function table(result, rows) {
@@ -123,7 +150,7 @@ function table(result, rows) {
   wrap.tabIndex = 0;
   const t = el("table", "ek-table");
   const total = typeof result.totalRows === "number" ? result.totalRows : rows.length;
-  const cap = (result.queryTitle ? result.queryTitle + ": " : "") +
+  const cap = (str(result.queryTitle) ? str(result.queryTitle) + ": " : "") +
     (total > rows.length ? `first ${rows.length} of ${total} rows` : `${rows.length} row${rows.length === 1 ? "" : "s"}`);
   t.append(el("caption", "", cap));
   wrap.setAttribute("aria-label", cap);
@@ -275,8 +302,41 @@ window.addEventListener("message", (e) => {
   }
 });
 
-// A frame that has not said it started in this time is reported.
+// A frame that has not said it started in this time is reported, and so
+// is a chart not drawn in DRAW_TIMEOUT_MS after that (its frame removed).
 const FRAME_TIMEOUT_MS = 30000;
+const DRAW_TIMEOUT_MS = 20000;
+
+// Bounds of a chart spec: how deep its JSON nests, and how many values
+// it holds. A spec is the model's.
+const SPEC_MAX_DEPTH = 32;
+const SPEC_MAX_NODES = 20000;
+
+// cleanSpec copies a model's Vega-Lite spec for drawing over the result's
+// rows: every data source it names (data and datasets, at any depth:
+// layers, concatenations, facets, lookups) is left out, so that the
+// chart can show the result's rows only, together with usermeta (embed
+// options), $schema and __proto__ (which would set the copy's
+// prototype). It returns null for a spec beyond the bounds.
+function cleanSpec(spec) {
+  let nodes = 0;
+  const copy = (v, depth) => {
+    if (++nodes > SPEC_MAX_NODES || depth > SPEC_MAX_DEPTH) throw new Error("spec too large");
+    if (Array.isArray(v)) return v.map((x) => copy(x, depth + 1));
+    if (v === null || typeof v !== "object") return v;
+    const out = {};
+    for (const [k, x] of Object.entries(v)) {
+      if (k === "data" || k === "datasets" || k === "usermeta" || k === "$schema" || k === "__proto__") continue;
+      out[k] = copy(x, depth + 1);
+    }
+    return out;
+  };
+  try {
+    return copy(spec, 0);
+  } catch (_) {
+    return null;
+  }
+}
 
 // chartURL is the chart frame's address, from the shell.
 const chartURL = document.body.dataset.chartUrl || "";
@@ -297,17 +357,9 @@ function chart(owner, spec, rows, title) {
   const box = el("figure", "ek-chart");
   box.dataset.state = "loading";
   box.setAttribute("aria-label", "Chart" + (title ? ": " + title : ""));
-  const s = { ...spec };
-  delete s.usermeta;
-  delete s.$schema;
-  const values = rows.map((r) => ({ ...r }));
-  if (s.data && typeof s.data === "object" && typeof s.data.name === "string" && s.data.name !== "") {
-    s.data = { name: s.data.name };
-    s.datasets = { ...(s.datasets || {}), [s.data.name]: values };
-  } else {
-    s.data = { values };
-  }
-  if (s.width === undefined && !s.facet && !s.hconcat && !s.vconcat && !s.concat && !s.repeat) {
+  const s = cleanSpec(spec);
+  if (s) s.data = { values: rows.map((r) => ({ ...r })) };
+  if (s && s.width === undefined && !s.facet && !s.hconcat && !s.vconcat && !s.concat && !s.repeat) {
     s.width = "container";
   }
   const fg = cssVar("--ek-fg", "#1f2937");
@@ -327,13 +379,25 @@ function chart(owner, spec, rows, title) {
   frame.setAttribute("referrerpolicy", "no-referrer");
   frame.title = "Chart" + (title ? ": " + title : "");
   frame.src = chartURL;
+  if (!s) {
+    box.dataset.state = "failed";
+    box.append(el("p", "ek-tool-error", "The chart could not be drawn: its spec is too large."));
+    return box;
+  }
+  let timer = 0;
   const fail = (text) => {
     stop();
     box.dataset.state = "failed";
     frame.remove();
     box.append(el("p", "ek-tool-error", text));
   };
-  const timer = setTimeout(() => fail("The chart could not be drawn: its frame did not start."), FRAME_TIMEOUT_MS);
+  // Each wait has its deadline: the frame's start, then the drawing (a
+  // spec's transforms can ask for any amount of work).
+  const wait = (ms, text) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fail(text), ms);
+  };
+  wait(FRAME_TIMEOUT_MS, "The chart could not be drawn: its frame did not start.");
   const c = { frame, onMessage: null };
   const stop = () => {
     clearTimeout(timer);
@@ -342,14 +406,21 @@ function chart(owner, spec, rows, title) {
   const onMessage = (m) => {
     switch (m.embedkit) {
       case "chart-ready":
-        clearTimeout(timer);
-        // The frame's origin is opaque: it has no name to target.
-        frame.contentWindow?.postMessage({ embedkit: "chart", spec: s, config }, "*");
+        wait(DRAW_TIMEOUT_MS, "The chart could not be drawn in time.");
+        try {
+          // The frame's origin is opaque: it has no name to target.
+          frame.contentWindow?.postMessage({ embedkit: "chart", spec: s, config }, "*");
+        } catch (_) {
+          fail("The chart could not be drawn.");
+        }
         break;
       case "chart-drawn":
       case "chart-size":
         if (typeof m.height === "number" && m.height > 0) frame.style.height = Math.min(Math.ceil(m.height), 4000) + "px";
-        if (m.embedkit === "chart-drawn") box.dataset.state = "drawn";
+        if (m.embedkit === "chart-drawn" && box.dataset.state === "loading") {
+          clearTimeout(timer);
+          box.dataset.state = "drawn";
+        }
         break;
       case "chart-libraries":
         fail(librariesMessage(m.missing, m.source));
