@@ -91,6 +91,7 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "non-object body is 400", body: `[1,2]`, status: 400, msg: "JSON object"},
 			{name: "empty body is 400", body: ``, status: 400, msg: "JSON object"},
 			{name: "a repeated key is 400 naming it", body: `{"deploymentId":1,"externalId":"keeper","externalID":"other"}`, status: 400, msg: "field externalID appears more than once (keys differing only in case count as one)", exact: true},
+			{name: "a securityContext key given twice is 400", body: `{"deploymentId":1,"externalId":"keeper","securityContext":{"region":"eu","region":"us"}}`, status: 400, msg: "field securityContext.region appears more than once (keys differing only in case count as one)", exact: true},
 			{name: "trailing data is 400", body: `{"deploymentId":1,"externalId":"keeper"} {}`, status: 400, msg: "single JSON object"},
 			{name: "body over 1 MiB is 413", body: `{"deploymentId":1,"externalId":"keeper","email":"` + long + `"}`, status: 413, msg: "too large"},
 			// wrong JSON types name the field
@@ -365,6 +366,12 @@ func TestGenerateSessionProvisions(t *testing.T) {
 			s.GenerateSession(t, body("sec", obj{"securityContext": nil}))
 			if c := user(t, "sec").SecurityContext; strings.Contains(c, "tenant") {
 				t.Fatalf("null did not clear: %s", c)
+			}
+		})
+		t.Run("securityContext keys differing in case are two keys", func(t *testing.T) {
+			s.GenerateSession(t, `{"deploymentId":1,"externalId":"sec-case","securityContext":{"Region":"eu","region":"EU-WEST"}}`)
+			if c := user(t, "sec-case").SecurityContext; !strings.Contains(c, `"Region":"eu"`) || !strings.Contains(c, `"region":"EU-WEST"`) {
+				t.Fatalf("stored: %s", c)
 			}
 		})
 		t.Run("internal user gets a session with existing permissions", func(t *testing.T) {

@@ -2,36 +2,45 @@ package wire
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
 
 // duplicateKey returns the path ("userProfile.displayName", "groups[2].name")
-// of the first key of doc, a valid JSON text, that its object holds
-// already, where keys that differ only in letter case count as one:
-// encoding/json reads such keys into one field, the last one winning, so
-// a body that says two things at once would mean whatever its last word
-// is. Such a body is refused instead. The walk is one pass over the bytes;
-// a key is unescaped only when it holds an escape.
-func duplicateKey(doc []byte) (string, bool) {
+// of the first key of doc, a valid JSON text decoded into a value of type
+// t, that its object holds already. In an object decoded into a struct,
+// keys that differ only in letter case count as one: encoding/json reads
+// them into one field, the last one winning, so a body that says two
+// things at once would mean whatever its last word is. Elsewhere (a map,
+// a json.RawMessage passed on as it is, a field the type does not have)
+// only equal keys are one: "Region" and "region" are two keys of a
+// security context. Such a body is refused. The walk is one pass over the
+// bytes; a key is unescaped only when it holds an escape.
+func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 	type frame struct {
-		array bool
+		typ   reflect.Type        // what the container decodes into; nil: kept as it is, or ignored
+		array bool                //
 		index int                 // the current element (arrays)
 		key   string              // the current key (objects)
-		keys  []string            // the keys so far, folded (objects)
+		keys  []string            // the keys so far, folded for a struct (objects)
 		seen  map[string]struct{} // the same, once there are many
 	}
 	var stack []frame
+	next := t // the type of the value that comes next
 	wantKey := false
 	for i := 0; i < len(doc); i++ {
 		switch c := doc[i]; c {
 		case '{':
-			stack = append(stack, frame{})
+			stack = append(stack, frame{typ: container(next, reflect.Struct, reflect.Map)})
 			wantKey = true
 		case '[':
-			stack = append(stack, frame{array: true})
+			typ := container(next, reflect.Slice, reflect.Array)
+			stack = append(stack, frame{typ: typ, array: true})
+			next = elem(typ)
 			wantKey = false
 		case '}', ']':
 			stack = stack[:len(stack)-1]
@@ -40,6 +49,7 @@ func duplicateKey(doc []byte) (string, bool) {
 			top := &stack[len(stack)-1]
 			if top.array {
 				top.index++
+				next = elem(top.typ)
 			} else {
 				wantKey = true
 			}
@@ -62,14 +72,23 @@ func duplicateKey(doc []byte) (string, bool) {
 			}
 			top := &stack[len(stack)-1]
 			top.key = key
-			folded := foldKey(key)
+			k := key
+			switch {
+			case top.typ == nil:
+				next = nil
+			case top.typ.Kind() == reflect.Struct:
+				k = foldKey(key)
+				next = fieldsOf(top.typ)[k]
+			default: // a map
+				next = top.typ.Elem()
+			}
 			dup := false
 			if top.seen != nil {
-				_, dup = top.seen[folded]
-				top.seen[folded] = struct{}{}
+				_, dup = top.seen[k]
+				top.seen[k] = struct{}{}
 			} else {
-				dup = slices.Contains(top.keys, folded)
-				if top.keys = append(top.keys, folded); len(top.keys) > 32 {
+				dup = slices.Contains(top.keys, k)
+				if top.keys = append(top.keys, k); len(top.keys) > 32 {
 					// Many keys: a set keeps the walk linear.
 					top.seen = make(map[string]struct{}, 2*len(top.keys))
 					for _, k := range top.keys {
@@ -91,6 +110,71 @@ func duplicateKey(doc []byte) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// container returns t without its pointers when it is of one of kinds
+// and encoding/json decodes into it itself (not a json.Unmarshaler, such
+// as json.RawMessage); nil otherwise.
+func container(t reflect.Type, kinds ...reflect.Kind) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || reflect.PointerTo(t).Implements(unmarshaler) || !slices.Contains(kinds, t.Kind()) {
+		return nil
+	}
+	return t
+}
+
+// elem is the element type of a slice or array type; nil for nil.
+func elem(t reflect.Type) reflect.Type {
+	if t == nil {
+		return nil
+	}
+	return t.Elem()
+}
+
+// fieldTypes caches fieldsOf.
+var fieldTypes sync.Map // reflect.Type → map[string]reflect.Type
+
+// fieldsOf maps the folded JSON names of struct type t's fields (as
+// encoding/json names them: the tag's name, else the field's; embedded
+// structs' fields promoted) to their types.
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldTypes.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	var add func(t reflect.Type)
+	add = func(t reflect.Type) {
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" && !strings.Contains(f.Tag.Get("json"), ",") {
+				continue
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
+				add(ft)
+				continue
+			}
+			if !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if _, ok := m[foldKey(name)]; !ok {
+				m[foldKey(name)] = f.Type
+			}
+		}
+	}
+	add(t)
+	fieldTypes.Store(t, m)
+	return m
 }
 
 // foldKey maps s to one representative of the keys encoding/json takes

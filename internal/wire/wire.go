@@ -107,7 +107,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // Unmarshal decodes a JSON object in body into v with the error rules of
 // [DecodeJSON]: a 400 *Error for a body that is not one JSON object, for a
 // known field of the wrong type, for a key its object holds already (in
-// any letter case), and for text that is not valid UTF-8 (raw
+// any letter case where it names a struct's field), and for text that is not valid UTF-8 (raw
 // invalid bytes, or a \u escape of an unpaired surrogate, in any string or
 // key) or holds NUL; such text is refused, never replaced.
 func Unmarshal(body []byte, v any) error {
@@ -164,7 +164,7 @@ func Unmarshal(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return BadRequest("request body must hold a single JSON object")
 	}
-	if path, ok := duplicateKey(doc); ok {
+	if path, ok := duplicateKey(doc, reflect.TypeOf(v)); ok {
 		return BadRequest("field %s appears more than once (keys differing only in case count as one)", shortPath(path))
 	}
 	return nil

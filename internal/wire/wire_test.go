@@ -61,6 +61,14 @@ type target struct {
 	Inner *struct {
 		On bool `json:"on"`
 	} `json:"inner"`
+	M    map[string]int       `json:"m"`
+	Raw  json.RawMessage      `json:"raw"`
+	List []*struct{ On bool } `json:"list"`
+	Embedded
+}
+
+type Embedded struct {
+	Embedded int `json:"embedded"`
 }
 
 func TestUnmarshalErrors(t *testing.T) {
@@ -119,7 +127,8 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var v target
 		err := wire.Unmarshal(b, &v)
-		if err == nil && hasFoldedDuplicate(b) {
+		exact, folded, foldedTop := duplicates(b)
+		if err == nil && (exact || foldedTop) {
 			t.Fatalf("Unmarshal(%q) accepted an object that repeats a key", b)
 		}
 		if err == nil {
@@ -145,15 +154,16 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		// Refused for a duplicate key only when an object holds two keys
 		// that encoding/json takes for one.
-		if _, msg := wire.Status(err); strings.Contains(msg, "appears more than once") && !hasFoldedDuplicate(b) {
+		if _, msg := wire.Status(err); strings.Contains(msg, "appears more than once") && !folded {
 			t.Fatalf("Unmarshal(%q) = %q, but no object repeats a key", b, msg)
 		}
 	})
 }
 
-// hasFoldedDuplicate reports, with encoding/json's tokens, whether an
-// object of the JSON text b holds two keys equal under case folding.
-func hasFoldedDuplicate(b []byte) bool {
+// duplicates reports, with encoding/json's tokens, whether an object of
+// the JSON text b holds two equal keys, two keys equal under case folding,
+// and two such keys in the top-level object (target's fields).
+func duplicates(b []byte) (exact, folded, foldedTop bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	type frame struct {
 		obj     bool
@@ -164,7 +174,7 @@ func hasFoldedDuplicate(b []byte) bool {
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return false
+			return
 		}
 		var top *frame
 		if len(stack) > 0 {
@@ -178,16 +188,17 @@ func hasFoldedDuplicate(b []byte) bool {
 					top.wantKey = true
 				}
 				stack = append(stack, &frame{obj: x == '{', wantKey: x == '{'})
-				continue
 			default:
 				stack = stack[:len(stack)-1]
-				continue
 			}
+			continue
 		case string:
 			if top != nil && top.obj && top.wantKey {
 				for _, k := range top.keys {
+					exact = exact || k == x
 					if strings.EqualFold(k, x) {
-						return true
+						folded = true
+						foldedTop = foldedTop || len(stack) == 1
 					}
 				}
 				top.keys = append(top.keys, x)
@@ -206,11 +217,19 @@ func hasFoldedDuplicate(b []byte) bool {
 // different objects, and equal texts that are values, are not.
 func TestDuplicateKeysAreRefused(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"name":"a","name":"b"}`:                                "field name appears more than once (keys differing only in case count as one)",
-		`{"name":"a","NAME":"b"}`:                                "field NAME appears more than once (keys differing only in case count as one)",
-		`{"name":"a","\u006eame":"b"}`:                           "field name appears more than once (keys differing only in case count as one)",
-		`{"inner":{"on":true,"On":false}}`:                       "field inner.On appears more than once (keys differing only in case count as one)",
-		`{"x":[{"a":1},{"a":1,"b":{"k":1,"K":2}}]}`:              "field x[1].b.K appears more than once (keys differing only in case count as one)",
+		`{"name":"a","name":"b"}`:                   "field name appears more than once (keys differing only in case count as one)",
+		`{"name":"a","NAME":"b"}`:                   "field NAME appears more than once (keys differing only in case count as one)",
+		`{"name":"a","\u006eame":"b"}`:              "field name appears more than once (keys differing only in case count as one)",
+		`{"inner":{"on":true,"On":false}}`:          "field inner.On appears more than once (keys differing only in case count as one)",
+		`{"x":[{"a":1},{"a":1,"b":{"k":1,"k":2}}]}`: "field x[1].b.k appears more than once (keys differing only in case count as one)",
+		// Outside the struct's fields (an unknown field, a map, a raw
+		// value), keys that differ in case are two keys.
+		`{"x":[{"a":1},{"a":1,"b":{"k":1,"K":2}}]}`:                         "",
+		`{"m":{"Region":1,"region":2},"raw":{"Region":"eu","region":"EU"}}`: "",
+		`{"m":{"a":1,"a":2}}`:                                    "field m.a appears more than once (keys differing only in case count as one)",
+		`{"raw":{"a":1,"a":2}}`:                                  "field raw.a appears more than once (keys differing only in case count as one)",
+		`{"list":[{"on":true,"ON":false}]}`:                      "field list[0].ON appears more than once (keys differing only in case count as one)",
+		`{"embedded":1,"EMBEDDED":2}`:                            "field EMBEDDED appears more than once (keys differing only in case count as one)",
 		`{"":1,"":2}`:                                            "field  appears more than once (keys differing only in case count as one)",
 		`{"name":"a","tags":["name","name"],"inner":{"name":1}}`: "",
 		`{"a":{"k":1},"b":{"k":1},"c":[{"k":1},{"k":1}]}`:        "",
