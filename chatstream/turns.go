@@ -665,12 +665,22 @@ func (t *turn) finish(o outcome) {
 		// Nothing above the stored mark reaches a client: the next turn
 		// continues above it.
 		t.mu.Lock()
-		if first := withinMark(lines, t.reserved); first > 0 {
-			n := t.pub
-			for n < len(t.lines) && t.lines[n].Sort < first {
-				n++
+		if lines[len(lines)-1].Sort > t.reserved {
+			// The lines waiting in the log are left out, but the end of
+			// a tool call whose start was streamed: the first completed
+			// tool call among them (one that comes later started after
+			// it, so its start waits too).
+			if t.pub < len(t.lines) {
+				held := t.lines[t.pub].Sort
+				for _, m := range t.seq.done {
+					if m.Sort >= held && m.Sort < lines[0].Sort && m.ToolCall != nil {
+						lines = append([]Message{m}, lines...)
+						break
+					}
+				}
+				t.lines = t.lines[:t.pub]
 			}
-			t.lines = t.lines[:n] // the lines waiting above first are left out
+			withinMark(lines, t.reserved)
 		}
 		t.mu.Unlock()
 	}
@@ -678,6 +688,11 @@ func (t *turn) finish(o outcome) {
 	for i := range lines {
 		final[i] = encodeMessage(&lines[i])
 	}
+	// What the readers here get, the cluster's get: the lines still
+	// waiting in the log and the last ones.
+	t.mu.Lock()
+	last := append(slices.Clone(t.lines[t.pub:]), final...)
+	t.mu.Unlock()
 	// Release and remove before the log closes, so that a client that has
 	// read __state__ can start the next turn at once, on any replica.
 	if t.claim != nil {
@@ -686,7 +701,7 @@ func (t *turn) finish(o outcome) {
 			timeout = releaseQuick
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), timeout)
-		if err := t.claim.Release(rctx, final); err != nil {
+		if err := t.claim.Release(rctx, last); err != nil {
 			t.reg.logReleaseFailure(rctx, t, err)
 		}
 		cancel()
@@ -705,22 +720,19 @@ func (t *turn) finish(o outcome) {
 }
 
 // finalSlots is how many sorts below the reserved mark no streamed line
-// takes: a turn's last lines (an open tool call's end and the final
-// message; __state__ takes the mark itself) fit there when its final
-// write fails, so that they stay within what the store covers.
-const finalSlots = 2
+// takes: a turn's last lines (the end of a tool call whose start was
+// streamed, an open tool call's end and the final message; __state__
+// takes the mark itself) fit there when its final write fails, so that
+// they stay within what the store covers.
+const finalSlots = 3
 
-// withinMark renumbers the final lines of a turn whose final write
-// failed, when they went above mark, the thread's stored last sort (where
-// the next turn continues): they take the last sorts up to mark, above
-// every line published (those stay below mark-finalSlots), and the
-// history in __state__ follows (a completed message whose line was
-// waiting sorts with the first of them). It returns the first sort
-// they take, 0 when they fit as they were.
-func withinMark(lines []Message, mark int64) int64 {
-	if lines[len(lines)-1].Sort <= mark {
-		return 0
-	}
+// withinMark renumbers the last lines of a turn whose final write failed
+// and went above mark, the thread's stored last sort (where the next turn
+// continues): they take the last sorts up to mark, above every line
+// streamed (those stay below mark-finalSlots), and the history in
+// __state__ follows (a completed message whose line was left out sorts
+// with the first of them).
+func withinMark(lines []Message, mark int64) {
 	first := mark - int64(len(lines)) + 1
 	moved := make(map[string]int64, len(lines))
 	for i := range lines {
@@ -736,7 +748,6 @@ func withinMark(lines []Message, mark int64) int64 {
 		}
 	}
 	slices.SortStableFunc(hist, func(a, b Message) int { return cmp.Compare(a.Sort, b.Sort) })
-	return first
 }
 
 // follow writes the turn's log to lw, the lines so far and then the live
