@@ -290,11 +290,15 @@ func (h *Handler) queryFailure(ctx context.Context, err error) error {
 }
 
 // acceptsCSV reports whether the request's Accept header prefers
-// text/csv: named with a quality above 0 and none lower than that of the
-// NDJSON answer's types (application/x-ndjson, application/json,
-// application/* or */*). A quality that is not a number counts as 1.
+// text/csv to application/x-ndjson (RFC 9110: each type takes the quality
+// of the most specific range that names it, text/csv over text/* over
+// */*): CSV when its quality is above 0 and not below NDJSON's. A quality
+// that is not a number counts as 1; no Accept header is NDJSON.
 func acceptsCSV(r *http.Request) bool {
-	csv, other := 0.0, 0.0
+	// Per type: the quality of the most specific range so far (2 exact, 1
+	// type/*, 0 */*), and that specificity; -1: no range names it.
+	csv, csvSpec := 0.0, -1
+	nd, ndSpec := 0.0, -1
 	for _, v := range r.Header.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
 			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
@@ -305,15 +309,29 @@ func acceptsCSV(r *http.Request) bool {
 			if f, err := strconv.ParseFloat(params["q"], 64); err == nil {
 				q = f
 			}
-			switch mt {
-			case "text/csv":
-				csv = max(csv, q)
-			case "application/x-ndjson", "application/json", "application/*", "*/*":
-				other = max(other, q)
+			if spec := rangeSpecificity(mt, "text/csv"); spec > csvSpec {
+				csv, csvSpec = q, spec
+			}
+			if spec := rangeSpecificity(mt, "application/x-ndjson"); spec > ndSpec {
+				nd, ndSpec = q, spec
 			}
 		}
 	}
-	return csv > 0 && csv >= other
+	return csv > 0 && csv >= nd
+}
+
+// rangeSpecificity is how specifically the media range mr names the type
+// t: 2 for t itself, 1 for its type/*, 0 for */*, -1 when it does not.
+func rangeSpecificity(mr, t string) int {
+	switch {
+	case mr == t:
+		return 2
+	case mr == "*/*":
+		return 0
+	case strings.HasSuffix(mr, "/*") && strings.HasPrefix(t, mr[:len(mr)-1]):
+		return 1
+	}
+	return -1
 }
 
 // dataStream encodes a data query's answer into buf, a batch at a time,

@@ -205,16 +205,22 @@ function fileName(title) {
 }
 
 // csvRecords counts the records of a CSV file as the data query API
-// writes it: each ends with CRLF, which a quoted field may hold too.
-function csvRecords(text) {
+// writes it: each ends with CRLF, which a quoted field may hold too. It
+// reads the file's bytes a chunk at a time (a file may be larger than a
+// string can be; '"' and LF are single bytes in UTF-8).
+async function csvRecords(blob) {
   let n = 0;
   let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 34) quoted = !quoted; // "" inside a field flips twice
-    else if (c === 10 && !quoted) n++;
+  const reader = blob.stream().getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return n;
+    for (let i = 0; i < value.length; i++) {
+      const c = value[i];
+      if (c === 34) quoted = !quoted; // "" inside a field flips twice
+      else if (c === 10 && !quoted) n++;
+    }
   }
-  return n;
 }
 
 // tableActions are the buttons under a result table: "Download CSV"
@@ -254,7 +260,6 @@ function tableActions(query, title, total) {
         throw new Error(msg);
       }
       const blob = await res.blob();
-      const rows = csvRecords(await blob.text()) - 1; // the header
       const a = el("a");
       a.href = URL.createObjectURL(blob);
       a.download = fileName(title);
@@ -262,6 +267,8 @@ function tableActions(query, title, total) {
       a.click();
       a.remove();
       setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+      status.textContent = "";
+      const rows = typeof total === "number" ? (await csvRecords(blob)) - 1 : -1; // the header
       status.textContent = typeof total === "number" && rows >= 0 && rows < total
         ? `The file holds the first ${numberFormat.format(rows)} of ${numberFormat.format(total)} rows.`
         : "";
