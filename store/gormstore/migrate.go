@@ -23,7 +23,10 @@ const migrationLock = 7318002119
 // SQLite). A database older than version 3 is refused: embedkit b908add
 // migrates it to version 3.
 func Migrate(ctx context.Context, db *gorm.DB) error {
-	return wrapErr("migrate", db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	// Deletions rely on the foreign keys (ON DELETE CASCADE), whatever a host's settings say.
+	db = db.Session(&gorm.Session{Context: ctx})
+	db.Config.DisableForeignKeyConstraintWhenMigrating, db.Config.IgnoreRelationshipsWhenMigrating = false, false
+	return wrapErr("migrate", db.Transaction(func(tx *gorm.DB) error {
 		if tx.Dialector.Name() == "postgres" { // READ COMMITTED: what the lock's last holder did is seen
 			err := tx.Exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").Error
 			if err = cmp.Or(err, tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error); err != nil {
@@ -164,11 +167,7 @@ func foldUserData(tx *gorm.DB) error {
 			FROM embedkit_group_members gm JOIN embedkit_catalog_groups g ON g.id = gm.group_id
 			GROUP BY gm.user_id, g.embed_tenant_id) x GROUP BY user_id) s WHERE u.id = s.user_id`},
 	} {
-		q := f.sqlite
-		if pg {
-			q = f.postgres
-		}
-		if err := errors.Join(tx.Exec(q).Error, m.DropTable(f.table)); err != nil {
+		if err := errors.Join(tx.Exec(map[bool]string{false: f.sqlite, true: f.postgres}[pg]).Error, m.DropTable(f.table)); err != nil {
 			return err
 		}
 	}
