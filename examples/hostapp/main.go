@@ -97,11 +97,21 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 	reaper := chatstream.NewReaper(st, time.Minute, chatstream.WithLogger(log))
 	reaper.Start()
 
-	// 3. The host's router: its own routes, and embedkit under the prefix.
-	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/" or be a dot segment
-	r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+	// 3. The host's router with its own routes, as it was; embedkit's
+	// routes on a router of their own that matches the encoded path (an
+	// externalId may hold "/" or be a dot segment), and a ServeMux in
+	// front that sends the prefix to it.
+	host := mux.NewRouter()
+	host.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "the host's own home page")
 	})
+	host.HandleFunc("/products/{name}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "product %s\n", mux.Vars(r)["name"]) // decoded, as the host's routes always had them
+	})
+	r := mux.NewRouter().UseEncodedPath()
+	front := http.NewServeMux()
+	front.Handle(Prefix+"/", r)
+	front.Handle("/", host)
 	api := r.PathPrefix(Prefix).Subrouter()
 	api.Use(middleware.EncodedPathValues(mux.Vars)) // handlers read r.PathValue
 	for _, rt := range embed.Routes() {
@@ -141,7 +151,7 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
 
-	return &App{Handler: http.MaxBytesHandler(r, 1<<20), APIKey: key, chat: chat, reaper: reaper, st: st}, nil
+	return &App{Handler: http.MaxBytesHandler(front, 1<<20), APIKey: key, chat: chat, reaper: reaper, st: st}, nil
 }
 
 var helloPage = template.Must(template.New("hello").Parse(

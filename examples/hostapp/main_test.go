@@ -35,6 +35,11 @@ func TestWalkthrough(t *testing.T) {
 	if body := get(t, srv.URL+"/", http.StatusOK); !strings.Contains(body, "host's own home page") {
 		t.Errorf("host route: %q", body)
 	}
+	// The host's own routes get their variables decoded, as before
+	// embedkit was mounted.
+	if body := get(t, srv.URL+"/products/caf%C3%A9%20cr%C3%A8me", http.StatusOK); body != "product café crème\n" {
+		t.Errorf("host route with a variable: %q", body)
+	}
 	// Outside the prefix embedkit is not mounted.
 	resp, err := http.Post(srv.URL+"/api/v1/embed/generate-session", "application/json", strings.NewReader("{}"))
 	if err != nil {
