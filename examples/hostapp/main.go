@@ -45,7 +45,8 @@ const Prefix = "/analytics"
 // App is the host application with embedkit mounted.
 type App struct {
 	Handler http.Handler
-	// APIKey is the admin key created at start-up, for the host's backend.
+	// APIKey is the admin key created at the first start (on a store that
+	// had no key for the account), for the host's backend; "" later.
 	APIKey string
 
 	chat   *chatstream.Handler
@@ -86,7 +87,13 @@ func New(ctx context.Context, st store.Store, log *slog.Logger) (*App, error) {
 	}); err != nil {
 		return nil, err
 	}
-	key, _, err := op.CreateAPIKey(ctx, "shop", operator.APIKey{Admin: true, Name: "backend"})
+	// A new key at the first start only: CreateAPIKey makes a new valid
+	// key at every call.
+	var key string
+	keys, err := op.APIKeys(ctx, "shop")
+	if err == nil && len(keys) == 0 {
+		key, _, err = op.CreateAPIKey(ctx, "shop", operator.APIKey{Admin: true, Name: "backend"})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +187,11 @@ func main() {
 	}
 	srv := &http.Server{Handler: app.Handler, ReadHeaderTimeout: 10 * time.Second}
 	base := "http://" + ln.Addr().String() + Prefix
-	fmt.Printf("host app on http://%s, embedkit under %s\nadmin API key (shown once): %s\n", ln.Addr(), Prefix, app.APIKey)
-	fmt.Printf("try: curl -s -X POST %s/api/v1/embed/generate-session -H 'Authorization: Api-Key %s' -d '{\"deploymentId\":1,\"externalId\":\"jane\"}'\n", base, app.APIKey)
+	fmt.Printf("host app on http://%s, embedkit under %s\n", ln.Addr(), Prefix)
+	if app.APIKey != "" {
+		fmt.Printf("admin API key (shown once): %s\n", app.APIKey)
+		fmt.Printf("try: curl -s -X POST %s/api/v1/embed/generate-session -H 'Authorization: Api-Key %s' -d '{\"deploymentId\":1,\"externalId\":\"jane\"}'\n", base, app.APIKey)
+	}
 	go func() { <-ctx.Done(); _ = srv.Shutdown(context.Background()) }()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		log.Fatal(err)
