@@ -124,6 +124,8 @@ func TestWriterWithoutFlush(t *testing.T) {
 	}{
 		{"no Flush, no Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return plainWriter{w} }, "lacks Flush and Unwrap methods"},
 		{"Flush without Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return flushOnlyWriter{plainWriter{w}} }, "lacks an Unwrap method"},
+		// The standard library's own: the warning says what to do.
+		{"http.TimeoutHandler", nil, "http.TimeoutHandler holds the whole response until the handler returns: mount the chat routes outside it"},
 	}
 	tg := apitest.Target{Backend: "sqlite", Router: apitest.ServeMux}
 	ref := newEnv(t, tg, envOpts{})
@@ -139,6 +141,9 @@ func TestWriterWithoutFlush(t *testing.T) {
 				for _, r := range h.Routes() {
 					inner := r.Handler
 					r.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { inner.ServeHTTP(wr.wrap(w), req) })
+					if wr.wrap == nil {
+						r.Handler = http.TimeoutHandler(inner, time.Minute, "timeout")
+					}
 					rs = append(rs, apitest.Route(r))
 				}
 				return rs
