@@ -245,7 +245,7 @@ func (a Account) Validate() error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("operator: "+format, args...)
 	}
-	if err := checkName(a.Name); err != nil {
+	if err := checkSegment(a.Name); err != nil {
 		return fail("account name: %v", err)
 	}
 	switch a.Plan {
@@ -295,7 +295,7 @@ func (a Account) Validate() error {
 		return fail("account %q: internalUsers: %v", a.Name, err)
 	}
 	for j, ag := range a.Agents {
-		if err := checkName(ag.ID); err != nil {
+		if err := checkSegment(ag.ID); err != nil {
 			return fail("account %q: agents[%d].id: %v", a.Name, j, err)
 		}
 		if ag.DeploymentID <= 0 {
@@ -346,6 +346,16 @@ func checkName(s string) error {
 		return fmt.Errorf("is longer than %d characters", maxName)
 	}
 	return nil
+}
+
+// checkSegment checks a name that is a segment of the APIs' paths (an
+// account's, an agent's): one a browser can address, so not "." or "..",
+// which URLs remove however they are escaped (%2E too).
+func checkSegment(s string) error {
+	if s == "." || s == ".." {
+		return fmt.Errorf("must not be %q: a browser cannot address it in a URL path", s)
+	}
+	return checkName(s)
 }
 
 // hash returns the SHA-256 under which k is stored.

@@ -64,6 +64,10 @@ func TestValidate(t *testing.T) {
 		{"group twice", `{"accounts":[{"name":"a","groups":[{"name":"g"},{"name":"g"}]}]}`},
 		{"deployment twice", `{"accounts":[{"name":"a","deployments":[{"id":1},{"id":1}]}]}`},
 		{"long name", `{"accounts":[{"name":"` + strings.Repeat("x", 256) + `"}]}`},
+		// A browser removes a dot segment from a URL path however it is
+		// escaped: the chat page could not reach such an account or agent.
+		{"account ..", `{"accounts":[{"name":".."}]}`},
+		{"agent .", `{"accounts":[{"name":"a","deployments":[{"id":1}],"agents":[{"id":".","deploymentId":1}]}]}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := operator.DecodeConfig(strings.NewReader(c.json))

@@ -408,7 +408,7 @@ func (o *Operator) SaveDeployment(ctx context.Context, account string, d Deploym
 // deployment. The deployment must exist: else an error wrapping
 // [store.ErrNotFound].
 func (o *Operator) SaveAgent(ctx context.Context, account string, a Agent) error {
-	if err := checkName(a.ID); err != nil {
+	if err := checkSegment(a.ID); err != nil {
 		return fmt.Errorf("operator: agent id: %w", err)
 	}
 	return o.inAccount(ctx, account, func(tx store.Tx, acct store.Account) error {

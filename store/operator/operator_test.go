@@ -199,6 +199,11 @@ func TestSetUpATenant(t *testing.T) {
 		if err := op.SaveAgent(ctx, "acme", operator.Agent{ID: "9", DeploymentID: 3}); err != nil {
 			t.Fatal(err)
 		}
+		for _, id := range []string{".", ".."} {
+			if err := op.SaveAgent(ctx, "acme", operator.Agent{ID: id, DeploymentID: 3}); err == nil || !strings.Contains(err.Error(), "a browser cannot address it") {
+				t.Errorf("agent %q: %v, want refused", id, err)
+			}
+		}
 		if err := op.SaveAgent(ctx, "acme", operator.Agent{ID: "10", DeploymentID: 4}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("agent of a missing deployment: %v, want ErrNotFound", err)
 		}
