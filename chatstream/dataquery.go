@@ -293,7 +293,7 @@ func (h *Handler) queryFailure(ctx context.Context, err error) error {
 // text/csv to application/x-ndjson (RFC 9110: each type takes the quality
 // of the most specific range that names it, text/csv over text/* over
 // */*): CSV when its quality is above 0 and not below NDJSON's. A quality
-// that is not a number counts as 1; no Accept header is NDJSON.
+// that is not a number from 0 to 1 counts as 1; no Accept header is NDJSON.
 func acceptsCSV(r *http.Request) bool {
 	// Per type: the quality of the most specific range so far (2 exact, 1
 	// type/*, 0 */*), and that specificity; -1: no range names it.
@@ -306,7 +306,7 @@ func acceptsCSV(r *http.Request) bool {
 				continue
 			}
 			q := 1.0
-			if f, err := strconv.ParseFloat(params["q"], 64); err == nil {
+			if f, err := strconv.ParseFloat(params["q"], 64); err == nil && f >= 0 && f <= 1 { // NaN is neither
 				q = f
 			}
 			if spec := rangeSpecificity(mt, "text/csv"); spec > csvSpec {

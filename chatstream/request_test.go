@@ -83,3 +83,22 @@ func TestValidChatID(t *testing.T) {
 		}
 	}
 }
+
+// TestUserAttributeKeysInAnyCaseAreOneKey: an entry of
+// sessionSettings.userAttributes is decoded (UserAttribute.UnmarshalJSON)
+// into a struct, where encoding/json folds letter case: "name" and "NAME"
+// are one field, the last winning, so the body is refused.
+func TestUserAttributeKeysInAnyCaseAreOneKey(t *testing.T) {
+	for _, body := range []string{
+		`{"input":"x","sessionSettings":{"externalId":"u","userAttributes":[{"name":"region","NAME":"tier","value":"eu"}]}}`,
+		`{"input":"x","sessionSettings":{"externalId":"u","userAttributes":[{"name":"region","value":"eu","Value":"us"}]}}`,
+	} {
+		req, err := decodeChatRequest([]byte(body), true)
+		if err == nil {
+			a := req.SessionSettings.UserAttributes[0]
+			t.Errorf("%s: accepted, decoded as name %q value %s", body, a.Name, a.Value)
+		} else if !strings.Contains(err.Error(), "appears more than once") {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+}

@@ -114,14 +114,16 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
-// container returns t without its pointers when it is of one of kinds
-// and encoding/json decodes into it itself (not a json.Unmarshaler, such
-// as json.RawMessage); nil otherwise.
+// container returns t without its pointers when it is of one of kinds;
+// nil otherwise, and for a json.Unmarshaler that is not a struct (such as
+// json.RawMessage, passed on as it is). A struct that decodes itself is
+// taken to read its fields as encoding/json would (UserAttribute does).
 func container(t reflect.Type, kinds ...reflect.Kind) reflect.Type {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == nil || reflect.PointerTo(t).Implements(unmarshaler) || !slices.Contains(kinds, t.Kind()) {
+	if t == nil || !slices.Contains(kinds, t.Kind()) ||
+		t.Kind() != reflect.Struct && reflect.PointerTo(t).Implements(unmarshaler) {
 		return nil
 	}
 	return t
