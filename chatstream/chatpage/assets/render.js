@@ -299,7 +299,7 @@ window.addEventListener("message", (e) => {
   if (!e.source || !e.data || typeof e.data !== "object") return;
   for (const c of charts) {
     if (!c.frame.isConnected) {
-      charts.delete(c); // its box was drawn again or cleared
+      c.stop(); // its box was drawn again or cleared
       continue;
     }
     if (c.frame.contentWindow === e.source) {
@@ -402,13 +402,35 @@ function chart(owner, spec, rows, title) {
   // spec's transforms can ask for any amount of work).
   const wait = (ms, text) => {
     clearTimeout(timer);
-    timer = setTimeout(() => fail(text), ms);
+    timer = setTimeout(() => {
+      entry.timedOut = true;
+      fail(text);
+    }, ms);
   };
-  wait(FRAME_TIMEOUT_MS, "The chart could not be drawn: its frame did not start.");
-  const c = { frame, onMessage: null };
+  const c = { frame, onMessage: null, stop: null };
+  let done = false; // drawn or given up: the next chart may start
+  const settle = () => {
+    if (!done) {
+      done = true;
+      chartDone(entry);
+    }
+  };
   const stop = () => {
     clearTimeout(timer);
     charts.delete(c);
+    settle();
+  };
+  // start shows the frame when the charts before it are done; false when
+  // the chart's box is gone meanwhile.
+  const start = () => {
+    if (done || !box.isConnected) {
+      done = true;
+      return false;
+    }
+    charts.add(c);
+    box.append(frame);
+    wait(FRAME_TIMEOUT_MS, "The chart could not be drawn: its frame did not start.");
+    return true;
   };
   const onMessage = (m) => {
     switch (m.embedkit) {
@@ -427,6 +449,7 @@ function chart(owner, spec, rows, title) {
         if (m.embedkit === "chart-drawn" && box.dataset.state === "loading") {
           clearTimeout(timer);
           box.dataset.state = "drawn";
+          settle();
         }
         break;
       case "chart-libraries":
@@ -442,8 +465,56 @@ function chart(owner, spec, rows, title) {
     }
   };
   c.onMessage = onMessage;
-  charts.add(c);
-  box.append(frame);
+  c.stop = stop;
   views.set(owner, { finalize: stop });
+  const entry = { start, stop, box };
+  queueChart(entry);
   return box;
+}
+
+// Charts are drawn one at a time: every chart frame is of one opaque
+// origin, so the browser runs them in one process, where a chart whose
+// spec asks for endless work would hold the others back until their
+// deadlines gave them up. The next starts once the one before is drawn
+// or given up (or its box is gone).
+const chartQueue = [];
+const CHART_RESTART_MS = 1000;
+let chartActive = null; // the chart being drawn: { start, stop, box }
+let chartPump = 0;
+
+function queueChart(entry) {
+  // A chart whose box left the page (a new chat) holds no one back.
+  if (chartActive && !chartActive.box.isConnected) chartActive.stop();
+  chartQueue.push(entry);
+  // After the caller has put the chart's box in the page.
+  if (!chartActive && !chartPump) chartPump = setTimeout(nextChart, 0);
+}
+
+function nextChart() {
+  clearTimeout(chartPump);
+  chartPump = 0;
+  chartActive = null;
+  while (chartQueue.length > 0) {
+    const entry = chartQueue.shift();
+    if (entry.start()) {
+      chartActive = entry;
+      return;
+    }
+  }
+}
+
+// chartDone is called once per chart: drawn, given up or gone.
+function chartDone(entry) {
+  const i = chartQueue.indexOf(entry);
+  if (i >= 0) chartQueue.splice(i, 1);
+  if (chartActive !== entry) return;
+  if (entry.timedOut) {
+    // Given up while it may still compute: the next frame starts once
+    // the browser has let the busy process go, not in it.
+    chartActive = null;
+    clearTimeout(chartPump);
+    chartPump = setTimeout(nextChart, CHART_RESTART_MS);
+  } else {
+    nextChart();
+  }
 }
