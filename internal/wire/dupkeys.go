@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // duplicateKey returns the path ("userProfile.displayName", "groups[2].name")
@@ -26,16 +27,23 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 		array bool                //
 		index int                 // the current element (arrays)
 		key   string              // the current key (objects)
-		keys  []string            // the keys so far, folded for a struct (objects)
-		seen  map[string]struct{} // the same, once there are many
+		first int                 // where the object's keys start in keys
+		seen  map[string]struct{} // its keys, once there are many
 	}
-	var stack []frame
+	var (
+		stack []frame
+		// The keys of the open objects, folded where a struct's, each
+		// object's after its parent's (an inner object ends before its
+		// parent's next key). An unescaped key is a view of doc, which
+		// outlives the walk: no copy.
+		keys []string // as written: a struct's compare with strings.EqualFold, encoding/json's folding
+	)
 	next := t // the type of the value that comes next
 	wantKey := false
 	for i := 0; i < len(doc); i++ {
 		switch c := doc[i]; c {
 		case '{':
-			stack = append(stack, frame{typ: container(next, reflect.Struct, reflect.Map)})
+			stack = append(stack, frame{typ: container(next, reflect.Struct, reflect.Map), first: len(keys)})
 			wantKey = true
 		case '[':
 			typ := container(next, reflect.Slice, reflect.Array)
@@ -43,6 +51,9 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 			next = elem(typ)
 			wantKey = false
 		case '}', ']':
+			if top := stack[len(stack)-1]; !top.array {
+				keys = keys[:top.first]
+			}
 			stack = stack[:len(stack)-1]
 			wantKey = false
 		case ',':
@@ -66,32 +77,45 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 				continue
 			}
 			wantKey = false
-			key := string(doc[start+1 : i])
+			var key string
 			if escaped {
 				_ = json.Unmarshal(doc[start:i+1], &key)
+			} else if i > start+1 {
+				key = unsafe.String(&doc[start+1], i-start-1)
 			}
 			top := &stack[len(stack)-1]
 			top.key = key
-			k := key
+			fold := false
 			switch {
 			case top.typ == nil:
 				next = nil
 			case top.typ.Kind() == reflect.Struct:
-				k = foldKey(key)
-				next = fieldsOf(top.typ)[k]
+				fold = true
+				next = fieldOf(top.typ, key)
 			default: // a map
 				next = top.typ.Elem()
 			}
 			dup := false
 			if top.seen != nil {
+				k := key
+				if fold {
+					k = foldKey(key)
+				}
 				_, dup = top.seen[k]
 				top.seen[k] = struct{}{}
 			} else {
-				dup = slices.Contains(top.keys, k)
-				if top.keys = append(top.keys, k); len(top.keys) > 32 {
+				if fold {
+					dup = slices.ContainsFunc(keys[top.first:], func(k string) bool { return strings.EqualFold(k, key) })
+				} else {
+					dup = slices.Contains(keys[top.first:], key)
+				}
+				if keys = append(keys, key); len(keys)-top.first > 32 {
 					// Many keys: a set keeps the walk linear.
-					top.seen = make(map[string]struct{}, 2*len(top.keys))
-					for _, k := range top.keys {
+					top.seen = make(map[string]struct{}, 2*(len(keys)-top.first))
+					for _, k := range keys[top.first:] {
+						if fold {
+							k = foldKey(k)
+						}
 						top.seen[k] = struct{}{}
 					}
 				}
@@ -105,7 +129,7 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 						segs = append(segs, pathSeg{key: f.key})
 					}
 				}
-				return joinPath(segs), true
+				return joinPath(segs), true // a copy: no view of doc
 			}
 		}
 	}
@@ -122,11 +146,23 @@ func container(t reflect.Type, kinds ...reflect.Kind) reflect.Type {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == nil || !slices.Contains(kinds, t.Kind()) ||
-		t.Kind() != reflect.Struct && reflect.PointerTo(t).Implements(unmarshaler) {
+	if t == nil || !slices.Contains(kinds, t.Kind()) || t.Kind() != reflect.Struct && decodesItself(t) {
 		return nil
 	}
 	return t
+}
+
+// selfDecoding caches decodesItself.
+var selfDecoding sync.Map // reflect.Type → bool
+
+// decodesItself reports whether *t is a json.Unmarshaler.
+func decodesItself(t reflect.Type) bool {
+	if v, ok := selfDecoding.Load(t); ok {
+		return v.(bool)
+	}
+	is := reflect.PointerTo(t).Implements(unmarshaler)
+	selfDecoding.Store(t, is)
+	return is
 }
 
 // elem is the element type of a slice or array type; nil for nil.
@@ -137,17 +173,31 @@ func elem(t reflect.Type) reflect.Type {
 	return t.Elem()
 }
 
-// fieldTypes caches fieldsOf.
-var fieldTypes sync.Map // reflect.Type → map[string]reflect.Type
-
-// fieldsOf maps the folded JSON names of struct type t's fields (as
-// encoding/json names them: the tag's name, else the field's; embedded
-// structs' fields promoted) to their types.
-func fieldsOf(t reflect.Type) map[string]reflect.Type {
-	if m, ok := fieldTypes.Load(t); ok {
-		return m.(map[string]reflect.Type)
+// fieldOf returns the type of struct type t's field that encoding/json
+// decodes key into (nil for none): its exact name first, as most keys
+// are written, then its folded name.
+func fieldOf(t reflect.Type, key string) reflect.Type {
+	fs := fieldsOf(t)
+	if f, ok := fs.exact[key]; ok {
+		return f
 	}
-	m := map[string]reflect.Type{}
+	return fs.folded[foldKey(key)]
+}
+
+// fields are a struct type's fields by JSON name: as named, and folded.
+type fields struct{ exact, folded map[string]reflect.Type }
+
+// fieldTypes caches fieldsOf.
+var fieldTypes sync.Map // reflect.Type → *fields
+
+// fieldsOf maps the JSON names of struct type t's fields (as encoding/json
+// names them: the tag's name, else the field's; embedded structs' fields
+// promoted) to their types.
+func fieldsOf(t reflect.Type) *fields {
+	if m, ok := fieldTypes.Load(t); ok {
+		return m.(*fields)
+	}
+	fs := &fields{exact: map[string]reflect.Type{}, folded: map[string]reflect.Type{}}
 	var add func(t reflect.Type)
 	add = func(t reflect.Type) {
 		for f := range t.Fields() {
@@ -169,14 +219,17 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 			if name == "" {
 				name = f.Name
 			}
-			if _, ok := m[foldKey(name)]; !ok {
-				m[foldKey(name)] = f.Type
+			if _, ok := fs.exact[name]; !ok {
+				fs.exact[name] = f.Type
+			}
+			if _, ok := fs.folded[foldKey(name)]; !ok {
+				fs.folded[foldKey(name)] = f.Type
 			}
 		}
 	}
 	add(t)
-	fieldTypes.Store(t, m)
-	return m
+	fieldTypes.Store(t, fs)
+	return fs
 }
 
 // foldKey maps s to one representative of the keys encoding/json takes
