@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,8 @@ type env struct {
 	appName string           // application_name of the store's PostgreSQL sessions
 	chat    *chatstream.Handler
 	client  *chatstream.Client
+	// loadOK counts load's requests answered 200, as they are.
+	loadOK atomic.Int64
 }
 
 type envOpts struct {
@@ -223,6 +226,9 @@ func (e *env) load(ctx context.Context, workers int, stop <-chan struct{}) []*ge
 					group:   []string{"sales", "marketing"}[i%2],
 				}
 				e.generate(ctx, g)
+				if g.status == http.StatusOK {
+					e.loadOK.Add(1)
+				}
 				mu.Lock()
 				all = append(all, g)
 				mu.Unlock()

@@ -67,7 +67,12 @@ func TestPostgresFaultDuringLoad(t *testing.T) {
 			chats := make(chan []*chatTurn)
 			go func() { chats <- e.chatLoad(t, 4, stop) }()
 
-			time.Sleep(700 * time.Millisecond)
+			// The fault comes once the load runs (a few answers), however
+			// busy the machine.
+			for deadline := time.Now().Add(20 * time.Second); e.loadOK.Load() < 4 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond)
 			cut := time.Now()
 			switch fault {
 			case "stopped":
