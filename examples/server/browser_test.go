@@ -380,6 +380,21 @@ func (tb *tab) hover(frame *tab, js string) {
 	tb.run(chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, outer.X+inner.X, outer.Y+inner.Y))
 }
 
+// answerWithDownload lets the tab save downloads to a new folder, which
+// it returns, and asks liam's "revenue by month": a table to download.
+func (tb *tab) answerWithDownload(t *testing.T) string {
+	t.Helper()
+	dl := t.TempDir()
+	if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
+		t.Fatal(err)
+	}
+	tb.open("liam")
+	tb.ask("revenue by month")
+	tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table") && d.querySelector(".ek-download")`), 60*time.Second)
+	return dl
+}
+
 // downloadedCSV waits for the one .csv file the browser saves in dir
 // and returns its records.
 func downloadedCSV(t *testing.T, dir string) [][]string {
@@ -750,14 +765,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("Download CSV gets every row through the data query API; Show SQL shows the query", func(t *testing.T) {
 		tb := b.newTab(t, s.base)
-		dl := t.TempDir()
-		if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
-			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
-			t.Fatal(err)
-		}
-		tb.open("liam")
-		tb.ask("revenue by month")
-		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table") && d.querySelector(".ek-download")`), 60*time.Second)
+		dl := tb.answerWithDownload(t)
 		var shown struct {
 			SQL, Step string
 			Hidden    bool
@@ -796,14 +804,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("Download CSV says when the file holds fewer rows than the result", func(t *testing.T) {
 		s := startServer(t, "-db", ":memory:", "-vega-dir", dir, "-agent-delay", "0s", "-data-row-limit", "3")
 		tb := b.newTab(t, s.base)
-		dl := t.TempDir()
-		if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
-			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dl}); err != nil {
-			t.Fatal(err)
-		}
-		tb.open("liam")
-		tb.ask("revenue by month")
-		tb.waitFor("the answer", chat(jsIdle+` && d.querySelector(".ek-table") && d.querySelector(".ek-download")`), 60*time.Second)
+		dl := tb.answerWithDownload(t)
 		var caption string
 		tb.eval(chat(`(d.querySelector(".ek-download").click(), d.querySelector(".ek-table caption").textContent)`), &caption)
 		if recs := downloadedCSV(t, dl); len(recs) != 4 {
