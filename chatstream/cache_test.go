@@ -15,8 +15,9 @@ import (
 )
 
 // TestTurnStatements lists the statements of a returning user's turn on a
-// new thread, as a host's GORM logger sees them: with WithKeyCache, the
-// agent and the definitions that sessionSettings name are not read again,
+// new thread, as a host's GORM logger sees them: a user whose request
+// sends its stored values is read with its data and not written, with
+// WithKeyCache the agent is not read again,
 // and a turn whose sorts stayed within its reserved block does not write
 // its thread's row again, neither at its checkpoint (the turn pauses
 // longer than the checkpoint interval) nor at its end.
@@ -35,11 +36,15 @@ func TestTurnStatements(t *testing.T) {
 					return n
 				}
 				agents, catalog := count("embedkit_agents"), count("embedkit_catalog_attributes")
-				// Uncached: the agent, the Lookup and the user's data;
-				// cached: the user's data only.
-				wantAgents, wantCatalog := 1, 2
+				// The user's data, read with the user: the request sends
+				// the stored values, so no Lookup. Uncached: the agent too.
+				wantAgents, wantCatalog := 1, 1
 				if cached {
-					wantAgents, wantCatalog = 0, 1
+					wantAgents = 0
+				}
+				if w := count("INTO embedkit_users") + count("UPDATE embedkit_users"); w != 0 {
+					t.Errorf("cached=%v: %d writes of the user, want none (it sends its stored values):\n%s",
+						cached, w, strings.Join(stmts, "\n"))
 				}
 				if agents != wantAgents || catalog != wantCatalog {
 					t.Errorf("cached=%v: %d agent reads and %d catalog reads, want %d and %d:\n%s",

@@ -2,6 +2,7 @@ package chatstream_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -677,6 +678,49 @@ func TestTurnIdentity(t *testing.T) {
 		fa, _ = conv(msgs).FinalAnswer()
 		if !strings.HasPrefix(fa.Content, "|<nil>|[]|main|true|") {
 			t.Errorf("internal user: agent saw %q", fa.Content)
+		}
+	})
+}
+
+// TestReturningUserValues: a returning user's turn runs with the values
+// its request sends, whether they are the stored ones (nothing is written)
+// or new ones (written before the turn starts): the agent sees the
+// request's attributes, groups and security context at every step, and a
+// request that sends nothing keeps them.
+func TestReturningUserValues(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{agent: attrAgent})
+		ss := func(country any, groups []string, sc string) *chatstream.SessionSettings {
+			s := &chatstream.SessionSettings{ExternalID: "back", Groups: groups}
+			if country != "" {
+				s.UserAttributes = []chatstream.UserAttribute{{Name: "country", Value: country}}
+			}
+			if sc != "" {
+				s.SecurityContext = json.RawMessage(sc)
+			}
+			return s
+		}
+		first := ss("DE", []string{"sales"}, `{"tenant":"t1"}`)
+		steps := []struct {
+			name string
+			ss   *chatstream.SessionSettings
+			want string
+		}{
+			{"new user", first, `back|DE|[sales]||true|{"tenant":"t1"}`},
+			{"the same values", first, `back|DE|[sales]||true|{"tenant":"t1"}`},
+			{"another country", ss("FR", []string{"sales"}, `{"tenant":"t1"}`), `back|FR|[sales]||true|{"tenant":"t1"}`},
+			{"the same again", ss("FR", []string{"sales"}, `{"tenant":"t1"}`), `back|FR|[sales]||true|{"tenant":"t1"}`},
+			{"no groups", ss("FR", []string{}, ""), `back|FR|[]||true|{"tenant":"t1"}`},
+			{"country cleared", ss(nil, nil, ""), `back|<nil>|[]||true|{"tenant":"t1"}`},
+			{"groups and context", ss("", []string{"marketing", "sales"}, `{"tenant":"t2"}`), `back|<nil>|[marketing sales]||true|{"tenant":"t2"}`},
+			{"back to the first", first, `back|DE|[sales]||true|{"tenant":"t1"}`},
+			{"nothing sent", ext("back"), `back|DE|[sales]||true|{"tenant":"t1"}`},
+		}
+		for _, st := range steps {
+			fa, _ := conv(collect(t, e.client, chatstream.Request{Input: "who", SessionSettings: st.ss})).FinalAnswer()
+			if fa.Content != st.want {
+				t.Errorf("%s: agent saw %q, want %q", st.name, fa.Content, st.want)
+			}
 		}
 	})
 }

@@ -52,7 +52,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		return nil, openedTurn{}, err
 	}
 	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
-	op.user = h.userReader(u.user, u.scope)
+	op.user = h.userReader(u.user, u.scope, u.data)
 	if u.found != nil {
 		h.defs.Add(u.gen, u.found)
 	}
@@ -69,6 +69,9 @@ type foundUser struct {
 	// The definitions the provisioning looked up, for h.defs once stored.
 	gen   int64
 	found *store.LookupResult
+	// data is what the user holds in scope, when findUser read it (nil:
+	// the turn reads it).
+	data *store.UserData
 }
 
 // findUser returns the user a turn runs for: the session's; the stored
@@ -91,6 +94,18 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 		return foundUser{user: res.User, scope: res.Scope, gen: gen, found: res.Found}, err
 	}
 	u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
+	if err == nil && p.Plain() {
+		// A returning user usually sends what it sent before: then the
+		// opening writes nothing for it, and the turn has its data.
+		scope := store.TenantWide(c.acct.ID)
+		data, err := h.st.UserData(ctx, u.ID, scope)
+		if err != nil {
+			return foundUser{}, err
+		}
+		if p.Holds(u, data) {
+			return foundUser{user: u, scope: scope, data: &data, gen: gen}, nil
+		}
+	}
 	if err == nil {
 		return foundUser{user: u, update: run, gen: gen}, nil
 	}
@@ -142,8 +157,11 @@ const maxUserReads = 4
 // opening's path, at most maxUserReads at once. The turn cannot run
 // without them (they drive row-level security): if they cannot be read,
 // it ends as an agent error, traced and measured like any turn.
-func (h *Handler) userReader(u store.User, scope store.Scope) userReader {
+func (h *Handler) userReader(u store.User, scope store.Scope, read *store.UserData) userReader {
 	return func(ctx context.Context) (User, error) {
+		if read != nil {
+			return turnUser(u, *read), nil
+		}
 		var (
 			data store.UserData
 			err  error

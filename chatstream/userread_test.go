@@ -31,7 +31,7 @@ func TestUserReadsBounded(t *testing.T) {
 	}
 	st := &readBoundedStore{boundedStore{Store: base}}
 	h := &Handler{st: st, userReads: make(chan struct{}, maxUserReads)}
-	read := h.userReader(u, store.TenantWide(acct.ID))
+	read := h.userReader(u, store.TenantWide(acct.ID), nil)
 	var wg sync.WaitGroup
 	for range 100 {
 		wg.Go(func() {

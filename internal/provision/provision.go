@@ -488,6 +488,65 @@ func (r Request) OneWrite() bool {
 		len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
 }
 
+// Plain reports whether r only sets values of an existing external user:
+// it defines nothing, names no embed tenant or deployment, stores no
+// session and does not make the user persistent unless [Request.Holds]
+// finds it so. Only such a request can hold already.
+func (r Request) Plain() bool {
+	return r.ExternalID != "" && r.Session == nil && !r.CreatorMode && r.EmbedTenantName == "" &&
+		r.DeploymentID == 0 && len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
+}
+
+// Holds reports whether applying the plain request r (see [Request.Plain])
+// to the existing user u, which holds d in the account's tenant-wide scope,
+// would write nothing new: every attribute value, membership and profile
+// field it sends is already u's. Such a request needs no write, and no
+// check either: what u holds was checked when it was written. A value
+// stored in another form (JSON formatted differently) counts as a change.
+func (r Request) Holds(u store.User, d store.UserData) bool {
+	if !r.Plain() || r.Persistent && u.Ephemeral {
+		return false
+	}
+	for _, f := range []struct {
+		sent *string
+		have string
+	}{{r.Email, u.Email}, {r.DisplayName, u.DisplayName}, {r.Picture, u.Picture}} {
+		if f.sent != nil && *f.sent != f.have {
+			return false
+		}
+	}
+	if r.SecurityContext != nil {
+		sc := compact(r.SecurityContext)
+		if string(sc) == "null" {
+			sc = json.RawMessage("{}")
+		}
+		if !bytes.Equal(sc, compact(u.SecurityContext)) {
+			return false
+		}
+	}
+	for _, in := range r.Attributes {
+		i := slices.IndexFunc(d.Attributes, func(a store.UserAttribute) bool { return a.Name == in.Name })
+		if kind, _ := valueKind(in.Value); kind == "" { // null clears
+			if i >= 0 {
+				return false
+			}
+		} else if i < 0 || !bytes.Equal(compact(in.Value), compact(d.Attributes[i].Value)) {
+			return false
+		}
+	}
+	if r.GroupsSent {
+		have := make([]string, len(d.Groups))
+		for i, g := range d.Groups {
+			have[i] = g.Name
+		}
+		slices.Sort(have) // the store's order may follow a collation
+		if !slices.Equal(have, slices.Compact(slices.Sorted(slices.Values(r.Groups)))) {
+			return false
+		}
+	}
+	return true
+}
+
 // session is r.Session in the embed tenant of res, or nil.
 func (r Request) session(res Result) *store.NewSession {
 	if r.Session == nil {

@@ -115,3 +115,68 @@ func TestOneWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestHolds: a plain request holds only when every value it sends is the
+// user's already, whatever the JSON's spacing; a value it clears, a group
+// more or less, another profile field or a conversion to persistent is a
+// change, and a request that defines, names an embed tenant or deployment,
+// or stores a session never holds.
+func TestHolds(t *testing.T) {
+	u := store.User{ExternalID: "jane", Email: "j@x.test", Ephemeral: true, SecurityContext: json.RawMessage(`{"t":1}`)}
+	d := store.UserData{
+		Attributes: []store.UserAttribute{
+			{Name: "country", Type: store.TypeString, Value: json.RawMessage(`"DE"`)},
+			{Name: "ids", Type: store.TypeNumberArray, Value: json.RawMessage(`[1, 2]`)},
+		},
+		Groups: []store.Group{{Name: "sales"}, {Name: "Marketing"}}, // a collation's order
+	}
+	attr := func(name, v string) provision.AttributeInput {
+		return provision.AttributeInput{Name: name, Value: json.RawMessage(v)}
+	}
+	base := func() provision.Request { return provision.Request{ExternalID: "jane"} }
+	with := func(f func(*provision.Request)) provision.Request { r := base(); f(&r); return r }
+	cases := []struct {
+		name string
+		req  provision.Request
+		want bool
+	}{
+		{"nothing sent", base(), true},
+		{"same values", with(func(r *provision.Request) {
+			r.Attributes = []provision.AttributeInput{attr("country", `"DE"`), attr("ids", `[1,2]`)}
+			r.Groups, r.GroupsSent = []string{"sales", "Marketing", "sales"}, true
+			r.Email, r.SecurityContext = str("j@x.test"), json.RawMessage(`{ "t" : 1 }`)
+		}), true},
+		{"other value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("country", `"FR"`)} }), false},
+		{"number written otherwise", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("ids", `[1.0,2]`)} }), false},
+		{"new attribute", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("region", `"EU"`)} }), false},
+		{"clears a value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("country", `null`)} }), false},
+		{"clears an absent value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("region", `null`)} }), true},
+		{"one group less", with(func(r *provision.Request) { r.Groups, r.GroupsSent = []string{"sales"}, true }), false},
+		{"no groups", with(func(r *provision.Request) { r.Groups, r.GroupsSent = []string{}, true }), false},
+		{"one group more", with(func(r *provision.Request) {
+			r.Groups, r.GroupsSent = []string{"sales", "Marketing", "ops"}, true
+		}), false},
+		{"other email", with(func(r *provision.Request) { r.Email = str("k@x.test") }), false},
+		{"display name", with(func(r *provision.Request) { r.DisplayName = str("Jane") }), false},
+		{"other security context", with(func(r *provision.Request) { r.SecurityContext = json.RawMessage(`{"t":2}`) }), false},
+		{"null security context", with(func(r *provision.Request) { r.SecurityContext = json.RawMessage(`null`) }), false},
+		{"made persistent", with(func(r *provision.Request) { r.Persistent = true }), false},
+		{"creator mode", with(func(r *provision.Request) { r.CreatorMode = true }), false},
+		{"embed tenant", with(func(r *provision.Request) { r.EmbedTenantName = "t" }), false},
+		{"deployment", with(func(r *provision.Request) { r.DeploymentID = 1 }), false},
+		{"definitions", with(func(r *provision.Request) { r.GroupDefinitions = []store.GroupDef{{Name: "sales"}} }), false},
+		{"session", with(func(r *provision.Request) { r.Session = &store.NewSession{} }), false},
+		{"internal user", provision.Request{InternalID: "alice"}, false},
+	}
+	for _, c := range cases {
+		if got := c.req.Holds(u, d); got != c.want {
+			t.Errorf("%s: Holds = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if r := with(func(r *provision.Request) { r.SecurityContext = json.RawMessage(`null`) }); !r.Holds(store.User{ExternalID: "jane", SecurityContext: json.RawMessage(`{}`)}, d) {
+		t.Error("null security context of a user holding {}: Holds = false, want true (null stores {})")
+	}
+	if r := with(func(r *provision.Request) { r.Persistent = true }); !r.Holds(store.User{ExternalID: "jane"}, d) {
+		t.Error("persistent request of a persistent user: Holds = false, want true")
+	}
+}
