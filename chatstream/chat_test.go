@@ -725,6 +725,56 @@ func TestReturningUserValues(t *testing.T) {
 	})
 }
 
+// A returning user's request that clears an attribute no definition has
+// is refused (400 "User attributes not found"), as it is for a new user.
+func TestReturningUserClearsUnknownAttribute(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{agent: attrAgent})
+		collect(t, e.client, chatstream.Request{Input: "who", SessionSettings: ext("clr")})
+		body := map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "clr",
+			"userAttributes": []any{map[string]any{"name": "nope", "value": nil}}}}
+		for _, who := range []string{"clr-new", "clr"} {
+			body["sessionSettings"].(map[string]any)["externalId"] = who
+			r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey, body))
+			if r.Status != http.StatusBadRequest {
+				t.Errorf("%s: status %d, want 400", who, r.Status)
+			}
+		}
+	})
+}
+
+// The agent sees the security context as the request sent it, and it is
+// stored so: bytes that differ only in spacing are written.
+// (Raw bodies: the Go client's json.Marshal would compact the object.)
+func TestReturningUserSecurityContextAsSent(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		var mu sync.Mutex
+		var saw string
+		agent := chatstream.AgentFunc(func(ctx context.Context, tn chatstream.Turn, e chatstream.Emitter) error {
+			mu.Lock()
+			saw = string(tn.User.SecurityContext)
+			mu.Unlock()
+			return e.Content("ok")
+		})
+		e := newEnv(t, tg, envOpts{agent: agent})
+		for _, sc := range []string{`{"tenant":"t1"}`, `{"tenant": "t1"}`} {
+			body := `{"input":"who","sessionSettings":{"externalId":"scb","securityContext":` + sc + `}}`
+			if r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey, body)); r.Status != 200 {
+				t.Fatalf("status %d", r.Status)
+			}
+			mu.Lock()
+			if saw != sc {
+				t.Errorf("sent %s: agent saw %s", sc, saw)
+			}
+			mu.Unlock()
+		}
+		u, _ := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "scb"}, e.Now())
+		if string(u.SecurityContext) != `{"tenant": "t1"}` {
+			t.Errorf("stored %s, want the last one supplied", u.SecurityContext)
+		}
+	})
+}
+
 func TestErrors(t *testing.T) {
 	apitest.Run(t, true, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{cfg: func(c *operator.Config) {

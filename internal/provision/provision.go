@@ -488,23 +488,15 @@ func (r Request) OneWrite() bool {
 		len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
 }
 
-// Plain reports whether r only sets values of an existing external user:
-// it defines nothing, names no embed tenant or deployment, stores no
-// session and does not make the user persistent unless [Request.Holds]
-// finds it so. Only such a request can hold already.
-func (r Request) Plain() bool {
-	return r.ExternalID != "" && r.Session == nil && !r.CreatorMode && r.EmbedTenantName == "" &&
-		r.DeploymentID == 0 && len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0
-}
-
-// Holds reports whether applying the plain request r (see [Request.Plain])
-// to the existing user u, which holds d in the account's tenant-wide scope,
-// would write nothing new: every attribute value, membership and profile
-// field it sends is already u's. Such a request needs no write, and no
-// check either: what u holds was checked when it was written. A value
-// stored in another form (JSON formatted differently) counts as a change.
-func (r Request) Holds(u store.User, d store.UserData) bool {
-	if !r.Plain() || r.Persistent && u.Ephemeral {
+// MayHold reports whether r may write nothing new on the existing user u,
+// as far as u alone tells: r only sets values of an external user (it
+// defines nothing, names no embed tenant or deployment, stores no session),
+// does not make an ephemeral u persistent, and sends u's profile fields and
+// security context as they are stored. [Request.Holds] decides with the
+// user's attributes and groups.
+func (r Request) MayHold(u store.User) bool {
+	if r.ExternalID == "" || r.Session != nil || r.CreatorMode || r.EmbedTenantName != "" || r.DeploymentID != 0 ||
+		len(r.GroupDefinitions)+len(r.AttributeDefinitions) > 0 || r.Persistent && u.Ephemeral {
 		return false
 	}
 	for _, f := range []struct {
@@ -516,21 +508,31 @@ func (r Request) Holds(u store.User, d store.UserData) bool {
 		}
 	}
 	if r.SecurityContext != nil {
-		sc := compact(r.SecurityContext)
+		sc := r.SecurityContext
 		if string(sc) == "null" {
 			sc = json.RawMessage("{}")
 		}
-		if !bytes.Equal(sc, compact(u.SecurityContext)) {
+		if !bytes.Equal(sc, u.SecurityContext) { // stored as sent
 			return false
 		}
 	}
+	return true
+}
+
+// Holds reports whether applying r to the existing user u, which holds d in
+// the account's tenant-wide scope, would write nothing new ([Request.MayHold],
+// and every attribute value and the memberships r sends are u's already).
+// Such a request needs no write, and no check either: what u holds was
+// checked when it was written. Whatever is in doubt counts as a change, for
+// Apply to check and write: a value stored in another form (compared as
+// compact JSON), a null (clearing needs a definition, which d cannot show).
+func (r Request) Holds(u store.User, d store.UserData) bool {
+	if !r.MayHold(u) {
+		return false
+	}
 	for _, in := range r.Attributes {
 		i := slices.IndexFunc(d.Attributes, func(a store.UserAttribute) bool { return a.Name == in.Name })
-		if kind, _ := valueKind(in.Value); kind == "" { // null clears
-			if i >= 0 {
-				return false
-			}
-		} else if i < 0 || !bytes.Equal(compact(in.Value), compact(d.Attributes[i].Value)) {
+		if kind, _ := valueKind(in.Value); kind == "" || i < 0 || !bytes.Equal(compact(in.Value), compact(d.Attributes[i].Value)) {
 			return false
 		}
 	}

@@ -116,11 +116,13 @@ func TestOneWrite(t *testing.T) {
 	}
 }
 
-// TestHolds: a plain request holds only when every value it sends is the
-// user's already, whatever the JSON's spacing; a value it clears, a group
-// more or less, another profile field or a conversion to persistent is a
-// change, and a request that defines, names an embed tenant or deployment,
-// or stores a session never holds.
+// TestHolds: a request holds only when every value it sends is the user's
+// already (attribute values whatever their JSON's spacing, the security
+// context as stored); a value it clears (even an absent one: its
+// definition must be checked), a group more or less, another profile
+// field or a conversion to persistent is a change, and a request that
+// defines, names an embed tenant or deployment, or stores a session never
+// holds.
 func TestHolds(t *testing.T) {
 	u := store.User{ExternalID: "jane", Email: "j@x.test", Ephemeral: true, SecurityContext: json.RawMessage(`{"t":1}`)}
 	d := store.UserData{
@@ -144,13 +146,14 @@ func TestHolds(t *testing.T) {
 		{"same values", with(func(r *provision.Request) {
 			r.Attributes = []provision.AttributeInput{attr("country", `"DE"`), attr("ids", `[1,2]`)}
 			r.Groups, r.GroupsSent = []string{"sales", "Marketing", "sales"}, true
-			r.Email, r.SecurityContext = str("j@x.test"), json.RawMessage(`{ "t" : 1 }`)
+			r.Email, r.SecurityContext = str("j@x.test"), json.RawMessage(`{"t":1}`)
 		}), true},
+		{"security context spaced otherwise", with(func(r *provision.Request) { r.SecurityContext = json.RawMessage(`{ "t": 1 }`) }), false},
 		{"other value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("country", `"FR"`)} }), false},
 		{"number written otherwise", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("ids", `[1.0,2]`)} }), false},
 		{"new attribute", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("region", `"EU"`)} }), false},
 		{"clears a value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("country", `null`)} }), false},
-		{"clears an absent value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("region", `null`)} }), true},
+		{"clears an absent value", with(func(r *provision.Request) { r.Attributes = []provision.AttributeInput{attr("region", `null`)} }), false},
 		{"one group less", with(func(r *provision.Request) { r.Groups, r.GroupsSent = []string{"sales"}, true }), false},
 		{"no groups", with(func(r *provision.Request) { r.Groups, r.GroupsSent = []string{}, true }), false},
 		{"one group more", with(func(r *provision.Request) {
