@@ -683,8 +683,8 @@ func TestTurnIdentity(t *testing.T) {
 }
 
 // TestReturningUserValues: a returning user's turn runs with the values
-// its request sends, whether they are the stored ones (nothing is written)
-// or new ones (written before the turn starts): the agent sees the
+// its request sends, whether they are the stored attributes and groups
+// (nothing is written) or new ones (written before the turn starts): the agent sees the
 // request's attributes, groups and security context at every step, and a
 // request that sends nothing keeps them.
 func TestReturningUserValues(t *testing.T) {
@@ -714,6 +714,8 @@ func TestReturningUserValues(t *testing.T) {
 			{"country cleared", ss(nil, nil, ""), `back|<nil>|[]||true|{"tenant":"t1"}`},
 			{"groups and context", ss("", []string{"marketing", "sales"}, `{"tenant":"t2"}`), `back|<nil>|[marketing sales]||true|{"tenant":"t2"}`},
 			{"back to the first", first, `back|DE|[sales]||true|{"tenant":"t1"}`},
+			{"the same values without the context", ss("DE", []string{"sales"}, ""), `back|DE|[sales]||true|{"tenant":"t1"}`},
+			{"the same country alone", ss("DE", nil, ""), `back|DE|[sales]||true|{"tenant":"t1"}`},
 			{"nothing sent", ext("back"), `back|DE|[sales]||true|{"tenant":"t1"}`},
 		}
 		for _, st := range steps {

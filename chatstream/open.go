@@ -96,10 +96,7 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 	u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
 	if err == nil && p.MayHold(u) {
 		// A returning user usually sends what it sent before: then the
-		// opening writes nothing for it, and the turn has its data. A
-		// write of another request committed between the two reads is
-		// ordered after this one: the user is then as this request's
-		// write followed by that one would have left it.
+		// opening writes nothing for it, and the turn has its data.
 		scope := store.TenantWide(c.acct.ID)
 		data, err := h.st.UserData(ctx, u.ID, scope)
 		if err != nil {

@@ -489,43 +489,28 @@ func (r Request) OneWrite() bool {
 }
 
 // MayHold reports whether r may write nothing new on the existing user u,
-// as far as u alone tells: r only sets values of an external user (it
-// defines nothing, names no embed tenant or deployment, stores no session),
-// does not make an ephemeral u persistent, and sends u's profile fields and
-// security context as they are stored. [Request.Holds] decides with the
-// user's attributes and groups.
+// as far as u alone tells: r only sets attribute values and memberships of
+// an external user (it sends no profile field or security context, defines
+// nothing, names no embed tenant or deployment, stores no session) and does
+// not make an ephemeral u persistent. [Request.Holds] decides with the
+// user's attributes and groups. A request that sends profile fields is
+// always written: comparing them with u, read before the attributes and
+// groups, would mix two moments of the user.
 func (r Request) MayHold(u store.User) bool {
-	if r.ExternalID == "" || r.Session != nil || r.CreatorMode || r.EmbedTenantName != "" || r.DeploymentID != 0 ||
-		len(r.GroupDefinitions)+len(r.AttributeDefinitions) > 0 || r.Persistent && u.Ephemeral {
-		return false
-	}
-	for _, f := range []struct {
-		sent *string
-		have string
-	}{{r.Email, u.Email}, {r.DisplayName, u.DisplayName}, {r.Picture, u.Picture}} {
-		if f.sent != nil && *f.sent != f.have {
-			return false
-		}
-	}
-	if r.SecurityContext != nil {
-		sc := r.SecurityContext
-		if string(sc) == "null" {
-			sc = json.RawMessage("{}")
-		}
-		if !bytes.Equal(sc, u.SecurityContext) { // stored as sent
-			return false
-		}
-	}
-	return true
+	return r.ExternalID != "" && r.Email == nil && r.DisplayName == nil && r.Picture == nil && r.SecurityContext == nil &&
+		r.Session == nil && !r.CreatorMode && r.EmbedTenantName == "" && r.DeploymentID == 0 &&
+		len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0 && !(r.Persistent && u.Ephemeral)
 }
 
 // Holds reports whether applying r to the existing user u, which holds d in
 // the account's tenant-wide scope, would write nothing new ([Request.MayHold],
-// and every attribute value and the memberships r sends are u's already).
+// and every attribute value and the memberships r sends are in d already).
 // Such a request needs no write, and no check either: what u holds was
-// checked when it was written. Whatever is in doubt counts as a change, for
-// Apply to check and write: a value stored in another form (compared as
-// compact JSON), a null (clearing needs a definition, which d cannot show).
+// checked when it was written. It is then as if applied when d was read,
+// everything it sends being in that one read. Whatever is in doubt counts
+// as a change, for Apply to check and write: a value stored in another
+// form (compared as compact JSON), a null (clearing needs a definition,
+// which d cannot show).
 func (r Request) Holds(u store.User, d store.UserData) bool {
 	if !r.MayHold(u) {
 		return false
