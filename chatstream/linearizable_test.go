@@ -15,20 +15,33 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
-// hookStore runs after, once armed, right after the next UserByKey of the
-// handler returns: other requests then run between the chat's read of its
-// user and whatever the chat does next.
+// hookStore runs after, once armed, right after the next UserByKey (or,
+// with atData, UserData) of the handler returns: other requests then run
+// between that read and whatever the chat does next.
 type hookStore struct {
 	store.Store
-	after atomic.Pointer[func()]
+	atData bool
+	after  atomic.Pointer[func()]
+}
+
+func (s *hookStore) fire(at bool) {
+	if at == s.atData {
+		if f := s.after.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
 }
 
 func (s *hookStore) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
 	u, err := s.Store.UserByKey(ctx, k, now)
-	if f := s.after.Swap(nil); f != nil {
-		(*f)()
-	}
+	s.fire(false)
 	return u, err
+}
+
+func (s *hookStore) UserData(ctx context.Context, id int64, sc store.Scope) (store.UserData, error) {
+	d, err := s.Store.UserData(ctx, id, sc)
+	s.fire(true)
+	return d, err
 }
 
 // TestReturningUserLinearizable: while a chat C (sending securityContext t1,
@@ -57,7 +70,7 @@ func TestReturningUserLinearizable(t *testing.T) {
 		}
 		write := func(r provision.Request) {
 			if _, err := provision.Run(t.Context(), e.Store, a, r, e.Now()); err != nil {
-				t.Fatal(err)
+				t.Error(err) // not Fatal: it runs on the handler's goroutine
 			}
 		}
 		saw(settings(`{"t":"1"}`, "FR")) // the user: t1, FR
@@ -96,6 +109,105 @@ func TestReturningUserLinearizable(t *testing.T) {
 		}
 		if !explained {
 			t.Errorf("no serial order explains: R saw %s, C's agent saw %s, stored at the end %s", rSaw, cSaw, final)
+		}
+	})
+}
+
+// TestHeldRequestAtomicWithItsTurn: chat C on thread "lc" sends country DE,
+// which the user holds. Right after C reads the user (or its attributes
+// and groups), W sets country FR and chat B runs a whole turn on C's
+// thread. Each chat is one step (its values, then its turn appended to
+// the thread): if C's turn is stored after B's, C's DE is the last write
+// and must be stored. (C reads the user's attributes and groups under its
+// turn's reservation: B is refused while C opens.)
+func TestHeldRequestAtomicWithItsTurn(t *testing.T) {
+	for _, atData := range []bool{false, true} {
+		t.Run(map[bool]string{false: "after the user", true: "after its data"}[atData], func(t *testing.T) {
+			apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+				var hs *hookStore
+				agent := chatstream.AgentFunc(func(ctx context.Context, tn chatstream.Turn, e chatstream.Emitter) error {
+					prev := "-"
+					for _, m := range tn.History {
+						if chatstream.IsFinalAnswer(m) {
+							prev = m.Content
+						}
+					}
+					return e.Content(fmt.Sprintf("%v after (%s)", tn.User.Attributes["country"], prev))
+				})
+				e := newEnv(t, tg, envOpts{agent: agent, store: func(t testing.TB, backend string) store.Store {
+					hs = &hookStore{Store: testdb.Open(t, backend), atData: atData}
+					return hs
+				}})
+				a := e.Accounts[acct]
+				de := &chatstream.SessionSettings{ExternalID: "lin", UserAttributes: []chatstream.UserAttribute{{Name: "country", Value: "DE"}}}
+				saw := func(chatID string, ss *chatstream.SessionSettings) string {
+					fa, _ := conv(collect(t, e.client, chatstream.Request{Input: "who", ChatID: chatID, SessionSettings: ss})).FinalAnswer()
+					return fa.Content
+				}
+				saw("other", de) // the user: DE
+
+				var bSaw string
+				hook := func() {
+					if _, err := provision.Run(t.Context(), e.Store, a, provision.Request{ExternalID: "lin", // W
+						Attributes: []provision.AttributeInput{{Name: "country", Value: json.RawMessage(`"FR"`)}}}, e.Now()); err != nil {
+						t.Error(err)
+						return
+					}
+					msgs, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "who", ChatID: "lc", SessionSettings: ext("lin")}) // B
+					if err != nil {
+						bSaw = "refused: " + err.Error()
+						return
+					}
+					fa, _ := conv(msgs).FinalAnswer()
+					bSaw = fa.Content
+					for e.h.RunningTurns() != 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				hs.after.Store(&hook)
+				cSaw := saw("lc", de) // C
+				final := saw("", ext("lin"))
+				if cSaw == "DE after (FR after (-))" && final != "DE after (-)" {
+					t.Errorf("no serial order explains it: B saw %q, C's turn is stored after B's (C saw %q), yet the end is %q", bSaw, cSaw, final)
+				}
+			})
+		})
+	}
+}
+
+// TestHeldUserDeletedBeforeOpening: the user of a request that holds its
+// values is deleted right after its attributes and groups are read: the
+// turn is refused (503) and nothing of it is stored, for a new chat and
+// for one the user had.
+func TestHeldUserDeletedBeforeOpening(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		var hs *hookStore
+		e := newEnv(t, tg, envOpts{agent: attrAgent, store: func(t testing.TB, backend string) store.Store {
+			hs = &hookStore{Store: testdb.Open(t, backend), atData: true}
+			return hs
+		}})
+		a := e.Accounts[acct]
+		key := store.UserKey{AccountID: a.ID, ExternalID: "gone"}
+		de := &chatstream.SessionSettings{ExternalID: "gone", UserAttributes: []chatstream.UserAttribute{{Name: "country", Value: "DE"}}}
+		for _, chatID := range []string{"", "had"} {
+			collect(t, e.client, chatstream.Request{Input: "who", ChatID: "had", SessionSettings: de})
+			hook := func() {
+				u, err := e.Store.UserByKey(t.Context(), key, e.Now())
+				if err == nil {
+					err = e.Store.DeleteUser(t.Context(), u.ID)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			hs.after.Store(&hook)
+			_, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "who", ChatID: chatID, SessionSettings: de})
+			if apiStatus(err) != 503 {
+				t.Errorf("chat %q: %v, want 503", chatID, err)
+			}
+			if _, err := e.Store.UserByKey(t.Context(), key, e.Now()); err == nil {
+				t.Errorf("chat %q: the deleted user exists again", chatID)
+			}
 		}
 	})
 }

@@ -17,9 +17,10 @@ import (
 // Opening a turn, top to bottom (open, then startTurn): find the user
 // (the session's, the stored one of sessionSettings, unchanged, or a new
 // one, created), reserve the turn for the user's id (in this process and
-// in the cluster), open the stream (the user's new values, the thread and
-// the user echo, in one transaction), then start the agent and stream the
-// turn. A request is all or nothing: a refused reservation or opening
+// in the cluster), read the attributes and groups of a returning user
+// whose request may send only values it holds, open the stream (the
+// user's new values unless it holds them, the thread and the user echo, in
+// one transaction), then start the agent and stream the turn. A request is all or nothing: a refused reservation or opening
 // changes no stored user, and deletes the user the request created.
 
 // open finds the user, reserves the turn for it and opens the stream. The
@@ -43,7 +44,10 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
 	var op openedTurn
 	if err == nil {
-		if op, err = h.openStream(ctx, c, req, chatID, &u, lim, now); err != nil {
+		if err = h.readHeldUser(ctx, c, &u); err == nil {
+			op, err = h.openStream(ctx, c, req, chatID, &u, lim, now)
+		}
+		if err != nil {
 			h.turns.release(ctx, t)
 		}
 	}
@@ -69,15 +73,37 @@ type foundUser struct {
 	// The definitions the provisioning looked up, for h.defs once stored.
 	gen   int64
 	found *store.LookupResult
-	// data is what the user holds in scope, when findUser read it (nil:
-	// the turn reads it).
+	// data is what the user holds in scope, when readHeldUser read it
+	// (nil: the turn reads it).
 	data *store.UserData
+	// holds, when set, tells whether the request writes nothing new on
+	// user given its data (see readHeldUser).
+	holds func(store.User, store.UserData) bool
+}
+
+// readHeldUser reads the attributes and groups of a returning user that
+// may hold every value the request sends (u.holds set); when it does, the
+// opening writes nothing for it (u.update nil) and the turn uses what was
+// read. It runs under the turn's reservation, so that no other turn of the
+// thread comes between the read and the echo: the request is as if applied
+// at the read.
+func (h *Handler) readHeldUser(ctx context.Context, c caller, u *foundUser) error {
+	if u.holds == nil {
+		return nil
+	}
+	scope := store.TenantWide(c.acct.ID)
+	data, err := h.st.UserData(ctx, u.user.ID, scope)
+	if err == nil && u.holds(u.user, data) {
+		u.update, u.scope, u.data = nil, scope, &data
+	}
+	return err
 }
 
 // findUser returns the user a turn runs for: the session's; the stored
 // user of the request's sessionSettings, left as it is until the opening
-// writes the request's values (update); or a new user, created with them
-// (atomically; undoUser deletes it when the request is refused).
+// writes the request's values (update, unless readHeldUser finds them
+// held); or a new user, created with them (atomically; undoUser deletes it
+// when the request is refused).
 func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (foundUser, error) {
 	if c.es != nil {
 		return foundUser{user: c.es.User, scope: c.es.Session.Scope()}, nil
@@ -94,20 +120,12 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 		return foundUser{user: res.User, scope: res.Scope, gen: gen, found: res.Found}, err
 	}
 	u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
-	if err == nil && p.MayHold(u) {
-		// A returning user usually sends what it sent before: then the
-		// opening writes nothing for it, and the turn has its data.
-		scope := store.TenantWide(c.acct.ID)
-		data, err := h.st.UserData(ctx, u.ID, scope)
-		if err != nil {
-			return foundUser{}, err
-		}
-		if p.Holds(u, data) {
-			return foundUser{user: u, scope: scope, data: &data, gen: gen}, nil
-		}
-	}
 	if err == nil {
-		return foundUser{user: u, update: run, gen: gen}, nil
+		fu := foundUser{user: u, update: run, gen: gen}
+		if p.MayHold(u) {
+			fu.holds = p.Holds
+		}
+		return fu, nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
 		return foundUser{}, err
