@@ -490,13 +490,18 @@ func (r Request) OneWrite() bool {
 
 // MayHold reports whether r may write nothing new on the existing user u,
 // as far as u alone tells: r only sets attribute values and memberships of
-// an external user (it sends no profile field or security context, defines
-// nothing, names no embed tenant or deployment, stores no session) and does
-// not make an ephemeral u persistent. [Request.Holds] decides with the
+// an external user (it sends no profile field or security context, clears
+// no value, defines nothing, names no embed tenant or deployment, stores no
+// session) and does not make an ephemeral u persistent. [Request.Holds] decides with the
 // user's attributes and groups. A request that sends profile fields is
 // always written: comparing them with u, read before the attributes and
 // groups, would mix two moments of the user.
 func (r Request) MayHold(u store.User) bool {
+	for _, in := range r.Attributes {
+		if kind, _ := valueKind(in.Value); kind == "" { // clearing needs its definition checked
+			return false
+		}
+	}
 	return r.ExternalID != "" && r.Email == nil && r.DisplayName == nil && r.Picture == nil && r.SecurityContext == nil &&
 		r.Session == nil && !r.CreatorMode && r.EmbedTenantName == "" && r.DeploymentID == 0 &&
 		len(r.GroupDefinitions)+len(r.AttributeDefinitions) == 0 && !(r.Persistent && u.Ephemeral)
@@ -509,15 +514,14 @@ func (r Request) MayHold(u store.User) bool {
 // checked when it was written. It is then as if applied when d was read,
 // everything it sends being in that one read. Whatever is in doubt counts
 // as a change, for Apply to check and write: a value stored in another
-// form (compared as compact JSON), a null (clearing needs a definition,
-// which d cannot show).
+// form (compared as compact JSON).
 func (r Request) Holds(u store.User, d store.UserData) bool {
 	if !r.MayHold(u) {
 		return false
 	}
 	for _, in := range r.Attributes {
 		i := slices.IndexFunc(d.Attributes, func(a store.UserAttribute) bool { return a.Name == in.Name })
-		if kind, _ := valueKind(in.Value); kind == "" || i < 0 || !bytes.Equal(compact(in.Value), compact(d.Attributes[i].Value)) {
+		if i < 0 || !bytes.Equal(compact(in.Value), compact(d.Attributes[i].Value)) {
 			return false
 		}
 	}
