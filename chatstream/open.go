@@ -19,9 +19,10 @@ import (
 // one, created), reserve the turn for the user's id (in this process and
 // in the cluster), read the attributes and groups of a returning user
 // whose request may send only values it holds, open the stream (the
-// user's new values unless it holds them, the thread and the user echo, in
-// one transaction), then start the agent and stream the turn. A request is all or nothing: a refused reservation or opening
-// changes no stored user, and deletes the user the request created.
+// user's new values unless it holds them, the thread and the user echo,
+// in one transaction), then start the agent and stream the turn. A
+// request is all or nothing: a refused reservation or opening changes no
+// stored user, and deletes the user the request created.
 
 // open finds the user, reserves the turn for it and opens the stream. The
 // reservation has effects outside the store (the registry, the cluster),
@@ -174,7 +175,8 @@ const maxUserReads = 4
 // of scope: on the turn's goroutine, after the first line, off the
 // opening's path, at most maxUserReads at once. The turn cannot run
 // without them (they drive row-level security): if they cannot be read,
-// it ends as an agent error, traced and measured like any turn.
+// it ends as an agent error, traced and measured like any turn. When the
+// opening read them already (read, not nil), the turn uses those.
 func (h *Handler) userReader(u store.User, scope store.Scope, read *store.UserData) userReader {
 	return func(ctx context.Context) (User, error) {
 		if read != nil {
