@@ -135,14 +135,15 @@ func (lw *lineWriter) warn() {
 		if _, flush := w.(http.Flusher); !flush {
 			msg = "lacks Flush and Unwrap methods: lines reach the client only when the response ends (or the writer flushes on its own), and a client that stops reading is not disconnected"
 		}
+		typ := fmt.Sprintf("%T", w)
 		fix := "; give the wrapping ResponseWriter an Unwrap() http.ResponseWriter method (see http.ResponseController)"
-		if typ := fmt.Sprintf("%T", w); typ == "*http.timeoutWriter" {
+		if typ == "*http.timeoutWriter" {
 			// The standard library's: it holds the whole response, and
 			// answers 503 when its time is up while the turn goes on.
 			fix = "; http.TimeoutHandler holds the whole response until the handler returns: mount the chat routes outside it"
 		}
 		log.LogAttrs(lw.ctx, slog.LevelWarn, "chatstream: the stream's ResponseWriter "+msg+fix,
-			slog.String("writer", fmt.Sprintf("%T", w)))
+			slog.String("writer", typ))
 	})
 }
 

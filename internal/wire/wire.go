@@ -107,9 +107,10 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // Unmarshal decodes a JSON object in body into v with the error rules of
 // [DecodeJSON]: a 400 *Error for a body that is not one JSON object, for a
 // known field of the wrong type, for a key its object holds already (in
-// any letter case where it names a struct's field), and for text that is not valid UTF-8 (raw
-// invalid bytes, or a \u escape of an unpaired surrogate, in any string or
-// key) or holds NUL; such text is refused, never replaced.
+// any letter case where it names a struct's field), and for text that is
+// not valid UTF-8 (raw invalid bytes, or a \u escape of an unpaired
+// surrogate, in any string or key) or holds NUL; such text is refused,
+// never replaced.
 func Unmarshal(body []byte, v any) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
