@@ -76,7 +76,9 @@ type UserUpsert struct {
 	MaxUsers int
 	// NewEphemeralPerMinute, above zero, limits the ephemeral users of the
 	// account created per clock minute (the minute of Now, a fixed window
-	// shared by every process using the store).
+	// shared by every process using the store). The count is of the
+	// ephemeral users created under a limit: one created without a limit
+	// is not counted, so an account without a limit keeps no count.
 	NewEphemeralPerMinute int
 	Now                   time.Time
 

@@ -72,6 +72,7 @@ func main() {
 	flag.IntVar(&cfg.burst, "burst", 0, "chat: new streams started at the same instant every -burst-every, on top of the others (0: none)")
 	flag.DurationVar(&cfg.burstEvery, "burst-every", time.Second, "chat: the period of -burst")
 	flag.DurationVar(&cfg.ramp, "ramp", 0, "chat: spread the start of the -c closed-loop streams over this duration")
+	flag.DurationVar(&cfg.pace, "pace", 0, "chat: each of the -c streams starts a turn at most once per this period, so that servers whose turns last differently get the same load (0: the next turn as soon as one ends)")
 	flag.StringVar(&cfg.country, "country", "", `chat: the users' "country" attribute (the demo agent shows no rows to external users without one)`)
 	flag.StringVar(&cfg.sql, "sql", defaultDataSQL, "data: the query sent to the data query API")
 	flag.BoolVar(&cfg.csv, "csv", false, "data: ask for CSV (Accept: text/csv) instead of NDJSON")
@@ -106,7 +107,7 @@ type config struct {
 	deployment                               int64
 	concurrency, users, burst                int
 	pid                                      int
-	duration, ramp, warmup, burstEvery       time.Duration
+	duration, ramp, warmup, burstEvery, pace time.Duration
 	rate                                     float64
 }
 
@@ -377,7 +378,8 @@ func runChat(ctx context.Context, cfg config) error {
 	start := time.Now()
 	cpu := startCPU(cfg.pid)
 	var wg sync.WaitGroup
-	// Closed loop: c streams, each asking again when its turn ends.
+	// Closed loop: c streams, each asking again when its turn ends (with
+	// -pace, not before the period since its last turn started).
 	for i := range cfg.concurrency {
 		wg.Go(func() {
 			if cfg.ramp > 0 {
@@ -388,7 +390,14 @@ func runChat(ctx context.Context, cfg config) error {
 				}
 			}
 			for ctx.Err() == nil {
+				due := time.Now().Add(cfg.pace)
 				chatOnce(ctx, client, cfg, int(next.Add(1))%cfg.users, &st, nil)
+				if wait := time.Until(due); wait > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(wait):
+					}
+				}
 			}
 		})
 	}

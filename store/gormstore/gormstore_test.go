@@ -453,7 +453,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 			for i := range 10 {
 				_, err := st.UpsertUser(ctx, store.UserUpsert{
 					UserKey:            store.UserKey{AccountID: a.ID, ExternalID: fmt.Sprintf("u-%d-%d", g, i)},
-					EphemeralExpiresAt: now.Add(time.Minute), Now: now,
+					EphemeralExpiresAt: now.Add(time.Minute), Now: now, NewEphemeralPerMinute: 1000, // counted
 				})
 				if err != nil {
 					errs <- err

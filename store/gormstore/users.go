@@ -236,10 +236,10 @@ func (t *txn) insertUser(ctx context.Context, u *upsertUser, take bool) (bool, e
 }
 
 // takePlace counts a new or converted user in the account's persistent
-// users or the minute's new ephemeral users, or returns [store.ErrLimit]:
-// one conditional upsert of a counter row, whose lock makes the limit exact.
+// users or (under a limit) the minute's new ephemeral users, or returns
+// [store.ErrLimit]: one conditional upsert of a counter row, whose lock makes the limit exact.
 func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
-	if u.InternalID != "" {
+	if u.InternalID != "" || !u.Persistent && u.NewEphemeralPerMinute <= 0 {
 		return nil
 	}
 	var row any = &AccountUserSlot{AccountID: u.AccountID, N: 1}

@@ -140,9 +140,12 @@ func (d *db) takePlace(accountID int64, max int) error {
 // whatever limits earlier calls were given; a max of zero or less means no
 // limit.
 func (d *db) countEphemeral(accountID int64, now time.Time, max int) error {
+	if max <= 0 {
+		return nil // no limit: nothing to count
+	}
 	k := minuteKey{accountID, now.Truncate(time.Minute)}
 	n := d.ephemeralCounts[k]
-	if max > 0 && n >= max {
+	if n >= max {
 		return fmt.Errorf("memstore: upsert user: %d ephemeral users created this minute: %w", n, store.ErrLimit)
 	}
 	set(d, d.ephemeralCounts, k, n+1)

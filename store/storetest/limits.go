@@ -37,7 +37,7 @@ var limitRules = []rule{
 	},
 	{
 		name: "NewEphemeralPerMinute counts the ephemeral users created in the minute",
-		doc:  "With NewEphemeralPerMinute N, N ephemeral users can be created in the clock minute of Now and the next is ErrLimit (nothing stored); the next minute starts again; every ephemeral user created counts, also one created without a limit; updating an existing ephemeral user, creating a persistent one or converting one creates no ephemeral user and is not refused; accounts count apart.",
+		doc:  "With NewEphemeralPerMinute N, N ephemeral users can be created in the clock minute of Now and the next is ErrLimit (nothing stored); the next minute starts again; every ephemeral user created under a limit counts, one created without a limit does not; updating an existing ephemeral user, creating a persistent one or converting one creates no ephemeral user and is not refused; accounts count apart.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			other := newFixture(t, st, "other")
@@ -79,12 +79,16 @@ var limitRules = []rule{
 			up.NewEphemeralPerMinute = 0
 			_, err = st.UpsertUser(ctx(t), up)
 			mustNil(t, "no limit", err)
-			// The user created without a limit counts: e0, e1, e3 and e4
-			// fill a limit of 4.
+			// The user created without a limit does not count: e0, e1 and
+			// e3 leave room for one more under a limit of 4, then it is full.
 			up = eph(f, "e5", minute.Add(55*time.Second))
 			up.NewEphemeralPerMinute = 4
 			_, err = st.UpsertUser(ctx(t), up)
-			wantErr(t, "a limit of 4 after 4 ephemeral users, one created without a limit", err, store.ErrLimit)
+			mustNil(t, "a limit of 4 after 3 ephemeral users counted and one created without a limit", err)
+			up = eph(f, "e6", minute.Add(56*time.Second))
+			up.NewEphemeralPerMinute = 4
+			_, err = st.UpsertUser(ctx(t), up)
+			wantErr(t, "a limit of 4 after 4 ephemeral users counted", err, store.ErrLimit)
 			// The next minute starts from zero.
 			for i := range 2 {
 				_, err = st.UpsertUser(ctx(t), eph(f, fmt.Sprint("next", i), minute.Add(time.Minute+time.Duration(i)*time.Second)))
