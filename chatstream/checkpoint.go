@@ -156,7 +156,7 @@ func (t *turn) checkpointWrite() (w threadWrite, ok bool) {
 	}
 	msgs, done := t.seq.checkpoint(reserve)
 	t.ckptWriting = make(chan struct{})
-	return threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: raise, msgs: msgs,
+	return threadWrite{ctx: t.ctx, accountID: t.key.accountID, chatID: t.key.chatID, lastSort: raise, msgs: msgs,
 		t: t, next: next, done: done}, true
 }
 

@@ -25,9 +25,10 @@ const (
 const maxPersistWrites = 8
 
 // persister stores the final messages of ending turns and the checkpoints
-// of running ones, each write under a context of its own (never a
-// request's: a turn outlives its stream's reader, and a tick's checkpoints
-// serve many turns), bounded by persistTimeout. At most maxPersistWrites
+// of running ones, bounded by persistTimeout: the write of one turn under
+// its turn's context without its cancellation (the request's values, for
+// a host's tracing; a turn outlives its stream's reader), a transaction of
+// several turns' checkpoints under a context of its own. At most maxPersistWrites
 // writes run at once, whatever the number of turns: when the database is
 // the bottleneck, turns end later rather than openings waiting behind
 // their writes for a connection. It does not merge the final writes of
@@ -47,6 +48,7 @@ func newPersister(st store.Store) *persister {
 
 // threadWrite is one AppendMessages of a transaction.
 type threadWrite struct {
+	ctx       context.Context // the turn's (nil: none)
 	accountID int64
 	chatID    string
 	lastSort  int64 // the thread's new last sort; 0 when the stored one covers the write
@@ -142,7 +144,11 @@ func (p *persister) write(ws []*threadWrite) {
 	// meanwhile): thread by thread, so that one bad thread does not fail
 	// the others.
 	for _, s := range ss {
-		ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+		ctx := context.Background()
+		if s.w.ctx != nil {
+			ctx = context.WithoutCancel(s.w.ctx)
+		}
+		ctx, cancel := context.WithTimeout(ctx, persistTimeout)
 		s.w.err = p.st.AppendMessages(ctx, s.w.accountID, s.w.chatID, s.w.lastSort, s.msgs)
 		cancel()
 	}

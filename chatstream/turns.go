@@ -652,7 +652,7 @@ func (t *turn) finish(o outcome) {
 	if writing != nil {
 		<-writing
 	}
-	err := t.reg.persist.final(threadWrite{accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
+	err := t.reg.persist.final(threadWrite{ctx: t.ctx, accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
 	if err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(t.ctx, slog.LevelError, "chat turn not stored",
