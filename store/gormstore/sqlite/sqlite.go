@@ -11,6 +11,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -47,8 +48,8 @@ func Open(path string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gormstore/sqlite: open: %w", err)
 	}
-	sqlDB, _ := db.DB() // the dialector's *sql.DB
-	n := 5
+	sqlDB, _ := db.DB()                  // the dialector's *sql.DB
+	n := max(5, runtime.GOMAXPROCS(0)+2) // reads on every core beside the writer and the connection it keeps
 	own := []gormstore.Option{gormstore.WithCloseDB()}
 	if strings.Contains(path, "mode=memory") {
 		n = 2
