@@ -405,3 +405,34 @@ func TestThreadBytesCapsTheTurn(t *testing.T) {
 		wantRefused(t, "the next turn", r, http.StatusConflict, "thread is full: start a new chat")
 	})
 }
+
+// TestRefusedTurnGivesBackEphemeralPlace: a new ephemeral user whose turn is
+// refused (the account's running turns) is deleted and its place in the
+// minute's count of new ephemeral users given back, so that the refused
+// request changes nothing: the next ephemeral user of the minute is
+// admitted.
+func TestRefusedTurnGivesBackEphemeralPlace(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{NewEphemeralUsersPerMinute: 1, RunningTurns: 1})})
+		e.Advance(e.Now().Truncate(time.Minute).Add(time.Minute).Sub(e.Now())) // the minute's start
+		// A persistent user's turn, held, fills the running turns.
+		if r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
+			map[string]any{"input": "echo:x", "sessionSettings": map[string]any{"externalId": "p", "isEphemeral": false}})); r.Status != http.StatusOK {
+			t.Fatalf("persistent user: %d %s", r.Status, r.Raw)
+		}
+		startTurn(t, e, "p", "held")
+		r := send(t, e, "e1", "c1", "echo:x")
+		wantRefused(t, "over the running turns", r, http.StatusTooManyRequests, "running turn limit of 1 reached for this account: try again later")
+		wantNoUser(t, e, "e1")
+		if st := e.Send(t, e.Request(t, http.MethodPost, abortPath(acct, agentID), apitest.AdminKey,
+			map[string]any{"chatId": "held", "sessionSettings": map[string]any{"externalId": "p"}})); st.Status != http.StatusNoContent {
+			t.Fatalf("abort: %d %s", st.Status, st.Raw)
+		}
+		// The running turn's place comes back once its agent has returned;
+		// the persistent user waits for it, creating no ephemeral user.
+		waitFor(t, func() bool { return send(t, e, "p", "probe", "echo:x").Status == http.StatusOK })
+		if r := send(t, e, "e2", "c2", "echo:x"); r.Status != http.StatusOK {
+			t.Errorf("the minute's first ephemeral user with a turn: %d %s (the refused one kept its place)", r.Status, r.Raw)
+		}
+	})
+}

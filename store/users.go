@@ -129,7 +129,7 @@ type Users interface {
 	// Creating a persistent external user, or converting an ephemeral one,
 	// when the account already has u.MaxUsers persistent external users is
 	// [ErrLimit]; so is creating an ephemeral user when
-	// u.NewEphemeralPerMinute users were created in the current minute.
+	// u.NewEphemeralPerMinute users were counted in the current minute.
 	// Both are exact under concurrency, and an ErrLimit changes nothing.
 	// So does an error storing u.Session (such as [ErrNotFound] for a
 	// Session.KeyHash that names no stored key).
@@ -152,6 +152,10 @@ type Users interface {
 	// (false, nil when it is missing or in use). It undoes a user that a
 	// refused request created without taking it from a concurrent request
 	// that uses it: a transaction that gives the user a thread or session
-	// either commits first (the user stays) or finds the user gone.
+	// either commits first (the user stays) or finds the user gone. Its
+	// creation's place is given back: in the persistent users (as
+	// DeleteUser does), or, for an ephemeral user, in the count of its
+	// minute's new ephemeral users ([UserUpsert.NewEphemeralPerMinute])
+	// when that count is above zero.
 	DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error)
 }

@@ -282,8 +282,7 @@ const (
 	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
 )
 
-// lookupRows reads what l names in one statement. Hand-written SQL: GORM
-// has no UNION.
+// lookupRows reads what l names in one statement. Hand-written SQL: GORM has no UNION.
 func (t *txn) lookupRows(ctx context.Context, l store.Lookup, scopes ...func(*gorm.DB) *gorm.DB) ([]catalogRow, error) {
 	var parts []string
 	var args []any
@@ -349,8 +348,7 @@ func (t *txn) ListAttributes(ctx context.Context, s store.Scope, afterID int64, 
 	return list(t, ctx, "definitions", catalogRow.attribute, "id", after(&CatalogAttribute{}, s, afterID, limit))
 }
 
-// DeleteGroup deletes the definition only: reads ignore its ID in the
-// users' JSON columns.
+// DeleteGroup deletes the definition only: reads ignore its ID in the users' JSON columns.
 func (t *txn) DeleteGroup(ctx context.Context, s store.Scope, id int64) error {
 	return t.deleteRows(ctx, "delete group", &CatalogGroup{}, inScope+" AND id = ?", s.AccountID, s.EmbedTenantID, id)
 }

@@ -57,7 +57,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: OpenDB: nil *gorm.DB")
 	}
-	s := &Store{cfg: defaultConfig(), pg: db.Dialector.Name() == "postgres"}
+	s := &Store{cfg: config{queryTimeout: 5 * time.Second}, pg: db.Dialector.Name() == "postgres"}
 	for _, o := range opts {
 		if o != nil {
 			o(&s.cfg)
@@ -233,8 +233,6 @@ type config struct {
 	closeDB      bool
 	onClose      func() error
 }
-
-func defaultConfig() config { return config{queryTimeout: 5 * time.Second} }
 
 const maxRetries = 10 // of a transaction that failed on SQLite busy, PostgreSQL serialization failure or deadlock
 

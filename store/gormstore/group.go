@@ -54,8 +54,7 @@ const maxGroup = 64 // calls per transaction, so that commits come while calls k
 // call's failure; InTx runs them again.
 var errGroupAborted = fmt.Errorf("gormstore: commit: a call sharing the transaction failed: %w", store.ErrUnavailable)
 
-// join runs fn in the group's next transaction; ctx bounds the wait until
-// the writer takes the call.
+// join runs fn in the group's next transaction; ctx bounds the wait until the writer takes the call.
 func (s *Store) join(ctx context.Context, fn func(store.Tx) error) error {
 	m := &member{ctx: ctx, fn: fn, done: make(chan outcome, 1)}
 	g := s.group
@@ -124,8 +123,7 @@ func (s *Store) commit() bool {
 	if cur == nil {
 		return false
 	}
-	// Calls are answered when the transaction has ended, failed ones too:
-	// until then its locks stay.
+	// Calls are answered when the transaction has ended, failed ones too: until then its locks stay.
 	var ran []*member
 	cerr, committed := errGroupAborted, false
 	defer func() {

@@ -7,7 +7,7 @@ import (
 
 // TestOptionsTakeEffect checks that each option sets its field.
 func TestOptionsTakeEffect(t *testing.T) {
-	cfg := defaultConfig()
+	var cfg config
 	for _, o := range []Option{WithQueryTimeout(3 * time.Second), WithCloseDB()} {
 		o(&cfg)
 	}

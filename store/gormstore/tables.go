@@ -11,8 +11,7 @@ type Account struct {
 	Limits           string `gorm:"column:limits;not null;default:{}"`   // JSON store.Limits
 }
 
-// AccountUserSlot counts an account's persistent external users in its row
-// of shard 0 (earlier versions spread it over shards).
+// AccountUserSlot counts an account's persistent external users, in the row of shard 0.
 type AccountUserSlot struct {
 	AccountID int64    `gorm:"column:account_id;primaryKey;autoIncrement:false"`
 	Shard     int32    `gorm:"column:shard;primaryKey;autoIncrement:false"`

@@ -245,7 +245,7 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 	var row any = &AccountUserSlot{AccountID: u.AccountID, N: 1}
 	table, claim, max := "embedkit_account_user_slots", "shard", u.MaxUsers
 	if minute := u.now.Truncate(time.Minute); !u.Persistent {
-		row, table, claim, max = &AccountQuota{AccountID: u.AccountID, N: 1, Name: "new_ephemeral_users:" + strconv.FormatInt(minute.Unix(), 10),
+		row, table, claim, max = &AccountQuota{AccountID: u.AccountID, N: 1, Name: ephemeralQuota(minute),
 			ExpiresAt: minute.Add(time.Minute).UnixNano()}, "embedkit_account_quotas", "name", u.NewEphemeralPerMinute
 	}
 	up := clause.OnConflict{Columns: columns("account_id", claim), DoUpdates: clause.Set{{Column: clause.Column{Name: "n"}, Value: gorm.Expr(table + ".n + 1")}}}
@@ -257,6 +257,10 @@ func (t *txn) takePlace(ctx context.Context, u *upsertUser) error {
 		return wrapErr("upsert user", store.ErrLimit)
 	}
 	return err
+}
+
+func ephemeralQuota(t time.Time) string { // the count of the new ephemeral users of t's minute
+	return fmt.Sprint("new_ephemeral_users:", t.Truncate(time.Minute).Unix())
 }
 
 func (t *txn) UserByKey(ctx context.Context, k store.UserKey, now time.Time) (store.User, error) {
@@ -309,16 +313,19 @@ const userDataSQL = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, 
 	FROM embedkit_users u CROSS JOIN %[4]s CROSS JOIN embedkit_catalog_groups d WHERE u.id = ? AND d.id = %[5]s AND d.account_id = ? AND d.embed_tenant_id = ?`
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
-// and gives back its place in the persistent-user count.
-func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *gorm.DB) (int64, error) {
+// and gives back its place in the persistent-user count or, undoing its
+// creation (undo), in its minute's count of new ephemeral users.
+func (t *txn) deleteUser(ctx context.Context, op string, undo bool, where func(*gorm.DB) *gorm.DB) (int64, error) {
 	var row User
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return where(db).Clauses(clause.Returning{Columns: columns("account_id", "external_id", "ephemeral")}).Delete(&row)
+		return where(db).Clauses(clause.Returning{Columns: columns("account_id", "external_id", "ephemeral", "created_at")}).Delete(&row)
 	})
-	if err == nil && n > 0 && row.ExternalID != nil && !row.Ephemeral {
-		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-			return db.Model(&AccountUserSlot{}).Where("account_id = ?", row.AccountID).Update("n", gorm.Expr("n - 1"))
-		})
+	if err == nil && n > 0 && row.ExternalID != nil && (undo || !row.Ephemeral) {
+		model, where := any(&AccountUserSlot{}), gorm.Expr("account_id = ?", row.AccountID)
+		if row.Ephemeral {
+			model, where = &AccountQuota{}, gorm.Expr("account_id = ? AND name = ? AND n > 0", row.AccountID, ephemeralQuota(fromNanos(row.CreatedAt)))
+		}
+		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Model(model).Where(where).Update("n", gorm.Expr("n - 1")) })
 	}
 	return n, err
 }
@@ -326,7 +333,7 @@ func (t *txn) deleteUser(ctx context.Context, op string, where func(*gorm.DB) *g
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
 	return t.atomic(ctx, func(t *txn) error {
-		n, err := t.deleteUser(ctx, op, whereSQL("id = ?", userID))
+		n, err := t.deleteUser(ctx, op, false, whereSQL("id = ?", userID))
 		return someRow(op, n, err)
 	})
 }
@@ -345,7 +352,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 				return false, err
 			}
 		}
-		n, err := t.deleteUser(ctx, op, func(db *gorm.DB) *gorm.DB {
+		n, err := t.deleteUser(ctx, op, true, func(db *gorm.DB) *gorm.DB {
 			return db.Where(`id = ? AND created_at = ?
 				AND NOT EXISTS (SELECT 1 FROM embedkit_threads WHERE user_id = ?)
 				AND NOT EXISTS (SELECT 1 FROM embedkit_sessions WHERE user_id = ?)

@@ -85,8 +85,8 @@ type db struct {
 	threads     map[threadKey]store.Thread
 	userThreads map[int64]map[threadKey]struct{}
 	messages    map[threadKey]map[string]store.ThreadMessage
-	// ephemeralCounts counts the ephemeral users created per account and
-	// clock minute.
+	// ephemeralCounts counts the ephemeral users created under a limit per
+	// account and clock minute.
 	ephemeralCounts map[minuteKey]int
 }
 

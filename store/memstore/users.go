@@ -135,10 +135,8 @@ func (d *db) takePlace(accountID int64, max int) error {
 }
 
 // countEphemeral counts one more ephemeral user created in the clock
-// minute of now, or returns [store.ErrLimit] when max were created in it
-// already. Every creation counts, so that a limit applies to the minute
-// whatever limits earlier calls were given; a max of zero or less means no
-// limit.
+// minute of now, or returns [store.ErrLimit] when max were counted in it
+// already. A max of zero or less means no limit, and nothing is counted.
 func (d *db) countEphemeral(accountID int64, now time.Time, max int) error {
 	if max <= 0 {
 		return nil // no limit: nothing to count
@@ -289,6 +287,9 @@ func (d *db) deleteUnusedUser(id int64, createdAt time.Time) bool {
 		return false
 	}
 	d.deleteUser(id)
+	if k := (minuteKey{u.AccountID, u.CreatedAt.Truncate(time.Minute)}); u.Ephemeral && d.ephemeralCounts[k] > 0 {
+		set(d, d.ephemeralCounts, k, d.ephemeralCounts[k]-1) // its creation's place
+	}
 	return true
 }
 

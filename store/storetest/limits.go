@@ -99,6 +99,49 @@ var limitRules = []rule{
 		},
 	},
 	{
+		name: "DeleteUnusedUser gives back the place its creation took",
+		doc:  "Undoing a new user with DeleteUnusedUser gives back its place: an ephemeral user's in its minute's count of NewEphemeralPerMinute (another can be created in a full minute), a persistent user's in MaxUsers; DeleteUser of an ephemeral user does not (its creation stays counted); a place is never given back twice.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			minute := t0.Truncate(time.Minute)
+			eph := func(ext string) store.UserUpsert {
+				up := f.upsert(ext)
+				up.Persistent, up.EphemeralExpiresAt, up.Now, up.NewEphemeralPerMinute = false, minute.Add(time.Hour), minute.Add(10*time.Second), 1
+				return up
+			}
+			u, err := st.UpsertUser(ctx(t), eph("e1"))
+			mustNil(t, "the minute's only ephemeral user", err)
+			_, err = st.UpsertUser(ctx(t), eph("e2"))
+			wantErr(t, "a second one in the minute", err, store.ErrLimit)
+			ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+			if err != nil || !ok {
+				t.Fatalf("DeleteUnusedUser = %v, %v; want true, nil", ok, err)
+			}
+			ok, err = st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+			if err != nil || ok {
+				t.Fatalf("DeleteUnusedUser again = %v, %v; want false, nil", ok, err)
+			}
+			u2, err := st.UpsertUser(ctx(t), eph("e2"))
+			mustNil(t, "an ephemeral user in the place given back", err)
+			_, err = st.UpsertUser(ctx(t), eph("e3"))
+			wantErr(t, "the minute full again (the place was given back once)", err, store.ErrLimit)
+			mustNil(t, "DeleteUser", st.DeleteUser(ctx(t), u2.ID))
+			_, err = st.UpsertUser(ctx(t), eph("e3"))
+			wantErr(t, "a deleted user's creation still counts", err, store.ErrLimit)
+			p := f.upsert("p1")
+			p.Persistent, p.MaxUsers, p.Now = true, 1, minute
+			pu, err := st.UpsertUser(ctx(t), p)
+			mustNil(t, "the only persistent user", err)
+			ok, err = st.DeleteUnusedUser(ctx(t), pu.ID, pu.CreatedAt)
+			if err != nil || !ok {
+				t.Fatalf("DeleteUnusedUser of the persistent user = %v, %v; want true, nil", ok, err)
+			}
+			p.UserKey.ExternalID = "p2"
+			_, err = st.UpsertUser(ctx(t), p)
+			mustNil(t, "a persistent user in the place given back", err)
+		},
+	},
+	{
 		name: "an expired ephemeral user replaced counts as a new one",
 		doc:  "Replacing an expired ephemeral user with a new ephemeral one creates an ephemeral user: it counts toward NewEphemeralPerMinute and is refused with ErrLimit in a full minute, leaving the expired user to its fate and storing nothing.",
 		fn: func(t *testing.T, st store.Store) {
