@@ -93,6 +93,34 @@ func TestStatementCount(t *testing.T) {
 	})
 }
 
+// TestStatementCountEmbedTenant: a generate-session that names an
+// existing embed tenant, in creator mode (its groups in the tenant's scope)
+// or not, keeps to the same budget: the deployment, the tenant and the
+// names are one read.
+func TestStatementCountEmbedTenant(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		hook, during := recordStatements()
+		s := apitest.New(t, tg, hook)
+		s.GenerateSession(t, body("setup", obj{"creatorMode": true, "embedTenantName": "tenant-one", "groupDefinitions": []any{obj{"name": "g"}}}))
+		for _, c := range []struct {
+			what string
+			b    obj
+			max  int
+		}{
+			{"new user, creator mode", body("cm", obj{"creatorMode": true, "embedTenantName": "tenant-one", "groups": []string{"g"}}), maxStatementsNewUser},
+			{"returning user, creator mode", body("cm", obj{"creatorMode": true, "embedTenantName": "tenant-one", "groups": []string{"g"}}), maxStatementsReturningUser},
+			{"new user, a tenant named", body("named", obj{"embedTenantName": "tenant-one"}), maxStatementsNewUser},
+			{"returning user, a tenant named", body("named", obj{"embedTenantName": "tenant-one"}), maxStatementsReturningUser},
+		} {
+			got := during(func() { s.GenerateSession(t, c.b) })
+			t.Logf("%s: %d statements", c.what, len(got))
+			if len(got) > c.max {
+				t.Errorf("%s: %d statements, want at most %d:\n%s", c.what, len(got), c.max, strings.Join(got, "\n"))
+			}
+		}
+	})
+}
+
 // TestStatementsWithCaches checks what WithCacheTTL saves once the API
 // key, the deployment and the embed tenant are cached: no statement reads
 // the key, the deployment or the embed tenant, so a returning user's

@@ -43,7 +43,4 @@ type Threads interface {
 	AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []ThreadMessage) error
 	// Messages returns the thread's history ordered by Sort.
 	Messages(ctx context.Context, accountID int64, chatID string) ([]ThreadMessage, error)
-	// DeleteThread deletes the thread with its messages. Missing:
-	// [ErrNotFound].
-	DeleteThread(ctx context.Context, accountID int64, chatID string) error
 }

@@ -575,23 +575,52 @@ func Run(ctx context.Context, st store.Store, acct store.Account, r Request, now
 // values with the spec's messages; any error means the caller must roll
 // back. maxUsers is the account's limit of persistent external users.
 func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxUsers int, now time.Time) (Result, error) {
-	// The deployment is checked before anything else, and with the names
-	// when nothing comes before them.
-	early := r.InternalID != "" || r.CreatorMode || r.EmbedTenantName != ""
-	if early && r.DeploymentID != 0 {
-		found, err := tx.Lookup(ctx, store.Lookup{Scope: store.TenantWide(acct.ID), DeploymentID: r.DeploymentID})
-		if err != nil {
+	res := Result{Scope: store.TenantWide(acct.ID)}
+	look := store.Lookup{Scope: res.Scope, DeploymentID: r.DeploymentID}
+	if r.InternalID == "" {
+		look.AttrNames, look.GroupNames = r.names()
+	}
+	// The embed tenant: known to the caller, or looked up with the rest.
+	defining := len(r.GroupDefinitions)+len(r.AttributeDefinitions) > 0
+	tenant := ""
+	if r.CreatorMode || r.EmbedTenantName != "" {
+		tenant = cmp.Or(r.EmbedTenantName, store.DefaultEmbedTenant)
+		if k := r.KnownEmbedTenant; k.ID != 0 && k.AccountID == acct.ID && k.Name == tenant {
+			res.EmbedTenant, tenant = k, ""
+			if r.CreatorMode {
+				res.Scope = store.Scope{AccountID: acct.ID, EmbedTenantID: k.ID}
+				look.Scope = res.Scope
+			}
+		} else {
+			look.EmbedTenantName, look.InEmbedTenant = tenant, r.CreatorMode
+		}
+	}
+	// One Lookup reads the deployment, the embed tenant and the names, so
+	// that the deployment is checked before anything else; a request that
+	// defines names looks them up once they are written.
+	var found store.LookupResult
+	names := look.AttrNames != nil || look.GroupNames != nil
+	if defining {
+		look.AttrNames, look.GroupNames = nil, nil
+	}
+	if k := r.KnownDefinitions; k != nil && look.DeploymentID == 0 && tenant == "" && !defining && inScope(*k, res.Scope) {
+		found = *k
+	} else if look.DeploymentID != 0 || look.EmbedTenantName != "" || look.AttrNames != nil || look.GroupNames != nil {
+		var err error
+		if found, err = tx.Lookup(ctx, look); err != nil {
 			return Result{}, err
 		}
-		if !found.DeploymentFound {
-			return Result{}, ErrDeploymentNotFound
+		if names && !defining {
+			res.Found = &found
 		}
-		r.DeploymentID = 0
+	}
+	if look.DeploymentID != 0 && !found.DeploymentFound {
+		return Result{}, ErrDeploymentNotFound
 	}
 	if r.CreatorMode && !acct.UseCreatorMode {
 		return Result{}, wire.Errorf(http.StatusForbidden, "creatorMode requires the useCreatorMode tenant flag")
 	}
-	if r.InternalID != "" {
+	if r.InternalID != "" { // read before its embed tenant is created
 		u, err := tx.UserByKey(ctx, store.UserKey{AccountID: acct.ID, InternalID: r.InternalID}, now)
 		if errors.Is(err, store.ErrNotFound) {
 			return Result{}, wire.BadRequest("internalId: internal user %q not found", r.InternalID)
@@ -599,61 +628,43 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		if err != nil {
 			return Result{}, err
 		}
-		res := Result{User: u, Scope: store.TenantWide(acct.ID)}
-		if r.CreatorMode || r.EmbedTenantName != "" {
-			if res.EmbedTenant, err = embedTenant(ctx, tx, acct, r); err != nil {
+		res.User = u
+	}
+	if tenant != "" {
+		et := found.EmbedTenant
+		if !found.EmbedTenantFound {
+			var err error
+			if et, err = embedTenant(ctx, tx, acct, r); err != nil {
 				return Result{}, err
 			}
-		}
-		if ns := r.session(res); ns != nil {
-			err = tx.CreateSession(ctx, ns.Hash, ns.Session)
-		}
-		return res, err
-	}
-
-	var res Result
-	res.Scope = store.TenantWide(acct.ID)
-	if r.CreatorMode || r.EmbedTenantName != "" {
-		et, err := embedTenant(ctx, tx, acct, r)
-		if err != nil {
-			return Result{}, err
 		}
 		res.EmbedTenant = et
 		if r.CreatorMode {
 			res.Scope = store.Scope{AccountID: acct.ID, EmbedTenantID: et.ID}
 		}
 	}
+	if r.InternalID != "" {
+		var err error
+		res.Scope = store.TenantWide(acct.ID)
+		if ns := r.session(res); ns != nil {
+			err = tx.CreateSession(ctx, ns.Hash, ns.Session)
+		}
+		return res, err
+	}
 
 	// Definitions first, so that one request may define and use a name.
-	if len(r.GroupDefinitions) > 0 || len(r.AttributeDefinitions) > 0 {
+	if defining {
 		if err := tx.UpsertDefinitions(ctx, res.Scope, r.GroupDefinitions, r.AttributeDefinitions); err != nil {
 			return Result{}, err
 		}
-	}
-	look := store.Lookup{Scope: res.Scope, DeploymentID: r.DeploymentID}
-	for _, a := range r.Attributes {
-		look.AttrNames = append(look.AttrNames, a.Name)
-	}
-	for _, d := range r.AttributeDefinitions {
-		if !slices.Contains(look.AttrNames, d.Name) {
-			look.AttrNames = append(look.AttrNames, d.Name)
+		look = store.Lookup{Scope: res.Scope}
+		if look.AttrNames, look.GroupNames = r.names(); names {
+			var err error
+			if found, err = tx.Lookup(ctx, look); err != nil {
+				return Result{}, err
+			}
+			res.Found = &found
 		}
-	}
-	if r.GroupsSent && len(r.Groups) > 0 {
-		look.GroupNames = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
-	}
-	var found store.LookupResult
-	if k := r.KnownDefinitions; k != nil && look.DeploymentID == 0 && len(r.AttributeDefinitions)+len(r.GroupDefinitions) == 0 && inScope(*k, res.Scope) {
-		found = *k
-	} else if look.DeploymentID != 0 || len(look.AttrNames) > 0 || len(look.GroupNames) > 0 {
-		var err error
-		if found, err = tx.Lookup(ctx, look); err != nil {
-			return Result{}, err
-		}
-		res.Found = &found
-	}
-	if look.DeploymentID != 0 && !found.DeploymentFound {
-		return Result{}, ErrDeploymentNotFound
 	}
 	attrs := make(map[string]store.Attribute, len(found.Attributes))
 	for _, a := range found.Attributes {
@@ -728,6 +739,23 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	}
 	res.User = u
 	return res, nil
+}
+
+// names are the attribute and group names r refers to, each once (nil:
+// none).
+func (r Request) names() (attrs, groups []string) {
+	for _, a := range r.Attributes {
+		attrs = append(attrs, a.Name)
+	}
+	for _, d := range r.AttributeDefinitions {
+		if !slices.Contains(attrs, d.Name) {
+			attrs = append(attrs, d.Name)
+		}
+	}
+	if r.GroupsSent && len(r.Groups) > 0 {
+		groups = slices.Compact(slices.Sorted(slices.Values(r.Groups)))
+	}
+	return attrs, groups
 }
 
 func embedTenant(ctx context.Context, tx store.Tx, acct store.Account, r Request) (store.EmbedTenant, error) {

@@ -171,9 +171,6 @@ func (t *txn) EmbedTenantByName(ctx context.Context, accountID int64, name strin
 // the creators of one account count one after the other.
 func (t *txn) EnsureEmbedTenant(ctx context.Context, accountID int64, name string, max int) (store.EmbedTenant, error) {
 	const op = "ensure embed tenant"
-	if et, err := t.EmbedTenantByName(ctx, accountID, name); !errors.Is(err, store.ErrNotFound) {
-		return et, err
-	}
 	return atomically(t, ctx, func(t *txn) (store.EmbedTenant, error) {
 		if max > 0 {
 			if t.s.pg {
@@ -268,7 +265,7 @@ func (t *txn) UpsertDefinitions(ctx context.Context, s store.Scope, groups []sto
 }
 
 // catalogRow is a definition or a row of the Lookup: a deployment (kind
-// "d"), an attribute ("a") or a group ("g"), in an attribute's columns;
+// "d"), an embed tenant ("t"), an attribute ("a") or a group ("g"), in an attribute's columns;
 // of UserData, with the user's value of an attribute.
 type catalogRow struct {
 	Kind string `gorm:"column:kind"`
@@ -277,18 +274,26 @@ type catalogRow struct {
 }
 
 const (
-	attrSelect  = "SELECT 'a' AS kind, id, account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	groupSelect = "SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, description, created_at, updated_at FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
-	deplSelect  = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
+	attrSelect   = "SELECT 'a' AS kind, id, account_id, embed_tenant_id, name, type, display_name, default_value, description, created_at, updated_at FROM embedkit_catalog_attributes WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	groupSelect  = "SELECT 'g' AS kind, id, account_id, embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, description, created_at, updated_at FROM embedkit_catalog_groups WHERE account_id = ? AND embed_tenant_id = ? AND name IN ?"
+	deplSelect   = "SELECT 'd' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, 0 AS created_at, 0 AS updated_at FROM embedkit_deployments WHERE account_id = ? AND id = ?"
+	tenantSelect = "SELECT 't' AS kind, id, account_id, 0 AS embed_tenant_id, name, '' AS type, NULL AS display_name, NULL AS default_value, NULL AS description, created_at, 0 AS updated_at FROM embedkit_embed_tenants WHERE account_id = ? AND name = ?"
 )
 
 // lookupRows reads what l names in one statement. Hand-written SQL: GORM has no UNION.
 func (t *txn) lookupRows(ctx context.Context, l store.Lookup, scopes ...func(*gorm.DB) *gorm.DB) ([]catalogRow, error) {
 	var parts []string
 	var args []any
+	tenant := any(l.Scope.EmbedTenantID)
+	if l.EmbedTenantName != "" {
+		parts, args = append(parts, tenantSelect), append(args, l.Scope.AccountID, l.EmbedTenantName)
+		if l.InEmbedTenant { // NULL when it does not exist: no definition
+			tenant = gorm.Expr("(SELECT id FROM embedkit_embed_tenants WHERE account_id = ? AND name = ?)", l.Scope.AccountID, l.EmbedTenantName)
+		}
+	}
 	for i, names := range [][]string{l.AttrNames, l.GroupNames} {
 		if len(names) > 0 {
-			parts, args = append(parts, []string{attrSelect, groupSelect}[i]), append(args, l.Scope.AccountID, l.Scope.EmbedTenantID, names)
+			parts, args = append(parts, []string{attrSelect, groupSelect}[i]), append(args, l.Scope.AccountID, tenant, names)
 		}
 	}
 	if l.DeploymentID != 0 {
@@ -326,6 +331,8 @@ func (t *txn) Lookup(ctx context.Context, l store.Lookup) (store.LookupResult, e
 			res.Groups = append(res.Groups, r.group())
 		case "d":
 			res.Deployment, res.DeploymentFound = store.Deployment{AccountID: r.AccountID, ID: r.ID, Name: r.Name}, true
+		case "t":
+			res.EmbedTenant, res.EmbedTenantFound = EmbedTenant{ID: r.ID, AccountID: r.AccountID, Name: r.Name, CreatedAt: r.CreatedAt}.tenant(), true
 		}
 	}
 	return res, err

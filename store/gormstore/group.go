@@ -50,8 +50,7 @@ var errGoexit = new(int)
 
 const maxGroup = 64 // calls per transaction, so that commits come while calls keep arriving
 
-// errGroupAborted fails the calls of a transaction that ended for another
-// call's failure; InTx runs them again.
+// errGroupAborted fails the calls of a transaction ended by another call's failure; InTx runs them again.
 var errGroupAborted = fmt.Errorf("gormstore: commit: a call sharing the transaction failed: %w", store.ErrUnavailable)
 
 // join runs fn in the group's next transaction; ctx bounds the wait until the writer takes the call.

@@ -46,8 +46,7 @@ type Agent struct {
 	Account      *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// User is an external user (ExternalID set) or an internal one (InternalID
-// set) of an account (table embedkit_users).
+// User is an external (ExternalID set) or internal user of an account (table embedkit_users).
 type User struct {
 	ID              int64    `gorm:"column:id;primaryKey;autoIncrement"`
 	AccountID       int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_users_account_external,priority:1;uniqueIndex:embedkit_users_account_internal,priority:1"`
@@ -75,8 +74,7 @@ type EmbedTenant struct {
 	Account   *Account `gorm:"foreignKey:AccountID;references:ID;constraint:OnDelete:CASCADE"`
 }
 
-// CatalogGroup is a group definition of an account (EmbedTenantID 0) or
-// embed tenant (table embedkit_catalog_groups).
+// CatalogGroup defines a group of an account (EmbedTenantID 0) or embed tenant (table embedkit_catalog_groups).
 type CatalogGroup struct {
 	ID            int64    `gorm:"column:id;primaryKey;autoIncrement;index:embedkit_catalog_groups_keyset,priority:3"`
 	AccountID     int64    `gorm:"column:account_id;not null;uniqueIndex:embedkit_catalog_groups_name,priority:1;index:embedkit_catalog_groups_keyset,priority:1"`

@@ -533,7 +533,3 @@ func (t *txn) Messages(ctx context.Context, accountID int64, chatID string) ([]s
 		return store.ThreadMessage{ID: r.ID, Sort: r.Sort, Body: json.RawMessage(r.Body)}
 	}, "sort, id", primary, whereSQL("account_id = ? AND chat_id = ?", accountID, chatID))
 }
-
-func (t *txn) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	return t.deleteRows(ctx, "delete thread", &Thread{}, "account_id = ? AND chat_id = ?", accountID, chatID)
-}

@@ -20,7 +20,18 @@ func (d *db) lookup(l store.Lookup) (store.LookupResult, error) {
 	if l.DeploymentID != 0 {
 		r.Deployment, r.DeploymentFound = d.deployments[depKey{l.Scope.AccountID, l.DeploymentID}]
 	}
-	r.Attributes = d.attributesByName(l.Scope, l.AttrNames)
-	r.Groups = d.groupsByName(l.Scope, l.GroupNames)
+	scope := l.Scope
+	if l.EmbedTenantName != "" {
+		et, err := d.embedTenantByName(l.Scope.AccountID, l.EmbedTenantName)
+		r.EmbedTenant, r.EmbedTenantFound = et, err == nil
+		if l.InEmbedTenant {
+			if !r.EmbedTenantFound {
+				return r, nil
+			}
+			scope = store.Scope{AccountID: l.Scope.AccountID, EmbedTenantID: et.ID}
+		}
+	}
+	r.Attributes = d.attributesByName(scope, l.AttrNames)
+	r.Groups = d.groupsByName(scope, l.GroupNames)
 	return r, nil
 }

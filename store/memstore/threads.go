@@ -37,14 +37,6 @@ func (d *db) thread(accountID int64, chatID string) (store.Thread, error) {
 	return th, nil
 }
 
-func (d *db) deleteThreadChecked(k threadKey) error {
-	if _, ok := d.threads[k]; !ok {
-		return notFound("delete thread")
-	}
-	d.deleteThread(k)
-	return nil
-}
-
 // deleteThread deletes a thread with its messages.
 func (d *db) deleteThread(k threadKey) {
 	for _, id := range sortedKeys(d.messages[k]) {
@@ -96,11 +88,6 @@ func (s *Store) CreateThread(ctx context.Context, th store.Thread, msgs ...store
 	return write0(s, ctx, func(d *db) error { return d.createThread(th, msgs) })
 }
 
-// DeleteThread implements [store.Threads].
-func (s *Store) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	return write0(s, ctx, func(d *db) error { return d.deleteThreadChecked(threadKey{accountID, chatID}) })
-}
-
 // Thread implements [store.Threads].
 func (s *Store) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
 	return read(s, ctx, func(d *db) (store.Thread, error) { return d.thread(accountID, chatID) })
@@ -128,10 +115,6 @@ func (t *txView) Thread(ctx context.Context, accountID int64, chatID string) (st
 
 func (t *txView) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
 	return call0(t, ctx, func(d *db) error { return d.appendMessages(accountID, chatID, lastSort, msgs) })
-}
-
-func (t *txView) DeleteThread(ctx context.Context, accountID int64, chatID string) error {
-	return call0(t, ctx, func(d *db) error { return d.deleteThreadChecked(threadKey{accountID, chatID}) })
 }
 
 func (t *txView) Messages(ctx context.Context, accountID int64, chatID string) ([]store.ThreadMessage, error) {

@@ -87,4 +87,39 @@ var lookupRules = []rule{
 			}
 		},
 	},
+	{
+		name: "Lookup finds an embed tenant by name, and names in its scope",
+		doc:  "With EmbedTenantName, Lookup returns that embed tenant of the scope's account (EmbedTenantFound; false for a missing one or one of another account) with the definitions of Scope; with InEmbedTenant too, the definitions are those of the tenant's scope, and none when the tenant does not exist; the deployment is resolved alongside.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			other := newFixture(t, st, "other")
+			ts := f.tenantScope(t, st, "tenant-one")
+			other.tenantScope(t, st, "theirs")
+			f.groups(t, st, f.scope(), "sales")
+			f.groups(t, st, ts, "sales", "ops")
+			want, err := st.EmbedTenantByName(ctx(t), f.account.ID, "tenant-one")
+			mustNil(t, "EmbedTenantByName", err)
+			res, err := st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: 1, EmbedTenantName: "tenant-one", GroupNames: []string{"sales", "ops"}})
+			mustNil(t, "Lookup", err)
+			if !res.EmbedTenantFound || res.EmbedTenant.ID != want.ID || res.EmbedTenant.Name != "tenant-one" || res.EmbedTenant.AccountID != f.account.ID || !res.EmbedTenant.CreatedAt.Equal(want.CreatedAt) {
+				t.Errorf("embed tenant = %+v (found %v), want %+v", res.EmbedTenant, res.EmbedTenantFound, want)
+			}
+			if !res.DeploymentFound || len(res.Groups) != 1 || res.Groups[0].Scope != f.scope() {
+				t.Errorf("Lookup = %+v, want the deployment and the account's sales", res)
+			}
+			res, err = st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), EmbedTenantName: "tenant-one", InEmbedTenant: true, GroupNames: []string{"sales", "ops"}})
+			mustNil(t, "Lookup in the tenant", err)
+			slices.SortFunc(res.Groups, func(a, b store.Group) int { return cmp.Compare(a.Name, b.Name) })
+			if !res.EmbedTenantFound || len(res.Groups) != 2 || res.Groups[0].Scope != ts || res.Groups[1].Scope != ts {
+				t.Errorf("Lookup in the tenant = %+v, want its ops and sales", res)
+			}
+			for _, name := range []string{"missing", "theirs"} {
+				res, err = st.Lookup(ctx(t), store.Lookup{Scope: f.scope(), DeploymentID: 1, EmbedTenantName: name, InEmbedTenant: true, GroupNames: []string{"sales"}})
+				mustNil(t, "Lookup of a missing tenant", err)
+				if res.EmbedTenantFound || len(res.Groups) != 0 || !res.DeploymentFound {
+					t.Errorf("Lookup of tenant %q = %+v, want none of it, no group, the deployment", name, res)
+				}
+			}
+		},
+	},
 }

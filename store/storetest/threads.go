@@ -57,42 +57,6 @@ var threadRules = []rule{
 		},
 	},
 	{
-		name: "DeleteThread deletes a thread with its messages",
-		doc:  "DeleteThread removes the thread and its messages and nothing else (its user and the user's other threads stay); a missing thread is ErrNotFound.",
-		fn: func(t *testing.T, st store.Store) {
-			f := newFixture(t, st, "acme")
-			u := f.user(t, st, "u")
-			f.thread(t, st, u.ID, "gone")
-			f.thread(t, st, u.ID, "kept")
-			mustNil(t, "DeleteThread", st.DeleteThread(ctx(t), f.account.ID, "gone"))
-			_, err := st.Thread(ctx(t), f.account.ID, "gone")
-			wantErr(t, "deleted thread", err, store.ErrNotFound)
-			msgs, err := st.Messages(ctx(t), f.account.ID, "gone")
-			mustNil(t, "Messages", err)
-			if len(msgs) != 0 {
-				t.Errorf("deleted thread's messages survive: %v", msgs)
-			}
-			msgs, err = st.Messages(ctx(t), f.account.ID, "kept")
-			mustNil(t, "Messages of the other thread", err)
-			if len(msgs) != 1 {
-				t.Errorf("the other thread has %d messages, want 1", len(msgs))
-			}
-			_, err = st.UserByID(ctx(t), u.ID, t0)
-			mustNil(t, "UserByID", err)
-			wantErr(t, "DeleteThread again", st.DeleteThread(ctx(t), f.account.ID, "gone"), store.ErrNotFound)
-			// In a transaction, with the thread created in it.
-			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
-				if err := tx.CreateThread(ctx(t), store.Thread{AccountID: f.account.ID, ChatID: "brief", AgentID: "7", UserID: u.ID, CreatedAt: t0},
-					store.ThreadMessage{ID: "a", Sort: 1, Body: json.RawMessage(`{}`)}); err != nil {
-					return err
-				}
-				return tx.DeleteThread(ctx(t), f.account.ID, "brief")
-			}))
-			_, err = st.Thread(ctx(t), f.account.ID, "brief")
-			wantErr(t, "thread deleted in its transaction", err, store.ErrNotFound)
-		},
-	},
-	{
 		name: "AppendMessages upserts by id and only raises LastSort",
 		doc:  "Messages are keyed by id within a thread (a later append replaces one); Messages returns them ordered by sort; LastSort becomes max(LastSort, lastSort); an unknown thread is ErrNotFound.",
 		fn: func(t *testing.T, st store.Store) {

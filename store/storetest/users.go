@@ -614,20 +614,6 @@ var userRules = []rule{
 			up.MaxUsers = 3
 			_, err := st.UpsertUser(ctx(t), up)
 			mustNil(t, "UpsertUser in the freed place", err)
-			// Deleting the user's only thread makes it unused, in one
-			// transaction.
-			mustNil(t, "InTx", st.InTx(ctx(t), func(tx store.Tx) error {
-				if err := tx.DeleteThread(ctx(t), f.account.ID, "chat"); err != nil {
-					return err
-				}
-				ok, err := tx.DeleteUnusedUser(ctx(t), withThread.ID, withThread.CreatedAt)
-				if err == nil && !ok {
-					t.Error("DeleteUnusedUser after DeleteThread kept the user")
-				}
-				return err
-			}))
-			_, err = st.UserByID(ctx(t), withThread.ID, t0)
-			wantErr(t, "user deleted with its thread", err, store.ErrNotFound)
 		},
 	},
 }
