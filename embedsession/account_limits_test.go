@@ -53,8 +53,12 @@ func TestEmbedTenantLimit(t *testing.T) {
 			t.Errorf("the refused request created its user")
 		}
 		// A missing internal user is answered before the tenant is counted.
-		checkRejection(t, s, rejection{body: obj{"deploymentId": 1, "internalId": "nobody@acme.test", "embedTenantName": "tenant-3"},
-			status: http.StatusBadRequest, msg: `internalId: internal user "nobody@acme.test" not found`, exact: true})
+		for _, b := range []obj{
+			{"deploymentId": 1, "internalId": "nobody@acme.test", "embedTenantName": "tenant-3"},
+			{"deploymentId": 1, "internalId": "nobody@acme.test", "creatorMode": true}, // the default tenant, not created yet
+		} {
+			checkRejection(t, s, rejection{body: b, status: http.StatusBadRequest, msg: `internalId: internal user "nobody@acme.test" not found`, exact: true})
+		}
 		// An existing tenant is still usable at the limit.
 		if r := s.Send(t, s.Request(t, http.MethodPost, gen, apitest.AdminKey, body("u4", obj{"embedTenantName": "tenant-1"}))); r.Status != http.StatusOK {
 			t.Fatalf("an existing tenant at the limit: %d %s", r.Status, r.Raw)
