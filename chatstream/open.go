@@ -161,7 +161,8 @@ func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time
 		return // the session's user, one that existed before, or in use
 	}
 	ctx = context.WithoutCancel(ctx)
-	if _, err := h.st.DeleteUnusedUser(ctx, u.ID, u.CreatedAt); err != nil {
+	counted := h.cfg.limitsOf(c.acct).NewEphemeralUsersPerMinute > 0 // as findUser created it
+	if _, err := h.st.DeleteUnusedUser(ctx, u.ID, u.CreatedAt, counted); err != nil {
 		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "the user a refused chat turn created was not deleted", slog.String("error", err.Error()))
 	}
 }

@@ -152,10 +152,11 @@ type Users interface {
 	// (false, nil when it is missing or in use). It undoes a user that a
 	// refused request created without taking it from a concurrent request
 	// that uses it: a transaction that gives the user a thread or session
-	// either commits first (the user stays) or finds the user gone. Its
-	// creation's place is given back: in the persistent users (as
-	// DeleteUser does), or, for an ephemeral user, in the count of its
-	// minute's new ephemeral users ([UserUpsert.NewEphemeralPerMinute])
-	// when that count is above zero.
-	DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error)
+	// either commits first (the user stays) or finds the user gone. The
+	// place it took is given back: a persistent user's in the persistent
+	// users (as DeleteUser does); an ephemeral user's in its minute's count
+	// of new ephemeral users when counted is set, which tells that it was
+	// created under a limit ([UserUpsert.NewEphemeralPerMinute] above zero)
+	// and so counted.
+	DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error)
 }

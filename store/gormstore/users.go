@@ -313,8 +313,8 @@ const userDataSQL = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, 
 	FROM embedkit_users u CROSS JOIN %[4]s CROSS JOIN embedkit_catalog_groups d WHERE u.id = ? AND d.id = %[5]s AND d.account_id = ? AND d.embed_tenant_id = ?`
 
 // deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
-// and gives back its place in the persistent-user count or, undoing its
-// creation (undo), in its minute's count of new ephemeral users.
+// and gives back its place in the persistent-user count or, undoing a
+// counted creation (undo), in its minute's count of new ephemeral users.
 func (t *txn) deleteUser(ctx context.Context, op string, undo bool, where func(*gorm.DB) *gorm.DB) (int64, error) {
 	var row User
 	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
@@ -338,7 +338,7 @@ func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	})
 }
 
-func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
+func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error) {
 	const op = "delete unused user"
 	return atomically(t, ctx, func(t *txn) (bool, error) {
 		if t.s.pg {
@@ -352,7 +352,7 @@ func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time
 				return false, err
 			}
 		}
-		n, err := t.deleteUser(ctx, op, true, func(db *gorm.DB) *gorm.DB {
+		n, err := t.deleteUser(ctx, op, counted, func(db *gorm.DB) *gorm.DB {
 			return db.Where(`id = ? AND created_at = ?
 				AND NOT EXISTS (SELECT 1 FROM embedkit_threads WHERE user_id = ?)
 				AND NOT EXISTS (SELECT 1 FROM embedkit_sessions WHERE user_id = ?)

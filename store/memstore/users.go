@@ -281,13 +281,13 @@ func (d *db) deleteUser(id int64) {
 
 // deleteUnusedUser deletes user id when it was created at createdAt and
 // owns no thread, session or token.
-func (d *db) deleteUnusedUser(id int64, createdAt time.Time) bool {
+func (d *db) deleteUnusedUser(id int64, createdAt time.Time, counted bool) bool {
 	u, ok := d.users[id]
 	if !ok || !u.CreatedAt.Equal(createdAt) || len(d.userThreads[id]) > 0 || len(d.userSess[id]) > 0 || len(d.userTokens[id]) > 0 {
 		return false
 	}
 	d.deleteUser(id)
-	if k := (minuteKey{u.AccountID, u.CreatedAt.Truncate(time.Minute)}); u.Ephemeral && d.ephemeralCounts[k] > 0 {
+	if k := (minuteKey{u.AccountID, u.CreatedAt.Truncate(time.Minute)}); counted && u.Ephemeral && d.ephemeralCounts[k] > 0 {
 		set(d, d.ephemeralCounts, k, d.ephemeralCounts[k]-1) // its creation's place
 	}
 	return true
@@ -323,8 +323,8 @@ func (s *Store) DeleteUser(ctx context.Context, userID int64) error {
 }
 
 // DeleteUnusedUser implements [store.Users].
-func (s *Store) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
-	return write(s, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt), nil })
+func (s *Store) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error) {
+	return write(s, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt, counted), nil })
 }
 
 func (t *txView) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, error) {
@@ -347,6 +347,6 @@ func (t *txView) DeleteUser(ctx context.Context, userID int64) error {
 	return call0(t, ctx, func(d *db) error { return d.deleteUserChecked(userID) })
 }
 
-func (t *txView) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time) (bool, error) {
-	return call(t, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt), nil })
+func (t *txView) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error) {
+	return call(t, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt, counted), nil })
 }

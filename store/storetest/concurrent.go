@@ -49,7 +49,7 @@ var concurrentRules = []rule{
 				}
 				once.Do(func() {
 					go func() {
-						ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+						ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt, false)
 						gotOK.Store(ok)
 						deleted <- err
 					}()
@@ -85,7 +85,7 @@ var concurrentRules = []rule{
 				}
 				once.Do(func() {
 					go func() {
-						ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+						ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt, false)
 						gotOK.Store(ok)
 						deleted <- err
 					}()

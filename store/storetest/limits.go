@@ -100,7 +100,7 @@ var limitRules = []rule{
 	},
 	{
 		name: "DeleteUnusedUser gives back the place its creation took",
-		doc:  "Undoing a new user with DeleteUnusedUser gives back its place: an ephemeral user's in its minute's count of NewEphemeralPerMinute (another can be created in a full minute), a persistent user's in MaxUsers; DeleteUser of an ephemeral user does not (its creation stays counted); a place is never given back twice.",
+		doc:  "Undoing a new user with DeleteUnusedUser gives back its place: an ephemeral user's in its minute's count of NewEphemeralPerMinute when counted (another can be created in a full minute), not when it was created without a limit (counted false: it took no place, and no other user's is freed), a persistent user's in MaxUsers; DeleteUser of an ephemeral user does not (its creation stays counted); a place is never given back twice.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			minute := t0.Truncate(time.Minute)
@@ -109,15 +109,25 @@ var limitRules = []rule{
 				up.Persistent, up.EphemeralExpiresAt, up.Now, up.NewEphemeralPerMinute = false, minute.Add(time.Hour), minute.Add(10*time.Second), 1
 				return up
 			}
+			free := eph("uncounted")
+			free.NewEphemeralPerMinute = 0
+			uf, err := st.UpsertUser(ctx(t), free)
+			mustNil(t, "an ephemeral user without a limit", err)
 			u, err := st.UpsertUser(ctx(t), eph("e1"))
 			mustNil(t, "the minute's only ephemeral user", err)
 			_, err = st.UpsertUser(ctx(t), eph("e2"))
 			wantErr(t, "a second one in the minute", err, store.ErrLimit)
-			ok, err := st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+			ok, err := st.DeleteUnusedUser(ctx(t), uf.ID, uf.CreatedAt, false)
+			if err != nil || !ok {
+				t.Fatalf("DeleteUnusedUser of the uncounted user = %v, %v; want true, nil", ok, err)
+			}
+			_, err = st.UpsertUser(ctx(t), eph("e2"))
+			wantErr(t, "the minute still full after undoing a user that was not counted", err, store.ErrLimit)
+			ok, err = st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt, true)
 			if err != nil || !ok {
 				t.Fatalf("DeleteUnusedUser = %v, %v; want true, nil", ok, err)
 			}
-			ok, err = st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt)
+			ok, err = st.DeleteUnusedUser(ctx(t), u.ID, u.CreatedAt, true)
 			if err != nil || ok {
 				t.Fatalf("DeleteUnusedUser again = %v, %v; want false, nil", ok, err)
 			}
@@ -132,7 +142,7 @@ var limitRules = []rule{
 			p.Persistent, p.MaxUsers, p.Now = true, 1, minute
 			pu, err := st.UpsertUser(ctx(t), p)
 			mustNil(t, "the only persistent user", err)
-			ok, err = st.DeleteUnusedUser(ctx(t), pu.ID, pu.CreatedAt)
+			ok, err = st.DeleteUnusedUser(ctx(t), pu.ID, pu.CreatedAt, false)
 			if err != nil || !ok {
 				t.Fatalf("DeleteUnusedUser of the persistent user = %v, %v; want true, nil", ok, err)
 			}

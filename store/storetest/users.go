@@ -591,7 +591,7 @@ var userRules = []rule{
 				{"an unused user", fresh, fresh.CreatedAt, true},
 				{"a missing user", fresh, fresh.CreatedAt, false},
 			} {
-				got, err := st.DeleteUnusedUser(ctx(t), c.u.ID, c.created)
+				got, err := st.DeleteUnusedUser(ctx(t), c.u.ID, c.created, false)
 				mustNil(t, "DeleteUnusedUser "+c.what, err)
 				if got != c.want {
 					t.Errorf("DeleteUnusedUser %s = %v, want %v", c.what, got, c.want)
