@@ -291,6 +291,7 @@ function renderMessage(m) {
 
 let follow = true;
 let userUntil = 0; // the user's input moves the log until then
+let userCheck = 0; // the timer of userInput's second look
 let pointerDown = false;
 const USER_INPUT_MS = 800;
 const NEAR_BOTTOM_PX = 48;
@@ -299,9 +300,21 @@ function userInput() {
   userUntil = performance.now() + USER_INPUT_MS;
   // The scroll may come before the input is known (a wheel over a chart
   // is reported by its frame): look again once it has happened.
-  setTimeout(() => {
+  clearTimeout(userCheck);
+  userCheck = setTimeout(() => {
     if (distanceFromBottom() >= NEAR_BOTTOM_PX) follow = false;
   }, 150);
+}
+
+// followAgain brings the newest message into view and follows it: the
+// user's scroll just before (a wheel, then a question sent at once) is
+// over, so that neither its second look nor a scroll of the page in its
+// window stops the following again.
+function followAgain() {
+  clearTimeout(userCheck);
+  userUntil = 0;
+  follow = true;
+  toBottom();
 }
 
 function distanceFromBottom() {
@@ -346,7 +359,7 @@ function clearLog() {
   log.replaceChildren();
   sizes.disconnect();
   sizes.observe(log);
-  follow = true;
+  followAgain();
 }
 
 // ----- chat state -----
@@ -579,8 +592,7 @@ form.addEventListener("submit", (e) => {
   if (!chat.chatId) chat.chatId = newChatId();
   input.value = "";
   show("");
-  follow = true;
-  toBottom();
+  followAgain();
   setBusy(true);
   run({ input: text, chatId: chat.chatId });
 });
