@@ -577,8 +577,9 @@ func Run(ctx context.Context, st store.Store, acct store.Account, r Request, now
 func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxUsers int, now time.Time) (Result, error) {
 	res := Result{Scope: store.TenantWide(acct.ID)}
 	look := store.Lookup{Scope: res.Scope, DeploymentID: r.DeploymentID}
+	var attrNames, groupNames []string
 	if r.InternalID == "" {
-		look.AttrNames, look.GroupNames = r.names()
+		attrNames, groupNames = r.names()
 	}
 	// The embed tenant: known to the caller, or looked up with the rest.
 	defining := len(r.GroupDefinitions)+len(r.AttributeDefinitions) > 0
@@ -599,9 +600,9 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	// that the deployment is checked before anything else; a request that
 	// defines names looks them up once they are written.
 	var found store.LookupResult
-	names := look.AttrNames != nil || look.GroupNames != nil
-	if defining {
-		look.AttrNames, look.GroupNames = nil, nil
+	names := attrNames != nil || groupNames != nil
+	if !defining {
+		look.AttrNames, look.GroupNames = attrNames, groupNames
 	}
 	if k := r.KnownDefinitions; k != nil && look.DeploymentID == 0 && tenant == "" && !defining && inScope(*k, res.Scope) {
 		found = *k
@@ -634,7 +635,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		et := found.EmbedTenant
 		if !found.EmbedTenantFound {
 			var err error
-			if et, err = embedTenant(ctx, tx, acct, r); err != nil {
+			if et, err = ensureTenant(ctx, tx, acct, tenant, r); err != nil {
 				return Result{}, err
 			}
 		}
@@ -657,8 +658,8 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 		if err := tx.UpsertDefinitions(ctx, res.Scope, r.GroupDefinitions, r.AttributeDefinitions); err != nil {
 			return Result{}, err
 		}
-		look = store.Lookup{Scope: res.Scope}
-		if look.AttrNames, look.GroupNames = r.names(); names {
+		look = store.Lookup{Scope: res.Scope, AttrNames: attrNames, GroupNames: groupNames}
+		if names {
 			var err error
 			if found, err = tx.Lookup(ctx, look); err != nil {
 				return Result{}, err
@@ -758,14 +759,9 @@ func (r Request) names() (attrs, groups []string) {
 	return attrs, groups
 }
 
-func embedTenant(ctx context.Context, tx store.Tx, acct store.Account, r Request) (store.EmbedTenant, error) {
-	name := r.EmbedTenantName
-	if name == "" {
-		name = store.DefaultEmbedTenant
-	}
-	if k := r.KnownEmbedTenant; k.ID != 0 && k.AccountID == acct.ID && k.Name == name {
-		return k, nil
-	}
+// ensureTenant creates the embed tenant name, which Apply's Lookup did not
+// find, under the account's limit.
+func ensureTenant(ctx context.Context, tx store.Tx, acct store.Account, name string, r Request) (store.EmbedTenant, error) {
 	et, err := tx.EnsureEmbedTenant(ctx, acct.ID, name, r.MaxEmbedTenants)
 	if errors.Is(err, store.ErrLimit) {
 		return store.EmbedTenant{}, wire.Limited("embedTenants", wire.Errorf(http.StatusForbidden, "embed tenant limit of %d reached for this account", r.MaxEmbedTenants))
