@@ -292,8 +292,10 @@ func (h *Handler) queryFailure(ctx context.Context, err error) error {
 // acceptsCSV reports whether the request's Accept header prefers
 // text/csv to application/x-ndjson (RFC 9110: each type takes the quality
 // of the most specific range that names it, text/csv over text/* over
-// */*): CSV when its quality is above 0 and not below NDJSON's. A quality
-// that is not a number from 0 to 1 counts as 1; no Accept header is NDJSON.
+// */*): CSV when its quality is above 0 and above NDJSON's, or equal to it
+// from a more specific range. Any other tie is NDJSON, the default, so
+// that a client sending */* (curl, fetch) gets NDJSON. A quality that is
+// not a number from 0 to 1 counts as 1; no Accept header is NDJSON.
 func acceptsCSV(r *http.Request) bool {
 	// Per type: the quality of the most specific range so far (2 exact, 1
 	// type/*, 0 */*), and that specificity; -1: no range names it.
@@ -317,7 +319,7 @@ func acceptsCSV(r *http.Request) bool {
 			}
 		}
 	}
-	return csv > 0 && csv >= nd
+	return csv > 0 && (csv > nd || csv == nd && csvSpec > ndSpec)
 }
 
 // rangeSpecificity is how specifically the media range mr names the type

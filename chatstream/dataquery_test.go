@@ -491,10 +491,12 @@ func TestDataQueryCSV(t *testing.T) {
 		// The Accept header's qualities decide.
 		for accept, csv := range map[string]bool{
 			"text/csv": true, "text/csv, */*": true, "application/x-ndjson;q=0.5, text/csv;q=0.6": true,
-			"text/csv;q=x": true, "text/csv;q=NaN": true, "text/csv, application/x-ndjson;q=NaN": true, "TEXT/CSV": true, "text/*": true, "application/json, text/csv;q=0.9": true,
+			"text/csv;q=x": true, "text/csv;q=NaN": true, "text/csv, application/x-ndjson;q=0.99": true, "TEXT/CSV": true, "text/*": true, "application/json, text/csv;q=0.9": true,
 			"text/csv;q=0.5, application/x-ndjson;q=0, */*": true, // the more specific range wins
 			"*/*, text/csv;q=0.5":                           false, "application/*;q=0.4, text/csv;q=0.3": false, "text/csv;q=0": false,
 			"text/*;q=0.5, text/csv;q=0, */*": false, "": false, "application/x-ndjson": false, "application/json": false,
+			"*/*": false, "application/json, text/plain, */*": false, // curl, fetch: the default
+			"application/x-ndjson, text/csv": false, "text/csv, application/x-ndjson;q=NaN": false, // a tie of equal ranges: the default
 		} {
 			r := postData(t, e, adminAuth, accept, dataBody("rows 2"))
 			if got := r.resp.Header.Get("Content-Type") == chatstream.CSVContentType; r.resp.StatusCode != 200 || got != csv {
