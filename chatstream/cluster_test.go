@@ -17,6 +17,7 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/operator"
 )
 
 // gatedAgent answers "gate:<name>" with "first ", "part ", then waits until
@@ -103,11 +104,16 @@ func newPair(t testing.TB, po pairOpts) *pair {
 	p.cb = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("b")}, po.clusterB...)...)
 	openStore := storeOn(dsn)
 	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
-	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
+	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openStore, cfg: withAgent8,
 		opts: append([]chatstream.Option{chatstream.WithCluster(p.ca)}, po.handler...)})
-	p.b = newEnv(t, tg, envOpts{agent: p.agent, store: openStore,
+	p.b = newEnv(t, tg, envOpts{agent: p.agent, store: openStore, cfg: withAgent8,
 		opts: append([]chatstream.Option{chatstream.WithCluster(p.cb)}, po.handler...)})
 	return p
+}
+
+// withAgent8 adds agent 8, of the same deployment, to the demo account.
+func withAgent8(c *operator.Config) {
+	c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
 }
 
 // storeOn opens a store on dsn for each replica (envOpts.store), closed
@@ -286,6 +292,19 @@ func TestClusterConflicts(t *testing.T) {
 		_, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "mine", ChatID: id, SessionSettings: ext("intruder")})
 		if apiStatus(err) != http.StatusForbidden {
 			t.Errorf("err = %v, want 403", err)
+		}
+	})
+	t.Run("input on B through another agent is 404, for the user and another", func(t *testing.T) {
+		for _, who := range []string{"u", "intruder"} {
+			var err error
+			for _, err = range p.b.client.Stream(ctx, acct, "8", chatstream.Request{Input: "more", ChatID: id, SessionSettings: ext(who)}) {
+				if err != nil {
+					break
+				}
+			}
+			if apiStatus(err) != http.StatusNotFound {
+				t.Errorf("%s: err = %v, want 404", who, err)
+			}
 		}
 	})
 	t.Run("abort and rejoin of another user on B are 403", func(t *testing.T) {

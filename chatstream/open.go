@@ -43,6 +43,9 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 	}
 	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, u.user.ID, c.agent.ID, h.cfg.maxTurnBytes,
 		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
+	if (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil {
+		err = h.otherAgentsThread(ctx, c, chatID, err)
+	}
 	var op openedTurn
 	if err == nil {
 		if err = h.readHeldUser(ctx, c, &u); err == nil {
@@ -62,6 +65,17 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		h.defs.Add(u.gen, u.found)
 	}
 	return t, op, nil
+}
+
+// otherAgentsThread answers a request whose thread has a turn running on
+// another replica: 404 if the stored thread is another agent's, as when no
+// turn runs, else err (409 or 403). The claim names the turn's user, not
+// its agent.
+func (h *Handler) otherAgentsThread(ctx context.Context, c caller, chatID string, err error) error {
+	if th, terr := h.st.Thread(ctx, c.acct.ID, chatID); terr == nil && th.AgentID != c.agent.ID {
+		return errChatGone
+	}
+	return err
 }
 
 // foundUser is the user a turn runs for, as findUser found it.

@@ -187,3 +187,26 @@ func TestRefusedTurnOfARacingFirstRequest(t *testing.T) {
 		}
 	})
 }
+
+// TestInputThroughAnotherAgentWhileRunning: input for a thread of another
+// agent is 404 chat not found, whoever sends it, while the thread's turn
+// runs too (not 409 for its user, 403 for another): the answer does not
+// tell whether a turn runs. TestClusterConflicts checks a turn running on
+// another replica.
+func TestInputThroughAnotherAgentWhileRunning(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{cfg: withAgent8})
+		next, stop := iter.Pull2(e.client.Stream(t.Context(), acct, agentID, chatstream.Request{Input: "tool-open", ChatID: "busy", SessionSettings: ext("owner")}))
+		defer stop()
+		if _, err, ok := next(); !ok || err != nil {
+			t.Fatalf("first line: %v", err)
+		}
+		for _, who := range []string{"owner", "intruder"} {
+			r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, "8"), apitest.AdminKey,
+				map[string]any{"input": "x", "chatId": "busy", "sessionSettings": map[string]any{"externalId": who}}))
+			if r.Status != http.StatusNotFound || r.Body["error"] != "chat not found" {
+				t.Errorf("input of %s through agent 8 for agent 7's running thread: %d %s, want 404 chat not found", who, r.Status, r.Raw)
+			}
+		}
+	})
+}

@@ -102,7 +102,8 @@ func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 // reserve claims the thread key for a new turn of userID: in this process,
 // then in the cluster, if any. A thread with a turn already reserved or
 // running, here or on another replica, is 409 for its user and 403 for
-// anyone else; a closing registry is 503, and so is a failed cluster. More
+// anyone else (404 when the turn here is another agent's; open checks a
+// turn of another replica); a closing registry is 503, and so is a failed cluster. More
 // running turns than lim allows (counted here, or by the cluster across
 // replicas) is 429. ctx bounds the cluster's claim, which runs without the
 // registry's lock.
@@ -114,7 +115,10 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, agent
 	}
 	if t, ok := r.turns[key]; ok {
 		r.mu.Unlock()
-		if t.userID != userID {
+		switch {
+		case t.agentID != agentID:
+			return nil, errChatGone // a thread of another agent, running or not
+		case t.userID != userID:
 			return nil, errNotOwner
 		}
 		return nil, errTurnRunning
