@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,24 @@ func FuzzCompileCopies(f *testing.F) {
 		c, v := compileCopies(q, map[string]bool{"x": true})
 		if c < 1 || v < 0 {
 			t.Fatalf("%q: %v %v", q, c, v)
+		}
+	})
+}
+
+// FuzzJSONSize: jsonSize never counts a row smaller than encoding/json
+// writes it (the tool's 4 MiB cap holds), whatever bytes its strings hold.
+func FuzzJSONSize(f *testing.F) {
+	for _, s := range []string{"", "a", "<&>\"\\\n", "\u2028\u2029", "\xff\xfe", "é€😀", "\xed\xa0\x80"} {
+		f.Add(s, int64(7))
+	}
+	f.Fuzz(func(t *testing.T, s string, n int64) {
+		row := []any{s, n, nil, float64(n) / 3, true, json.Number("12.5")}
+		b, err := json.Marshal(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonSize(row); got < int64(len(b)) {
+			t.Errorf("jsonSize(%q) = %d, encoded in %d bytes", s, got, len(b))
 		}
 	})
 }

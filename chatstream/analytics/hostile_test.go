@@ -191,6 +191,8 @@ func TestBoundedCost(t *testing.T) {
 		{"a long LIKE pattern", "SELECT 'a' LIKE printf('%.*c', 101, '%')", "pattern too complex"},
 		{"4 MiB of JSON", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT " + mb + ", " + mb + ", " + mb + ", " + mb + ", " + mb + " FROM c", "result too large"},
 		{"escaped JSON", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT printf('%.*c', 1000000, '<') FROM c", "result too large"},
+		{"bytes that are not UTF-8 (\\ufffd each)", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT unhex(printf('%.*c', 1000000, 'f')) FROM c", "result too large"},
+		{"U+2028 (\\u2028 each)", "SELECT printf('%.*c', 340000, char(8232)) FROM (VALUES (1), (2), (3), (4))", "result too large"},
 		{"101 columns", "SELECT " + strings.Repeat("1, ", 100) + "1", "result too large"},
 	} {
 		_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: tt.q})

@@ -456,19 +456,40 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 	return res, nil
 }
 
+// jsonStringSize is the size of s's characters in a JSON string, at most.
+func jsonStringSize(s string) int64 {
+	var n int64
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			n++
+			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				n += 5
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029':
+			n += 6
+		default:
+			n += int64(size)
+		}
+		i += size
+	}
+	return n
+}
+
 // jsonSize is the size of row encoded as a JSON array, at most: a string
-// counts six bytes for each byte that JSON may escape.
+// counts six bytes for each character that encoding/json may escape
+// (\u2028, \u2029, \u003c) and for each byte that is not UTF-8 (\ufffd).
 func jsonSize(row []any) int64 {
 	n := int64(2 + len(row))
 	for _, v := range row {
 		switch v := v.(type) {
 		case string:
-			n += 2 + int64(len(v))
-			for i := 0; i < len(v); i++ {
-				if c := v[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-					n += 5
-				}
-			}
+			n += 2 + jsonStringSize(v)
 		case json.Number: // PostgreSQL's numeric: as many digits as it has
 			n += int64(len(v))
 		case nil:
