@@ -17,9 +17,11 @@ const (
 
 // compileCopies returns upper bounds of the copies of common table
 // expressions and of views (named in views, lower case) that compiling q
-// makes. The first is the product, over every name that q defines with
+// makes. The first is the product, over every definition in q of the form
 // "name [(columns)] AS [[NOT] MATERIALIZED] (", of the number of other
-// places the name appears; the second is that product times the number
+// places its name appears (a name defined again, in a nested WITH,
+// multiplies again: each definition is copied into its own readers); the
+// second is that product times the number
 // of places a view's name appears. It reads q as SQLite's tokenizer does
 // (strings, quoted names, comments), in one pass, and never
 // underestimates: a name counted where it is not a reference only makes
@@ -27,7 +29,7 @@ const (
 func compileCopies(q string, views map[string]bool) (ctes, viewCopies float64) {
 	toks := sqlTokens(q)
 	count := map[string]int{}
-	defined := map[string]bool{}
+	defined := map[string]int{} // definitions per name
 	refs := 0
 	for i, t := range toks {
 		if !t.name {
@@ -53,13 +55,15 @@ func compileCopies(q string, views map[string]bool) (ctes, viewCopies float64) {
 				j++
 			}
 			if j < len(toks) && toks[j].text == "(" {
-				defined[t.text] = true
+				defined[t.text]++
 			}
 		}
 	}
 	ctes = 1.0
-	for n := range defined {
-		ctes *= float64(max(1, count[n]-1))
+	for n, defs := range defined {
+		for range defs {
+			ctes *= float64(max(1, count[n]-1))
+		}
 	}
 	return ctes, ctes * float64(refs)
 }

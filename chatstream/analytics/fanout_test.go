@@ -22,6 +22,8 @@ func TestCompileCopies(t *testing.T) {
 		{"WITH a AS (SELECT 1) SELECT * FROM a /* a a a */, a -- a a\n", 2, 0},
 		{"WITH a AS (SELECT 'a a a') SELECT * FROM a", 1, 0},
 		{"SELECT count(*) OVER w FROM customers WINDOW w AS (ORDER BY id)", 1, 1},
+		// A name defined again in a nested WITH multiplies again.
+		{"WITH a AS (SELECT 1) SELECT * FROM (WITH a AS (SELECT * FROM a x, a y) SELECT * FROM a x, a y)", 25, 0},
 	} {
 		c, v := compileCopies(tt.q, views)
 		if c != tt.ctes || v != tt.views {
@@ -36,6 +38,24 @@ func TestCompileCopies(t *testing.T) {
 	if c, _ := compileCopies(b.String(), views); c <= maxCTECopies {
 		t.Errorf("a chain of 19 doubling links: %v copies", c)
 	}
+	// Two names defined again and again in nested WITHs, each level
+	// reading the one before three times: 3^8 copies of the first.
+	if c, _ := compileCopies(nestedRedefinitions(8), views); c < 6561 {
+		t.Errorf("8 nested redefinitions of two names: %v copies, want at least 6561", c)
+	}
+}
+
+// nestedRedefinitions is a query of levels nested WITHs that define a and
+// b in turn, each reading the previous level's three times.
+func nestedRedefinitions(levels int) string {
+	q := "WITH a AS (SELECT 1 AS x) SELECT count(*) FROM ("
+	prev, closes := "a", ")"
+	for i := 1; i <= levels; i++ {
+		nm := []string{"a", "b"}[i%2]
+		q += "WITH " + nm + " AS NOT MATERIALIZED (SELECT t0.* FROM " + prev + " t0, " + prev + " t1, " + prev + " t2) SELECT * FROM ("
+		prev, closes = nm, closes+")"
+	}
+	return q + "SELECT * FROM " + prev + closes
 }
 
 func FuzzCompileCopies(f *testing.F) {
