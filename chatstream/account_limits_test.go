@@ -90,8 +90,8 @@ func TestRunningTurnLimits(t *testing.T) {
 		wantRefused(t, "the account's fourth turn", r, http.StatusTooManyRequests, "running turn limit of 3 reached for this account: try again later")
 		wantNoChat(t, e, "c5")
 		wantNoUser(t, e, "u3")
-		// A new user's first turn in a new chat is stored before it is
-		// reserved (one commit); refused, it is undone.
+		// A new user's first turn is reserved in the transaction that
+		// creates the user; refused, the user is rolled back.
 		r = e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
 			map[string]any{"input": "echo:x", "sessionSettings": map[string]any{"externalId": "u4"}}))
 		wantRefused(t, "a new user's first turn over the account's limit", r, http.StatusTooManyRequests, "running turn limit of 3 reached for this account: try again later")
@@ -141,7 +141,7 @@ func mixedChatID(i int) string {
 
 // TestFirstTurnsOfOneNewUser starts 32 first turns of one new user in new
 // chats at once, with a per-user limit of 2: exactly 2 run, and the user
-// and their threads survive the undoing of the 30 refused ones.
+// and their threads survive the 30 refused ones, rolled back.
 func TestFirstTurnsOfOneNewUser(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{RunningTurnsPerUser: 2})})

@@ -333,8 +333,8 @@ func TestTurnTooLongInOneLine(t *testing.T) {
 }
 
 // userGoneStore deletes the user of a thread being created just before
-// creating it, in the same transaction: as if a concurrent refused request
-// had undone the user between the turn's provisioning and its opening.
+// creating it, in the same transaction: as if an operator had deleted the
+// user between the turn's provisioning and its opening.
 type userGoneStore struct{ store.Store }
 
 func (s userGoneStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
@@ -365,7 +365,7 @@ func TestOpeningWhoseUserIsGone(t *testing.T) {
 		if _, err := e.Store.Thread(t.Context(), e.Accounts[acct].ID, "gone-user"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the thread was stored: %v", err)
 		}
-		// The request created the user: refused, it deletes it again.
+		// The user the request would have created is rolled back with it.
 		if _, err := e.Store.UserByKey(t.Context(), store.UserKey{AccountID: e.Accounts[acct].ID, ExternalID: "gone"}, e.Now()); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the user the refused request created: %v", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -15,48 +14,63 @@ import (
 )
 
 // Opening a turn, top to bottom (open, then startTurn): find the user
-// (the session's, the stored one of sessionSettings, unchanged, or a new
-// one, created), reserve the turn for the user's id (in this process and
-// in the cluster), read the attributes and groups of a returning user
-// whose request may send only values it holds, open the stream (the
-// user's new values unless it holds them, the thread and the user echo,
-// in one transaction), then start the agent and stream the turn. A
-// request is all or nothing: a refused reservation or opening changes no
-// stored user, and deletes the user the request created.
+// (the session's, or the stored one of sessionSettings, unchanged),
+// reserve the turn for the user's id (in this process and in the
+// cluster), read the attributes and groups of a returning user whose
+// request may send only values it holds, open the stream (the user's new
+// values unless it holds them, the thread and the user echo, in one
+// transaction), then start the agent and stream the turn. A user that
+// does not exist yet is created in the opening's transaction, and its
+// turn reserved there once its id is known. A request is all or nothing:
+// a refused reservation or opening rolls back everything it wrote, a new
+// user included.
 
 // open finds the user, reserves the turn for it and opens the stream. The
-// reservation has effects outside the store (the registry, the cluster),
-// so it is made before the opening's transaction, never inside it (whose
-// function may run more than once).
+// reservation has effects outside the store (the registry, the cluster):
+// it is made before the opening's transaction, or, for a user that
+// transaction creates, in it, made again only if the transaction runs
+// again for another user id, and released when the opening fails.
 func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.Time) (*turn, openedTurn, error) {
 	chatID := req.ChatID
 	if chatID == "" {
 		chatID = newID()
 	}
 	if h.turns.isClosing() {
-		return nil, openedTurn{}, errShuttingDown // spare the store a user to undo
+		return nil, openedTurn{}, errShuttingDown // spare the store the user's reads
 	}
 	lim := h.cfg.limitsOf(c.acct)
-	u, err := h.findUser(ctx, c, req, lim, now)
+	u, err := h.findUser(ctx, c, req, now)
 	if err != nil {
 		return nil, openedTurn{}, err
 	}
-	t, err := h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, u.user.ID, c.agent.ID, h.cfg.maxTurnBytes,
-		TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
-	if (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil {
-		err = h.otherAgentsThread(ctx, c, chatID, err)
+	var t *turn
+	reserve := func(userID int64) (err error) {
+		if t != nil {
+			if t.userID == userID {
+				return nil // the opening's transaction runs again
+			}
+			h.turns.release(ctx, t)
+		}
+		t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, c.agent.ID, h.cfg.maxTurnBytes,
+			TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
+		if (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil {
+			err = h.otherAgentsThread(ctx, c, chatID, err)
+		}
+		return err
+	}
+	if u.user.ID != 0 { // a user that exists
+		if err = reserve(u.user.ID); err == nil {
+			err = h.readHeldUser(ctx, c, &u)
+		}
 	}
 	var op openedTurn
 	if err == nil {
-		if err = h.readHeldUser(ctx, c, &u); err == nil {
-			op, err = h.openStream(ctx, c, req, chatID, &u, lim, now)
-		}
-		if err != nil {
-			h.turns.release(ctx, t)
-		}
+		op, err = h.openStream(ctx, c, req, chatID, &u, lim, now, reserve)
 	}
 	if err != nil {
-		h.undoUser(ctx, c, u.user, now)
+		if t != nil {
+			h.turns.release(ctx, t)
+		}
 		return nil, openedTurn{}, err
 	}
 	t.maxSize = op.maxSize // before the turn starts: nothing reads it yet
@@ -82,8 +96,9 @@ func (h *Handler) otherAgentsThread(ctx context.Context, c caller, chatID string
 type foundUser struct {
 	user  store.User
 	scope store.Scope
-	// update provisions the request's values on a user that existed: in
-	// the opening's transaction (nil: nothing to write).
+	// update provisions the request's values in the opening's
+	// transaction (nil: nothing to write): on the user that existed, or on
+	// a new one (user.ID 0), which it creates.
 	update func(tx store.Tx) (provision.Result, error)
 	// The definitions the provisioning looked up, for h.defs once stored.
 	gen   int64
@@ -117,14 +132,14 @@ func (h *Handler) readHeldUser(ctx context.Context, c caller, u *foundUser) erro
 // findUser returns the user a turn runs for: the session's; the stored
 // user of the request's sessionSettings, left as it is until the opening
 // writes the request's values (update, unless readHeldUser finds them
-// held); or a new user, created with them (atomically; undoUser deletes it
-// when the request is refused).
-func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (foundUser, error) {
+// held); or, for a user not stored yet, none (user.ID 0): the opening
+// creates it with them (update).
+func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, now time.Time) (foundUser, error) {
 	if c.es != nil {
 		return foundUser{user: c.es.User, scope: c.es.Session.Scope()}, nil
 	}
 	p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
-	p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
+	p.MaxNewEphemeralPerMinute = h.cfg.limitsOf(c.acct).NewEphemeralUsersPerMinute
 	p.KnownDefinitions = h.defs.Known(c.acct.ID, p)
 	gen := h.defs.Generation()
 	run := func(tx store.Tx) (provision.Result, error) {
@@ -145,40 +160,9 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 	if !errors.Is(err, store.ErrNotFound) {
 		return foundUser{}, err
 	}
-	// A new user. A concurrent request may have created it since: then
-	// nothing is written here (the opening writes the request's values).
-	var res provision.Result
-	err = h.st.InTx(ctx, func(tx store.Tx) (err error) {
-		if res, err = run(tx); err == nil && !res.User.CreatedAt.Equal(now) {
-			return errUserExists
-		}
-		return err
-	})
-	if errors.Is(err, errUserExists) {
-		return foundUser{user: res.User, update: run, gen: gen}, nil
-	}
-	return foundUser{user: res.User, scope: res.Scope, gen: gen, found: res.Found}, err
-}
-
-// errUserExists rolls back the creation of a user that exists already.
-var errUserExists = errors.New("chatstream: the user exists")
-
-// undoUser deletes the user u of a refused request if the request created
-// it (at now) and nothing uses it by then: no turn of this process is
-// reserved for it, and it has no thread, session or token (a concurrent
-// request of the same user may have given it one; one whose opening
-// commits later finds it gone: errUserGone). It runs past the request's
-// cancellation; a failure is logged, as the request has its own error to
-// answer.
-func (h *Handler) undoUser(ctx context.Context, c caller, u store.User, now time.Time) {
-	if c.es != nil || !u.CreatedAt.Equal(now) || h.turns.reservedFor(u.ID) {
-		return // the session's user, one that existed before, or in use
-	}
-	ctx = context.WithoutCancel(ctx)
-	counted := h.cfg.limitsOf(c.acct).NewEphemeralUsersPerMinute > 0 // as findUser created it
-	if _, err := h.st.DeleteUnusedUser(ctx, u.ID, u.CreatedAt, counted); err != nil {
-		h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "the user a refused chat turn created was not deleted", slog.String("error", err.Error()))
-	}
+	// A new user (or one a concurrent request creates meanwhile, on which
+	// the opening then writes the request's values).
+	return foundUser{update: run, gen: gen}, nil
 }
 
 // maxUserReads bounds the turns reading their user at once, so that the
@@ -218,8 +202,8 @@ func (h *Handler) userReader(u store.User, scope store.Scope, read *store.UserDa
 }
 
 // errUserGone answers a turn whose user was deleted between its
-// provisioning and its opening: by the undoing of a concurrent refused
-// request that created it at the same instant, or by an operator.
+// provisioning and its opening (by an operator, or as an expired
+// ephemeral user).
 var errUserGone = wire.Errorf(http.StatusServiceUnavailable, "the chat's user was deleted while the turn opened: try again")
 
 // openedTurn is what openStream committed and the turn needs.
@@ -235,13 +219,15 @@ type openedTurn struct {
 	user userReader
 }
 
-// openStream writes the request's values of a user that existed (u's
-// update, which sets u's scope), finds or creates the thread chatID of the
-// user, reserved for it, and stores the user echo, in one transaction with
-// no effect outside it (for a new chat of an unchanged user, the one write
-// CreateThread, atomic on its own).
-func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, u *foundUser, lim store.Limits, now time.Time) (openedTurn, error) {
+// openStream writes the request's values (u's update, which sets u's
+// scope, and creates a new user), finds or creates the thread chatID of
+// the user, reserved for it, and stores the user echo, in one transaction
+// (for a new chat of an unchanged user, the one write CreateThread, atomic
+// on its own). The turn of a user it creates is reserved in it (reserve),
+// once the user's id is known; its only effect outside the store.
+func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, u *foundUser, lim store.Limits, now time.Time, reserve func(userID int64) error) (openedTurn, error) {
 	var op openedTurn
+	newUser := u.user.ID == 0
 	run := h.st.InTx
 	if req.ChatID == "" && u.update == nil {
 		// A new chat: its opening is one write (the thread with the echo),
@@ -254,7 +240,12 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 			if err != nil {
 				return err
 			}
-			if res.User.ID != u.user.ID {
+			switch {
+			case newUser:
+				if err := reserve(res.User.ID); err != nil {
+					return err
+				}
+			case res.User.ID != u.user.ID:
 				return errUserGone // deleted (and created anew) since findUser
 			}
 			u.user, u.scope, u.found = res.User, res.Scope, res.Found

@@ -169,7 +169,7 @@ func TestRefusedTurnOfARacingFirstRequest(t *testing.T) {
 		if _, err, ok := next(); !ok || err != nil {
 			t.Fatalf("the running turn's first line: %v", err)
 		}
-		e.Advance(time.Millisecond) // two requests never share an instant (see undoUser)
+		e.Advance(time.Millisecond) // two requests never share an instant
 		r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
 			map[string]any{"input": "echo:x", "sessionSettings": racer("B")}))
 		if r.Status != http.StatusTooManyRequests {

@@ -187,13 +187,6 @@ func (r *registry) count() int {
 	return len(r.turns)
 }
 
-// reservedFor reports whether a turn of user is reserved or running.
-func (r *registry) reservedFor(user int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.perUser[user] > 0
-}
-
 // isClosing reports whether the registry takes no new turns.
 func (r *registry) isClosing() bool {
 	r.mu.Lock()

@@ -147,16 +147,4 @@ type Users interface {
 	// DeleteUser deletes a user with its attribute values, memberships,
 	// sessions, tokens and chat threads. Missing: [ErrNotFound].
 	DeleteUser(ctx context.Context, userID int64) error
-	// DeleteUnusedUser deletes the user when its CreatedAt is createdAt and
-	// it owns no thread, session or token, and reports whether it did
-	// (false, nil when it is missing or in use). It undoes a user that a
-	// refused request created without taking it from a concurrent request
-	// that uses it: a transaction that gives the user a thread or session
-	// either commits first (the user stays) or finds the user gone. The
-	// place it took is given back: a persistent user's in the persistent
-	// users (as DeleteUser does); an ephemeral user's in its minute's count
-	// of new ephemeral users when counted is set, which tells that it was
-	// created under a limit ([UserUpsert.NewEphemeralPerMinute] above zero)
-	// and so counted.
-	DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error)
 }

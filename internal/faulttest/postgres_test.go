@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/faulttest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store/gormstore"
@@ -393,5 +395,54 @@ func TestPostgresBlackHoleAtRollback(t *testing.T) {
 	t.Logf("answered %d after %v; first success %v after the network returned", g.status, took.Round(time.Millisecond), rec.Round(time.Millisecond))
 	if u := e.User(t, acct, g.extID, ""); u.Exists {
 		t.Errorf("user of a rejected request stored: %+v", u)
+	}
+}
+
+// TestPostgresBlackHoleInChatOpening cuts the network when a chat turn's
+// opening stores its thread, inside the opening's transaction: the request
+// is answered 503 within about the query timeout (a statement in a
+// transaction ends with the transaction's deadline), and nothing it wrote
+// stays: a user it created is not stored, and a returning user keeps its
+// values.
+func TestPostgresBlackHoleInChatOpening(t *testing.T) {
+	e := newPostgresEnv(t)
+	chat := func(extID, country string, ephemeral bool) apitest.Response {
+		return e.Send(t, e.Request(t, http.MethodPost, "/api/v1/public/acme/agents/7/chat/stream-chat-state", apitest.AdminKey,
+			map[string]any{"input": "echo:hi", "sessionSettings": map[string]any{"externalId": extID, "isEphemeral": ephemeral,
+				"userAttributes": []any{map[string]any{"name": "country", "value": country}}}}))
+	}
+	// The returning user comes from a generate-session: no chat has run
+	// yet, so no connection holds the thread's statement prepared, and its
+	// text crosses the proxy.
+	g := &genReq{extID: "returning", country: "DE", group: "sales"}
+	if e.generate(t.Context(), g); g.status != http.StatusOK {
+		t.Fatalf("warm-up: %d %q %v", g.status, g.errMsg, g.err)
+	}
+	for _, c := range []struct {
+		name, extID, country string
+		ephemeral            bool
+	}{
+		{"a new persistent user", "newcomer", "FR", false},
+		{"a new ephemeral user", "passer-by", "FR", true},
+		{"a returning user with a new value", "returning", "FR", false},
+	} {
+		before := e.User(t, acct, c.extID, "")
+		e.proxy.BlackHoleOn("embedkit_threads")
+		start := time.Now()
+		r := chat(c.extID, c.country, c.ephemeral)
+		took := time.Since(start)
+		if e.proxy.Mode() != faulttest.BlackHole {
+			t.Fatalf("%s: the thread's statement was never sent (%d %s); the test tests nothing", c.name, r.Status, r.Raw)
+		}
+		if err := e.proxy.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != http.StatusServiceUnavailable || took > 3*queryTimeout {
+			t.Errorf("%s: %d %s after %v, want 503 within about the query timeout (%v)", c.name, r.Status, r.Raw, took, queryTimeout)
+		}
+		e.probe(t, time.Now())
+		if after := e.User(t, acct, c.extID, ""); !reflect.DeepEqual(after, before) {
+			t.Errorf("%s: the failed request changed the stored user:\n before %+v\n after  %+v", c.name, before, after)
+		}
 	}
 }

@@ -166,11 +166,13 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 	if t.abort != nil || t.s.closed.Load() {
 		return 0, cmp.Or(t.abort, errClosed)
 	}
+	var cancel context.CancelFunc = func() {}
 	if !t.inTx {
-		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.s.cfg.queryTimeout)
-		defer cancel()
+	} else if d, ok := t.db.Statement.Context.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(ctx, d) // the transaction's: a statement that hangs ends with it
 	}
+	defer cancel()
 	r := f(t.db.WithContext(ctx))
 	if err := r.Error; err != nil {
 		if tr, ok := t.db.Dialector.(gorm.ErrorTranslator); ok {

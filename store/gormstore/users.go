@@ -312,54 +312,21 @@ const userDataSQL = `SELECT 'a' AS kind, d.id, d.account_id, d.embed_tenant_id, 
 	UNION ALL SELECT 'g', d.id, d.account_id, d.embed_tenant_id, d.name, '', NULL, NULL, d.description, d.created_at, d.updated_at, NULL
 	FROM embedkit_users u CROSS JOIN %[4]s CROSS JOIN embedkit_catalog_groups d WHERE u.id = ? AND d.id = %[5]s AND d.account_id = ? AND d.embed_tenant_id = ?`
 
-// deleteUser deletes the user with everything it owns (ON DELETE CASCADE)
-// and gives back its place in the persistent-user count or, undoing a
-// counted creation (undo), in its minute's count of new ephemeral users.
-func (t *txn) deleteUser(ctx context.Context, op string, undo bool, where func(*gorm.DB) *gorm.DB) (int64, error) {
-	var row User
-	n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-		return where(db).Clauses(clause.Returning{Columns: columns("account_id", "external_id", "ephemeral", "created_at")}).Delete(&row)
-	})
-	if err == nil && n > 0 && row.ExternalID != nil && (undo || !row.Ephemeral) {
-		model, where := any(&AccountUserSlot{}), gorm.Expr("account_id = ?", row.AccountID)
-		if row.Ephemeral {
-			model, where = &AccountQuota{}, gorm.Expr("account_id = ? AND name = ? AND n > 0", row.AccountID, ephemeralQuota(fromNanos(row.CreatedAt)))
-		}
-		_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Model(model).Where(where).Update("n", gorm.Expr("n - 1")) })
-	}
-	return n, err
-}
-
+// DeleteUser deletes the user with everything it owns (ON DELETE CASCADE)
+// and gives a persistent user's place back to the persistent-user count.
 func (t *txn) DeleteUser(ctx context.Context, userID int64) error {
 	const op = "delete user"
 	return t.atomic(ctx, func(t *txn) error {
-		n, err := t.deleteUser(ctx, op, false, whereSQL("id = ?", userID))
-		return someRow(op, n, err)
-	})
-}
-
-func (t *txn) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error) {
-	const op = "delete unused user"
-	return atomically(t, ctx, func(t *txn) (bool, error) {
-		if t.s.pg {
-			// Wait for a transaction that writes the user, or gives it a
-			// thread or session (its foreign key check holds a KEY SHARE
-			// lock, which FOR UPDATE waits for), so that the next
-			// statement's snapshot sees what it committed.
-			if _, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
-				return db.Model(&User{}).Select("id").Where("id = ?", userID).Clauses(clause.Locking{Strength: "UPDATE"}).Find(&[]int64{})
-			}); err != nil {
-				return false, err
-			}
-		}
-		n, err := t.deleteUser(ctx, op, counted, func(db *gorm.DB) *gorm.DB {
-			return db.Where(`id = ? AND created_at = ?
-				AND NOT EXISTS (SELECT 1 FROM embedkit_threads WHERE user_id = ?)
-				AND NOT EXISTS (SELECT 1 FROM embedkit_sessions WHERE user_id = ?)
-				AND NOT EXISTS (SELECT 1 FROM embedkit_tokens WHERE user_id = ?)`,
-				userID, createdAt.UnixNano(), userID, userID, userID)
+		var row User
+		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+			return db.Where("id = ?", userID).Clauses(clause.Returning{Columns: columns("account_id", "external_id", "ephemeral")}).Delete(&row)
 		})
-		return n > 0, err
+		if err == nil && n > 0 && row.ExternalID != nil && !row.Ephemeral {
+			_, err = t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
+				return db.Model(&AccountUserSlot{}).Where("account_id = ?", row.AccountID).Update("n", gorm.Expr("n - 1"))
+			})
+		}
+		return someRow(op, n, err)
 	})
 }
 

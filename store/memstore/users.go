@@ -279,20 +279,6 @@ func (d *db) deleteUser(id int64) {
 	del(d, d.users, id)
 }
 
-// deleteUnusedUser deletes user id when it was created at createdAt and
-// owns no thread, session or token.
-func (d *db) deleteUnusedUser(id int64, createdAt time.Time, counted bool) bool {
-	u, ok := d.users[id]
-	if !ok || !u.CreatedAt.Equal(createdAt) || len(d.userThreads[id]) > 0 || len(d.userSess[id]) > 0 || len(d.userTokens[id]) > 0 {
-		return false
-	}
-	d.deleteUser(id)
-	if k := (minuteKey{u.AccountID, u.CreatedAt.Truncate(time.Minute)}); counted && u.Ephemeral && d.ephemeralCounts[k] > 0 {
-		set(d, d.ephemeralCounts, k, d.ephemeralCounts[k]-1) // its creation's place
-	}
-	return true
-}
-
 // UpsertUser implements [store.Users]. A new user of an unknown account,
 // or a value of an unknown attribute, is [store.ErrNotFound]; IDs in Groups
 // that name no group of GroupScope are ignored; a Value of JSON null
@@ -322,11 +308,6 @@ func (s *Store) DeleteUser(ctx context.Context, userID int64) error {
 	return write0(s, ctx, func(d *db) error { return d.deleteUserChecked(userID) })
 }
 
-// DeleteUnusedUser implements [store.Users].
-func (s *Store) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error) {
-	return write(s, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt, counted), nil })
-}
-
 func (t *txView) UpsertUser(ctx context.Context, u store.UserUpsert) (store.User, error) {
 	return call(t, ctx, func(d *db) (store.User, error) { return d.upsertUser(u) })
 }
@@ -345,8 +326,4 @@ func (t *txView) UserData(ctx context.Context, userID int64, sc store.Scope) (st
 
 func (t *txView) DeleteUser(ctx context.Context, userID int64) error {
 	return call0(t, ctx, func(d *db) error { return d.deleteUserChecked(userID) })
-}
-
-func (t *txView) DeleteUnusedUser(ctx context.Context, userID int64, createdAt time.Time, counted bool) (bool, error) {
-	return call(t, ctx, func(d *db) (bool, error) { return d.deleteUnusedUser(userID, createdAt, counted), nil })
 }
