@@ -604,3 +604,46 @@ func TestClusterAbortWaitFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterNewUsersOnRunningThread: 40 first requests of new users at
+// once, on replica B, name a chat whose turn runs on replica A (another
+// user's): each is 403, and an unrelated request on B meanwhile succeeds.
+// A new user's claim is made in the opening's transaction, which may hold
+// the account's counters: the thread read after a refused claim goes
+// through that transaction, not through a second connection of the pool
+// (with it, 31 of the 40 waited for the query timeout and were 503).
+func TestClusterNewUsersOnRunningThread(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	ctx := t.Context()
+	startTurn(t, p.a, "owner", "busy")
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var slowest time.Duration
+	for i := range 40 {
+		wg.Go(func() {
+			<-start
+			t0 := time.Now()
+			err := firstLine(ctx, p.b.client, chatstream.Request{Input: "x", ChatID: "busy", SessionSettings: ext(fmt.Sprintf("nu-%d", i))})
+			d := time.Since(t0)
+			mu.Lock()
+			codes[apiStatus(err)]++
+			slowest = max(slowest, d)
+			mu.Unlock()
+		})
+	}
+	close(start)
+	time.Sleep(300 * time.Millisecond)
+	t0 := time.Now()
+	_, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "echo:x", ChatID: "unrelated", SessionSettings: ext("owner")})
+	other := time.Since(t0)
+	wg.Wait()
+	t.Logf("slowest refusal %v, unrelated request %v", slowest, other)
+	if codes[http.StatusForbidden] != 40 {
+		t.Errorf("codes %v, want 40 × 403", codes)
+	}
+	if err != nil {
+		t.Errorf("an unrelated request meanwhile: %v", err)
+	}
+}

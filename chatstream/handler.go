@@ -424,13 +424,20 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 }
 
 // firstTurnOpening reports whether the first turn of the new chat key is
-// opening in this process, for the caller's user and agent.
+// opening in this process, for the caller's user (stored, or created by
+// that opening) and agent.
 func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) bool {
 	if _, err := h.st.Thread(ctx, key.accountID, key.chatID); !errors.Is(err, store.ErrNotFound) {
 		return false // a thread of another agent, or of a user gone
 	}
 	u, known, err := h.lookupUser(ctx, c, s)
-	return err == nil && known && h.turns.openingFor(key, u.ID, c.agent.ID)
+	switch {
+	case err != nil:
+		return false
+	case known:
+		return h.turns.openingFor(key, u.ID, c.agent.ID)
+	}
+	return c.es == nil && s != nil && h.turns.openingForNew(key, s.ExternalID, c.agent.ID)
 }
 
 // waitRemoteEnd waits until the turn of key running on another replica has

@@ -447,3 +447,75 @@ func TestAbortDuringOpening(t *testing.T) {
 		}
 	})
 }
+
+// txGateStore holds CreateThread inside the opening's transaction once
+// armed: a new user's turn is then reserved (inside the transaction) but
+// not started.
+type txGateStore struct {
+	store.Store
+	armed   *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s txGateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(txGateTx{tx, s}) })
+}
+
+type txGateTx struct {
+	store.Tx
+	s txGateStore
+}
+
+func (t txGateTx) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	if t.s.armed.CompareAndSwap(true, false) {
+		close(t.s.entered)
+		<-t.s.release
+	}
+	return t.Tx.CreateThread(ctx, th, msgs...)
+}
+
+// TestAbortDuringNewUsersOpening: as TestAbortDuringOpening, for the first
+// turn of a user that does not exist yet, created in the opening's
+// transaction, which no other request sees until it commits: the abort
+// finds the opening by the request's external id, waits, and the turn is
+// aborted as it starts.
+func TestAbortDuringNewUsersOpening(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			gs.Store = testdb.Open(t, backend)
+			return gs
+		}})
+		ss, chatID := ext("brand-new"), "new-user-chat"
+		gs.armed.Store(true)
+		res := make(chan []chatstream.Message, 1)
+		go func() {
+			msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: chatID, SessionSettings: ss})
+			res <- msgs
+		}()
+		<-gs.entered
+		aborted := make(chan error, 1)
+		go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
+		var abortErr error
+		select {
+		case abortErr = <-aborted:
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(gs.release)
+		if abortErr == nil {
+			abortErr = <-aborted
+		}
+		if abortErr != nil {
+			t.Errorf("abort during the opening of a new user's first turn: %v (status %d), want 204 as for an existing user", abortErr, apiStatus(abortErr))
+		}
+		select {
+		case msgs := <-res:
+			if st := last(msgs).State; st == nil || !st.Aborted {
+				t.Errorf("the turn was not aborted: last state %+v", st)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream did not end")
+		}
+	})
+}

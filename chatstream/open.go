@@ -44,22 +44,25 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		return nil, openedTurn{}, err
 	}
 	var t *turn
-	reserve := func(userID int64) (err error) {
+	// reserve reserves the turn for userID; rd reads the thread when the
+	// cluster refuses (the opening's transaction, when it runs in one: a
+	// read beside it would need a second connection while it holds locks).
+	reserve := func(rd store.Tx, userID int64) (err error) {
 		if t != nil {
 			if t.userID == userID {
 				return nil // the opening's transaction runs again
 			}
 			h.turns.release(ctx, t)
 		}
-		t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, c.agent.ID, h.cfg.maxTurnBytes,
+		t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes,
 			TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
 		if (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil {
-			err = h.otherAgentsThread(ctx, c, chatID, err)
+			err = otherAgentsThread(ctx, rd, c, chatID, err)
 		}
 		return err
 	}
 	if u.user.ID != 0 { // a user that exists
-		if err = reserve(u.user.ID); err == nil {
+		if err = reserve(h.st, u.user.ID); err == nil {
 			err = h.readHeldUser(ctx, c, &u)
 		}
 	}
@@ -85,8 +88,8 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 // another replica: 404 if the stored thread is another agent's, as when no
 // turn runs, else err (409 or 403). The claim names the turn's user, not
 // its agent.
-func (h *Handler) otherAgentsThread(ctx context.Context, c caller, chatID string, err error) error {
-	if th, terr := h.st.Thread(ctx, c.acct.ID, chatID); terr == nil && th.AgentID != c.agent.ID {
+func otherAgentsThread(ctx context.Context, rd store.Tx, c caller, chatID string, err error) error {
+	if th, terr := rd.Thread(ctx, c.acct.ID, chatID); terr == nil && th.AgentID != c.agent.ID {
 		return errChatGone
 	}
 	return err
@@ -94,8 +97,9 @@ func (h *Handler) otherAgentsThread(ctx context.Context, c caller, chatID string
 
 // foundUser is the user a turn runs for, as findUser found it.
 type foundUser struct {
-	user  store.User
-	scope store.Scope
+	user       store.User
+	externalID string // the request's, of sessionSettings
+	scope      store.Scope
 	// update provisions the request's values in the opening's
 	// transaction (nil: nothing to write): on the user that existed, or on
 	// a new one (user.ID 0), which it creates.
@@ -151,7 +155,7 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, now t
 	}
 	u, err := h.st.UserByKey(ctx, store.UserKey{AccountID: c.acct.ID, ExternalID: p.ExternalID}, now)
 	if err == nil {
-		fu := foundUser{user: u, update: run, gen: gen}
+		fu := foundUser{user: u, externalID: p.ExternalID, update: run, gen: gen}
 		if p.MayHold(u) {
 			fu.holds = p.Holds
 		}
@@ -162,7 +166,7 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, now t
 	}
 	// A new user (or one a concurrent request creates meanwhile, on which
 	// the opening then writes the request's values).
-	return foundUser{update: run, gen: gen}, nil
+	return foundUser{externalID: p.ExternalID, update: run, gen: gen}, nil
 }
 
 // maxUserReads bounds the turns reading their user at once, so that the
@@ -225,7 +229,7 @@ type openedTurn struct {
 // (for a new chat of an unchanged user, the one write CreateThread, atomic
 // on its own). The turn of a user it creates is reserved in it (reserve),
 // once the user's id is known; its only effect outside the store.
-func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, u *foundUser, lim store.Limits, now time.Time, reserve func(userID int64) error) (openedTurn, error) {
+func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, chatID string, u *foundUser, lim store.Limits, now time.Time, reserve func(rd store.Tx, userID int64) error) (openedTurn, error) {
 	var op openedTurn
 	newUser := u.user.ID == 0
 	run := h.st.InTx
@@ -242,7 +246,7 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 			}
 			switch {
 			case newUser:
-				if err := reserve(res.User.ID); err != nil {
+				if err := reserve(tx, res.User.ID); err != nil {
 					return err
 				}
 			case res.User.ID != u.user.ID:

@@ -107,7 +107,7 @@ func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 // running turns than lim allows (counted here, or by the cluster across
 // replicas) is 429. ctx bounds the cluster's claim, which runs without the
 // registry's lock.
-func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, agentID string, maxSize int, lim TurnLimits) (*turn, error) {
+func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, externalID, agentID string, maxSize int, lim TurnLimits) (*turn, error) {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -138,7 +138,7 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, agent
 		r.mu.Unlock()
 		return nil, turnLimitError(&TurnLimitError{Max: lim.Account})
 	}
-	t := &turn{reg: r, key: key, userID: userID, agentID: agentID, maxSize: maxSize, done: make(chan struct{})}
+	t := &turn{reg: r, key: key, userID: userID, externalID: externalID, agentID: agentID, maxSize: maxSize, done: make(chan struct{})}
 	r.addLocked(t)
 	r.mu.Unlock()
 	if r.cluster == nil {
@@ -294,6 +294,16 @@ func (r *registry) openingFor(key turnKey, userID int64, agentID string) bool {
 	return t != nil && !t.started && t.userID == userID && t.agentID == agentID
 }
 
+// openingForNew reports whether the first turn of key is opening for the
+// new user externalID (reserved in the transaction that creates it, which
+// no other request sees yet) and agentID.
+func (r *registry) openingForNew(key turnKey, externalID, agentID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.turns[key]
+	return t != nil && !t.started && externalID != "" && t.externalID == externalID && t.agentID == agentID
+}
+
 // running returns the started turn of key, if any.
 func (r *registry) running(key turnKey) (*turn, bool) {
 	r.mu.Lock()
@@ -419,7 +429,10 @@ type turn struct {
 	key     turnKey
 	userID  int64
 	agentID string
-	started bool // guarded by reg.mu
+	// externalID is the request's external user id (""), by which an
+	// abort finds the opening of a user not committed yet.
+	externalID string
+	started    bool // guarded by reg.mu
 	// abortAtStart: an abort came while the turn opened; it is aborted as
 	// it starts. Guarded by reg.mu.
 	abortAtStart bool
