@@ -298,6 +298,13 @@ func TestResultShapeAndRowCap(t *testing.T) {
 	if again.UUID != res.UUID || other.UUID == res.UUID {
 		t.Errorf("uuids %s, %s (same query), %s (other access)", res.UUID, again.UUID, other.UUID)
 	}
+	// The id is keyed with a secret of the tool: another tool, over the
+	// same data, gives the same query and access another id, so the id
+	// (which the model reads) cannot be recomputed for a guessed access.
+	tool2, _ := newTool(t)
+	if other2, err := tool2.Run(t.Context(), chatstream.Turn{User: german}, in); err != nil || other2.UUID == other.UUID {
+		t.Errorf("another tool's uuid for the same query and access: %v %v, want another than %s", other2, err, other.UUID)
+	}
 
 	if _, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT 1", VegaSpec: "{not json"}); err == nil {
 		t.Error("a vegaSpec that is not JSON was accepted")
@@ -542,5 +549,29 @@ func TestConcurrentUsers(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestCallHidesSourceErrors: a failure of the database that is not a tool
+// error (here a closed pool; on PostgreSQL a refused connection names the
+// host, the role and the database) reaches the model and the user as "the
+// query could not be run", with its cause for errors.Unwrap.
+func TestCallHidesSourceErrors(t *testing.T) {
+	_, ro := openDB(t)
+	tool, err := analytics.NewSQLTool(ro, model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+	_, err = tool.Call(t.Context(), chatstream.Turn{User: german}, json.RawMessage(`{"sqlQuery":"SELECT 1"}`))
+	if err == nil || err.Error() != "the query could not be run" || errors.Unwrap(err) == nil {
+		t.Errorf("Call on a closed pool: %v (cause %v), want \"the query could not be run\" with its cause", err, errors.Unwrap(err))
+	}
+	// A tool error is shown as it is.
+	tool2, _ := newTool(t)
+	_, err = tool2.Call(t.Context(), chatstream.Turn{User: german}, json.RawMessage(`{"sqlQuery":"SELECT * FROM sqlite_master"}`))
+	var te *analytics.ToolError
+	if !errors.As(err, &te) {
+		t.Errorf("a refused query through Call: %v, want the tool error", err)
 	}
 }

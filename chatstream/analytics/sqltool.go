@@ -2,6 +2,8 @@ package analytics
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -81,8 +83,9 @@ type SQLResult struct {
 	// TotalRows is how many rows the query yields, before the row limit.
 	TotalRows int `json:"totalRows"`
 	// UUID identifies this result. It is derived from the query and the
-	// user's row access, so the same query by the same user gets the same
-	// id.
+	// user's row access with a secret of the tool (random, per process), so
+	// the same query by the same user gets the same id from the same tool,
+	// and the id tells nothing of the access.
 	UUID     string `json:"uuid"`
 	VegaSpec string `json:"vegaSpec,omitempty"`
 }
@@ -195,6 +198,8 @@ type SQLTool struct {
 
 	cacheMu sync.Mutex
 	cache   map[string]*SQLResult
+
+	idKey [32]byte // keys the results' ids (SQLResult.UUID)
 }
 
 // NewSQLTool returns the svcSqlApi executor over db and the views of m.
@@ -239,6 +244,7 @@ func newTool(db *sql.DB, m *Model, opts []SQLOption) *SQLTool {
 	for _, o := range opts {
 		o(t)
 	}
+	rand.Read(t.idKey[:]) // never fails (crypto/rand)
 	return t
 }
 
@@ -447,7 +453,10 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 		}
 	}
 
-	h := sha256.New()
+	// Keyed with the tool's secret: an id of the query and the access
+	// alone would let whoever reads it (the model) try the values a user
+	// may have until one matches.
+	h := hmac.New(sha256.New, t.idKey[:])
 	h.Write([]byte(q))
 	h.Write([]byte{0})
 	h.Write([]byte(access.key()))
@@ -611,7 +620,10 @@ func (t *SQLTool) Parameters() map[string]any {
 }
 
 // Call decodes args as [SQLInput] and runs it (see [SQLTool.Run]). A
-// query text under "query" is accepted when sqlQuery is empty.
+// query text under "query" is accepted when sqlQuery is empty. Its error
+// goes to the model and the user: a failure of the database that is not a
+// [*ToolError] (its message may name a host, a role, a database) reads
+// "the query could not be run", with the cause for [errors.Unwrap].
 func (t *SQLTool) Call(ctx context.Context, tu chatstream.Turn, args json.RawMessage) (any, error) {
 	var in struct {
 		SQLInput
@@ -624,11 +636,21 @@ func (t *SQLTool) Call(ctx context.Context, tu chatstream.Turn, args json.RawMes
 		in.SQLQuery = in.Query
 	}
 	res, err := t.Run(ctx, tu, in.SQLInput)
+	if _, ok := errors.AsType[*ToolError](err); err != nil && !ok && ctx.Err() == nil {
+		return nil, sourceError{err}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return res, nil
 }
+
+// sourceError is a failure of the data source, told to the model and the
+// user without its details.
+type sourceError struct{ cause error }
+
+func (e sourceError) Error() string { return "the query could not be run" }
+func (e sourceError) Unwrap() error { return e.cause }
 
 // MetaTool is the svcMeta executor: it searches a [Model].
 type MetaTool struct{ model *Model }

@@ -368,14 +368,13 @@ func retryWait(err error, delay time.Duration) (time.Duration, bool) {
 			if v == "" {
 				continue
 			}
-			if _, err := fmt.Sscan(v, &n); err != nil || n < 0 {
+			if _, err := fmt.Sscan(v, &n); err != nil || !(n >= 0) { // NaN too
 				continue // an HTTP date: keep the default delay
 			}
-			d := time.Duration(n * float64(h.unit))
-			if d > maxRetryAfter {
+			if n*float64(h.unit) > float64(maxRetryAfter) { // compared before the conversion, which overflows
 				return 0, false
 			}
-			return max(d, delay), true
+			return max(time.Duration(n*float64(h.unit)), delay), true
 		}
 	}
 	return delay, true

@@ -300,6 +300,8 @@ func TestErrorStatuses(t *testing.T) {
 		{"401 is not retried", []reply{{status: 401, body: errBody}}, 1, false, "401 Unauthorized"},
 		{"429 then success", []reply{{status: 429, body: `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`, header: map[string]string{"Retry-After": "0"}}, say("ok")}, 2, true, "429 Too Many Requests"},
 		{"429 with a long Retry-After fails at once", []reply{{status: 429, body: `{}`, header: map[string]string{"Retry-After": "60"}}, say("ok")}, 1, false, "429"},
+		{"429 with a Retry-After past time.Duration fails at once", []reply{{status: 429, body: `{}`, header: map[string]string{"Retry-After": "1e300"}}, say("ok")}, 1, false, "429"},
+		{"429 with an infinite Retry-After fails at once", []reply{{status: 429, body: `{}`, header: map[string]string{"Retry-After": "Inf"}}, say("ok")}, 1, false, "429"},
 		{"429 with a long retry-after-ms fails at once", []reply{{status: 429, body: `{}`, header: map[string]string{"retry-after-ms": "20000"}}, say("ok")}, 1, false, "429"},
 		{"503 with a short retry-after-ms", []reply{{status: 503, body: `{}`, header: map[string]string{"retry-after-ms": "5", "Retry-After": "60"}}, say("ok")}, 2, true, "503"},
 		{"500 then success", []reply{{status: 500, body: `{"error":{"message":"boom"}}`}, say("ok")}, 2, true, "500 Internal Server Error"},

@@ -69,8 +69,9 @@ func WithAPIKey(key string) Option {
 	return func(c *config) { c.apiKey = key }
 }
 
-// WithHTTPClient sets the HTTP client of the model requests. Default: the
-// SDK's client (http.DefaultTransport with a response-header timeout).
+// WithHTTPClient sets the HTTP client of the model requests. Default: a
+// client of the agent's own, on a clone of http.DefaultTransport, whose
+// idle connections [Agent.Close] closes.
 // Abort relies on the request's context, so any client works. hc must not
 // be nil; WithHTTPClient panics otherwise.
 func WithHTTPClient(hc *http.Client) Option {
