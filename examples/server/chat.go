@@ -32,7 +32,7 @@ func mountChatPage(r *mux.Router, st store.Store, cfg operator.Config, demo bool
 	}
 	page := chatpage.New(st, configAgent(st, cfg), opts...)
 	for _, rt := range page.Routes() {
-		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+		r.Handle(rt.Pattern, rt.Handler).Methods(methods(rt.Method)...)
 	}
 	return mountDemoHost(r, demo)
 }

@@ -71,8 +71,8 @@ func mountDemoHost(r *mux.Router, enabled bool) error {
 			d.hasCountry = d.hasCountry || at.Name == "country"
 		}
 	}
-	r.Handle("/", http.HandlerFunc(d.serve)).Methods(http.MethodGet)
-	r.PathPrefix("/demo/").Handler(http.StripPrefix("/demo/", demoStatic(http.FileServerFS(static)))).Methods(http.MethodGet)
+	r.Handle("/", http.HandlerFunc(d.serve)).Methods(methods(http.MethodGet)...)
+	r.PathPrefix("/demo/").Handler(http.StripPrefix("/demo/", demoStatic(http.FileServerFS(static)))).Methods(methods(http.MethodGet)...)
 	return nil
 }
 

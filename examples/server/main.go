@@ -22,6 +22,7 @@
 //	-metrics      EMBED_METRICS      serve Prometheus metrics at GET /metrics (false)
 //	-agent        EMBED_AGENT        chat agent: demo, or llm (demo)
 //	-llm-model    EMBED_LLM_MODEL    model name for -agent llm (none)
+//	-data-row-limit EMBED_DATA_ROW_LIMIT rows one data query returns at most (100000)
 //
 // With -agent llm a language model answers through the demo data set's
 // tools; its OpenAI-compatible endpoint is OPENAI_BASE_URL and its key
@@ -126,6 +127,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	if fs.NArg() > 0 { // "-dev true" ends the flags at "true": the ones after it would be ignored
+		return o, fmt.Errorf("unexpected argument %q: the server takes flags only (a boolean flag is -name=false, not -name false)", fs.Arg(0))
+	}
 	if o.agentDelay < 0 {
 		return o, fmt.Errorf("-agent-delay (EMBED_AGENT_DELAY) must not be negative, got %v", o.agentDelay)
 	}
@@ -229,16 +233,16 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	})
 	r.Use(middleware.EncodedPathValues(mux.Vars))
 	for _, rt := range embed.Routes() {
-		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+		r.Handle(rt.Pattern, rt.Handler).Methods(methods(rt.Method)...)
 	}
 	for _, rt := range chat.Routes() {
-		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+		r.Handle(rt.Pattern, rt.Handler).Methods(methods(rt.Method)...)
 	}
 	metrics.mount(r)
 	pages := &embedPages{st: st}
 	session := middleware.Session(st)
-	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(http.MethodGet)
-	r.Handle("/embed/profile", session(http.HandlerFunc(pages.profile))).Methods(http.MethodGet)
+	r.Handle("/embed/whoami", session(http.HandlerFunc(pages.whoami))).Methods(methods(http.MethodGet)...)
+	r.Handle("/embed/profile", session(http.HandlerFunc(pages.profile))).Methods(methods(http.MethodGet)...)
 	if err := mountChatPage(r, st, cfg, o.config == "", o.vegaDir, log); err != nil {
 		return fmt.Errorf("chat page: %w", err)
 	}
@@ -335,6 +339,16 @@ func isPostgres(db string) bool {
 
 // allowedMethods lists the methods that router serves at req's path, for
 // the Allow header of a 405.
+// methods returns the methods a route of method m answers: HEAD wherever
+// GET (RFC 9110; http.ServeMux's "GET" patterns do so too, gorilla/mux's
+// Methods does not).
+func methods(m string) []string {
+	if m == http.MethodGet {
+		return []string{http.MethodGet, http.MethodHead}
+	}
+	return []string{m}
+}
+
 func allowedMethods(router *mux.Router, req *http.Request) []string {
 	var allowed []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {

@@ -398,3 +398,29 @@ func TestDemoHostOnlyWithDemoAccount(t *testing.T) {
 		t.Errorf("-config, /: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestFlagsRefusePositionalArgument: a stray argument ("-dev true" for
+// "-dev=true") would end the flags there and the ones after it would be
+// ignored: it is refused.
+func TestFlagsRefusePositionalArgument(t *testing.T) {
+	o, err := parseFlags([]string{"-dev", "true", "-db", ":memory:", "-addr", "127.0.0.1:18999"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `unexpected argument "true"`) {
+		t.Fatalf("parseFlags with a positional argument: %v (addr %q, db %q), want an error naming it", err, o.addr, o.db)
+	}
+}
+
+// TestHeadWhereGet: every page answers HEAD as it answers GET (RFC 9110).
+func TestHeadWhereGet(t *testing.T) {
+	s := startServer(t, "-db", ":memory:")
+	for p, want := range map[string]int{"/embed/chat": 200, "/embed/chat/chart": 200, "/": 200, "/healthz": 200, "/embed/whoami": 401} {
+		req, _ := http.NewRequest(http.MethodHead, s.base+p, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("HEAD %s: %d (Allow %q), want %d as for GET", p, res.StatusCode, res.Header.Get("Allow"), want)
+		}
+	}
+}
