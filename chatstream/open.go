@@ -47,15 +47,18 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 	// reserve reserves the turn for userID; rd reads the thread when the
 	// cluster refuses (the opening's transaction, when it runs in one: a
 	// read beside it would need a second connection while it holds locks).
+	tl := TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}
 	reserve := func(rd store.Tx, userID int64) (err error) {
-		if t != nil {
-			if t.userID == userID {
-				return nil // the opening's transaction runs again
+		switch {
+		case t == nil:
+			t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes, tl)
+		case t.userID == userID:
+			return nil // the opening's transaction runs again
+		default: // again, and the new user has another id (PostgreSQL does not roll sequences back)
+			if err = h.turns.rebind(ctx, t, userID, tl); err != nil {
+				t = nil // dropped
 			}
-			h.turns.release(ctx, t)
 		}
-		t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes,
-			TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)})
 		if (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil {
 			err = otherAgentsThread(ctx, rd, c, chatID, err)
 		}

@@ -141,21 +141,30 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, exter
 	t := &turn{reg: r, key: key, userID: userID, externalID: externalID, agentID: agentID, maxSize: maxSize, done: make(chan struct{})}
 	r.addLocked(t)
 	r.mu.Unlock()
-	if r.cluster == nil {
-		return t, nil
+	if err := r.claim(ctx, t, lim, user, account); err != nil {
+		return nil, err
 	}
+	return t, nil
+}
 
+// claim claims t's thread in the cluster, if any, for t's user; lingering
+// are this process's turns of the user and account that the cluster does
+// not count. A refused claim drops t.
+func (r *registry) claim(ctx context.Context, t *turn, lim TurnLimits, lingerUser, lingerAccount int) error {
+	if r.cluster == nil {
+		return nil
+	}
 	// The cluster counts the live claims; the lingering agents of this
 	// process take their share of the limits.
 	clim := lim
 	if clim.User > 0 {
-		clim.User -= user
+		clim.User -= lingerUser
 	}
 	if clim.Account > 0 {
-		clim.Account -= account
+		clim.Account -= lingerAccount
 	}
 	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: key.accountID, ChatID: key.chatID}, userID, clim)
+	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: t.key.accountID, ChatID: t.key.chatID}, t.userID, clim)
 	cancel()
 	if err != nil {
 		r.drop(t)
@@ -164,20 +173,43 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, exter
 			if !e.PerUser {
 				e.Max = lim.Account
 			}
-			return nil, turnLimitError(e)
+			return turnLimitError(e)
 		}
 		if e, ok := errors.AsType[*TurnElsewhereError](err); ok {
-			if e.UserID != userID {
-				return nil, errNotOwner
+			if e.UserID != t.userID {
+				return errNotOwner
 			}
-			return nil, errTurnRunning
+			return errTurnRunning
 		}
-		return nil, clusterUnavailable(err)
+		return clusterUnavailable(err)
 	}
 	r.mu.Lock()
 	t.claim = claim
 	r.mu.Unlock()
-	return t, nil
+	return nil
+}
+
+// rebind gives t, reserved and not started, to userID: the opening's
+// transaction ran again and created its user under another id. t stays
+// reserved, so an abort that marked it still aborts it as it starts; the
+// cluster's claim is made again for userID (a refused one drops t).
+func (r *registry) rebind(ctx context.Context, t *turn, userID int64, lim TurnLimits) error {
+	r.mu.Lock()
+	decr(r.perUser, t.userID)
+	t.userID = userID
+	r.perUser[userID]++
+	old := t.claim
+	t.claim = nil
+	lingerUser, lingerAccount := r.lingerUser[userID], r.lingerAccount[t.key.accountID]
+	r.mu.Unlock()
+	if old != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseQuick)
+		if err := old.Release(rctx, nil); err != nil {
+			r.logReleaseFailure(rctx, t, err)
+		}
+		cancel()
+	}
+	return r.claim(ctx, t, lim, lingerUser, lingerAccount)
 }
 
 // count returns how many turns are reserved or running.
