@@ -264,6 +264,7 @@ func TestSession(t *testing.T) {
 	if strings.Contains(setCookie, "Secure") {
 		t.Errorf("Set-Cookie = %q: Secure without TLS", setCookie)
 	}
+	cookie := (&http.Response{Header: got.header}).Cookies()[0].Value // the token, tagged with sid-1
 
 	req := func(target, bearer, cookie string) *http.Request {
 		r := httptest.NewRequest("GET", target, nil)
@@ -285,7 +286,8 @@ func TestSession(t *testing.T) {
 		{"bearer token works", req("/", tok, ""), 200, false},
 		{"cookie works", req("/", "", tok), 200, false},
 		{"bad bearer is 401 even with a good cookie", req("/", "nope", tok), 401, false},
-		{"cookie wins over sessionId", req("/?sessionId=unknown", "", tok), 200, false},
+		{"the cookie serves a reload of the sessionId it was set for", req("/embed?sessionId=sid-1", "", cookie), 200, false},
+		{"a new sessionId that fails is 401, whatever the cookie", req("/?sessionId=unknown", "", cookie), 401, false},
 		{"bad cookie falls through to sessionId", req("/?sessionId=unknown", "", "nope"), 401, false},
 		{"bad cookie alone is 401", req("/", "", "nope"), 401, false},
 		{"nothing is 401", req("/", "", ""), 401, false},
@@ -364,16 +366,17 @@ func TestSession(t *testing.T) {
 		if !strings.Contains(got.header.Get("Set-Cookie"), "HttpOnly") {
 			t.Errorf("no cookie set before redirect")
 		}
-		// A valid cookie wins over a sessionId, which is left unused; the
-		// redirect drops it from the address bar all the same.
+		// A sessionId other than the one the cookie was set for (a page
+		// opened for a new session, maybe of another user) is exchanged:
+		// the cookie does not serve it.
 		f.addSession("sid-5", now.Add(time.Minute))
-		got = serve(h, req("/embed/x?sessionId=sid-5", "", tok))
-		if got.status != http.StatusSeeOther || got.header.Get("Location") != "/embed/x" || got.header.Get("Set-Cookie") != "" {
-			t.Errorf("cookie with a sessionId: %d Location %q Set-Cookie %q, want a 303 to /embed/x and no new cookie",
+		got = serve(h, req("/embed/x?sessionId=sid-5", "", cookie))
+		if got.status != http.StatusSeeOther || got.header.Get("Location") != "/embed/x" || got.header.Get("Set-Cookie") == "" {
+			t.Errorf("cookie with a new sessionId: %d Location %q Set-Cookie %q, want a 303 to /embed/x with the new session's cookie",
 				got.status, got.header.Get("Location"), got.header.Get("Set-Cookie"))
 		}
-		if got := serve(h, req("/embed/x?sessionId=sid-5", "", "")); got.status != http.StatusSeeOther || got.header.Get("Set-Cookie") == "" {
-			t.Errorf("the sessionId left unused by the cookie: %d, want exchanged", got.status)
+		if got := serve(h, req("/embed/x?sessionId=sid-5", "", "")); got.status != http.StatusUnauthorized {
+			t.Errorf("sid-5 again without its cookie: %d, want 401 (used)", got.status)
 		}
 	})
 }

@@ -2,6 +2,9 @@ package middleware
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
@@ -46,13 +49,16 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 //
 //  1. Authorization: Bearer <token>; an invalid one is 401 whatever else
 //     the request carries;
-//  2. its own cookie holding a valid token; a ?sessionId= sent with it is
-//     left unused (an invalid cookie is cleared and the request goes on to
-//     the next step);
+//  2. its own cookie holding a valid token, unless the request carries a
+//     ?sessionId= other than the one the cookie was set for (a reload
+//     carries the same one, which is used up: the cookie serves it). An
+//     invalid cookie is cleared and the request goes on to the next step;
 //  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
 //     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
 //     configurable), and sets [EmbedSession].Token so that the page can hand
-//     the token to its scripts.
+//     the token to its scripts. A new ?sessionId= that fails is 401 and
+//     clears the cookie: a page opened for a new session never falls back
+//     to an earlier one, which may be another user's.
 //
 // It puts the [EmbedSession] (the grant and its user) in the request
 // context. Anything else is 401.
@@ -75,8 +81,10 @@ func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Han
 				next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 				return
 			}
-			if c, err := r.Cookie(o.cookieName); err == nil && c.Value != "" {
-				es, err := resolveToken(ctx, st, c.Value, now)
+			sid := r.URL.Query().Get(SessionIDParam)
+			if c, err := r.Cookie(o.cookieName); err == nil && c.Value != "" && !newSession(c.Value, sid) {
+				tok, _, _ := strings.Cut(c.Value, ".")
+				es, err := resolveToken(ctx, st, tok, now)
 				if err == nil {
 					if o.redirectWithoutSessionID(w, r) {
 						return // the unused sessionId leaves the address bar too
@@ -89,22 +97,24 @@ func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Han
 					return
 				}
 				http.SetCookie(w, o.cookie(r, "", time.Time{}))
-				if r.URL.Query().Get(SessionIDParam) == "" {
+				if sid == "" {
 					wire.WriteError(w, r, o.log, err)
 					return
 				}
 			}
-			sid := r.URL.Query().Get(SessionIDParam)
 			if sid == "" {
 				wire.WriteError(w, r, o.log, errNoSession)
 				return
 			}
 			tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
 			if err != nil {
+				if _, cerr := r.Cookie(o.cookieName); cerr == nil {
+					http.SetCookie(w, o.cookie(r, "", time.Time{})) // an earlier session's, maybe another user's
+				}
 				wire.WriteError(w, r, o.log, err)
 				return
 			}
-			o.serveExchanged(w, r, next, st, tok.Reveal(), sess, now)
+			o.serveExchanged(w, r, next, st, tok.Reveal()+"."+sessionTag(sid), tok.Reveal(), sess, now)
 		})
 	}
 }
@@ -131,9 +141,9 @@ func (o *options) redirectWithoutSessionID(w http.ResponseWriter, r *http.Reques
 // goes first, also on an error: the sessionId is used up, and a reload
 // after a failed read of the user (the database away) signs in with the
 // cookie instead.
-func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next http.Handler, st SessionStore, tok string, sess store.Session, now time.Time) {
+func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next http.Handler, st SessionStore, cookie, tok string, sess store.Session, now time.Time) {
 	ctx := r.Context()
-	http.SetCookie(w, o.cookie(r, tok, sess.ExpiresAt))
+	http.SetCookie(w, o.cookie(r, cookie, sess.ExpiresAt))
 	u, err := st.UserByID(ctx, sess.UserID, now)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -148,6 +158,24 @@ func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next ht
 	w.Header().Set("Cache-Control", "no-store")
 	es := EmbedSession{Session: sess, User: u, Token: tok}
 	next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
+}
+
+// The cookie holds the token and, after a dot, a tag of the sessionId it
+// was exchanged for, so that a request carrying another sessionId is
+// served by that one, not by the cookie.
+
+// sessionTag is the tag of sessionId sid: a prefix of its hash (the id is
+// used up once the cookie exists).
+func sessionTag(sid string) string {
+	h := sha256.Sum256([]byte(sid))
+	return base64.RawURLEncoding.EncodeToString(h[:12])
+}
+
+// newSession reports whether sid is a sessionId other than the one the
+// cookie value was exchanged for.
+func newSession(cookie, sid string) bool {
+	_, tag, _ := strings.Cut(cookie, ".")
+	return sid != "" && subtle.ConstantTimeCompare([]byte(tag), []byte(sessionTag(sid))) != 1
 }
 
 // cookie returns the token cookie; an empty value deletes it.

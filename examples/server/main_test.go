@@ -424,3 +424,49 @@ func TestHeadWhereGet(t *testing.T) {
 		}
 	}
 }
+
+// TestNewSessionIDBeatsEarlierCookie: a page opened with a new sessionId
+// shows that session's user, and one whose new sessionId fails shows the
+// failure: never the user of the cookie an earlier session left in the
+// browser, and a reload of the same URL keeps working.
+func TestNewSessionIDBeatsEarlierCookie(t *testing.T) {
+	s := startServer(t, "-db", ":memory:")
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	mint := func(ext, name string) string {
+		t.Helper()
+		res, body := do(t, http.DefaultClient, http.MethodPost, s.base+"/api/v1/embed/generate-session", "sk-acme-admin",
+			map[string]any{"deploymentId": 1, "externalId": ext, "userProfile": map[string]any{"displayName": name},
+				"userAttributes": []any{map[string]any{"name": "country", "value": name + "-land"}}})
+		if res.StatusCode != 200 {
+			t.Fatalf("generate-session: %d %s", res.StatusCode, body)
+		}
+		var out struct{ SessionID string }
+		_ = json.Unmarshal(body, &out)
+		return out.SessionID
+	}
+	whoami := func(sid string) (int, string) {
+		t.Helper()
+		res, body := do(t, browser, http.MethodGet, s.base+"/embed/whoami?sessionId="+sid, "", nil)
+		return res.StatusCode, string(body)
+	}
+	kim := mint("kim", "Kim")
+	if st, b := whoami(kim); st != 200 || !strings.Contains(b, `"externalId":"kim"`) {
+		t.Fatalf("kim: %d %s", st, b)
+	}
+	if st, b := whoami(kim); st != 200 || !strings.Contains(b, `"externalId":"kim"`) {
+		t.Errorf("a reload of kim's URL (its sessionId used): %d %s, want kim by the cookie", st, b)
+	}
+	// The host now signs in another user in the same browser.
+	if st, b := whoami(mint("ana", "Ana")); !strings.Contains(b, `"externalId":"ana"`) {
+		t.Errorf("page opened with ana's new sessionId: %d %s", st, b)
+	}
+	// A new sessionId that fails (unknown here).
+	if st, b := whoami("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"); st != http.StatusUnauthorized {
+		t.Errorf("page opened with a failing new sessionId: %d %s, want 401", st, b)
+	}
+	// The failure cleared the cookie: ana is not shown without a session.
+	if res, b := do(t, browser, http.MethodGet, s.base+"/embed/whoami", "", nil); res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("after a failed new sessionId, the page alone: %d %s, want 401", res.StatusCode, b)
+	}
+}
