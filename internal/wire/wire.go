@@ -171,6 +171,17 @@ func Unmarshal(body []byte, v any) error {
 	return nil
 }
 
+// DuplicateField reports the first key that an object of doc, a JSON
+// document that decodes into v, holds twice (in any letter case where it
+// names a field of v's struct), as a path such as accounts[0].apiKeys.
+func DuplicateField(doc []byte, v any) (string, bool) {
+	path, ok := duplicateKey(doc, reflect.TypeOf(v))
+	if !ok {
+		return "", false
+	}
+	return shortPath(path), true
+}
+
 func isInteger(k reflect.Kind) bool {
 	switch k {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
 )
 
@@ -159,9 +160,10 @@ func LoadConfig(path string) (Config, error) {
 
 // DecodeConfig reads a Config from JSON, strictly, and checks it with
 // [Config.Validate]: an unknown field, a value of the wrong JSON type,
-// malformed JSON and anything after the document (other than white space)
-// are errors that name the field or the line, so that a typo does not
-// silently fall back to a default. No error quotes a value of the
+// malformed JSON, anything after the document (other than white space), a
+// document that is not an object and a key given twice in one object are
+// errors that name the field or the line, so that a typo does not silently
+// fall back to a default. No error quotes a value of the
 // document (it may hold API keys).
 func DecodeConfig(r io.Reader) (Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfig+1))
@@ -171,6 +173,9 @@ func DecodeConfig(r io.Reader) (Config, error) {
 	if len(data) > maxConfig {
 		return Config{}, fmt.Errorf("operator: config: larger than %d bytes", maxConfig)
 	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
+		return Config{}, errors.New("operator: config: the document must be a JSON object")
+	}
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -179,6 +184,10 @@ func DecodeConfig(r io.Reader) (Config, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Config{}, fmt.Errorf("operator: config: content after the JSON document (line %d)", line(data, dec.InputOffset()))
+	}
+	if field, ok := wire.DuplicateField(data, &c); ok {
+		// The last one would win silently: a second "apiKeys" drops the first's keys.
+		return Config{}, fmt.Errorf("operator: config: field %s appears more than once (keys differing only in case count as one)", field)
 	}
 	return c, c.Validate()
 }

@@ -196,6 +196,10 @@ func TestDecodeConfigStrict(t *testing.T) {
 		{"malformed", "{\"accounts\":[\n\n{\"name\":\"sk-secret\",}]}", `malformed JSON at line 3`},
 		{"empty", ``, `empty or cut short`},
 		{"cut short", `{"accounts":[`, `empty or cut short`},
+		{"a key given twice", `{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret"}],"apiKeys":[]}]}`, `field accounts[0].apiKeys appears more than once`},
+		{"a key given twice in another case", `{"accounts":[],"Accounts":[]}`, `appears more than once`},
+		{"null", `null`, `must be a JSON object`},
+		{"an array", `[]`, `must be a JSON object`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := operator.DecodeConfig(strings.NewReader(c.json))
