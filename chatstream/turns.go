@@ -195,6 +195,11 @@ func (r *registry) claim(ctx context.Context, t *turn, lim TurnLimits, lingerUse
 // cluster's claim is made again for userID (a refused one drops t).
 func (r *registry) rebind(ctx context.Context, t *turn, userID int64, lim TurnLimits) error {
 	r.mu.Lock()
+	if r.cluster == nil && lim.User > 0 && r.lingerUser[userID]+r.perUser[userID] >= lim.User {
+		r.mu.Unlock()
+		r.drop(t) // the user the transaction found has its turns already
+		return turnLimitError(&TurnLimitError{PerUser: true, Max: lim.User})
+	}
 	decr(r.perUser, t.userID)
 	t.userID = userID
 	r.perUser[userID]++

@@ -161,12 +161,15 @@ func TestSessionMiddleware(t *testing.T) {
 				cookie = c
 			}
 		}
-		if cookie == nil || cookie.Value != tok || !cookie.HttpOnly || cookie.SameSite != http.SameSiteLaxMode || cookie.Secure || cookie.Path != "/" {
+		// The token, and a tag of the sessionId it was exchanged for.
+		if cookie == nil || !strings.HasPrefix(cookie.Value, tok+".") || !cookie.HttpOnly || cookie.SameSite != http.SameSiteLaxMode || cookie.Secure || cookie.Path != "/" {
 			t.Fatalf("cookie = %+v", cookie)
 		}
+		jar := cookie.Value
 		other := s.Token(t, s.GenerateSession(t, body("mw-other", nil)))
 		fresh := s.GenerateSession(t, body("mw-fresh", nil))
 		fresh2 := s.GenerateSession(t, body("mw-fresh2", nil))
+		fresh3 := s.GenerateSession(t, body("mw-fresh3", nil))
 
 		cases := []struct {
 			name                string
@@ -175,13 +178,14 @@ func TestSessionMiddleware(t *testing.T) {
 			user                string
 			token               bool
 		}{
-			{name: "cookie alone", cookie: tok, status: 200, user: "mw"},
+			{name: "cookie alone", cookie: jar, status: 200, user: "mw"},
 			{name: "bearer alone", bearer: tok, status: 200, user: "mw"},
-			{name: "bearer wins over cookie", bearer: other, cookie: tok, status: 200, user: "mw-other"},
-			{name: "invalid bearer is 401 even with a valid cookie", bearer: "bad", cookie: tok, status: 401},
-			{name: "valid cookie wins over a fresh sessionId", cookie: tok, sid: fresh, status: 200, user: "mw"},
-			{name: "the sessionId the cookie won over is still unused", sid: fresh, status: 200, user: "mw-fresh", token: true},
-			{name: "valid cookie with a used sessionId", cookie: tok, sid: sid, status: 200, user: "mw"},
+			{name: "bearer wins over cookie", bearer: other, cookie: jar, status: 200, user: "mw-other"},
+			{name: "invalid bearer is 401 even with a valid cookie", bearer: "bad", cookie: jar, status: 401},
+			{name: "a reload: the cookie serves the used sessionId it was set for", cookie: jar, sid: sid, status: 200, user: "mw"},
+			{name: "a new sessionId is exchanged, not served by another user's cookie", cookie: jar, sid: fresh, status: 200, user: "mw-fresh", token: true},
+			{name: "a new sessionId that fails is 401 whatever the cookie", cookie: jar, sid: "nope", status: 401},
+			{name: "a cookie of the previous release (the bare token) serves a sessionId sent along", cookie: tok, sid: fresh3, status: 200, user: "mw"},
 			{name: "invalid cookie with a fresh sessionId", cookie: "bad", sid: fresh2, status: 200, user: "mw-fresh2", token: true},
 			{name: "invalid cookie alone is 401", cookie: "bad", status: 401},
 			{name: "used sessionId is 401", sid: sid, status: 401},

@@ -444,3 +444,69 @@ func TestEncodedPathValues(t *testing.T) {
 		t.Errorf("PathValues = %q, want %q", got, "a/b%|..|")
 	}
 }
+
+func tabReq(target, cookie string) *http.Request {
+	r := httptest.NewRequest("GET", target, nil)
+	if cookie != "" {
+		r.AddCookie(&http.Cookie{Name: middleware.DefaultCookieName, Value: cookie})
+	}
+	return r
+}
+
+func cookieOf(t *testing.T, h http.Header) string {
+	t.Helper()
+	cs := (&http.Response{Header: h}).Cookies()
+	if len(cs) == 0 {
+		t.Fatal("no Set-Cookie")
+	}
+	return cs[len(cs)-1].Value
+}
+
+// TestSessionReloadOfEarlierTab: two tabs of one user, each opened with
+// its own sessionId (a user holds several sessions at once): the reload
+// of either is served by the cookie, which keeps the tags of both.
+func TestSessionReloadOfEarlierTab(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := newFake()
+	h := middleware.Session(f, middleware.WithClock(func() time.Time { return now }))(http.HandlerFunc(echo))
+	f.addSession("sid-A", now.Add(5*time.Minute))
+	f.addSession("sid-B", now.Add(5*time.Minute))
+
+	a := serve(h, tabReq("/embed?sessionId=sid-A", ""))
+	jar := cookieOf(t, a.header)
+	b := serve(h, tabReq("/embed?sessionId=sid-B", jar))
+	if b.status != 200 {
+		t.Fatalf("tab B: %d %s", b.status, b.raw)
+	}
+	jar = cookieOf(t, b.header)
+
+	// Reload tab A: same user, same browser, its URL still carries sid-A.
+	ra := serve(h, tabReq("/embed?sessionId=sid-A", jar))
+	if ra.status != 200 {
+		t.Errorf("reload of tab A: %d %s (Set-Cookie %q)", ra.status, ra.raw, ra.header.Get("Set-Cookie"))
+	}
+	if cs := (&http.Response{Header: ra.header}).Cookies(); len(cs) > 0 && cs[len(cs)-1].MaxAge < 0 {
+		jar = ""
+	}
+	// Then reload tab B.
+	rb := serve(h, tabReq("/embed?sessionId=sid-B", jar))
+	if rb.status != 200 {
+		t.Errorf("reload of tab B after reloading tab A: %d %s", rb.status, rb.raw)
+	}
+}
+
+// TestSessionLegacyCookieReload: a cookie set by the previous release
+// holds the bare token (no tag): it serves a reload as it did.
+func TestSessionLegacyCookieReload(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := newFake()
+	h := middleware.Session(f, middleware.WithClock(func() time.Time { return now }))(http.HandlerFunc(echo))
+	f.addSession("sid-1", now.Add(5*time.Minute))
+	got := serve(h, tabReq("/embed?sessionId=sid-1", ""))
+	tok, _ := got.body["token"].(string)
+	// the previous release's cookie: the token alone
+	r := serve(h, tabReq("/embed?sessionId=sid-1", tok))
+	if r.status != 200 {
+		t.Errorf("reload with a previous release's cookie: %d %s (Set-Cookie %q)", r.status, r.raw, r.header.Get("Set-Cookie"))
+	}
+}

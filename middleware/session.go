@@ -50,15 +50,17 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 //  1. Authorization: Bearer <token>; an invalid one is 401 whatever else
 //     the request carries;
 //  2. its own cookie holding a valid token, unless the request carries a
-//     ?sessionId= other than the one the cookie was set for (a reload
-//     carries the same one, which is used up: the cookie serves it). An
-//     invalid cookie is cleared and the request goes on to the next step;
+//     ?sessionId= other than those the cookie was set for (the tabs of its
+//     user this browser opened: a reload carries the same one, which is
+//     used up, and the cookie serves it). An invalid cookie is cleared and
+//     the request goes on to the next step;
 //  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
 //     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
 //     configurable), and sets [EmbedSession].Token so that the page can hand
-//     the token to its scripts. A new ?sessionId= that fails is 401 and
-//     clears the cookie: a page opened for a new session never falls back
-//     to an earlier one, which may be another user's.
+//     the token to its scripts. A new ?sessionId= that fails is 401: a
+//     page opened for a new session never falls back to an earlier one,
+//     which may be another user's (the cookie stays for the tabs it
+//     serves).
 //
 // It puts the [EmbedSession] (the grant and its user) in the request
 // context. Anything else is 401.
@@ -108,13 +110,12 @@ func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Han
 			}
 			tok, sess, err := authn.Exchange(ctx, st, sid, o.tokenTTL, now)
 			if err != nil {
-				if _, cerr := r.Cookie(o.cookieName); cerr == nil {
-					http.SetCookie(w, o.cookie(r, "", time.Time{})) // an earlier session's, maybe another user's
-				}
+				// Not the cookie's session, whoever's it is: the failure
+				// shows. The cookie stays for the tabs it serves.
 				wire.WriteError(w, r, o.log, err)
 				return
 			}
-			o.serveExchanged(w, r, next, st, tok.Reveal()+"."+sessionTag(sid), tok.Reveal(), sess, now)
+			o.serveExchanged(w, r, next, st, o.cookieValue(r, st, tok.Reveal(), sid, sess, now), tok.Reveal(), sess, now)
 		})
 	}
 }
@@ -160,22 +161,64 @@ func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next ht
 	next.ServeHTTP(w, r.WithContext(WithEmbedSession(ctx, es)))
 }
 
-// The cookie holds the token and, after a dot, a tag of the sessionId it
-// was exchanged for, so that a request carrying another sessionId is
-// served by that one, not by the cookie.
+// The cookie holds the token and, after dots, tags of the sessionIds of
+// its user that this browser exchanged (the tabs it opened), newest first,
+// so that a request carrying another sessionId is served by that one, not
+// by the cookie, while the reload of any of those tabs is served by it.
+
+// maxSessionTags bounds the tags a cookie keeps: tabs opened earlier than
+// the last few answer their reload with 401 (their sessionId is used).
+const maxSessionTags = 8
 
 // sessionTag is the tag of sessionId sid: a prefix of its hash (the id is
-// used up once the cookie exists).
+// used up once the cookie holds it).
 func sessionTag(sid string) string {
 	h := sha256.Sum256([]byte(sid))
 	return base64.RawURLEncoding.EncodeToString(h[:12])
 }
 
-// newSession reports whether sid is a sessionId other than the one the
-// cookie value was exchanged for.
+// newSession reports whether sid is a sessionId of none of the tabs the
+// cookie value serves. A cookie without tags (set by an earlier release)
+// serves any.
 func newSession(cookie, sid string) bool {
-	_, tag, _ := strings.Cut(cookie, ".")
-	return sid != "" && subtle.ConstantTimeCompare([]byte(tag), []byte(sessionTag(sid))) != 1
+	_, tags, ok := strings.Cut(cookie, ".")
+	if sid == "" || !ok {
+		return false
+	}
+	want := []byte(sessionTag(sid))
+	for tag := range strings.SplitSeq(tags, ".") {
+		if subtle.ConstantTimeCompare([]byte(tag), want) == 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// cookieValue is the cookie of token tok, exchanged for sid: with the
+// tags of the cookie it replaces when that one is of the same user (a new
+// tab), so that the earlier tabs' reloads are served too.
+func (o *options) cookieValue(r *http.Request, st SessionStore, tok, sid string, sess store.Session, now time.Time) string {
+	v := tok + "." + sessionTag(sid)
+	c, err := r.Cookie(o.cookieName)
+	if err != nil {
+		return v
+	}
+	old, tags, ok := strings.Cut(c.Value, ".")
+	if !ok {
+		return v
+	}
+	if prev, err := authn.Token(r.Context(), st, old, now); err != nil || prev.UserID != sess.UserID {
+		return v // another user's, or gone
+	}
+	n := 1
+	for tag := range strings.SplitSeq(tags, ".") {
+		if n == maxSessionTags {
+			break
+		}
+		v += "." + tag
+		n++
+	}
+	return v
 }
 
 // cookie returns the token cookie; an empty value deletes it.
