@@ -495,18 +495,53 @@ func TestSessionReloadOfEarlierTab(t *testing.T) {
 	}
 }
 
-// TestSessionLegacyCookieReload: a cookie set by the previous release
-// holds the bare token (no tag): it serves a reload as it did.
-func TestSessionLegacyCookieReload(t *testing.T) {
+// TestSessionLegacyCookie: a cookie set by an earlier release holds the
+// bare token (no tags): it serves a request without a sessionId, and never
+// one with a sessionId (which it cannot tell from another user's): a
+// reload of such a tab is 401 once, until a new session sets a tagged
+// cookie.
+func TestSessionLegacyCookie(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	f := newFake()
 	h := middleware.Session(f, middleware.WithClock(func() time.Time { return now }))(http.HandlerFunc(echo))
 	f.addSession("sid-1", now.Add(5*time.Minute))
+	f.addSession("sid-2", now.Add(5*time.Minute))
 	got := serve(h, tabReq("/embed?sessionId=sid-1", ""))
 	tok, _ := got.body["token"].(string)
-	// the previous release's cookie: the token alone
-	r := serve(h, tabReq("/embed?sessionId=sid-1", tok))
-	if r.status != 200 {
-		t.Errorf("reload with a previous release's cookie: %d %s (Set-Cookie %q)", r.status, r.raw, r.header.Get("Set-Cookie"))
+	if r := serve(h, tabReq("/embed", tok)); r.status != 200 {
+		t.Errorf("a page without a sessionId and the previous release's cookie: %d %s", r.status, r.raw)
+	}
+	if r := serve(h, tabReq("/embed?sessionId=nope", tok)); r.status != 401 {
+		t.Errorf("a failing sessionId with the previous release's cookie: %d %s, want 401", r.status, r.raw)
+	}
+	if r := serve(h, tabReq("/embed?sessionId=sid-2", tok)); r.status != 200 || r.body["token"] == "" {
+		t.Errorf("a new sessionId with the previous release's cookie: %d %s, want it exchanged", r.status, r.raw)
+	}
+}
+
+// TestSessionTabOfAnotherGrant: one user, tab A opened for deployment 1,
+// tab B for deployment 2 in creator mode of embed tenant 5: the cookie
+// keeps only tab B's tag, so the reload of tab A is not served with tab
+// B's grant (it is 401: its sessionId is used).
+func TestSessionTabOfAnotherGrant(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	f := newFake()
+	grant := func(w http.ResponseWriter, r *http.Request) {
+		es, _ := middleware.EmbedSessionFromContext(r.Context())
+		_ = json.NewEncoder(w).Encode(map[string]any{"deployment": es.Session.DeploymentID, "creator": es.Session.CreatorMode, "tenant": es.Session.EmbedTenantID})
+	}
+	h := middleware.Session(f, middleware.WithClock(func() time.Time { return now }))(http.HandlerFunc(grant))
+	f.sessions[string(secret.Hash("sid-A"))] = store.Session{AccountID: 1, UserID: 7, DeploymentID: 1, ExpiresAt: now.Add(5 * time.Minute)}
+	f.sessions[string(secret.Hash("sid-B"))] = store.Session{AccountID: 1, UserID: 7, DeploymentID: 2, CreatorMode: true, EmbedTenantID: 5, ExpiresAt: now.Add(5 * time.Minute)}
+
+	a := serve(h, tabReq("/embed?sessionId=sid-A", ""))
+	if a.body["deployment"] != float64(1) {
+		t.Fatalf("tab A: %s", a.raw)
+	}
+	b := serve(h, tabReq("/embed?sessionId=sid-B", cookieOf(t, a.header)))
+	jar := cookieOf(t, b.header)
+	ra := serve(h, tabReq("/embed?sessionId=sid-A", jar))
+	if ra.status != http.StatusUnauthorized {
+		t.Errorf("reload of tab A (sessionId for deployment 1, not creator mode) with tab B's cookie: %d %s, want 401", ra.status, ra.raw)
 	}
 }

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -51,8 +52,10 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 //     the request carries;
 //  2. its own cookie holding a valid token, unless the request carries a
 //     ?sessionId= other than those the cookie was set for (the tabs of its
-//     user this browser opened: a reload carries the same one, which is
-//     used up, and the cookie serves it). An invalid cookie is cleared and
+//     user and grant this browser opened since the cookie last changed
+//     hands: a reload carries the same one, which is used up, and the
+//     cookie serves it; a cookie of an earlier release, without tags,
+//     serves only requests without a ?sessionId=). An invalid cookie is cleared and
 //     the request goes on to the next step;
 //  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
 //     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
@@ -179,11 +182,11 @@ func sessionTag(sid string) string {
 
 // newSession reports whether sid is a sessionId of none of the tabs the
 // cookie value serves. A cookie without tags (set by an earlier release)
-// serves any.
+// serves only requests without a sessionId.
 func newSession(cookie, sid string) bool {
 	_, tags, ok := strings.Cut(cookie, ".")
 	if sid == "" || !ok {
-		return false
+		return sid != ""
 	}
 	want := []byte(sessionTag(sid))
 	for tag := range strings.SplitSeq(tags, ".") {
@@ -194,9 +197,17 @@ func newSession(cookie, sid string) bool {
 	return true
 }
 
+// sameGrant reports whether sessions a and b grant the same: user,
+// deployment, embed tenant, creator mode and minting key.
+func sameGrant(a, b store.Session) bool {
+	return a.AccountID == b.AccountID && a.UserID == b.UserID && a.DeploymentID == b.DeploymentID &&
+		a.EmbedTenantID == b.EmbedTenantID && a.CreatorMode == b.CreatorMode && bytes.Equal(a.KeyHash, b.KeyHash)
+}
+
 // cookieValue is the cookie of token tok, exchanged for sid: with the
-// tags of the cookie it replaces when that one is of the same user (a new
-// tab), so that the earlier tabs' reloads are served too.
+// tags of the cookie it replaces when that one is of the same user and
+// grant (a new tab of the same embed), so that the earlier tabs' reloads
+// are served too, by a session that grants what theirs did.
 func (o *options) cookieValue(r *http.Request, st SessionStore, tok, sid string, sess store.Session, now time.Time) string {
 	v := tok + "." + sessionTag(sid)
 	c, err := r.Cookie(o.cookieName)
@@ -207,8 +218,8 @@ func (o *options) cookieValue(r *http.Request, st SessionStore, tok, sid string,
 	if !ok {
 		return v
 	}
-	if prev, err := authn.Token(r.Context(), st, old, now); err != nil || prev.UserID != sess.UserID {
-		return v // another user's, or gone
+	if prev, err := authn.Token(r.Context(), st, old, now); err != nil || !sameGrant(prev, sess) {
+		return v // another user's or grant's, or gone
 	}
 	n := 1
 	for tag := range strings.SplitSeq(tags, ".") {
