@@ -487,35 +487,43 @@ func TestAbortDuringNewUsersOpening(t *testing.T) {
 			gs.Store = testdb.Open(t, backend)
 			return gs
 		}})
-		ss, chatID := ext("brand-new"), "new-user-chat"
 		gs.armed.Store(true)
-		res := make(chan []chatstream.Message, 1)
-		go func() {
-			msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: chatID, SessionSettings: ss})
-			res <- msgs
-		}()
-		<-gs.entered
-		aborted := make(chan error, 1)
-		go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
-		var abortErr error
-		select {
-		case abortErr = <-aborted:
-		case <-time.After(200 * time.Millisecond):
-		}
-		close(gs.release)
-		if abortErr == nil {
-			abortErr = <-aborted
-		}
-		if abortErr != nil {
-			t.Errorf("abort during the opening of a new user's first turn: %v (status %d), want 204 as for an existing user", abortErr, apiStatus(abortErr))
-		}
-		select {
-		case msgs := <-res:
-			if st := last(msgs).State; st == nil || !st.Aborted {
-				t.Errorf("the turn was not aborted: last state %+v", st)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the stream did not end")
-		}
+		abortHeldOpening(t, e, ext("brand-new"), "new-user-chat", gs.entered, gs.release)
 	})
+}
+
+// abortHeldOpening starts a turn of ss in chatID whose opening a test
+// store holds (entered once it does, until release is closed), aborts it
+// meanwhile, and checks that the abort waits for the opening, is answered
+// 204, and that the turn is aborted as it starts.
+func abortHeldOpening(t *testing.T, e *env, ss *chatstream.SessionSettings, chatID string, entered, release chan struct{}) {
+	t.Helper()
+	res := make(chan []chatstream.Message, 1)
+	go func() {
+		msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: chatID, SessionSettings: ss})
+		res <- msgs
+	}()
+	<-entered
+	aborted := make(chan error, 1)
+	go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
+	var abortErr error
+	select {
+	case abortErr = <-aborted:
+	case <-time.After(200 * time.Millisecond): // the abort waits for the opening
+	}
+	close(release)
+	if abortErr == nil {
+		abortErr = <-aborted
+	}
+	if abortErr != nil {
+		t.Fatalf("abort during the opening: %v (status %d), want 204", abortErr, apiStatus(abortErr))
+	}
+	select {
+	case msgs := <-res:
+		if st := last(msgs).State; st == nil || !st.Aborted {
+			t.Errorf("abort answered 204 during the opening, but the turn was not aborted: last state %+v", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end")
+	}
 }

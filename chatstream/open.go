@@ -28,8 +28,9 @@ import (
 // open finds the user, reserves the turn for it and opens the stream. The
 // reservation has effects outside the store (the registry, the cluster):
 // it is made before the opening's transaction, or, for a user that
-// transaction creates, in it, made again only if the transaction runs
-// again for another user id, and released when the opening fails.
+// transaction creates, in it (given to the new id in place if the
+// transaction runs again under another one), and released when the
+// opening fails.
 func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.Time) (*turn, openedTurn, error) {
 	chatID := req.ChatID
 	if chatID == "" {
@@ -39,7 +40,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		return nil, openedTurn{}, errShuttingDown // spare the store the user's reads
 	}
 	lim := h.cfg.limitsOf(c.acct)
-	u, err := h.findUser(ctx, c, req, now)
+	u, err := h.findUser(ctx, c, req, lim, now)
 	if err != nil {
 		return nil, openedTurn{}, err
 	}
@@ -141,12 +142,12 @@ func (h *Handler) readHeldUser(ctx context.Context, c caller, u *foundUser) erro
 // writes the request's values (update, unless readHeldUser finds them
 // held); or, for a user not stored yet, none (user.ID 0): the opening
 // creates it with them (update).
-func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, now time.Time) (foundUser, error) {
+func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (foundUser, error) {
 	if c.es != nil {
 		return foundUser{user: c.es.User, scope: c.es.Session.Scope()}, nil
 	}
 	p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
-	p.MaxNewEphemeralPerMinute = h.cfg.limitsOf(c.acct).NewEphemeralUsersPerMinute
+	p.MaxNewEphemeralPerMinute = lim.NewEphemeralUsersPerMinute
 	p.KnownDefinitions = h.defs.Known(c.acct.ID, p)
 	gen := h.defs.Generation()
 	run := func(tx store.Tx) (provision.Result, error) {

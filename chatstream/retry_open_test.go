@@ -57,36 +57,8 @@ func TestAbortAcrossRetriedNewUserOpening(t *testing.T) {
 			rs.Store = testdb.Open(t, backend)
 			return rs
 		}})
-		ss, chatID := ext("brand-new"), "retried-chat"
 		rs.armed.Store(true)
-		res := make(chan []chatstream.Message, 1)
-		go func() {
-			msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: chatID, SessionSettings: ss})
-			res <- msgs
-		}()
-		<-rs.entered
-		aborted := make(chan error, 1)
-		go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
-		var abortErr error
-		select {
-		case abortErr = <-aborted:
-		case <-time.After(300 * time.Millisecond): // the abort waits for the opening
-		}
-		close(rs.release)
-		if abortErr == nil {
-			abortErr = <-aborted
-		}
-		if abortErr != nil {
-			t.Fatalf("abort: %v", abortErr)
-		}
-		select {
-		case msgs := <-res:
-			if st := last(msgs).State; st == nil || !st.Aborted {
-				t.Errorf("abort answered 204 during the opening, but the turn was not aborted: last state %+v", st)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the stream did not end")
-		}
+		abortHeldOpening(t, e, ext("brand-new"), "retried-chat", rs.entered, rs.release)
 	})
 }
 

@@ -55,8 +55,8 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 //     user and grant this browser opened since the cookie last changed
 //     hands: a reload carries the same one, which is used up, and the
 //     cookie serves it; a cookie of an earlier release, without tags,
-//     serves only requests without a ?sessionId=). An invalid cookie is cleared and
-//     the request goes on to the next step;
+//     serves only requests without a ?sessionId=). An invalid cookie is
+//     cleared and the request goes on to the next step;
 //  3. ?sessionId=<id> on first use: it exchanges the single-use id for a
 //     token, sets the cookie (HttpOnly, SameSite=Lax, Secure under TLS, all
 //     configurable), and sets [EmbedSession].Token so that the page can hand
@@ -165,7 +165,8 @@ func (o *options) serveExchanged(w http.ResponseWriter, r *http.Request, next ht
 }
 
 // The cookie holds the token and, after dots, tags of the sessionIds of
-// its user that this browser exchanged (the tabs it opened), newest first,
+// its user and grant that this browser exchanged (the tabs it opened),
+// newest first,
 // so that a request carrying another sessionId is served by that one, not
 // by the cookie, while the reload of any of those tabs is served by it.
 
@@ -184,9 +185,12 @@ func sessionTag(sid string) string {
 // cookie value serves. A cookie without tags (set by an earlier release)
 // serves only requests without a sessionId.
 func newSession(cookie, sid string) bool {
+	if sid == "" {
+		return false
+	}
 	_, tags, ok := strings.Cut(cookie, ".")
-	if sid == "" || !ok {
-		return sid != ""
+	if !ok {
+		return true // no tags: an earlier release's cookie serves no sessionId
 	}
 	want := []byte(sessionTag(sid))
 	for tag := range strings.SplitSeq(tags, ".") {
