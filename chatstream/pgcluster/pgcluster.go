@@ -29,6 +29,7 @@ var ErrClosed = errors.New("pgcluster: cluster closed")
 const (
 	chanAbort = "embedkit_abort"
 	chanLines = "embedkit_lines"
+	chanWatch = "embedkit_watch" // a reader joined the turn: write its lines
 )
 
 // schema creates the tables; it runs under an advisory lock so that
@@ -47,6 +48,9 @@ var schema = []string{
 		ended_at        timestamptz,
 		PRIMARY KEY (account_id, chat_id)
 	)`,
+	// Added after the first release: the owner writes a turn's lines only
+	// once a reader on some replica joined it.
+	`ALTER TABLE embedkit_turns ADD COLUMN IF NOT EXISTS watched boolean NOT NULL DEFAULT false`,
 	// The running turns of an account, which a claim with limits counts.
 	`CREATE INDEX IF NOT EXISTS embedkit_turns_running ON embedkit_turns (account_id, user_id) WHERE ended_at IS NULL`,
 	`CREATE TABLE IF NOT EXISTS embedkit_turn_lines (
@@ -346,8 +350,8 @@ func (c *Cluster) cleanup() {
 	}
 }
 
-// pollLoop polls the abort requests of the live claims: the fallback for a
-// lost notification.
+// pollLoop polls the abort requests and readers' joins of the live claims:
+// the fallback for a lost notification.
 func (c *Cluster) pollLoop() {
 	defer c.wg.Done()
 	tick := time.NewTicker(c.cfg.pollInterval)
@@ -364,10 +368,22 @@ func (c *Cluster) pollLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		rows, err := c.pool.Query(ctx, `SELECT turn_id FROM embedkit_turns WHERE turn_id = ANY($1) AND abort_requested`, ids)
-		var aborted []string
+		rows, err := c.pool.Query(ctx, `SELECT turn_id, abort_requested FROM embedkit_turns
+			WHERE turn_id = ANY($1) AND (abort_requested OR watched)`, ids)
+		var aborted, watched []string
 		if err == nil {
-			aborted, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			var (
+				id    string
+				abort bool
+			)
+			_, err = pgx.ForEachRow(rows, []any{&id, &abort}, func() error {
+				if abort {
+					aborted = append(aborted, id)
+				} else {
+					watched = append(watched, id)
+				}
+				return nil
+			})
 		}
 		cancel()
 		if err != nil {
@@ -375,6 +391,9 @@ func (c *Cluster) pollLoop() {
 			continue
 		}
 		c.abortLocal(aborted)
+		for _, id := range watched {
+			c.watchLocal(id)
+		}
 	}
 }
 
@@ -414,7 +433,7 @@ func (c *Cluster) listenOnce() (connected bool, err error) {
 		_ = conn.Close(ctx)
 		cancel()
 	}()
-	for _, ch := range []string{chanAbort, chanLines} {
+	for _, ch := range []string{chanAbort, chanLines, chanWatch} {
 		if _, err := conn.Exec(c.ctx, "LISTEN "+ch); err != nil {
 			return false, err
 		}
@@ -457,5 +476,7 @@ func (c *Cluster) dispatch(n *pgconn.Notification) {
 		c.abortLocal([]string{n.Payload})
 	case chanLines:
 		c.wake(n.Payload)
+	case chanWatch:
+		c.watchLocal(n.Payload)
 	}
 }
