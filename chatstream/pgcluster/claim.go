@@ -304,7 +304,12 @@ func (c *Cluster) flushLoop() {
 		}
 		if c.ctx.Err() != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := c.flush(ctx); err != nil {
+			// Again while a quiet end found a reader: its lines go now.
+			more, err := c.flush(ctx)
+			for more && err == nil {
+				more, err = c.flush(ctx)
+			}
+			if err != nil {
 				c.cfg.log.LogAttrs(ctx, slog.LevelWarn, "pgcluster: last write of lines failed",
 					slog.String("replica", c.cfg.replicaID), slog.String("error", err.Error()))
 			}
@@ -321,8 +326,11 @@ func (c *Cluster) flushLoop() {
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		err := c.flush(ctx)
+		more, err := c.flush(ctx)
 		cancel()
+		if more {
+			signal(c.endSig)
+		}
 		if err == nil {
 			if backoff > 0 {
 				c.cfg.log.LogAttrs(c.ctx, slog.LevelInfo, "pgcluster: writes of lines recovered",
@@ -345,8 +353,9 @@ func (c *Cluster) flushLoop() {
 // released ones, in one transaction, then wakes their Releases. On failure
 // nothing is marked written and the releases wait for the next flush. A
 // quiet end that finds its turn watched meanwhile is not ended: it goes
-// with the next write, lines and eof row included, which follows at once.
-func (c *Cluster) flush(ctx context.Context) error {
+// with the next write, lines and eof row included, which the caller makes
+// at once when more is true.
+func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 	c.mu.Lock()
 	var ps []pending
 	for _, ct := range c.claims {
@@ -359,15 +368,14 @@ func (c *Cluster) flush(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if len(ps) == 0 {
-		return nil
+		return false, nil
 	}
 	ended, watched, err := c.writeLines(ctx, ps)
 	if err != nil {
-		return err
+		return false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	again := false
 	for _, p := range ps {
 		if !p.quiet {
 			p.ct.written = p.first + len(p.lines)
@@ -376,7 +384,7 @@ func (c *Cluster) flush(ctx context.Context) error {
 		case !p.end:
 		case watched[p.ct.id]:
 			p.ct.watched = true
-			again = true
+			more = true
 		case ended[p.ct.id]:
 			delete(c.claims, p.ct.id)
 			p.ct.finish(nil)
@@ -385,10 +393,7 @@ func (c *Cluster) flush(ctx context.Context) error {
 			p.ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
 		}
 	}
-	if again {
-		signal(c.endSig)
-	}
-	return nil
+	return more, nil
 }
 
 // writeLines inserts the lines of ps, and for those that end their eof
