@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,7 @@ type pair struct {
 type pairOpts struct {
 	clusterA, clusterB []pgcluster.Option
 	handler            []chatstream.Option
+	storeA             func(store.Store) store.Store // wraps A's store
 }
 
 // fastCluster are cluster options that keep the lease tests short.
@@ -103,8 +105,12 @@ func newPair(t testing.TB, po pairOpts) *pair {
 	p.ca = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("a")}, po.clusterA...)...)
 	p.cb = openCluster(t, dsn, append([]pgcluster.Option{pgcluster.WithReplicaID("b")}, po.clusterB...)...)
 	openStore := storeOn(dsn)
+	openA := openStore
+	if po.storeA != nil {
+		openA = func(t testing.TB, backend string) store.Store { return po.storeA(openStore(t, backend)) }
+	}
 	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
-	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openStore, cfg: withAgent8,
+	p.a = newEnv(t, tg, envOpts{agent: p.agent, store: openA, cfg: withAgent8,
 		opts: append([]chatstream.Option{chatstream.WithCluster(p.ca)}, po.handler...)})
 	p.b = newEnv(t, tg, envOpts{agent: p.agent, store: openStore, cfg: withAgent8,
 		opts: append([]chatstream.Option{chatstream.WithCluster(p.cb)}, po.handler...)})
@@ -645,5 +651,64 @@ func TestClusterNewUsersOnRunningThread(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("an unrelated request meanwhile: %v", err)
+	}
+}
+
+// TestClusterAbortDuringOpeningOnOtherReplica: an abort received by
+// replica B while the first turn of a new chat is opening on A (claimed,
+// its thread not stored yet) waits for the opening and stops the turn on
+// A; for a user that A's opening creates too. Another user's abort waits
+// too, then is 403, as for the stored chat.
+func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
+	for _, tc := range []struct {
+		name, user string
+		returning  bool
+	}{
+		{"new user", "opening-new", false},
+		{"returning user", "opening-returning", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
+			release := sync.OnceFunc(func() { close(gs.release) })
+			t.Cleanup(release) // a failed test must not hold A's opening
+			ctx := t.Context()
+			if tc.returning {
+				if _, err := collectErr(ctx, p.a.client, chatstream.Request{Input: "echo:hi", ChatID: tc.user + "-earlier", SessionSettings: ext(tc.user)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gs.armed.Store(true)
+			chatID := tc.user + "-chat"
+			res := make(chan []chatstream.Message, 1)
+			go func() {
+				msgs, _ := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "gate:never", ChatID: chatID, SessionSettings: ext(tc.user)})
+				res <- msgs
+			}()
+			<-gs.entered // A claimed the thread; its thread is not stored
+			aborted, other := make(chan error, 1), make(chan error, 1)
+			go func() { aborted <- p.b.client.Abort(ctx, acct, agentID, chatID, *ext(tc.user)) }()
+			go func() { other <- p.b.client.Abort(ctx, acct, agentID, chatID, *ext("someone-else")) }()
+			select {
+			case err := <-aborted:
+				t.Fatalf("abort on B answered during A's opening: %v", err)
+			case <-time.After(200 * time.Millisecond): // it waits for the opening
+			}
+			release()
+			if err := <-aborted; err != nil {
+				t.Fatalf("abort on B during A's opening: %v (status %d), want 204", err, apiStatus(err))
+			}
+			if err := <-other; apiStatus(err) != http.StatusForbidden {
+				t.Errorf("another user's abort on B during the opening: %v, want 403 as for the stored chat", err)
+			}
+			select {
+			case msgs := <-res:
+				if st := last(msgs).State; st == nil || !st.Aborted {
+					t.Errorf("B answered 204, but the turn on A was not aborted: last state %+v", st)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stream on A did not end")
+			}
+		})
 	}
 }

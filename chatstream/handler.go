@@ -389,8 +389,12 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	}
 	key := turnKey{c.acct.ID, req.ChatID}
 	_, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
-	if errors.Is(err, errChatGone) && h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
-		err = nil // its thread is stored as the turn opens
+	if errors.Is(err, errChatGone) {
+		if h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
+			err = nil // its thread is stored as the turn opens
+		} else if cl := h.cfg.cluster; cl != nil {
+			err = h.afterRemoteOpening(ctx, cl, c, req)
+		}
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -438,6 +442,30 @@ func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s
 		return h.turns.openingFor(key, u.ID, c.agent.ID)
 	}
 	return c.es == nil && s != nil && h.turns.openingForNew(key, s.ExternalID, c.agent.ID)
+}
+
+// afterRemoteOpening answers for an abort of a chat whose thread is not
+// stored: the first turn of a new chat may be opening on another replica,
+// which claims the thread before it stores it. When a claim of the thread
+// is live, it waits for the turn's first line (the user echo, logged once
+// the thread is stored) or its end (an opening refused), at most
+// clusterTimeout, and returns what threadOf says then; errChatGone when
+// no turn of the thread runs anywhere.
+func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, req AbortRequest) error {
+	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	rt, running, err := cl.Join(wctx, ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID})
+	switch {
+	case err != nil:
+		return clusterUnavailable(err)
+	case !running:
+		return errChatGone
+	}
+	if _, _, err := rt.Next(wctx, 0); err != nil && !errors.Is(err, ErrTurnLost) && wctx.Err() == nil {
+		return clusterUnavailable(err)
+	}
+	_, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	return err
 }
 
 // waitRemoteEnd waits until the turn of key running on another replica has

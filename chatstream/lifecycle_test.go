@@ -458,6 +458,16 @@ type txGateStore struct {
 	release chan struct{}
 }
 
+// CreateThread holds a new chat's opening that is one statement (a
+// returning user's, with nothing to write) as InTx's does.
+func (s txGateStore) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.CreateThread(ctx, th, msgs...)
+}
+
 func (s txGateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(txGateTx{tx, s}) })
 }
