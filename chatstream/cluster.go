@@ -106,10 +106,8 @@ type Cluster interface {
 	Claim(ctx context.Context, key ThreadKey, userID int64, lim TurnLimits) (ClaimedTurn, error)
 
 	// Join returns the live turn of the thread, whichever process runs it,
-	// or ok false when none runs. Joining tells the process running the
-	// turn that a reader needs its lines: it shares them from then on,
-	// the first included. The returned turn stays readable for a while
-	// after it ends, so that a stream that joined late can finish.
+	// or ok false when none runs. The returned turn stays readable for a
+	// while after it ends, so that a stream that joined late can finish.
 	Join(ctx context.Context, key ThreadKey) (turn RemoteTurn, ok bool, err error)
 
 	// Abort asks the process running the thread's turn to abort it; the
@@ -123,11 +121,9 @@ type Cluster interface {
 // methods are safe for concurrent use.
 type ClaimedTurn interface {
 	// Publish appends lines to the turn's shared log, in order. It never
-	// waits for the database: lines are kept in memory and shared with
-	// readers in batches for all of the process's turns (pgcluster writes
-	// a turn's lines only once a reader joined it with [Cluster.Join],
-	// then at most once per publish interval, and at once when the turn
-	// ends).
+	// waits for the database: lines are buffered and written in batches
+	// for all of the process's turns (pgcluster writes them once per
+	// publish interval, and at once when a turn ends).
 	// The Cluster keeps the slices; callers must not modify them. Publish
 	// after Release does nothing.
 	Publish(lines []Line)
@@ -142,8 +138,8 @@ type ClaimedTurn interface {
 	AfterAbort(f func()) (stop func() bool)
 
 	// Release publishes final (the turn's last lines, __state__ included),
-	// waits until every line a reader needs is written, marks the turn
-	// ended (its readers see done) and drops the claim, so that the thread can run its next
+	// waits until every line is written, marks the turn ended (its readers
+	// see done) and drops the claim, so that the thread can run its next
 	// turn on any replica. It retries failed writes until ctx ends: give ctx
 	// a deadline. Renewal stops whatever Release returns: on error the
 	// claim expires after the lease. It returns an error wrapping

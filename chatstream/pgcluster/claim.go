@@ -304,12 +304,7 @@ func (c *Cluster) flushLoop() {
 		}
 		if c.ctx.Err() != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			// Again while a quiet end found a reader: its lines go now.
-			more, err := c.flush(ctx)
-			for more && err == nil {
-				more, err = c.flush(ctx)
-			}
-			if err != nil {
+			if err := c.flush(ctx); err != nil {
 				c.cfg.log.LogAttrs(ctx, slog.LevelWarn, "pgcluster: last write of lines failed",
 					slog.String("replica", c.cfg.replicaID), slog.String("error", err.Error()))
 			}
@@ -326,11 +321,8 @@ func (c *Cluster) flushLoop() {
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		more, err := c.flush(ctx)
+		err := c.flush(ctx)
 		cancel()
-		if more {
-			signal(c.endSig)
-		}
 		if err == nil {
 			if backoff > 0 {
 				c.cfg.log.LogAttrs(c.ctx, slog.LevelInfo, "pgcluster: writes of lines recovered",
@@ -353,9 +345,8 @@ func (c *Cluster) flushLoop() {
 // released ones, in one transaction, then wakes their Releases. On failure
 // nothing is marked written and the releases wait for the next flush. A
 // quiet end that finds its turn watched meanwhile is not ended: it goes
-// with the next write, lines and eof row included, which the caller makes
-// at once when more is true.
-func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
+// with the next write, lines and eof row included, which follows at once.
+func (c *Cluster) flush(ctx context.Context) error {
 	c.mu.Lock()
 	var ps []pending
 	for _, ct := range c.claims {
@@ -368,14 +359,15 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 	}
 	c.mu.Unlock()
 	if len(ps) == 0 {
-		return false, nil
+		return nil
 	}
 	ended, watched, err := c.writeLines(ctx, ps)
 	if err != nil {
-		return false, err
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	again := false
 	for _, p := range ps {
 		if !p.quiet {
 			p.ct.written = p.first + len(p.lines)
@@ -384,7 +376,7 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 		case !p.end:
 		case watched[p.ct.id]:
 			p.ct.watched = true
-			more = true
+			again = true
 		case ended[p.ct.id]:
 			delete(c.claims, p.ct.id)
 			p.ct.finish(nil)
@@ -393,7 +385,10 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 			p.ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
 		}
 	}
-	return more, nil
+	if again {
+		signal(c.endSig)
+	}
+	return nil
 }
 
 // writeLines inserts the lines of ps, and for those that end their eof

@@ -46,17 +46,11 @@ var schema = []string{
 		heartbeat_at    timestamptz NOT NULL DEFAULT now(),
 		abort_requested boolean     NOT NULL DEFAULT false,
 		ended_at        timestamptz,
-		watched         boolean     NOT NULL DEFAULT false,
 		PRIMARY KEY (account_id, chat_id)
 	)`,
-	// watched came after the first release. ALTER TABLE locks the table
-	// even when the column exists, so the catalog is asked first.
-	`DO $$ BEGIN
-		IF NOT EXISTS (SELECT 1 FROM information_schema.columns
-			WHERE table_schema = current_schema() AND table_name = 'embedkit_turns' AND column_name = 'watched') THEN
-			ALTER TABLE embedkit_turns ADD COLUMN watched boolean NOT NULL DEFAULT false;
-		END IF;
-	END $$`,
+	// Added after the first release: the owner writes a turn's lines only
+	// once a reader on some replica joined it.
+	`ALTER TABLE embedkit_turns ADD COLUMN IF NOT EXISTS watched boolean NOT NULL DEFAULT false`,
 	// The running turns of an account, which a claim with limits counts.
 	`CREATE INDEX IF NOT EXISTS embedkit_turns_running ON embedkit_turns (account_id, user_id) WHERE ended_at IS NULL`,
 	`CREATE TABLE IF NOT EXISTS embedkit_turn_lines (
@@ -374,19 +368,18 @@ func (c *Cluster) pollLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		rows, err := c.pool.Query(ctx, `SELECT turn_id, abort_requested, watched FROM embedkit_turns
+		rows, err := c.pool.Query(ctx, `SELECT turn_id, abort_requested FROM embedkit_turns
 			WHERE turn_id = ANY($1) AND (abort_requested OR watched)`, ids)
 		var aborted, watched []string
 		if err == nil {
 			var (
-				id           string
-				abort, watch bool
+				id    string
+				abort bool
 			)
-			_, err = pgx.ForEachRow(rows, []any{&id, &abort, &watch}, func() error {
+			_, err = pgx.ForEachRow(rows, []any{&id, &abort}, func() error {
 				if abort {
 					aborted = append(aborted, id)
-				}
-				if watch {
+				} else {
 					watched = append(watched, id)
 				}
 				return nil

@@ -921,35 +921,3 @@ func TestJoinMidTurnReadsFromTheFirstLine(t *testing.T) {
 		t.Fatal("reader did not finish")
 	}
 }
-
-// TestJoinOfAbortedTurnArrivesByPolling: without notifications the owner
-// learns of a join by its poll, but the poll files a turn whose abort was
-// requested as aborted only, never as watched: the lines of an aborted
-// turn that is still running (its agent stops when it can) reach no
-// reader until its release.
-func TestJoinOfAbortedTurnArrivesByPolling(t *testing.T) {
-	t.Parallel()
-	_, a, b := replicas(t, []pgcluster.Option{pgcluster.WithListen(false), pgcluster.WithPollInterval(20 * time.Millisecond)}, nil)
-	ctx := t.Context()
-	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
-	if err != nil {
-		t.Fatalf("Claim: %v", err)
-	}
-	defer ct.Release(ctx, nil)
-	ct.Publish(mkLines(0, 3))
-	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
-		t.Fatalf("Abort = %v, %v", ok, err)
-	}
-	waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted")
-	rt, ok, err := b.Join(ctx, key("c1"))
-	if !ok || err != nil {
-		t.Fatalf("Join = %v, %v", ok, err)
-	}
-	nctx, cancel := context.WithTimeout(ctx, 2*time.Second) // 100 polls
-	defer cancel()
-	lines, _, err := rt.Next(nctx, 0)
-	if err != nil {
-		t.Fatalf("Next: %v; the owner did not write the lines of the joined turn within 2s", err)
-	}
-	sameLines(t, lines, mkLines(0, 3))
-}
