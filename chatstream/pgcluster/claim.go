@@ -31,12 +31,9 @@ type claimedTurn struct {
 
 	// Guarded by c.mu. A released claim stays in c.claims until the flush
 	// that ends it.
-	live bool              // the claim is committed: renew and poll it
-	log  []chatstream.Line // every line published; line i has seq i
-	// written counts the lines of log in the database. They are written
-	// only once watched: a reader on some replica joined the turn.
-	written  int
-	watched  bool
+	live     bool              // the claim is committed: renew and poll it
+	buf      []chatstream.Line // published, not yet written
+	next     int               // seq of buf[0]
 	released bool
 	ended    chan struct{} // made by Release, closed by finish
 	endErr   error         // Release's result, set before ended closes
@@ -142,8 +139,7 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 			VALUES ($1, $2, $3, $4, $5, statement_timestamp(), statement_timestamp(), false, NULL)
 			ON CONFLICT (account_id, chat_id) DO UPDATE SET
 				turn_id = EXCLUDED.turn_id, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
-				claimed_at = statement_timestamp(), heartbeat_at = statement_timestamp(), abort_requested = false, ended_at = NULL,
-				watched = false
+				claimed_at = statement_timestamp(), heartbeat_at = statement_timestamp(), abort_requested = false, ended_at = NULL
 			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < statement_timestamp() - make_interval(secs => $6)
 				-- A claim of this replica that it no longer holds (its
 				-- release failed, e.g. while the database was away) is
@@ -187,24 +183,7 @@ func (ct *claimedTurn) Publish(lines []chatstream.Line) {
 		c.mu.Unlock()
 		return
 	}
-	ct.log = append(ct.log, lines...)
-	watched := ct.watched
-	c.mu.Unlock()
-	if watched {
-		signal(c.flushSig)
-	}
-}
-
-// watchLocal marks this replica's claim id watched, so that the flusher
-// writes its lines from the first on.
-func (c *Cluster) watchLocal(id string) {
-	c.mu.Lock()
-	ct, ok := c.claims[id]
-	if !ok || ct.watched {
-		c.mu.Unlock()
-		return
-	}
-	ct.watched = true
+	ct.buf = append(ct.buf, lines...)
 	c.mu.Unlock()
 	signal(c.flushSig)
 }
@@ -214,10 +193,9 @@ func (ct *claimedTurn) AfterAbort(f func()) (stop func() bool) {
 	return context.AfterFunc(ct.aborted, f)
 }
 
-// Release implements [chatstream.ClaimedTurn]: ended_at (and, for a
-// watched turn, its remaining lines and an eof row) goes with the
-// flusher's next write, at once, together with every other turn ending
-// meanwhile (one transaction for all of them).
+// Release implements [chatstream.ClaimedTurn]: the remaining lines, an eof
+// row and ended_at go with the flusher's next write, at once, together with
+// every other turn ending meanwhile (one transaction for all of them).
 func (ct *claimedTurn) Release(ctx context.Context, final []chatstream.Line) error {
 	var err error // nil for the calls after the first
 	ct.relOnce.Do(func() { err = ct.release(ctx, final) })
@@ -234,7 +212,7 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	ct.log = append(ct.log, final...)
+	ct.buf = append(ct.buf, final...)
 	ct.ended = make(chan struct{})
 	c.mu.Unlock()
 	signal(c.endSig)
@@ -265,14 +243,12 @@ func (ct *claimedTurn) finish(err error) {
 }
 
 // pending are lines of one turn to write, from seq first on, and for end
-// its eof row and ended_at. A turn nobody watches writes no line: for end
-// (quiet) only its ended_at, unless a reader joined meanwhile.
+// its eof row and ended_at.
 type pending struct {
 	ct    *claimedTurn
 	first int
 	lines []chatstream.Line
 	end   bool
-	quiet bool
 }
 
 // flushLoop writes the buffered lines of all claims and ends the released
@@ -341,52 +317,43 @@ func (c *Cluster) flushLoop() {
 	}
 }
 
-// flush writes the unwritten lines of every watched claim and ends the
-// released ones, in one transaction, then wakes their Releases. On failure
-// nothing is marked written and the releases wait for the next flush. A
-// quiet end that finds its turn watched meanwhile is not ended: it goes
-// with the next write, lines and eof row included, which follows at once.
+// flush writes the buffered lines of every claim and ends the released
+// ones, in one transaction, then wakes their Releases. On failure the lines
+// go back to their buffers and the releases wait for the next flush.
 func (c *Cluster) flush(ctx context.Context) error {
 	c.mu.Lock()
 	var ps []pending
 	for _, ct := range c.claims {
-		switch n := len(ct.log); {
-		case ct.watched && (n > ct.written || ct.released):
-			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:n:n], end: ct.released})
-		case ct.released:
-			ps = append(ps, pending{ct: ct, end: true, quiet: true})
+		if len(ct.buf) > 0 || ct.released {
+			ps = append(ps, pending{ct: ct, first: ct.next, lines: ct.buf, end: ct.released})
+			ct.next += len(ct.buf)
+			ct.buf = nil
 		}
 	}
 	c.mu.Unlock()
 	if len(ps) == 0 {
 		return nil
 	}
-	ended, watched, err := c.writeLines(ctx, ps)
-	if err != nil {
-		return err
-	}
+	ended, err := c.writeLines(ctx, ps)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	again := false
-	for _, p := range ps {
-		if !p.quiet {
-			p.ct.written = p.first + len(p.lines)
+	if err != nil {
+		for _, p := range ps {
+			p.ct.buf = append(p.lines, p.ct.buf...)
+			p.ct.next = p.first
 		}
-		switch {
-		case !p.end:
-		case watched[p.ct.id]:
-			p.ct.watched = true
-			again = true
-		case ended[p.ct.id]:
-			delete(c.claims, p.ct.id)
+		return err
+	}
+	for _, p := range ps {
+		if !p.end {
+			continue
+		}
+		delete(c.claims, p.ct.id)
+		if ended[p.ct.id] {
 			p.ct.finish(nil)
-		default:
-			delete(c.claims, p.ct.id)
+		} else {
 			p.ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
 		}
-	}
-	if again {
-		signal(c.endSig)
 	}
 	return nil
 }
@@ -394,9 +361,8 @@ func (c *Cluster) flush(ctx context.Context) error {
 // writeLines inserts the lines of ps, and for those that end their eof
 // rows and ended_at, and notifies their readers, in one implicit
 // transaction (one round trip). ended holds the ending turns whose claim
-// was still theirs; watched the quiet ones that a reader joined meanwhile,
-// left running.
-func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched map[string]bool, err error) {
+// was still theirs.
+func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended map[string]bool, err error) {
 	c.flushes.Add(1)
 	var (
 		b       pgx.Batch
@@ -410,7 +376,6 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 		inserts int
 		turns   []string
 		ends    []string
-		quiet   []string
 	)
 	queue := func() {
 		if len(ids) == 0 {
@@ -439,10 +404,6 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 		}
 	}
 	for _, p := range ps {
-		if p.quiet {
-			quiet = append(quiet, p.ct.id)
-			continue
-		}
 		for i, l := range p.lines {
 			add(p.ct.id, p.first+i, l, false)
 		}
@@ -458,71 +419,35 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, statement_timestamp()), heartbeat_at = statement_timestamp()
 			WHERE turn_id = ANY($1) RETURNING turn_id`, ends)
 	}
-	if len(quiet) > 0 {
-		// A turn that a reader joined since the flush read its flag keeps
-		// running: its reader needs the lines before the end.
-		b.Queue(`UPDATE embedkit_turns SET
-				ended_at = CASE WHEN watched THEN ended_at ELSE coalesce(ended_at, statement_timestamp()) END,
-				heartbeat_at = statement_timestamp()
-			WHERE turn_id = ANY($1) RETURNING turn_id, watched`, quiet)
-	}
-	if len(turns) > 0 {
-		b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
-	}
+	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
 
 	br := c.pool.SendBatch(ctx, &b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			ended, watched, err = nil, nil, cerr
+			ended, err = nil, cerr
 		}
 	}()
 	for range inserts {
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	ended = make(map[string]bool, len(ends)+len(quiet))
 	if len(ends) > 0 {
 		rows, err := br.Query()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
+		ended = make(map[string]bool, len(got))
 		for _, id := range got {
 			ended[id] = true
 		}
 	}
-	if len(quiet) > 0 {
-		rows, err := br.Query()
-		if err != nil {
-			return nil, nil, err
-		}
-		type row struct {
-			ID      string
-			Watched bool
-		}
-		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, r := range got {
-			if r.Watched {
-				if watched == nil {
-					watched = make(map[string]bool)
-				}
-				watched[r.ID] = true
-			} else {
-				ended[r.ID] = true
-			}
-		}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
 	}
-	if len(turns) > 0 {
-		if _, err := br.Exec(); err != nil {
-			return nil, nil, err
-		}
-	}
-	return ended, watched, nil
+	return ended, nil
 }

@@ -29,7 +29,6 @@ var ErrClosed = errors.New("pgcluster: cluster closed")
 const (
 	chanAbort = "embedkit_abort"
 	chanLines = "embedkit_lines"
-	chanWatch = "embedkit_watch" // a reader joined the turn: write its lines
 )
 
 // schema creates the tables; it runs under an advisory lock so that
@@ -48,9 +47,6 @@ var schema = []string{
 		ended_at        timestamptz,
 		PRIMARY KEY (account_id, chat_id)
 	)`,
-	// Added after the first release: the owner writes a turn's lines only
-	// once a reader on some replica joined it.
-	`ALTER TABLE embedkit_turns ADD COLUMN IF NOT EXISTS watched boolean NOT NULL DEFAULT false`,
 	// The running turns of an account, which a claim with limits counts.
 	`CREATE INDEX IF NOT EXISTS embedkit_turns_running ON embedkit_turns (account_id, user_id) WHERE ended_at IS NULL`,
 	`CREATE TABLE IF NOT EXISTS embedkit_turn_lines (
@@ -350,8 +346,8 @@ func (c *Cluster) cleanup() {
 	}
 }
 
-// pollLoop polls the abort requests and readers' joins of the live claims:
-// the fallback for a lost notification.
+// pollLoop polls the abort requests of the live claims: the fallback for a
+// lost notification.
 func (c *Cluster) pollLoop() {
 	defer c.wg.Done()
 	tick := time.NewTicker(c.cfg.pollInterval)
@@ -368,22 +364,10 @@ func (c *Cluster) pollLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		rows, err := c.pool.Query(ctx, `SELECT turn_id, abort_requested FROM embedkit_turns
-			WHERE turn_id = ANY($1) AND (abort_requested OR watched)`, ids)
-		var aborted, watched []string
+		rows, err := c.pool.Query(ctx, `SELECT turn_id FROM embedkit_turns WHERE turn_id = ANY($1) AND abort_requested`, ids)
+		var aborted []string
 		if err == nil {
-			var (
-				id    string
-				abort bool
-			)
-			_, err = pgx.ForEachRow(rows, []any{&id, &abort}, func() error {
-				if abort {
-					aborted = append(aborted, id)
-				} else {
-					watched = append(watched, id)
-				}
-				return nil
-			})
+			aborted, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
 		cancel()
 		if err != nil {
@@ -391,9 +375,6 @@ func (c *Cluster) pollLoop() {
 			continue
 		}
 		c.abortLocal(aborted)
-		for _, id := range watched {
-			c.watchLocal(id)
-		}
 	}
 }
 
@@ -433,7 +414,7 @@ func (c *Cluster) listenOnce() (connected bool, err error) {
 		_ = conn.Close(ctx)
 		cancel()
 	}()
-	for _, ch := range []string{chanAbort, chanLines, chanWatch} {
+	for _, ch := range []string{chanAbort, chanLines} {
 		if _, err := conn.Exec(c.ctx, "LISTEN "+ch); err != nil {
 			return false, err
 		}
@@ -476,7 +457,5 @@ func (c *Cluster) dispatch(n *pgconn.Notification) {
 		c.abortLocal([]string{n.Payload})
 	case chanLines:
 		c.wake(n.Payload)
-	case chanWatch:
-		c.watchLocal(n.Payload)
 	}
 }

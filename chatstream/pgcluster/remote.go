@@ -45,22 +45,16 @@ func (c *Cluster) Join(ctx context.Context, key chatstream.ThreadKey) (chatstrea
 		return nil, false, ErrClosed
 	}
 	rt := &remoteTurn{c: c, key: key}
-	// The owner writes the turn's lines only once a reader joined it: the
-	// flag, and a notification that wakes the owner (polled otherwise).
-	err := c.pool.QueryRow(ctx, `WITH u AS (
-			UPDATE embedkit_turns SET watched = true
-			WHERE account_id = $1 AND chat_id = $2 AND ended_at IS NULL
-				AND heartbeat_at >= now() - make_interval(secs => $3)
-			RETURNING turn_id, user_id)
-		SELECT u.turn_id, u.user_id FROM u CROSS JOIN LATERAL (SELECT pg_notify($4, u.turn_id)) n`,
-		key.AccountID, key.ChatID, secs(c.cfg.lease), chanWatch).Scan(&rt.id, &rt.userID)
+	err := c.pool.QueryRow(ctx, `SELECT turn_id, user_id FROM embedkit_turns
+		WHERE account_id = $1 AND chat_id = $2 AND ended_at IS NULL
+			AND heartbeat_at >= now() - make_interval(secs => $3)`,
+		key.AccountID, key.ChatID, secs(c.cfg.lease)).Scan(&rt.id, &rt.userID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("pgcluster: join turn: %w", err)
 	}
-	c.watchLocal(rt.id) // a turn of this process, where the caller did not look
 	return rt, true, nil
 }
 
