@@ -658,7 +658,7 @@ func TestClusterNewUsersOnRunningThread(t *testing.T) {
 // replica B while the first turn of a new chat is opening on A (claimed,
 // its thread not stored yet) waits for the opening and stops the turn on
 // A; for a user that A's opening creates too. Another user's abort waits
-// too, then is 403, as for the stored chat.
+// too, then is 404, as without a cluster: the chat did not exist yet.
 func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 	for _, tc := range []struct {
 		name, user string
@@ -698,8 +698,8 @@ func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 			if err := <-aborted; err != nil {
 				t.Fatalf("abort on B during A's opening: %v (status %d), want 204", err, apiStatus(err))
 			}
-			if err := <-other; apiStatus(err) != http.StatusForbidden {
-				t.Errorf("another user's abort on B during the opening: %v, want 403 as for the stored chat", err)
+			if err := <-other; apiStatus(err) != http.StatusNotFound {
+				t.Errorf("another user's abort on B during the opening: %v, want 404 (the chat did not exist yet)", err)
 			}
 			select {
 			case msgs := <-res:
@@ -710,5 +710,49 @@ func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 				t.Fatal("the stream on A did not end")
 			}
 		})
+	}
+}
+
+// TestAbortOfAnotherUserDuringOpeningSameAnswer: another user's abort,
+// received by the replica where the first turn of a new chat is opening,
+// gets one answer whether or not the server has a cluster (and whichever
+// docs/http-reference.md states).
+func TestAbortOfAnotherUserDuringOpeningSameAnswer(t *testing.T) {
+	status := func(withCluster bool) int {
+		gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		wrap := func(st store.Store) store.Store { gs.Store = st; return gs }
+		var e *env
+		if withCluster {
+			e = newPair(t, pairOpts{storeA: wrap}).a
+		} else {
+			e = newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{store: func(t testing.TB, backend string) store.Store {
+				return wrap(testdb.Open(t, backend))
+			}})
+		}
+		rel := sync.OnceFunc(func() { close(gs.release) })
+		t.Cleanup(rel)
+		gs.armed.Store(true)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:x", ChatID: "same-answer", SessionSettings: ext("owner")})
+		}()
+		<-gs.entered
+		other := make(chan error, 1)
+		go func() { other <- e.client.Abort(t.Context(), acct, agentID, "same-answer", *ext("intruder")) }()
+		select {
+		case err := <-other:
+			rel()
+			<-done
+			return apiStatus(err)
+		case <-time.After(500 * time.Millisecond): // the abort waits for the opening
+		}
+		rel()
+		<-done
+		return apiStatus(<-other)
+	}
+	without, with := status(false), status(true)
+	if without != with {
+		t.Errorf("another user's abort during the opening, on the opening replica: %d without a cluster, %d with one; want one answer", without, with)
 	}
 }

@@ -388,15 +388,7 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := turnKey{c.acct.ID, req.ChatID}
-	_, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
-	if errors.Is(err, errChatGone) {
-		if h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
-			err = nil // its thread is stored as the turn opens
-		} else if cl := h.cfg.cluster; cl != nil {
-			err = h.afterRemoteOpening(ctx, cl, c, req)
-		}
-	}
-	if err != nil {
+	if err := h.abortable(ctx, c, key, req); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -444,13 +436,39 @@ func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s
 	return c.es == nil && s != nil && h.turns.openingForNew(key, s.ExternalID, c.agent.ID)
 }
 
+// abortable checks that the caller may abort the chat of key: its thread
+// is the caller's, through this agent, or the first turn of a new chat is
+// opening for the caller (its thread is stored as the turn opens). It
+// returns the error to answer with otherwise.
+func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req AbortRequest) error {
+	_, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	if !errors.Is(err, errChatGone) {
+		return err
+	}
+	if h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
+		return nil
+	}
+	// An opening in this process may have stored the thread and started
+	// since the first read.
+	if _, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings); !errors.Is(err, errChatGone) {
+		return err
+	}
+	if cl := h.cfg.cluster; cl != nil {
+		if _, err := h.st.Thread(ctx, key.accountID, key.chatID); errors.Is(err, store.ErrNotFound) {
+			return h.afterRemoteOpening(ctx, cl, c, req)
+		}
+	}
+	return errChatGone
+}
+
 // afterRemoteOpening answers for an abort of a chat whose thread is not
 // stored: the first turn of a new chat may be opening on another replica,
 // which claims the thread before it stores it. When a claim of the thread
 // is live, it waits for the turn's first line (the user echo, logged once
 // the thread is stored) or its end (an opening refused), at most
-// clusterTimeout, and returns what threadOf says then; errChatGone when
-// no turn of the thread runs anywhere.
+// clusterTimeout, and returns what threadOf says then, as when the abort
+// came (another user's chat did not exist yet: 404, as without a
+// cluster); errChatGone when no turn of the thread runs anywhere.
 func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, req AbortRequest) error {
 	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
@@ -465,6 +483,9 @@ func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, 
 		return clusterUnavailable(err)
 	}
 	_, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	if errors.Is(err, errNotOwner) {
+		return errChatGone
+	}
 	return err
 }
 

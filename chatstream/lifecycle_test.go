@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -458,16 +459,6 @@ type txGateStore struct {
 	release chan struct{}
 }
 
-// CreateThread holds a new chat's opening that is one statement (a
-// returning user's, with nothing to write) as InTx's does.
-func (s txGateStore) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
-	if s.armed.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.release
-	}
-	return s.Store.CreateThread(ctx, th, msgs...)
-}
-
 func (s txGateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(txGateTx{tx, s}) })
 }
@@ -536,4 +527,82 @@ func abortHeldOpening(t *testing.T, e *env, ss *chatstream.SessionSettings, chat
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream did not end")
 	}
+}
+
+// threadReadGate holds the first read of a thread outside a transaction
+// that finds none, once armed: an abort's first check of a new chat.
+type threadReadGate struct {
+	store.Store
+	armed   *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s threadReadGate) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
+	th, err := s.Store.Thread(ctx, accountID, chatID)
+	if errors.Is(err, store.ErrNotFound) && s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return th, err
+}
+
+// TestAbortRacingNewChatOpening: without a cluster, an abort received
+// while the first turn of a new chat is opening (its thread not stored at
+// the abort's first read) whose opening then commits and starts before the
+// abort looks for the opening turn: the abort must still stop the turn
+// (the turn was opening when the abort was received), not answer 404
+// while the turn runs on.
+func TestAbortRacingNewChatOpening(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		for _, returning := range []bool{false, true} {
+			user := "race-new"
+			if returning {
+				user = "race-returning"
+			}
+			gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			rg := threadReadGate{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+				gs.Store = testdb.Open(t, backend)
+				rg.Store = gs
+				return rg
+			}})
+			relOpen, relRead := sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
+			t.Cleanup(relOpen)
+			t.Cleanup(relRead)
+			ctx, ss, chatID := t.Context(), ext(user), user+"-chat"
+			if returning {
+				collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: user + "-earlier", SessionSettings: ss})
+			}
+			gs.armed.Store(true)
+			started := make(chan func() ([]chatstream.Message, time.Time, error), 1)
+			go func() {
+				_, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "slow", ChatID: chatID, SessionSettings: ss}, isPiece("answer"))
+				started <- wait
+			}()
+			<-gs.entered // the opening holds its transaction: the thread is not stored
+			rg.armed.Store(true)
+			aborted := make(chan error, 1)
+			go func() { aborted <- e.client.Abort(ctx, acct, agentID, chatID, *ss) }()
+			<-rg.entered // the abort found no thread
+			relOpen()
+			wait := <-started // the turn opened and started
+			relRead()
+			if err := <-aborted; err != nil {
+				t.Errorf("returning %v: abort received during the opening: %v (status %d), want 204 and the turn aborted", returning, err, apiStatus(err))
+			}
+			waitEnd := make(chan []chatstream.Message, 1)
+			go func() { msgs, _, _ := wait(); waitEnd <- msgs }()
+			select {
+			case msgs := <-waitEnd:
+				if st := last(msgs).State; st == nil || !st.Aborted {
+					t.Errorf("returning %v: last state %+v, want aborted", returning, st)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("returning %v: the turn runs on after the abort was answered", returning)
+				_ = e.client.Abort(ctx, acct, agentID, chatID, *ss)
+				<-waitEnd
+			}
+		}
+	})
 }
