@@ -657,8 +657,8 @@ func TestClusterNewUsersOnRunningThread(t *testing.T) {
 // TestClusterAbortDuringOpeningOnOtherReplica: an abort received by
 // replica B while the first turn of a new chat is opening on A (claimed,
 // its thread not stored yet) waits for the opening and stops the turn on
-// A; for a user that A's opening creates too. Another user's abort waits
-// too, then is 404, as without a cluster: the chat did not exist yet.
+// A; for a user that A's opening creates too (another user's abort:
+// TestAbortOfAnotherUserDuringOpeningSameAnswer).
 func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 	for _, tc := range []struct {
 		name, user string
@@ -686,9 +686,8 @@ func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 				res <- msgs
 			}()
 			<-gs.entered // A claimed the thread; its thread is not stored
-			aborted, other := make(chan error, 1), make(chan error, 1)
+			aborted := make(chan error, 1)
 			go func() { aborted <- p.b.client.Abort(ctx, acct, agentID, chatID, *ext(tc.user)) }()
-			go func() { other <- p.b.client.Abort(ctx, acct, agentID, chatID, *ext("someone-else")) }()
 			select {
 			case err := <-aborted:
 				t.Fatalf("abort on B answered during A's opening: %v", err)
@@ -697,9 +696,6 @@ func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 			release()
 			if err := <-aborted; err != nil {
 				t.Fatalf("abort on B during A's opening: %v (status %d), want 204", err, apiStatus(err))
-			}
-			if err := <-other; apiStatus(err) != http.StatusNotFound {
-				t.Errorf("another user's abort on B during the opening: %v, want 404 (the chat did not exist yet)", err)
 			}
 			select {
 			case msgs := <-res:
@@ -720,7 +716,11 @@ func TestClusterAbortDuringOpeningOnOtherReplica(t *testing.T) {
 func TestAbortOfAnotherUserDuringOpeningSameAnswer(t *testing.T) {
 	status := func(withCluster bool) int {
 		gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		wrap := func(st store.Store) store.Store { gs.Store = st; return gs }
+		// The intruder's first read of the chat is held until the test
+		// knows it found no thread: it comes before the opening commits.
+		rg := nthMissGate{chatID: "same-answer", n: new(atomic.Int32), reached: new(atomic.Bool), failed: new(atomic.Bool),
+			entered: make(chan struct{}), release: make(chan struct{})}
+		wrap := func(st store.Store) store.Store { gs.Store = st; rg.Store = gs; return rg }
 		var e *env
 		if withCluster {
 			e = newPair(t, pairOpts{storeA: wrap}).a
@@ -729,8 +729,9 @@ func TestAbortOfAnotherUserDuringOpeningSameAnswer(t *testing.T) {
 				return wrap(testdb.Open(t, backend))
 			}})
 		}
-		rel := sync.OnceFunc(func() { close(gs.release) })
+		rel, relRead := sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
 		t.Cleanup(rel)
+		t.Cleanup(relRead)
 		gs.armed.Store(true)
 		done := make(chan struct{})
 		go func() {
@@ -738,8 +739,11 @@ func TestAbortOfAnotherUserDuringOpeningSameAnswer(t *testing.T) {
 			_, _ = collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:x", ChatID: "same-answer", SessionSettings: ext("owner")})
 		}()
 		<-gs.entered
+		rg.n.Store(1)
 		other := make(chan error, 1)
 		go func() { other <- e.client.Abort(t.Context(), acct, agentID, "same-answer", *ext("intruder")) }()
+		<-rg.entered
+		relRead()
 		select {
 		case err := <-other:
 			rel()
@@ -754,5 +758,131 @@ func TestAbortOfAnotherUserDuringOpeningSameAnswer(t *testing.T) {
 	without, with := status(false), status(true)
 	if without != with {
 		t.Errorf("another user's abort during the opening, on the opening replica: %d without a cluster, %d with one; want one answer", without, with)
+	}
+}
+
+// nthMissGate acts on the nth read of chatID outside a transaction that
+// finds no thread, once armed: with hold, it returns that read's answer
+// only once release is closed (entered is closed meanwhile); with fail,
+// it fails the read after it instead (the next read of chatID).
+type nthMissGate struct {
+	store.Store
+	chatID  string
+	n       *atomic.Int32 // misses left before the gate; armed when > 0
+	fail    bool
+	reached *atomic.Bool
+	failed  *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s nthMissGate) Thread(ctx context.Context, accountID int64, chatID string) (store.Thread, error) {
+	if chatID == s.chatID && s.fail && s.reached.Load() && s.failed.CompareAndSwap(false, true) {
+		return store.Thread{}, store.ErrUnavailable
+	}
+	th, err := s.Store.Thread(ctx, accountID, chatID)
+	if chatID == s.chatID && errors.Is(err, store.ErrNotFound) && s.n.Load() > 0 && s.n.Add(-1) == 0 {
+		s.reached.Store(true)
+		if !s.fail {
+			close(s.entered)
+			<-s.release
+		}
+	}
+	return th, err
+}
+
+// pairGatedB is newPair with A's store wrapped by wrapA and B's by wrapB.
+func pairGatedB(t *testing.T, wrapA, wrapB func(store.Store) store.Store) (a, b *env, agent *gatedAgent) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	agent = newGatedAgent()
+	ca := openCluster(t, dsn, pgcluster.WithReplicaID("a"))
+	cb := openCluster(t, dsn, pgcluster.WithReplicaID("b"))
+	openStore := storeOn(dsn)
+	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+	a = newEnv(t, tg, envOpts{agent: agent, cfg: withAgent8, opts: []chatstream.Option{chatstream.WithCluster(ca)},
+		store: func(t testing.TB, backend string) store.Store { return wrapA(openStore(t, backend)) }})
+	b = newEnv(t, tg, envOpts{agent: agent, cfg: withAgent8, opts: []chatstream.Option{chatstream.WithCluster(cb)},
+		store: func(t testing.TB, backend string) store.Store { return wrapB(openStore(t, backend)) }})
+	return a, b, agent
+}
+
+// TestClusterAbortRacingRemoteCommit: an abort received by B while
+// the first turn of a new chat is opening on A, whose thread A stores
+// between B's last check of the thread (threadOf, no thread) and the read
+// that decides whether to wait for the opening (the thread found: 404
+// without waiting). The caller's turn was opening when the abort came: it
+// must be aborted (204), not answered 404 while it runs on.
+func TestClusterAbortRacingRemoteCommit(t *testing.T) {
+	const chatID = "race-remote"
+	gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	rg := nthMissGate{chatID: chatID, n: new(atomic.Int32), failed: new(atomic.Bool), reached: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	a, b, agent := pairGatedB(t,
+		func(st store.Store) store.Store { gs.Store = st; return gs },
+		func(st store.Store) store.Store { rg.Store = st; return rg })
+	relOpen, relRead := sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
+	t.Cleanup(relOpen)
+	t.Cleanup(relRead)
+	t.Cleanup(func() { agent.open("race-remote") })
+	ctx := t.Context()
+	gs.armed.Store(true)
+	started := make(chan func() ([]chatstream.Message, time.Time, error), 1)
+	go func() {
+		_, wait := streamUntil(t, ctx, a.client, chatstream.Request{Input: "gate:race-remote", ChatID: chatID, SessionSettings: ext("racer")}, isPiece("first "))
+		started <- wait
+	}()
+	<-gs.entered  // A claimed the thread; not stored yet
+	rg.n.Store(3) // threadOf, firstTurnOpening, threadOf again
+	aborted := make(chan error, 1)
+	go func() { aborted <- b.client.Abort(ctx, acct, agentID, chatID, *ext("racer")) }()
+	<-rg.entered // B's third read found no thread
+	relOpen()
+	wait := <-started // A stored the thread and the turn runs
+	relRead()
+	if err := <-aborted; err != nil {
+		t.Errorf("abort received on B during A's opening: %v (status %d), want 204 and the turn aborted", err, apiStatus(err))
+	}
+	end := make(chan []chatstream.Message, 1)
+	go func() { msgs, _, _ := wait(); end <- msgs }()
+	select {
+	case msgs := <-end:
+		if st := last(msgs).State; st == nil || !st.Aborted {
+			t.Errorf("last state %+v, want aborted", st)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("the caller's turn runs on after its abort was answered")
+		agent.open("race-remote")
+		<-end
+	}
+}
+
+// TestClusterAbortReadFails: with a cluster, the abort's extra read
+// of the thread (the one deciding whether to wait for an opening on
+// another replica) fails: the answer is 503 (the database could not be
+// read), not 404 while the caller's turn opens on A.
+func TestClusterAbortReadFails(t *testing.T) {
+	const chatID = "read-fails"
+	gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	rg := nthMissGate{chatID: chatID, n: new(atomic.Int32), fail: true, failed: new(atomic.Bool), reached: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	a, b, _ := pairGatedB(t,
+		func(st store.Store) store.Store { gs.Store = st; return gs },
+		func(st store.Store) store.Store { rg.Store = st; return rg })
+	rel := sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(rel)
+	gs.armed.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = collectErr(context.Background(), a.client, chatstream.Request{Input: "echo:x", ChatID: chatID, SessionSettings: ext("owner")})
+	}()
+	<-gs.entered
+	rg.n.Store(3) // the read after threadOf, firstTurnOpening, threadOf again fails
+	err := b.client.Abort(t.Context(), acct, agentID, chatID, *ext("owner"))
+	rel()
+	<-done
+	if !rg.failed.Load() {
+		t.Fatal("the fourth read was not made")
+	}
+	if apiStatus(err) != http.StatusServiceUnavailable {
+		t.Errorf("abort whose thread read failed: %v (status %d), want 503", err, apiStatus(err))
 	}
 }

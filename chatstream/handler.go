@@ -423,8 +423,8 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 // opening in this process, for the caller's user (stored, or created by
 // that opening) and agent.
 func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) bool {
-	if _, err := h.st.Thread(ctx, key.accountID, key.chatID); !errors.Is(err, store.ErrNotFound) {
-		return false // a thread of another agent, or of a user gone
+	if free, err := h.unclaimed(ctx, key); err != nil || !free {
+		return false // a thread of another agent
 	}
 	u, known, err := h.lookupUser(ctx, c, s)
 	switch {
@@ -448,17 +448,43 @@ func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req Abor
 	if h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
 		return nil
 	}
-	// An opening in this process may have stored the thread and started
-	// since the first read.
-	if _, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings); !errors.Is(err, errChatGone) {
+	// One more read decides: an opening, here or on another replica, may
+	// have stored the thread since the first.
+	free, err := h.unclaimed(ctx, key)
+	switch {
+	case err != nil:
 		return err
-	}
-	if cl := h.cfg.cluster; cl != nil {
-		if _, err := h.st.Thread(ctx, key.accountID, key.chatID); errors.Is(err, store.ErrNotFound) {
-			return h.afterRemoteOpening(ctx, cl, c, req)
-		}
+	case !free:
+		return h.threadAsAborted(ctx, c, req)
+	case h.cfg.cluster != nil:
+		return h.afterRemoteOpening(ctx, h.cfg.cluster, c, req)
 	}
 	return errChatGone
+}
+
+// unclaimed reports whether the chat of key is free for a new chat's
+// first turn: no thread is stored, or the one stored is an expired
+// ephemeral user's, as invisible as its owner (the opening deletes both).
+func (h *Handler) unclaimed(ctx context.Context, key turnKey) (bool, error) {
+	th, err := h.st.Thread(ctx, key.accountID, key.chatID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return ownerGone(ctx, h.st, th, h.cfg.now())
+}
+
+// threadAsAborted is threadOf for a thread stored after the abort came:
+// another user's chat did not exist then, so it is 404 (errChatGone), as
+// for an abort that came before its opening.
+func (h *Handler) threadAsAborted(ctx context.Context, c caller, req AbortRequest) error {
+	_, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+	if errors.Is(err, errNotOwner) {
+		return errChatGone
+	}
+	return err
 }
 
 // afterRemoteOpening answers for an abort of a chat whose thread is not
@@ -466,9 +492,8 @@ func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req Abor
 // which claims the thread before it stores it. When a claim of the thread
 // is live, it waits for the turn's first line (the user echo, logged once
 // the thread is stored) or its end (an opening refused), at most
-// clusterTimeout, and returns what threadOf says then, as when the abort
-// came (another user's chat did not exist yet: 404, as without a
-// cluster); errChatGone when no turn of the thread runs anywhere.
+// clusterTimeout, and returns what threadAsAborted says then;
+// errChatGone when no turn of the thread runs anywhere.
 func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, req AbortRequest) error {
 	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
@@ -482,11 +507,7 @@ func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, 
 	if _, _, err := rt.Next(wctx, 0); err != nil && !errors.Is(err, ErrTurnLost) && wctx.Err() == nil {
 		return clusterUnavailable(err)
 	}
-	_, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
-	if errors.Is(err, errNotOwner) {
-		return errChatGone
-	}
-	return err
+	return h.threadAsAborted(ctx, c, req)
 }
 
 // waitRemoteEnd waits until the turn of key running on another replica has

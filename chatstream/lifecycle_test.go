@@ -606,3 +606,68 @@ func TestAbortRacingNewChatOpening(t *testing.T) {
 		}
 	})
 }
+
+// TestAbortDuringOpeningOverExpiredOwnersThread: the first turn of
+// a chat whose stored thread belongs to an expired ephemeral user (as
+// invisible as its owner: for the caller, a new chat, which the opening
+// creates anew) is opening; its user's abort must abort it as for any new
+// chat (docs/http-reference.md: "this holds for the first turn of a new
+// chat too"), not answer 404 while the turn runs on.
+func TestAbortDuringOpeningOverExpiredOwnersThread(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		for _, heir := range []string{"gone-owner", "heir"} { // the same externalId again, another user
+			gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+				gs.Store = testdb.Open(t, backend)
+				return gs
+			}})
+			ttl := int64(60)
+			chatID := "gone-chat-" + heir
+			collect(t, e.client, chatstream.Request{Input: "echo:a", ChatID: chatID,
+				SessionSettings: &chatstream.SessionSettings{ExternalID: "gone-owner", EphemeralTTLSeconds: &ttl}})
+			e.Advance(61 * time.Second)
+			gs.armed.Store(true)
+			t.Run(heir, func(t *testing.T) {
+				abortHeldOpening(t, e, ext(heir), chatID, gs.entered, gs.release)
+			})
+		}
+	})
+}
+
+// TestAnotherUsersAbortStraddlingCommit: without a cluster, another
+// user's abort received while the first turn of a new chat is opening,
+// whose first read finds no thread and whose later reads come after the
+// opening committed. docs/http-reference.md: "for another user, the chat
+// does not exist yet: 404" (7c6ef66 answered 404 here; the re-read of
+// 81b1a3d answers 403).
+func TestAnotherUsersAbortStraddlingCommit(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		rg := threadReadGate{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			gs.Store = testdb.Open(t, backend)
+			rg.Store = gs
+			return rg
+		}})
+		relOpen, relRead := sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
+		t.Cleanup(relOpen)
+		t.Cleanup(relRead)
+		gs.armed.Store(true)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:x", ChatID: "straddle", SessionSettings: ext("owner")})
+		}()
+		<-gs.entered // the owner's opening holds its transaction
+		rg.armed.Store(true)
+		other := make(chan error, 1)
+		go func() { other <- e.client.Abort(t.Context(), acct, agentID, "straddle", *ext("intruder")) }()
+		<-rg.entered // the intruder's abort found no thread
+		relOpen()
+		<-done // the owner's turn opened (and ended)
+		relRead()
+		if err := <-other; apiStatus(err) != http.StatusNotFound {
+			t.Errorf("another user's abort received during the opening: %v, want 404 (the chat did not exist yet)", err)
+		}
+	})
+}
