@@ -396,14 +396,27 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	// (or, at worst, after clusterTimeout).
 	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
+	cl := h.cfg.cluster
+	remote := cl != nil
 	if t, started := h.turns.abort(key); started {
 		t.stop(errAborted, outcomeAborted)
+		remote = false
 	} else if t != nil {
 		select { // aborted as it starts, or its opening refused
 		case <-t.done:
 		case <-wctx.Done():
 		}
-	} else if cl := h.cfg.cluster; cl != nil {
+		// A refused opening may have been refused for a turn of the chat
+		// running on another replica: that one is the caller's to abort
+		// only if the thread is, checked again.
+		if remote = remote && wctx.Err() == nil && !h.turns.hasStarted(t); remote {
+			if err := h.abortable(ctx, c, key, req); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
+	}
+	if remote {
 		// The turn may run on another replica: it stops there and then
 		// releases the thread (or nothing changes when none runs).
 		tk := ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID}
@@ -422,18 +435,18 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 // firstTurnOpening reports whether the first turn of the new chat key is
 // opening in this process, for the caller's user (stored, or created by
 // that opening) and agent.
-func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) bool {
+func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) (bool, error) {
 	if free, err := h.unclaimed(ctx, key); err != nil || !free {
-		return false // a thread of another agent
+		return false, err // a thread of another agent, or the database
 	}
 	u, known, err := h.lookupUser(ctx, c, s)
 	switch {
 	case err != nil:
-		return false
+		return false, err
 	case known:
-		return h.turns.openingFor(key, u.ID, c.agent.ID)
+		return h.turns.openingFor(key, u.ID, c.agent.ID), nil
 	}
-	return c.es == nil && s != nil && h.turns.openingForNew(key, s.ExternalID, c.agent.ID)
+	return c.es == nil && s != nil && h.turns.openingForNew(key, s.ExternalID, c.agent.ID), nil
 }
 
 // abortable checks that the caller may abort the chat of key: its thread
@@ -445,8 +458,8 @@ func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req Abor
 	if !errors.Is(err, errChatGone) {
 		return err
 	}
-	if h.firstTurnOpening(ctx, c, key, req.SessionSettings) {
-		return nil
+	if opening, err := h.firstTurnOpening(ctx, c, key, req.SessionSettings); opening || err != nil {
+		return err
 	}
 	// One more read decides: an opening, here or on another replica, may
 	// have stored the thread since the first.

@@ -17,6 +17,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/middleware/httperr"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/operator"
 )
@@ -670,4 +671,78 @@ func TestAnotherUsersAbortStraddlingCommit(t *testing.T) {
 			t.Errorf("another user's abort received during the opening: %v, want 404 (the chat did not exist yet)", err)
 		}
 	})
+}
+
+// TestAbortDuringOpeningReadFails: without a cluster, the user's abort of
+// the first turn of a new chat, received while that turn is opening
+// (reserved here, its transaction held), whose read of the thread in
+// firstTurnOpening fails (the database briefly unavailable) while the
+// reads around it succeed. firstTurnOpening takes the error for "no
+// opening here"; the last read finds no thread and the abort answers 404
+// "chat not found" while the caller's turn opens and runs to its end.
+// The abort must abort the turn (204) or report the failure (503), as
+// 9d30e0a does for the read after it.
+func TestAbortDuringOpeningReadFails(t *testing.T) {
+	const chatID = "opening-read-fails"
+	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	rg := nthMissGate{chatID: chatID, n: new(atomic.Int32), fail: true, failed: new(atomic.Bool), reached: new(atomic.Bool),
+		entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{store: func(t testing.TB, backend string) store.Store {
+		gs.Store = testdb.Open(t, backend)
+		rg.Store = gs
+		return rg
+	}})
+	rel := sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(rel)
+	ss := ext("read-fails")
+	collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "earlier", SessionSettings: ss}) // a returning user: reserved before the transaction
+	gs.armed.Store(true)
+	res := make(chan []chatstream.Message, 1)
+	go func() {
+		msgs, _ := collectErr(context.Background(), e.client, chatstream.Request{Input: "wait", ChatID: chatID, SessionSettings: ss})
+		res <- msgs
+	}()
+	<-gs.entered  // reserved, its transaction not begun: no thread stored
+	rg.n.Store(1) // threadOf finds no thread; the next read (firstTurnOpening's) fails
+	aborted := make(chan error, 1)
+	go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, chatID, *ss) }()
+	var err error
+	select {
+	case err = <-aborted:
+	case <-time.After(300 * time.Millisecond): // waiting for the opening: the right thing
+	}
+	rel()
+	if err == nil {
+		err = <-aborted
+	}
+	if !rg.failed.Load() {
+		t.Fatal("no read of the thread failed")
+	}
+	msgs := <-res
+	st := last(msgs).State
+	if apiStatus(err) == http.StatusNotFound || (err == nil && (st == nil || !st.Aborted)) {
+		t.Errorf("abort of the caller's opening turn whose second read failed: %v (status %d); the turn's last state %+v: want 204 with the turn aborted, or 503", err, apiStatus(err), st)
+	}
+}
+
+// TestAbortReadFailsMessage: an abort whose deciding read of the thread
+// fails (the database unavailable) is 503 with the database's message, as
+// docs/http-reference.md's abort table says.
+func TestAbortReadFailsMessage(t *testing.T) {
+	const chatID = "read-fails-message"
+	rg := nthMissGate{chatID: chatID, n: new(atomic.Int32), fail: true, failed: new(atomic.Bool), reached: new(atomic.Bool),
+		entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{store: func(t testing.TB, backend string) store.Store {
+		rg.Store = testdb.Open(t, backend)
+		return rg
+	}})
+	rg.n.Store(2) // threadOf and firstTurnOpening find no thread; the deciding read fails
+	err := e.client.Abort(t.Context(), acct, agentID, chatID, *ext("reader"))
+	if !rg.failed.Load() {
+		t.Fatal("no read of the thread failed")
+	}
+	he, _ := errors.AsType[*httperr.Error](err)
+	if he == nil || he.Status != http.StatusServiceUnavailable || he.Message != "service unavailable, try again" {
+		t.Errorf("abort whose read of the thread failed: %v, want 503 %q (docs/http-reference.md)", err, "service unavailable, try again")
+	}
 }

@@ -322,6 +322,14 @@ func (r *registry) abort(key turnKey) (t *turn, started bool) {
 	return t, t != nil && t.started
 }
 
+// hasStarted reports whether t started: after t.done, false when its
+// opening was refused.
+func (r *registry) hasStarted(t *turn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return t.started
+}
+
 // openingFor reports whether the turn of key is reserved for userID and
 // agentID and not started yet.
 func (r *registry) openingFor(key turnKey, userID int64, agentID string) bool {
