@@ -959,3 +959,38 @@ func TestClusterAbortWhileOwnDuplicateInputRefused(t *testing.T) {
 		t.Errorf("the turn on B ran to its end after the user's abort was answered 204")
 	}
 }
+
+// TestClusterAbortOfRefusedOwnOpening: with a cluster, an abort that waits
+// for the caller's own opening in this process, which is then refused (an
+// unknown group: 400) with no turn of the chat anywhere, is 204 as without
+// a cluster: nothing of the caller's runs.
+func TestClusterAbortOfRefusedOwnOpening(t *testing.T) {
+	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
+	release := sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(release)
+	ctx := t.Context()
+	const user, chatID = "refused-own", "refused-own-chat"
+	if _, err := collectErr(ctx, p.a.client, chatstream.Request{Input: "echo:hi", ChatID: user + "-earlier", SessionSettings: ext(user)}); err != nil {
+		t.Fatal(err)
+	}
+	gs.armed.Store(true)
+	opened := make(chan error, 1)
+	go func() {
+		ss := ext(user)
+		ss.Groups = []string{"no-such-group"}
+		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:x", ChatID: chatID, SessionSettings: ss})
+		opened <- err
+	}()
+	<-gs.entered // reserved and claimed, its transaction held
+	aborted := make(chan error, 1)
+	go func() { aborted <- p.a.client.Abort(ctx, acct, agentID, chatID, *ext(user)) }()
+	time.Sleep(200 * time.Millisecond) // the abort waits for the opening
+	release()
+	if err := <-opened; apiStatus(err) != http.StatusBadRequest {
+		t.Fatalf("the opening with an unknown group: %v, want 400", err)
+	}
+	if err := <-aborted; err != nil {
+		t.Errorf("abort of the caller's refused opening: %v (status %d), want 204", err, apiStatus(err))
+	}
+}

@@ -408,9 +408,16 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		}
 		// A refused opening may have been refused for a turn of the chat
 		// running on another replica: that one is the caller's to abort
-		// only if the thread is, checked again.
+		// only if the thread is, checked again. When it is not (the
+		// caller's opening was refused and no thread of the caller
+		// exists), nothing of the caller's runs: 204, as without a
+		// cluster.
 		if remote = remote && wctx.Err() == nil && !h.turns.hasStarted(t); remote {
-			if err := h.abortable(ctx, c, key, req); err != nil {
+			err := h.abortable(ctx, c, key, req)
+			switch {
+			case errors.Is(err, errChatGone), errors.Is(err, errNotOwner):
+				remote = false
+			case err != nil:
 				h.fail(w, r, err)
 				return
 			}
