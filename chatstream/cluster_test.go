@@ -994,3 +994,137 @@ func TestClusterAbortOfRefusedOwnOpening(t *testing.T) {
 		t.Errorf("abort of the caller's refused opening: %v (status %d), want 204", err, apiStatus(err))
 	}
 }
+
+// TestClusterAbortRemoteAfterRefusedOwnOpeningInTime: the user's first
+// turn of chat C opens on B (claimed, its thread not stored yet); the same
+// user's second input of C reaches A, which reserves C here and asks the
+// cluster (refused: 409). The user's abort on A waits for A's opening,
+// then (584f123) checks the thread again, which waits for B's opening
+// (afterRemoteOpening, a fresh 5 s), and then asks the cluster with wctx,
+// which that wait has used up: cl.Abort fails on the expired context and
+// the answer is 503 while B's turn, the caller's, runs on (the abort was
+// not recorded). The same abort received on A without A's reservation is
+// 204 with B's turn aborted (TestClusterAbortDuringOpeningOnOtherReplica).
+func TestClusterAbortRemoteAfterRefusedOwnOpeningInTime(t *testing.T) {
+	const chatID = "refused-then-remote"
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	agent := newGatedAgent()
+	cg := claimGate{Cluster: openCluster(t, dsn, pgcluster.WithReplicaID("a")), armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	cb := openCluster(t, dsn, pgcluster.WithReplicaID("b"))
+	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	openStore := storeOn(dsn)
+	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+	a := newEnv(t, tg, envOpts{agent: agent, store: openStore, opts: []chatstream.Option{chatstream.WithCluster(cg)}})
+	b := newEnv(t, tg, envOpts{agent: agent, opts: []chatstream.Option{chatstream.WithCluster(cb)},
+		store: func(t testing.TB, backend string) store.Store { gs.Store = openStore(t, backend); return gs }})
+	relA, relB := sync.OnceFunc(func() { close(cg.release) }), sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(relA)
+	t.Cleanup(relB)
+	t.Cleanup(func() { agent.open("rtr") })
+	ctx := t.Context()
+	ss := ext("rtr-user")
+	collect(t, a.client, chatstream.Request{Input: "echo:hi", ChatID: "rtr-earlier", SessionSettings: ss}) // a returning user
+	gs.armed.Store(true)
+	resB := make(chan []chatstream.Message, 1)
+	go func() {
+		msgs, err := collectErr(context.Background(), b.client, chatstream.Request{Input: "gate:rtr", ChatID: chatID, SessionSettings: ss})
+		t.Logf("B's stream: %d lines, %v", len(msgs), err)
+		resB <- msgs
+	}()
+	<-gs.entered // B claimed C (before its transaction); its thread is not stored
+	cg.armed.Store(true)
+	go func() {
+		_, _ = collectErr(context.Background(), a.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: ss})
+	}()
+	<-cg.entered // A reserved C here; its claim is held
+	t0 := time.Now()
+	aborted := make(chan error, 1)
+	go func() { aborted <- a.client.Abort(ctx, acct, agentID, chatID, *ss) }()
+	time.Sleep(time.Second) // the abort waits for A's opening
+	relA()                  // A's claim is refused (B holds C)
+	time.Sleep(4500 * time.Millisecond)
+	relB() // B's opening stores the thread and starts, within the 5 s of afterRemoteOpening
+	err := <-aborted
+	t.Logf("abort answered after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	if err != nil {
+		t.Errorf("abort on A: %v (status %d), want 204 with B's turn (the caller's) aborted", err, apiStatus(err))
+	}
+	select {
+	case msgs := <-resB:
+		if st := last(msgs).State; st == nil || !st.Aborted {
+			t.Errorf("B's turn: last state %+v, want aborted", st)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("the caller's turn on B runs on after the abort was answered")
+	}
+}
+
+// failTxGate holds the next transaction once armed until release is
+// closed, then fails it (the database briefly unavailable): an opening
+// reserved here and refused, with no turn anywhere.
+type failTxGate struct {
+	store.Store
+	armed   *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s failTxGate) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+		return store.ErrUnavailable
+	}
+	return s.Store.InTx(ctx, fn)
+}
+
+// TestAbortOfOwnRefusedNewChatSameAnswer: the user's abort of the first
+// turn of its new chat, received while that turn opens here, whose
+// opening is then refused (its transaction fails): no thread, no turn
+// anywhere. Without a cluster the abort is 204 (it found the caller's
+// opening); with one (584f123) it checks the thread again, finds none,
+// asks the cluster (no turn) and is 404 "chat not found".
+func TestAbortOfOwnRefusedNewChatSameAnswer(t *testing.T) {
+	status := func(withCluster bool) int {
+		dsn := testdb.OpenDSN(t, testdb.Postgres)
+		gs := failTxGate{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		var opts []chatstream.Option
+		if withCluster {
+			opts = append(opts, chatstream.WithCluster(openCluster(t, dsn, pgcluster.WithReplicaID("a"))))
+		}
+		openStore := storeOn(dsn)
+		e := newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{opts: opts,
+			store: func(t testing.TB, backend string) store.Store { gs.Store = openStore(t, backend); return gs }})
+		rel := sync.OnceFunc(func() { close(gs.release) })
+		t.Cleanup(rel)
+		ss := ext("own-refused")
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "earlier", SessionSettings: ss}) // returning: reserved before the transaction
+		gs.armed.Store(true)
+		done := make(chan error, 1)
+		go func() {
+			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:x", ChatID: "own-refused", SessionSettings: ss})
+			done <- err
+		}()
+		<-gs.entered
+		aborted := make(chan error, 1)
+		go func() { aborted <- e.client.Abort(t.Context(), acct, agentID, "own-refused", *ss) }()
+		var err error
+		select {
+		case err = <-aborted:
+		case <-time.After(300 * time.Millisecond): // waits for the opening
+		}
+		rel()
+		if err == nil {
+			err = <-aborted
+		}
+		t.Logf("cluster %v: opening %v; abort %v", withCluster, <-done, err)
+		if err == nil {
+			return http.StatusNoContent
+		}
+		return apiStatus(err)
+	}
+	without, with := status(false), status(true)
+	if without != with {
+		t.Errorf("the user's abort of its own new chat's opening, refused: %d without a cluster, %d with one; want one answer (204: found the caller's opening)", without, with)
+	}
+}

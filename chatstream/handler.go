@@ -421,6 +421,11 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 				h.fail(w, r, err)
 				return
 			}
+			// The other replica's turn gets the bound of its own: the
+			// abort must reach it (at worst 15 s in all).
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, clusterTimeout)
+			defer cancel()
 		}
 	}
 	if remote {
