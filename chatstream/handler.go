@@ -399,7 +399,14 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	cl := h.cfg.cluster
 	remote := cl != nil
 	if t, started := h.turns.abort(key); started {
-		t.stop(errAborted, outcomeAborted)
+		// Stopped on a goroutine of its own: its final write may outlast
+		// the abort's bound on a database far too slow. The turn stays
+		// registered until it ends, so Shutdown waits for it.
+		go t.stop(errAborted, outcomeAborted)
+		select {
+		case <-t.done:
+		case <-wctx.Done():
+		}
 		remote = false
 	} else if t != nil {
 		select { // aborted as it starts, or its opening refused

@@ -746,3 +746,45 @@ func TestAbortReadFailsMessage(t *testing.T) {
 		t.Errorf("abort whose read of the thread failed: %v, want 503 %q (docs/http-reference.md)", err, "service unavailable, try again")
 	}
 }
+
+// slowAppendStore delays AppendMessages of chatID by delay once armed.
+type slowAppendStore struct {
+	store.Store
+	chatID string
+	delay  time.Duration
+	armed  *atomic.Bool
+}
+
+func (s slowAppendStore) AppendMessages(ctx context.Context, accountID int64, chatID string, lastSort int64, msgs []store.ThreadMessage) error {
+	if s.armed.Load() && chatID == s.chatID {
+		time.Sleep(s.delay)
+	}
+	return s.Store.AppendMessages(ctx, accountID, chatID, lastSort, msgs)
+}
+
+// TestAbortOfLocalTurnBoundedOnSlowDatabase: docs/http-reference.md says
+// "Should the turn take longer than 5 seconds to end (a database far too
+// slow), the 204 is sent then". An abort of a turn started in this process
+// waits for t.stop, whose final write is bounded by persistTimeout (10 s)
+// and release by another 10 s, not by clusterTimeout.
+func TestAbortOfLocalTurnBoundedOnSlowDatabase(t *testing.T) {
+	const chatID = "slow-db-abort"
+	armed := new(atomic.Bool)
+	e := newEnv(t, apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}, envOpts{store: func(t testing.TB, backend string) store.Store {
+		return slowAppendStore{Store: testdb.Open(t, backend), chatID: chatID, delay: 8 * time.Second, armed: armed}
+	}})
+	ctx := t.Context()
+	_, wait := streamUntil(t, ctx, e.client, chatstream.Request{Input: "slow", ChatID: chatID, SessionSettings: ext("slowdb")},
+		func(m chatstream.Message) bool { return isContent(m) && m.Content == "answer" })
+	armed.Store(true)
+	start := time.Now()
+	err := e.client.Abort(ctx, acct, agentID, chatID, chatstream.SessionSettings{ExternalID: "slowdb"})
+	d := time.Since(start)
+	_, _, _ = wait()
+	if err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	if d > 6*time.Second {
+		t.Errorf("abort of a local turn on a slow database answered after %v; docs/http-reference.md: the 204 is sent after 5 seconds", d)
+	}
+}
