@@ -997,14 +997,11 @@ func TestClusterAbortOfRefusedOwnOpening(t *testing.T) {
 
 // TestClusterAbortRemoteAfterRefusedOwnOpeningInTime: the user's first
 // turn of chat C opens on B (claimed, its thread not stored yet); the same
-// user's second input of C reaches A, which reserves C here and asks the
-// cluster (refused: 409). The user's abort on A waits for A's opening,
-// then (584f123) checks the thread again, which waits for B's opening
-// (afterRemoteOpening, a fresh 5 s), and then asks the cluster with wctx,
-// which that wait has used up: cl.Abort fails on the expired context and
-// the answer is 503 while B's turn, the caller's, runs on (the abort was
-// not recorded). The same abort received on A without A's reservation is
-// 204 with B's turn aborted (TestClusterAbortDuringOpeningOnOtherReplica).
+// user's second input of C reaches A, which reserves C here and is
+// refused by the cluster (409). The user's abort on A waits for A's
+// opening, checks the thread again (which waits for B's opening), and
+// then still has a bound of its own to abort B's turn: 204, with B's
+// turn, the caller's, aborted.
 func TestClusterAbortRemoteAfterRefusedOwnOpeningInTime(t *testing.T) {
 	const chatID = "refused-then-remote"
 	dsn := testdb.OpenDSN(t, testdb.Postgres)
@@ -1081,9 +1078,7 @@ func (s failTxGate) InTx(ctx context.Context, fn func(store.Tx) error) error {
 // TestAbortOfOwnRefusedNewChatSameAnswer: the user's abort of the first
 // turn of its new chat, received while that turn opens here, whose
 // opening is then refused (its transaction fails): no thread, no turn
-// anywhere. Without a cluster the abort is 204 (it found the caller's
-// opening); with one (584f123) it checks the thread again, finds none,
-// asks the cluster (no turn) and is 404 "chat not found".
+// anywhere. The answer is the same with and without a cluster: 204.
 func TestAbortOfOwnRefusedNewChatSameAnswer(t *testing.T) {
 	status := func(withCluster bool) int {
 		dsn := testdb.OpenDSN(t, testdb.Postgres)

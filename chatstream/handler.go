@@ -393,62 +393,68 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The abort is answered once the thread is free for the next input
-	// (or, at worst, after clusterTimeout).
-	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	defer cancel()
-	cl := h.cfg.cluster
-	remote := cl != nil
-	if t, started := h.turns.abort(key); started {
-		// Stopped on a goroutine of its own: its final write may outlast
-		// the abort's bound on a database far too slow. The turn stays
-		// registered until it ends, so Shutdown waits for it.
-		go t.stop(errAborted, outcomeAborted)
-		select {
-		case <-t.done:
-		case <-wctx.Done():
-		}
-		remote = false
-	} else if t != nil {
-		select { // aborted as it starts, or its opening refused
-		case <-t.done:
-		case <-wctx.Done():
-		}
-		// A refused opening may have been refused for a turn of the chat
-		// running on another replica: that one is the caller's to abort
-		// only if the thread is, checked again. When it is not (the
-		// caller's opening was refused and no thread of the caller
-		// exists), nothing of the caller's runs: 204, as without a
-		// cluster.
-		if remote = remote && wctx.Err() == nil && !h.turns.hasStarted(t); remote {
-			err := h.abortable(ctx, c, key, req)
-			switch {
-			case errors.Is(err, errChatGone), errors.Is(err, errNotOwner):
-				remote = false
-			case err != nil:
-				h.fail(w, r, err)
-				return
-			}
-			// The other replica's turn gets the bound of its own: the
-			// abort must reach it (at worst 15 s in all).
-			var cancel context.CancelFunc
-			wctx, cancel = context.WithTimeout(ctx, clusterTimeout)
-			defer cancel()
-		}
+	// (or, at worst, after each step's clusterTimeout).
+	elsewhere, err := h.abortHere(ctx, c, key, req)
+	if err == nil && elsewhere && h.cfg.cluster != nil {
+		err = abortElsewhere(ctx, h.cfg.cluster, ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID})
 	}
-	if remote {
-		// The turn may run on another replica: it stops there and then
-		// releases the thread (or nothing changes when none runs).
-		tk := ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID}
-		ok, err := cl.Abort(wctx, tk)
-		if err == nil && ok {
-			err = waitRemoteEnd(wctx, cl, tk)
-		}
-		if err != nil {
-			h.fail(w, r, clusterUnavailable(err))
-			return
-		}
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// abortHere stops the turn of key in this process, or marks it to abort
+// as it starts when it is still opening, and waits until it ended or its
+// opening was refused (at most clusterTimeout). It reports whether the
+// chat's turn may run on another replica: none here, or, with a cluster,
+// the opening here refused (say because the chat's turn runs elsewhere)
+// while the thread is still the caller's, checked again. When the
+// caller's opening was refused and no thread of the caller exists,
+// nothing of the caller's runs.
+func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, req AbortRequest) (elsewhere bool, err error) {
+	t, started := h.turns.abort(key)
+	if t == nil {
+		return true, nil
+	}
+	if started {
+		// On a goroutine of its own: its final write may outlast the
+		// abort's bound on a database far too slow. The turn stays
+		// registered until it ends, so Shutdown waits for it.
+		go t.stop(errAborted, outcomeAborted)
+	}
+	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	select {
+	case <-t.done:
+	case <-wctx.Done():
+		return false, nil
+	}
+	if started || h.cfg.cluster == nil || h.turns.hasStarted(t) {
+		return false, nil
+	}
+	err = h.abortable(ctx, c, key, req)
+	if errors.Is(err, errChatGone) || errors.Is(err, errNotOwner) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// abortElsewhere asks the cluster to abort the turn of tk where it runs
+// and waits until it ended there (at most clusterTimeout); nothing
+// changes when none runs.
+func abortElsewhere(ctx context.Context, cl Cluster, tk ThreadKey) error {
+	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	ok, err := cl.Abort(wctx, tk)
+	if err == nil && ok {
+		err = waitRemoteEnd(wctx, cl, tk)
+	}
+	if err != nil {
+		return clusterUnavailable(err)
+	}
+	return nil
 }
 
 // firstTurnOpening reports whether the first turn of the new chat key is

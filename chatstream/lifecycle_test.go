@@ -548,6 +548,23 @@ func (s threadReadGate) Thread(ctx context.Context, accountID int64, chatID stri
 	return th, err
 }
 
+// openingAndReadGated returns an env whose store holds a turn's opening
+// transaction (gs) and a read of a thread that finds none (rg), once each
+// is armed, with the functions that release them (also at the test's end).
+func openingAndReadGated(t *testing.T, tg apitest.Target) (e *env, gs txGateStore, rg threadReadGate, relOpen, relRead func()) {
+	gs = txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	rg = threadReadGate{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	e = newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+		gs.Store = testdb.Open(t, backend)
+		rg.Store = gs
+		return rg
+	}})
+	relOpen, relRead = sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
+	t.Cleanup(relOpen)
+	t.Cleanup(relRead)
+	return e, gs, rg, relOpen, relRead
+}
+
 // TestAbortRacingNewChatOpening: without a cluster, an abort received
 // while the first turn of a new chat is opening (its thread not stored at
 // the abort's first read) whose opening then commits and starts before the
@@ -561,16 +578,7 @@ func TestAbortRacingNewChatOpening(t *testing.T) {
 			if returning {
 				user = "race-returning"
 			}
-			gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-			rg := threadReadGate{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-				gs.Store = testdb.Open(t, backend)
-				rg.Store = gs
-				return rg
-			}})
-			relOpen, relRead := sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
-			t.Cleanup(relOpen)
-			t.Cleanup(relRead)
+			e, gs, rg, relOpen, relRead := openingAndReadGated(t, tg)
 			ctx, ss, chatID := t.Context(), ext(user), user+"-chat"
 			if returning {
 				collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: user + "-earlier", SessionSettings: ss})
@@ -638,21 +646,11 @@ func TestAbortDuringOpeningOverExpiredOwnersThread(t *testing.T) {
 // TestAnotherUsersAbortStraddlingCommit: without a cluster, another
 // user's abort received while the first turn of a new chat is opening,
 // whose first read finds no thread and whose later reads come after the
-// opening committed. docs/http-reference.md: "for another user, the chat
-// does not exist yet: 404" (7c6ef66 answered 404 here; the re-read of
-// 81b1a3d answers 403).
+// opening committed, is 404: the chat did not exist when the abort came
+// (docs/http-reference.md).
 func TestAnotherUsersAbortStraddlingCommit(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		gs := txGateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		rg := threadReadGate{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-			gs.Store = testdb.Open(t, backend)
-			rg.Store = gs
-			return rg
-		}})
-		relOpen, relRead := sync.OnceFunc(func() { close(gs.release) }), sync.OnceFunc(func() { close(rg.release) })
-		t.Cleanup(relOpen)
-		t.Cleanup(relRead)
+		e, gs, rg, relOpen, relRead := openingAndReadGated(t, tg)
 		gs.armed.Store(true)
 		done := make(chan struct{})
 		go func() {
@@ -675,13 +673,10 @@ func TestAnotherUsersAbortStraddlingCommit(t *testing.T) {
 
 // TestAbortDuringOpeningReadFails: without a cluster, the user's abort of
 // the first turn of a new chat, received while that turn is opening
-// (reserved here, its transaction held), whose read of the thread in
-// firstTurnOpening fails (the database briefly unavailable) while the
-// reads around it succeed. firstTurnOpening takes the error for "no
-// opening here"; the last read finds no thread and the abort answers 404
-// "chat not found" while the caller's turn opens and runs to its end.
-// The abort must abort the turn (204) or report the failure (503), as
-// 9d30e0a does for the read after it.
+// (reserved here, its transaction held), whose read of the thread in the
+// check for an opening here fails (the database briefly unavailable)
+// while the reads around it succeed: the abort aborts the turn (204) or
+// reports the failure (503), never 404 while the turn runs on.
 func TestAbortDuringOpeningReadFails(t *testing.T) {
 	const chatID = "opening-read-fails"
 	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}

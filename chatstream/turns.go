@@ -322,8 +322,8 @@ func (r *registry) abort(key turnKey) (t *turn, started bool) {
 	return t, t != nil && t.started
 }
 
-// hasStarted reports whether t started: after t.done, false when its
-// opening was refused.
+// hasStarted reports whether t started; once t.done is closed, false
+// means its opening was refused.
 func (r *registry) hasStarted(t *turn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
