@@ -120,13 +120,15 @@ type Cluster interface {
 // ClaimedTurn is a turn this process runs, as seen by the [Cluster]. Its
 // methods are safe for concurrent use.
 type ClaimedTurn interface {
-	// Publish appends lines to the turn's shared log, in order. It never
-	// waits for the database: lines are buffered and written in batches
-	// for all of the process's turns (pgcluster writes them once per
-	// publish interval, and at once when a turn ends).
-	// The Cluster keeps the slices; callers must not modify them. Publish
-	// after Release does nothing.
-	Publish(lines []Line)
+	// Publish shares log, the turn's log so far: each call's log holds the
+	// previous call's lines, unchanged, and more after them. It never waits
+	// for the database: the lines are shared with readers in batches for
+	// all of the process's turns (pgcluster writes a turn's lines only once
+	// a reader asked for them with [RemoteTurn.Next], then at most once per
+	// publish interval, and at once when the turn ends). The Cluster keeps
+	// log; callers must not modify its lines. Publish after Release does
+	// nothing.
+	Publish(log []Line)
 
 	// AfterAbort arranges for f to run once, on a goroutine of its own,
 	// when the turn must stop: another process (or this one) called
@@ -137,10 +139,12 @@ type ClaimedTurn interface {
 	// a running turn keeps one goroutine, its agent's.
 	AfterAbort(f func()) (stop func() bool)
 
-	// Release publishes final (the turn's last lines, __state__ included),
-	// waits until every line is written, marks the turn ended (its readers
-	// see done) and drops the claim, so that the thread can run its next
-	// turn on any replica. It retries failed writes until ctx ends: give ctx
+	// Release publishes final (the turn's last lines, __state__ included,
+	// after the published log), waits until every line a reader asked for
+	// is written, marks the turn ended (its readers see done) and drops the
+	// claim, so that the thread can run its next turn on any replica. Call
+	// it after storing the turn's answer: a reader that asks for the lines
+	// only after the end is told to serve what is stored. It retries failed writes until ctx ends: give ctx
 	// a deadline. Renewal stops whatever Release returns: on error the
 	// claim expires after the lease. It returns an error wrapping
 	// [ErrTurnLost] when the claim was taken over meanwhile. Calls after the
@@ -157,11 +161,18 @@ type RemoteTurn interface {
 
 	// Next returns the turn's lines from index from on (0 for the first
 	// line; then the count read so far), waiting until at least one exists,
-	// the turn ended, or ctx ends. done is true once the turn ended and
-	// lines holds its last ones: there is nothing after them. A turn that
-	// ended with no line at all never started: serve the thread's stored
-	// state instead. When the turn's process stopped before ending it, Next
+	// the turn ended, or ctx ends. Its first call asks the turn's process
+	// for the lines, the first included. done is true once the turn ended
+	// and lines holds its last ones: there is nothing after them. A turn
+	// that ended with no line read (it never started, or it ended before
+	// its lines were asked for) has its answer stored: serve the thread's
+	// stored state instead. When the turn's process stopped before ending it, Next
 	// returns the lines it can and an error wrapping [ErrTurnLost]. Next
 	// returns ctx's error when ctx ends first.
 	Next(ctx context.Context, from int) (lines []Line, done bool, err error)
+
+	// Wait waits until the turn ended, or its process stopped before
+	// ending it, or ctx ends (it returns ctx's error then). Unlike Next it
+	// does not ask for the turn's lines.
+	Wait(ctx context.Context) error
 }

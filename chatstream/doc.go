@@ -96,8 +96,9 @@
 // or 403 for another user), a request without input on any replica rejoins
 // the turn where it runs, and an abort received by any replica stops it
 // (typically within tens of milliseconds; a poll covers a lost
-// notification). The turn's lines reach the other replicas in batches (one
-// write per publish interval, 50 ms by default). Close the cluster after
+// notification). A turn's lines reach the database only once a stream on
+// another replica asked for them, then in batches (one write per publish
+// interval, 50 ms by default). Close the cluster after
 // [Handler.Shutdown]:
 //
 //	cl, err := pgcluster.New(ctx, dsn)

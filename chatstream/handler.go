@@ -553,14 +553,8 @@ func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, 
 // cluster that could not be read: the turn may still hold the thread.
 func waitRemoteEnd(ctx context.Context, cl Cluster, key ThreadKey) error {
 	rt, running, err := cl.Join(ctx, key)
-	for pos := 0; running && err == nil; {
-		var (
-			lines []Line
-			done  bool
-		)
-		lines, done, err = rt.Next(ctx, pos)
-		pos += len(lines)
-		running = !done
+	if err == nil && running {
+		err = rt.Wait(ctx)
 	}
 	if err == nil || errors.Is(err, ErrTurnLost) || ctx.Err() != nil {
 		return nil // ended, its process gone, or the wait's bound reached

@@ -556,7 +556,7 @@ func (t *turn) publishLocked() {
 		return
 	}
 	if t.claim != nil {
-		t.claim.Publish(t.lines[t.pub:n:n])
+		t.claim.Publish(t.lines[:n:n])
 	}
 	t.pub = n
 	for _, w := range t.waiters {

@@ -17,8 +17,9 @@ import (
 // ended before it could be read.
 const claimAttempts = 5
 
-// maxWriteBytes splits a large write of lines into several INSERTs of one
-// transaction.
+// maxWriteBytes bounds the lines of one write (one transaction), so that
+// the backlog of a long turn asked for late goes over several writes, each
+// advancing it, while the other turns' lines and ends go too.
 const maxWriteBytes = 4 << 20
 
 // claimedTurn is a [chatstream.ClaimedTurn] of a [Cluster].
@@ -31,9 +32,12 @@ type claimedTurn struct {
 
 	// Guarded by c.mu. A released claim stays in c.claims until the flush
 	// that ends it.
-	live     bool              // the claim is committed: renew and poll it
-	buf      []chatstream.Line // published, not yet written
-	next     int               // seq of buf[0]
+	live bool              // the claim is committed: renew and poll it
+	log  []chatstream.Line // the turn's log as last published; line i has seq i
+	// written counts the lines of log in the database. They are written
+	// only once watched: a reader on some replica asked for them.
+	written  int
+	watched  bool
 	released bool
 	ended    chan struct{} // made by Release, closed by finish
 	endErr   error         // Release's result, set before ended closes
@@ -139,7 +143,8 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 			VALUES ($1, $2, $3, $4, $5, statement_timestamp(), statement_timestamp(), false, NULL)
 			ON CONFLICT (account_id, chat_id) DO UPDATE SET
 				turn_id = EXCLUDED.turn_id, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
-				claimed_at = statement_timestamp(), heartbeat_at = statement_timestamp(), abort_requested = false, ended_at = NULL
+				claimed_at = statement_timestamp(), heartbeat_at = statement_timestamp(), abort_requested = false, ended_at = NULL,
+				watched = false
 			WHERE t.ended_at IS NOT NULL OR t.heartbeat_at < statement_timestamp() - make_interval(secs => $6)
 				-- A claim of this replica that it no longer holds (its
 				-- release failed, e.g. while the database was away) is
@@ -172,18 +177,33 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 	return fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
 }
 
-// Publish implements [chatstream.ClaimedTurn].
-func (ct *claimedTurn) Publish(lines []chatstream.Line) {
-	if len(lines) == 0 {
-		return
-	}
+// Publish implements [chatstream.ClaimedTurn]. It keeps log, not a copy:
+// a turn nobody watches costs no memory and no write per line.
+func (ct *claimedTurn) Publish(log []chatstream.Line) {
 	c := ct.c
 	c.mu.Lock()
-	if ct.released || c.closed {
+	if ct.released || c.closed || len(log) <= len(ct.log) {
 		c.mu.Unlock()
 		return
 	}
-	ct.buf = append(ct.buf, lines...)
+	ct.log = log
+	watched := ct.watched
+	c.mu.Unlock()
+	if watched {
+		signal(c.flushSig)
+	}
+}
+
+// watchLocal marks this replica's claim id watched, so that the flusher
+// writes its lines from the first on.
+func (c *Cluster) watchLocal(id string) {
+	c.mu.Lock()
+	ct, ok := c.claims[id]
+	if !ok || ct.watched {
+		c.mu.Unlock()
+		return
+	}
+	ct.watched = true
 	c.mu.Unlock()
 	signal(c.flushSig)
 }
@@ -193,9 +213,10 @@ func (ct *claimedTurn) AfterAbort(f func()) (stop func() bool) {
 	return context.AfterFunc(ct.aborted, f)
 }
 
-// Release implements [chatstream.ClaimedTurn]: the remaining lines, an eof
-// row and ended_at go with the flusher's next write, at once, together with
-// every other turn ending meanwhile (one transaction for all of them).
+// Release implements [chatstream.ClaimedTurn]: ended_at (and, for a
+// watched turn, its remaining lines and an eof row) goes with the
+// flusher's next write, at once, together with every other turn ending
+// meanwhile (one transaction for all of them).
 func (ct *claimedTurn) Release(ctx context.Context, final []chatstream.Line) error {
 	var err error // nil for the calls after the first
 	ct.relOnce.Do(func() { err = ct.release(ctx, final) })
@@ -212,7 +233,7 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	ct.buf = append(ct.buf, final...)
+	ct.log = append(ct.log[:len(ct.log):len(ct.log)], final...) // never into the caller's array
 	ct.ended = make(chan struct{})
 	c.mu.Unlock()
 	signal(c.endSig)
@@ -222,11 +243,9 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 		return ct.endErr
 	case <-ctx.Done():
 	}
-	// Given up: the claim expires after the lease (unless the write in
-	// progress ends it).
-	c.mu.Lock()
-	delete(c.claims, ct.id)
-	c.mu.Unlock()
+	// Given up: the flusher still ends the turn, its lines first when a
+	// reader asked for them, with a write that succeeds; until then the
+	// claim, renewed no more, expires after the lease.
 	select {
 	case <-ct.ended:
 		return ct.endErr
@@ -239,16 +258,19 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 // claim is no longer in c.claims.
 func (ct *claimedTurn) finish(err error) {
 	ct.endErr = err
+	ct.log = nil // the caller's turn may stay reachable for a while
 	close(ct.ended)
 }
 
 // pending are lines of one turn to write, from seq first on, and for end
-// its eof row and ended_at.
+// its eof row and ended_at. A turn nobody watches writes no line: for end
+// (quiet) only its ended_at, unless a reader asked for its lines meanwhile.
 type pending struct {
 	ct    *claimedTurn
 	first int
 	lines []chatstream.Line
 	end   bool
+	quiet bool
 }
 
 // flushLoop writes the buffered lines of all claims and ends the released
@@ -280,7 +302,12 @@ func (c *Cluster) flushLoop() {
 		}
 		if c.ctx.Err() != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := c.flush(ctx); err != nil {
+			// Again while a quiet end found a reader: its lines go now.
+			more, err := c.flush(ctx)
+			for more && err == nil {
+				more, err = c.flush(ctx)
+			}
+			if err != nil {
 				c.cfg.log.LogAttrs(ctx, slog.LevelWarn, "pgcluster: last write of lines failed",
 					slog.String("replica", c.cfg.replicaID), slog.String("error", err.Error()))
 			}
@@ -297,8 +324,11 @@ func (c *Cluster) flushLoop() {
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		err := c.flush(ctx)
+		more, err := c.flush(ctx)
 		cancel()
+		if more {
+			signal(c.endSig)
+		}
 		if err == nil {
 			if backoff > 0 {
 				c.cfg.log.LogAttrs(c.ctx, slog.LevelInfo, "pgcluster: writes of lines recovered",
@@ -317,76 +347,86 @@ func (c *Cluster) flushLoop() {
 	}
 }
 
-// flush writes the buffered lines of every claim and ends the released
-// ones, in one transaction, then wakes their Releases. On failure the lines
-// go back to their buffers and the releases wait for the next flush.
-func (c *Cluster) flush(ctx context.Context) error {
+// flush writes the unwritten lines of every watched claim and ends the
+// released ones, in one transaction, then wakes their Releases. The lines
+// of one write are bounded (maxWriteBytes): what does not fit, and the end
+// of its turn, goes with the next write, which the caller makes at once
+// when more is true. On failure nothing is marked written and the releases
+// wait for the next flush. A quiet end that finds its turn watched
+// meanwhile is not ended: it goes with a next write too, lines and eof row
+// included.
+func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 	c.mu.Lock()
 	var ps []pending
+	budget := maxWriteBytes
 	for _, ct := range c.claims {
-		if len(ct.buf) > 0 || ct.released {
-			ps = append(ps, pending{ct: ct, first: ct.next, lines: ct.buf, end: ct.released})
-			ct.next += len(ct.buf)
-			ct.buf = nil
+		switch n := len(ct.log); {
+		case ct.watched && (n > ct.written || ct.released):
+			to := ct.written
+			for to < n && budget > 0 {
+				budget -= len(ct.log[to].Data) + 64
+				to++
+			}
+			if to < n {
+				more = true
+				if to == ct.written {
+					continue // nothing of it fits this write
+				}
+			}
+			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:to:to], end: ct.released && to == n})
+		case ct.released:
+			ps = append(ps, pending{ct: ct, end: true, quiet: true})
 		}
 	}
 	c.mu.Unlock()
 	if len(ps) == 0 {
-		return nil
+		return false, nil
 	}
-	ended, err := c.writeLines(ctx, ps)
+	ended, watched, err := c.writeLines(ctx, ps)
+	if err != nil {
+		return false, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
-		for _, p := range ps {
-			p.ct.buf = append(p.lines, p.ct.buf...)
-			p.ct.next = p.first
-		}
-		return err
-	}
 	for _, p := range ps {
-		if !p.end {
-			continue
+		if !p.quiet {
+			p.ct.written = p.first + len(p.lines)
 		}
-		delete(c.claims, p.ct.id)
-		if ended[p.ct.id] {
+		switch {
+		case !p.end:
+		case watched[p.ct.id]:
+			p.ct.watched = true
+			more = true
+		case ended[p.ct.id]:
+			delete(c.claims, p.ct.id)
 			p.ct.finish(nil)
-		} else {
+		default:
+			delete(c.claims, p.ct.id)
 			p.ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
 		}
 	}
-	return nil
+	return more, nil
 }
 
 // writeLines inserts the lines of ps, and for those that end their eof
-// rows and ended_at, and notifies their readers, in one implicit
-// transaction (one round trip). ended holds the ending turns whose claim
-// was still theirs.
-func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended map[string]bool, err error) {
+// rows and ended_at, and notifies their readers and those waiting for
+// their end, in one implicit transaction (one round trip). ended holds the
+// ending turns whose claim was still theirs; watched the quiet ones that a
+// reader asked for meanwhile, left running.
+func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched map[string]bool, err error) {
 	c.flushes.Add(1)
 	var (
-		b       pgx.Batch
-		ids     []string
-		seqs    []int32
-		sorts   []int64
-		states  []bool
-		eofs    []bool
-		datas   [][]byte
-		size    int
-		inserts int
-		turns   []string
-		ends    []string
+		b      pgx.Batch
+		ids    []string
+		seqs   []int32
+		sorts  []int64
+		states []bool
+		eofs   []bool
+		datas  [][]byte
+		turns  []string
+		ends   []string
+		quiet  []string
 	)
-	queue := func() {
-		if len(ids) == 0 {
-			return
-		}
-		b.Queue(`INSERT INTO embedkit_turn_lines (turn_id, seq, sort, state, eof, data)
-			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::boolean[], $5::boolean[], $6::bytea[])
-			ON CONFLICT (turn_id, seq) DO NOTHING`, ids, seqs, sorts, states, eofs, datas)
-		inserts++
-		ids, seqs, sorts, states, eofs, datas, size = nil, nil, nil, nil, nil, nil, 0
-	}
 	add := func(id string, seq int, l chatstream.Line, eof bool) {
 		ids = append(ids, id)
 		seqs = append(seqs, int32(seq))
@@ -398,12 +438,13 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended map[strin
 			data = []byte{}
 		}
 		datas = append(datas, data)
-		size += len(data) + 64
-		if size >= maxWriteBytes {
-			queue()
-		}
 	}
 	for _, p := range ps {
+		turns = append(turns, p.ct.id)
+		if p.quiet {
+			quiet = append(quiet, p.ct.id)
+			continue
+		}
 		for i, l := range p.lines {
 			add(p.ct.id, p.first+i, l, false)
 		}
@@ -411,43 +452,82 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended map[strin
 			add(p.ct.id, p.first+len(p.lines), chatstream.Line{}, true)
 			ends = append(ends, p.ct.id)
 		}
-		turns = append(turns, p.ct.id)
 	}
-	queue()
+	if len(ids) > 0 {
+		b.Queue(`INSERT INTO embedkit_turn_lines (turn_id, seq, sort, state, eof, data)
+			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::boolean[], $5::boolean[], $6::bytea[])
+			ON CONFLICT (turn_id, seq) DO NOTHING`, ids, seqs, sorts, states, eofs, datas)
+	}
 	if len(ends) > 0 {
 		// A claim taken over has another turn id: its row is left alone.
 		b.Queue(`UPDATE embedkit_turns SET ended_at = coalesce(ended_at, statement_timestamp()), heartbeat_at = statement_timestamp()
 			WHERE turn_id = ANY($1) RETURNING turn_id`, ends)
 	}
-	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
+	if len(quiet) > 0 {
+		// A turn whose lines a reader asked for since the flush read its flag keeps
+		// running: its reader needs the lines before the end.
+		b.Queue(`UPDATE embedkit_turns SET
+				ended_at = CASE WHEN watched THEN ended_at ELSE coalesce(ended_at, statement_timestamp()) END,
+				heartbeat_at = statement_timestamp()
+			WHERE turn_id = ANY($1) RETURNING turn_id, watched`, quiet)
+	}
+	if len(turns) > 0 {
+		b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
+	}
 
 	br := c.pool.SendBatch(ctx, &b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			ended, err = nil, cerr
+			ended, watched, err = nil, nil, cerr
 		}
 	}()
-	for range inserts {
+	if len(ids) > 0 {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	ended = make(map[string]bool, len(ends)+len(quiet))
 	if len(ends) > 0 {
 		rows, err := br.Query()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		ended = make(map[string]bool, len(got))
 		for _, id := range got {
 			ended[id] = true
 		}
 	}
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	if len(quiet) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, err
+		}
+		type row struct {
+			ID      string
+			Watched bool
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range got {
+			if r.Watched {
+				if watched == nil {
+					watched = make(map[string]bool)
+				}
+				watched[r.ID] = true
+			} else {
+				ended[r.ID] = true
+			}
+		}
 	}
-	return ended, nil
+	if len(turns) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return ended, watched, nil
 }

@@ -20,7 +20,8 @@
 // search_path:
 //
 //	embedkit_turns       one row per thread: its last claim (turn id, owner
-//	                     replica, user, heartbeat, abort flag, end time)
+//	                     replica, user, heartbeat, abort flag, end time,
+//	                     watched: a reader asked for the turn's lines)
 //	embedkit_turn_lines  the running turns' logs: (turn_id, seq) → sort,
 //	                     data; an eof row marks the end of a turn
 //
@@ -34,22 +35,38 @@
 // Abort sets abort_requested and calls pg_notify('embedkit_abort', turn id)
 // in one statement. Every replica keeps one dedicated connection that
 // LISTENs; the owner closes the turn's [chatstream.ClaimedTurn.Aborted] as
-// the notification arrives. A poll of abort requests ([WithPollInterval])
+// the notification arrives. A poll of abort requests and readers' requests for lines ([WithPollInterval])
 // catches notifications lost while that connection was down; it is
 // pinged when idle for 15 s (so a silently dead one is found), reconnected
 // with backoff, and polls at once after reconnecting.
 //
-// Published lines are buffered in memory; one flusher per Cluster writes the
-// buffered lines of all its turns in one multi-row INSERT at most every
-// publish interval ([WithPublishInterval]) and notifies 'embedkit_lines' with
-// the turn ids, which wakes the readers of those turns on every replica
-// ([chatstream.RemoteTurn.Next]), fanned out from the LISTEN connection
-// through channels, with a poll as fallback. Release hands the rest and an
-// eof row to the flusher, which writes at once, without waiting for the
-// publish interval: the lines, eof rows and ended_at of every turn ending
-// meanwhile go in the same transaction, and the releases that come during
-// a write go with the next one. Lines of ended turns are deleted after
-// [WithRetention] by whichever replica takes an advisory lock first.
+// A turn's published log is kept in memory (the caller's own, not a copy)
+// and written only for the turns whose lines a reader asked for: most
+// turns are never rejoined from another replica, and writing every line
+// of every turn was most of the cluster's work on the database. The
+// first [chatstream.RemoteTurn.Next] of a reader sets watched and calls
+// pg_notify('embedkit_watch', turn id) in one statement; the owner learns
+// of it from the LISTEN connection (or the poll) and writes that turn's
+// lines from the first on. [chatstream.RemoteTurn.Wait], an abort's wait
+// for the end, asks for nothing. One flusher per Cluster writes the
+// unwritten lines of all its watched turns in one multi-row INSERT at
+// most every publish interval ([WithPublishInterval]), at most 4 MiB of
+// lines per write (the backlog of a long turn asked for late goes over
+// several, each advancing it, the other turns' ends beside them), and
+// notifies 'embedkit_lines' with the ids of the turns written or ended,
+// which wakes their readers and waiters on every replica, fanned out from
+// the LISTEN connection through channels, with a poll as fallback.
+// Release hands its turn to the flusher, which writes at once, without
+// waiting for the publish interval: the lines, eof rows and ended_at of
+// every turn ending meanwhile go in the same transaction, and the
+// releases that come during a write go with the next one. A turn nobody
+// watched ends with ended_at alone, in a statement that leaves a turn
+// asked for meanwhile running: its lines and eof row go first, so that a
+// reader that asked is never told of an end before the lines. A reader
+// that asks only after the end is told the turn ended: its answer is
+// stored, which the caller serves instead. Lines of ended turns are
+// deleted after [WithRetention] by whichever replica takes an advisory
+// lock first.
 //
 // [WithListen](false) runs without LISTEN, by polling alone, for connection
 // poolers in transaction mode (PgBouncer) that cannot hold a LISTEN (add

@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -36,13 +37,22 @@ func TestPublishIsBatched(t *testing.T) {
 			t.Fatal(err)
 		}
 		turns = append(turns, ct)
+		rt, ok, err := c.Join(ctx, ct.(*claimedTurn).key)
+		if !ok || err != nil {
+			t.Fatalf("Join = %v, %v", ok, err)
+		}
+		if ok, err := rt.(*remoteTurn).ask(ctx); !ok || err != nil { // a reader: the lines are written
+			t.Fatalf("ask = %v, %v", ok, err)
+		}
 	}
 	before := c.flushes.Load()
 	start := time.Now()
 	const pieces = 300
+	var log []chatstream.Line
 	for i := range pieces {
+		log = append(log, chatstream.Line{Sort: int64(i + 1), Data: []byte("{}\n")})
 		for _, ct := range turns {
-			ct.Publish([]chatstream.Line{{Sort: int64(i + 1), Data: []byte("{}\n")}})
+			ct.Publish(log)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -161,6 +171,13 @@ func TestReleasesAreBatched(t *testing.T) {
 		ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c" + strconv.Itoa(i)}, 7, chatstream.TurnLimits{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		rt, ok, err := b.Join(ctx, ct.(*claimedTurn).key)
+		if !ok || err != nil {
+			t.Fatalf("Join = %v, %v", ok, err)
+		}
+		if ok, err := rt.(*remoteTurn).ask(ctx); !ok || err != nil { // a reader: the lines are written
+			t.Fatalf("ask = %v, %v", ok, err)
 		}
 		ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}, {Sort: 2, Data: []byte("{}\n")}})
 		turns = append(turns, ct.(*claimedTurn))
@@ -323,4 +340,315 @@ func AbortedOf(ct chatstream.ClaimedTurn) <-chan struct{} {
 	ch := make(chan struct{})
 	ct.AfterAbort(func() { close(ch) })
 	return ch
+}
+
+// TestJoinDuringQuietRelease checks the race of a reader's join with the
+// end of a turn nobody watched: the join commits after the flusher read
+// the turn as unwatched and before its end is written. The turn is not
+// ended then; its lines and eof row are written first, so the reader reads
+// the whole turn.
+func TestJoinDuringQuietRelease(t *testing.T) {
+	t.Parallel()
+	dsn, a, _ := twoReplicas(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	c, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := c.(*claimedTurn)
+	ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}, {Sort: 2, Data: []byte("{}\n")}})
+
+	// Hold the claim's row, so that the release's write waits for it.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM embedkit_turns WHERE turn_id = $1 FOR UPDATE`, ct.id); err != nil {
+		t.Fatal(err)
+	}
+	before := a.flushes.Load()
+	released := make(chan error, 1)
+	go func() {
+		released <- ct.Release(ctx, []chatstream.Line{{Sort: 3, State: true, Data: []byte("{\"state\":1}\n")}})
+	}()
+	for deadline := time.Now().Add(5 * time.Second); a.flushes.Load() == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the release was not written within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A join, as Join writes it, commits first (its notification is left
+	// out: the release's own write must find it).
+	if _, err := tx.Exec(ctx, `UPDATE embedkit_turns SET watched = true WHERE turn_id = $1`, ct.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release did not return")
+	}
+	var lines, eofAt int
+	var ended bool
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT eof), coalesce(min(seq) FILTER (WHERE eof), -1),
+			(SELECT ended_at IS NOT NULL FROM embedkit_turns WHERE turn_id = $1)
+		FROM embedkit_turn_lines WHERE turn_id = $1`, ct.id).Scan(&lines, &eofAt, &ended); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 3 || eofAt != 3 || !ended {
+		t.Errorf("%d lines, eof at %d, ended %v; want 3 lines, eof at 3, ended", lines, eofAt, ended)
+	}
+}
+
+// TestJoinDuringCloseOfQuietRelease: a release that is still waiting for
+// its write when Close comes, and a reader's ask that commits before
+// Close's last write (the write that ends the turn). That write finds the
+// turn watched and leaves it running; Close writes again: the lines, the
+// eof row and ended_at, and Release returns nil.
+func TestJoinDuringCloseOfQuietRelease(t *testing.T) {
+	t.Parallel()
+	dsn, a, _ := twoReplicas(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	c, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := c.(*claimedTurn)
+	ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}, {Sort: 2, Data: []byte("{}\n")}})
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM embedkit_turns WHERE turn_id = $1 FOR UPDATE`, ct.id); err != nil {
+		t.Fatal(err)
+	}
+	waitFlushes := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); a.flushes.Load() < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d writes within 5s, want %d", a.flushes.Load(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	before := a.flushes.Load()
+	released := make(chan error, 1)
+	go func() {
+		released <- ct.Release(ctx, []chatstream.Line{{Sort: 3, State: true, Data: []byte("{\"state\":1}\n")}})
+	}()
+	waitFlushes(before + 1) // the release's write waits for the row
+	closed := make(chan struct{})
+	go func() { _ = a.Close(); close(closed) }()
+	waitFlushes(before + 2) // Close's last write, waiting for the row too
+	// A reader joins (Join's UPDATE) while Close's last write waits.
+	if _, err := tx.Exec(ctx, `UPDATE embedkit_turns SET watched = true WHERE turn_id = $1`, ct.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	if err := <-released; err != nil {
+		t.Errorf("Release = %v, want nil (the last write can end the turn)", err)
+	}
+	var lines int
+	var ended bool
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM embedkit_turn_lines WHERE turn_id = $1),
+			ended_at IS NOT NULL FROM embedkit_turns WHERE turn_id = $1`, ct.id).Scan(&lines, &ended); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 4 || !ended {
+		t.Errorf("after Close: %d rows of lines, ended %v; want 4 (3 lines, eof) and ended", lines, ended)
+	}
+}
+
+// TestNewAddsWatchedToAnEarlierTable checks that New adds the watched
+// column to the claims table an earlier release created, and that New on
+// a table that has it changes nothing.
+func TestNewAddsWatchedToAnEarlierTable(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `CREATE TABLE embedkit_turns (
+		account_id bigint NOT NULL, chat_id text NOT NULL, turn_id text NOT NULL UNIQUE, owner text NOT NULL,
+		user_id bigint NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(), heartbeat_at timestamptz NOT NULL DEFAULT now(),
+		abort_requested boolean NOT NULL DEFAULT false, ended_at timestamptz, PRIMARY KEY (account_id, chat_id))`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		c, err := New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+		ct, err := c.Claim(ctx, k, 7, chatstream.TurnLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, ok, err := c.Join(ctx, k)
+		if !ok || err != nil {
+			t.Fatalf("Join = %v, %v", ok, err)
+		}
+		if ok, err := rt.(*remoteTurn).ask(ctx); !ok || err != nil {
+			t.Fatalf("ask = %v, %v", ok, err)
+		}
+		if err := ct.Release(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+	}
+}
+
+// TestLateAskWritesBacklogInBoundedWrites: a turn asked for its lines
+// late, with a backlog larger than one write takes, is written over
+// several writes, each bounded, beside another turn's end; the reader
+// reads every line, then the end.
+func TestLateAskWritesBacklogInBoundedWrites(t *testing.T) {
+	t.Parallel()
+	_, a, b := twoReplicas(t)
+	ctx := t.Context()
+	long, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "long"}, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "other"}, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 40, 256 << 10 // 10 MiB: three writes at least
+	var log []chatstream.Line
+	for i := range n {
+		data := append(bytes.Repeat([]byte{'x'}, size-1), '\n')
+		log = append(log, chatstream.Line{Sort: int64(i + 1), Data: data})
+	}
+	long.Publish(log)
+	time.Sleep(100 * time.Millisecond) // nothing is written: nobody asked
+	var rows int
+	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM embedkit_turn_lines`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d lines written before a reader asked (%v), want 0", rows, err)
+	}
+
+	rt, ok, err := b.Join(ctx, long.(*claimedTurn).key)
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	before := a.flushes.Load()
+	got, _, err := rt.Next(ctx, 0) // asks for the lines, then reads the first
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	ended := make(chan error, 2)
+	go func() { ended <- long.Release(ctx, nil) }()
+	go func() { ended <- other.Release(ctx, nil) }()
+	for {
+		lines, done, err := rt.Next(ctx, len(got))
+		got = append(got, lines...)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if done {
+			break
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("read %d lines, want %d", len(got), n)
+	}
+	for i, l := range got {
+		if l.Sort != int64(i+1) || !bytes.Equal(l.Data, log[i].Data) {
+			t.Fatalf("line %d: sort %d, %d bytes", i, l.Sort, len(l.Data))
+		}
+	}
+	for range 2 {
+		if err := <-ended; err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	if writes := a.flushes.Load() - before; writes < n*size/maxWriteBytes {
+		t.Errorf("%d writes for %d MiB, want at least %d", writes, n*size>>20, n*size/maxWriteBytes)
+	}
+}
+
+// TestGivenUpReleaseStillEndsWatchedTurn: Release gives up (its ctx
+// ends) while the flusher's quiet end waits for the claim's row; a
+// reader's ask commits first, so that write leaves the turn running. The
+// flusher still writes the turn's lines and its end: the reader reads
+// them all.
+func TestGivenUpReleaseStillEndsWatchedTurn(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	c, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := c.(*claimedTurn)
+	ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}, {Sort: 2, Data: []byte("{}\n")}})
+	rt, ok, err := b.Join(ctx, k)
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM embedkit_turns WHERE turn_id = $1 FOR UPDATE`, ct.id); err != nil {
+		t.Fatal(err)
+	}
+	before := a.flushes.Load()
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	rerr := ct.Release(rctx, []chatstream.Line{{Sort: 3, State: true, Data: []byte("{\"state\":1}\n")}})
+	t.Logf("Release (given up) = %v; writes started: %d", rerr, a.flushes.Load()-before)
+	// The reader's ask commits before the quiet end that waits for the row.
+	if _, err := tx.Exec(ctx, `UPDATE embedkit_turns SET watched = true WHERE turn_id = $1`, ct.id); err != nil {
+		t.Fatal(err)
+	}
+	rt.(*remoteTurn).asked.Store(true) // that ask was rt's
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nctx, ncancel := context.WithTimeout(ctx, 3*time.Second)
+	defer ncancel()
+	var got []chatstream.Line
+	var done bool
+	for !done && err == nil {
+		var lines []chatstream.Line
+		lines, done, err = rt.Next(nctx, len(got))
+		got = append(got, lines...)
+	}
+	var ended bool
+	_ = conn.QueryRow(ctx, `SELECT ended_at IS NOT NULL FROM embedkit_turns WHERE turn_id = $1`, ct.id).Scan(&ended)
+	if len(got) != 3 || !done || err != nil {
+		t.Errorf("reader: %d lines, done %v, err %v (turn ended: %v); want the 3 lines and done", len(got), done, err, ended)
+	}
 }

@@ -28,9 +28,9 @@ const (
 	// DefaultPublishInterval is the least time between two writes of
 	// published lines unless [WithPublishInterval] says otherwise.
 	DefaultPublishInterval = 50 * time.Millisecond
-	// DefaultPollInterval is how often abort requests and idle remote turns
-	// are polled, as a fallback to notifications, unless [WithPollInterval]
-	// says otherwise.
+	// DefaultPollInterval is how often abort requests, readers' requests
+	// for lines and idle remote turns are polled, as a fallback to
+	// notifications, unless [WithPollInterval] says otherwise.
 	DefaultPollInterval = 500 * time.Millisecond
 	// DefaultRetention is how long the lines of an ended turn stay readable
 	// unless [WithRetention] says otherwise.
@@ -123,9 +123,11 @@ func WithLeaseTimeout(d time.Duration) Option {
 }
 
 // WithPublishInterval sets the least time between two writes of published
-// lines (one multi-row INSERT for all of the replica's turns), unless a
-// turn ends: its release is written at once, with the lines buffered then.
-// Remote readers see lines this much later at most, plus the write. Default:
+// lines (one multi-row INSERT for all of the replica's turns whose lines
+// a reader asked for), unless a turn ends: its release is written at once,
+// with the lines unwritten then. Once the owner learned of the reader (a
+// notification, or at worst the poll interval), remote readers see lines
+// this much later at most, plus the write. Default:
 // [DefaultPublishInterval] (50 ms). d must be positive; it panics
 // otherwise.
 func WithPublishInterval(d time.Duration) Option {
@@ -134,8 +136,9 @@ func WithPublishInterval(d time.Duration) Option {
 }
 
 // WithPollInterval sets how often the replica polls the abort requests of
-// its turns, and how long a remote reader waits for a notification before
-// it reads again: the fallback when a notification is lost. Default:
+// its turns and the requests for lines of readers on other replicas, and how long a
+// remote reader waits for a notification before it reads again: the
+// fallback when a notification is lost. Default:
 // [DefaultPollInterval] (500 ms). d must be positive; it panics
 // otherwise.
 func WithPollInterval(d time.Duration) Option {

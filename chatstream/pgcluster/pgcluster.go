@@ -29,6 +29,7 @@ var ErrClosed = errors.New("pgcluster: cluster closed")
 const (
 	chanAbort = "embedkit_abort"
 	chanLines = "embedkit_lines"
+	chanWatch = "embedkit_watch" // a reader asked for the turn's lines: write them
 )
 
 // schema creates the tables; it runs under an advisory lock so that
@@ -45,8 +46,17 @@ var schema = []string{
 		heartbeat_at    timestamptz NOT NULL DEFAULT now(),
 		abort_requested boolean     NOT NULL DEFAULT false,
 		ended_at        timestamptz,
+		watched         boolean     NOT NULL DEFAULT false,
 		PRIMARY KEY (account_id, chat_id)
 	)`,
+	// watched came after the first release. ALTER TABLE locks the table
+	// even when the column exists, so the catalog is asked first.
+	`DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name = 'embedkit_turns' AND column_name = 'watched') THEN
+			ALTER TABLE embedkit_turns ADD COLUMN watched boolean NOT NULL DEFAULT false;
+		END IF;
+	END $$`,
 	// The running turns of an account, which a claim with limits counts.
 	`CREATE INDEX IF NOT EXISTS embedkit_turns_running ON embedkit_turns (account_id, user_id) WHERE ended_at IS NULL`,
 	`CREATE TABLE IF NOT EXISTS embedkit_turn_lines (
@@ -66,7 +76,7 @@ const opTimeout = 5 * time.Second
 
 // Cluster is a [chatstream.Cluster] on PostgreSQL. It owns a connection
 // pool, one LISTEN connection and three goroutines (flusher, heartbeat,
-// abort poll), all stopped by [Cluster.Close]. It is safe for concurrent
+// poll), all stopped by [Cluster.Close]. It is safe for concurrent
 // use.
 type Cluster struct {
 	cfg     config
@@ -236,6 +246,22 @@ func (c *Cluster) liveClaims() []string {
 	return ids
 }
 
+// polledClaims returns the ids of the live claims, and those of them not
+// known to be watched.
+func (c *Cluster) polledClaims() (ids, unwatched []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, ct := range c.claims {
+		if ct.live && !ct.released {
+			ids = append(ids, id)
+			if !ct.watched {
+				unwatched = append(unwatched, id)
+			}
+		}
+	}
+	return ids, unwatched
+}
+
 // heartbeatLoop renews the live claims, one UPDATE per heartbeat, closes
 // Aborted of the claims found taken over or asked to abort, and deletes old
 // lines now and then.
@@ -346,8 +372,9 @@ func (c *Cluster) cleanup() {
 	}
 }
 
-// pollLoop polls the abort requests of the live claims: the fallback for a
-// lost notification.
+// pollLoop polls the abort requests of the live claims, and the readers'
+// requests for the lines of those not known to be watched: the fallback
+// for a lost notification.
 func (c *Cluster) pollLoop() {
 	defer c.wg.Done()
 	tick := time.NewTicker(c.cfg.pollInterval)
@@ -359,15 +386,28 @@ func (c *Cluster) pollLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		ids := c.liveClaims()
+		ids, unwatched := c.polledClaims()
 		if len(ids) == 0 {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		rows, err := c.pool.Query(ctx, `SELECT turn_id FROM embedkit_turns WHERE turn_id = ANY($1) AND abort_requested`, ids)
-		var aborted []string
+		rows, err := c.pool.Query(ctx, `SELECT turn_id, abort_requested, watched FROM embedkit_turns
+			WHERE turn_id = ANY($1) AND (abort_requested OR watched AND turn_id = ANY($2))`, ids, unwatched)
+		var aborted, watched []string
 		if err == nil {
-			aborted, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			var (
+				id           string
+				abort, watch bool
+			)
+			_, err = pgx.ForEachRow(rows, []any{&id, &abort, &watch}, func() error {
+				if abort {
+					aborted = append(aborted, id)
+				}
+				if watch {
+					watched = append(watched, id)
+				}
+				return nil
+			})
 		}
 		cancel()
 		if err != nil {
@@ -375,6 +415,9 @@ func (c *Cluster) pollLoop() {
 			continue
 		}
 		c.abortLocal(aborted)
+		for _, id := range watched {
+			c.watchLocal(id)
+		}
 	}
 }
 
@@ -414,7 +457,7 @@ func (c *Cluster) listenOnce() (connected bool, err error) {
 		_ = conn.Close(ctx)
 		cancel()
 	}()
-	for _, ch := range []string{chanAbort, chanLines} {
+	for _, ch := range []string{chanAbort, chanLines, chanWatch} {
 		if _, err := conn.Exec(c.ctx, "LISTEN "+ch); err != nil {
 			return false, err
 		}
@@ -457,5 +500,7 @@ func (c *Cluster) dispatch(n *pgconn.Notification) {
 		c.abortLocal([]string{n.Payload})
 	case chanLines:
 		c.wake(n.Payload)
+	case chanWatch:
+		c.watchLocal(n.Payload)
 	}
 }

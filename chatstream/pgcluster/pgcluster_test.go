@@ -61,6 +61,16 @@ func mkLines(from, n int) []chatstream.Line {
 	return out
 }
 
+// ask has the owner of rt's turn write its lines from now on, as the first
+// Next of a reader does, so that ending the turn right after cannot
+// outrun the reader.
+func ask(t testing.TB, rt chatstream.RemoteTurn) {
+	t.Helper()
+	if ok, err := pgcluster.Ask(t.Context(), rt); !ok || err != nil {
+		t.Fatalf("Ask = %v, %v", ok, err)
+	}
+}
+
 // readAll reads rt from line 0 until done or an error.
 func readAll(ctx context.Context, rt chatstream.RemoteTurn) ([]chatstream.Line, error) {
 	var got []chatstream.Line
@@ -194,6 +204,7 @@ func TestJoinStreamsLinesInOrder(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Join = ok %v, err %v; want a turn", ok, err)
 	}
+	ask(t, rt)
 	if rt.UserID() != 7 {
 		t.Errorf("UserID = %d, want 7", rt.UserID())
 	}
@@ -208,6 +219,7 @@ func TestJoinStreamsLinesInOrder(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("A.Join = ok %v, err %v; want a turn", ok, err)
 	}
+	ask(t, rtA)
 	for _, r := range []chatstream.RemoteTurn{rt, rt, rtA} {
 		go func() {
 			lines, err := readAll(ctx, r)
@@ -217,9 +229,8 @@ func TestJoinStreamsLinesInOrder(t *testing.T) {
 
 	var want []chatstream.Line
 	for i := range 40 { // one piece at a time, as an agent streams
-		l := mkLines(i, 1)
-		ct.Publish(l)
-		want = append(want, l...)
+		want = append(want, mkLines(i, 1)...)
+		ct.Publish(want)
 		time.Sleep(2 * time.Millisecond)
 	}
 	final := mkLines(40, 2)
@@ -259,6 +270,7 @@ func TestReleaseWithoutLinesEndsEmpty(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Join = ok %v, err %v", ok, err)
 	}
+	ask(t, rt)
 	if err := ct.Release(ctx, nil); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -350,6 +362,7 @@ func TestAbortWithoutNotificationsArrivesByPolling(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Join = %v, %v", ok, err)
 	}
+	ask(t, rt)
 	done := make(chan []chatstream.Line, 1)
 	go func() {
 		lines, _ := readAll(ctx, rt)
@@ -437,6 +450,7 @@ func TestSurvivesCutConnections(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Join = %v, %v", ok, err)
 	}
+	ask(t, rt)
 	done := make(chan error, 1)
 	var got []chatstream.Line
 	go func() {
@@ -451,7 +465,7 @@ func TestSurvivesCutConnections(t *testing.T) {
 	defer conn.Close(context.Background())
 	want := mkLines(0, 60)
 	for i := range 3 {
-		ct.Publish(want[i*20 : i*20+20])
+		ct.Publish(want[:i*20+20])
 		time.Sleep(30 * time.Millisecond)
 		// Every connection of A, pooled and LISTEN, is cut.
 		var n int
@@ -495,6 +509,12 @@ func TestCrashedReplicaIsTakenOver(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Join = %v, %v", ok, err)
 	}
+	ask(t, rt)
+	// The join makes the owner write the lines so far.
+	first, _, err := rt.Next(ctx, 0)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
 
 	_ = a.Close() // a crash: no Release
 
@@ -502,7 +522,7 @@ func TestCrashedReplicaIsTakenOver(t *testing.T) {
 	if !errors.Is(err, chatstream.ErrTurnLost) {
 		t.Fatalf("reader of a dead turn: err = %v, want ErrTurnLost", err)
 	}
-	sameLines(t, lines, mkLines(0, 2))
+	sameLines(t, append(first, lines[len(first):]...), mkLines(0, 2))
 
 	var ct2 chatstream.ClaimedTurn
 	deadline := time.Now().Add(5 * time.Second)
@@ -556,7 +576,7 @@ func TestTakenOverClaimIsAborted(t *testing.T) {
 
 func TestEndedTurnsLinesAreDeleted(t *testing.T) {
 	t.Parallel()
-	dsn, a, _ := replicas(t, []pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)},
+	dsn, a, b := replicas(t, []pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)},
 		[]pgcluster.Option{pgcluster.WithRetention(200 * time.Millisecond)})
 	ctx := t.Context()
 	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
@@ -566,6 +586,14 @@ func TestEndedTurnsLinesAreDeleted(t *testing.T) {
 	live, err := a.Claim(ctx, key("c2"), 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
+	}
+	// Readers on B: the lines of both are written.
+	for _, k := range []chatstream.ThreadKey{key("c1"), key("c2")} {
+		rt, ok, err := b.Join(ctx, k)
+		if !ok || err != nil {
+			t.Fatalf("Join = %v, %v", ok, err)
+		}
+		ask(t, rt)
 	}
 	live.Publish(mkLines(0, 1))
 	if err := ct.Release(ctx, mkLines(0, 3)); err != nil {
@@ -648,6 +676,7 @@ func TestClosedCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ask(t, rt)
 	errc := make(chan error, 1)
 	go func() {
 		_, _, err := rt.Next(ctx, 0)
@@ -701,6 +730,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ask(t, rt)
 	ct.Publish(mkLines(0, 5))
 	if _, _, err := rt.Next(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -816,11 +846,16 @@ func BenchmarkJoinLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var ds []time.Duration
+	ask(b, rt)
+	var (
+		ds  []time.Duration
+		log []chatstream.Line
+	)
 	pos := 0
 	for b.Loop() {
 		start := time.Now()
-		ct.Publish(mkLines(pos, 1))
+		log = append(log, mkLines(pos, 1)...)
+		ct.Publish(log)
 		lines, _, err := rt.Next(ctx, pos)
 		if err != nil || len(lines) != 1 {
 			b.Fatalf("Next = %d lines, %v", len(lines), err)
@@ -833,4 +868,263 @@ func BenchmarkJoinLatency(b *testing.B) {
 	p50, p99 := percentiles(ds)
 	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+}
+
+// TestUnwatchedTurnWritesNoLines checks that a turn no reader on another
+// replica joined costs its claim and its end, and no line in the database.
+func TestUnwatchedTurnWritesNoLines(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ct.Publish(mkLines(0, 5))
+	time.Sleep(200 * time.Millisecond) // four publish intervals
+	if err := ct.Release(ctx, mkLines(5, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var lines int
+	var ended bool
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM embedkit_turn_lines), ended_at IS NOT NULL
+		FROM embedkit_turns WHERE chat_id = 'c1'`).Scan(&lines, &ended); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 0 || !ended {
+		t.Errorf("after the release: %d lines stored, ended %v; want 0 and true", lines, ended)
+	}
+	if _, ok, err := b.Join(ctx, key("c1")); ok || err != nil {
+		t.Errorf("Join of the ended turn = %v, %v; want false, nil", ok, err)
+	}
+	ct2, err := b.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim of the ended thread: %v", err)
+	}
+	_ = ct2.Release(ctx, nil)
+}
+
+// TestJoinMidTurnReadsFromTheFirstLine checks that a reader joining a
+// running turn whose lines were not written yet reads them all, from the
+// first, then the live ones and the end.
+func TestJoinMidTurnReadsFromTheFirstLine(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ct.Publish(mkLines(0, 3))
+	time.Sleep(100 * time.Millisecond)
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	ask(t, rt)
+	done := make(chan []chatstream.Line)
+	go func() {
+		lines, err := readAll(ctx, rt)
+		if err != nil {
+			t.Errorf("reader: %v", err)
+		}
+		done <- lines
+	}()
+	ct.Publish(mkLines(0, 5))
+	if err := ct.Release(ctx, mkLines(5, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case got := <-done:
+		sameLines(t, got, mkLines(0, 6))
+	case <-time.After(10 * time.Second):
+		t.Fatal("reader did not finish")
+	}
+}
+
+// TestJoinOfAbortedTurnArrivesByPolling: without notifications the owner
+// learns of a reader's ask by its poll, also for a turn whose abort was
+// requested and that is still running (its agent stops when it can): its
+// lines reach the reader before its release.
+func TestJoinOfAbortedTurnArrivesByPolling(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, []pgcluster.Option{pgcluster.WithListen(false), pgcluster.WithPollInterval(20 * time.Millisecond)}, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	defer ct.Release(ctx, nil)
+	ct.Publish(mkLines(0, 3))
+	if ok, err := b.Abort(ctx, key("c1")); !ok || err != nil {
+		t.Fatalf("Abort = %v, %v", ok, err)
+	}
+	waitClosed(t, pgcluster.AbortedOf(ct), 5*time.Second, "Aborted")
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	ask(t, rt)
+	nctx, cancel := context.WithTimeout(ctx, 2*time.Second) // 100 polls
+	defer cancel()
+	lines, _, err := rt.Next(nctx, 0)
+	if err != nil {
+		t.Fatalf("Next: %v; the owner did not write the lines of the joined turn within 2s", err)
+	}
+	sameLines(t, lines, mkLines(0, 3))
+}
+
+// TestWaitDoesNotAskForLines: a wait for a turn's end (an abort's) has
+// nothing written but the end: the owner shares its lines only with
+// readers that ask for them.
+func TestWaitDoesNotAskForLines(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ct.Publish(mkLines(0, 3))
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- rt.Wait(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned before the end: %v", err)
+	default:
+	}
+	start := time.Now()
+	if err := ct.Release(ctx, mkLines(3, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after the end")
+	}
+	// Woken by the end's notification, not by the poll (500 ms).
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Logf("Wait returned %v after the end", d)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM embedkit_turn_lines`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d lines written (%v), want none", n, err)
+	}
+	// A reader that asks only now is told the turn ended: its answer is
+	// stored, its lines were never shared.
+	lines, done, err := rt.Next(ctx, 0)
+	if len(lines) != 0 || !done || err != nil {
+		t.Errorf("Next after the end = %d lines, done %v, %v; want none, done", len(lines), done, err)
+	}
+	// Wait on a turn that ended returns at once.
+	if err := rt.Wait(ctx); err != nil {
+		t.Errorf("Wait after the end: %v", err)
+	}
+}
+
+// TestFirstNextOfDeadTurnIsTurnLost: a turn whose process stopped (its
+// lease ran out, nobody ended it) before the reader's first Next is
+// ErrTurnLost, not done: done with no line says its answer is stored.
+func TestFirstNextOfDeadTurnIsTurnLost(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Release(ctx, nil)
+	ct.Publish(mkLines(0, 3))
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	// A stalls past the lease (as in TestTakenOverClaimIsAborted): its
+	// process is gone as far as the cluster can tell; the turn never ended.
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `UPDATE embedkit_turns SET heartbeat_at = now() - interval '1 hour', owner = 'stalled'`); err != nil {
+		t.Fatal(err)
+	}
+	lines, done, err := rt.Next(ctx, 0)
+	if !errors.Is(err, chatstream.ErrTurnLost) {
+		t.Errorf("Next of a turn whose process stopped = %d lines, done %v, err %v; want ErrTurnLost", len(lines), done, err)
+	}
+}
+
+// TestFirstNextAfterCloseIsErrClosed: a reader's first Next on a closed
+// Cluster returns ErrClosed (as Join, Wait and every later Next do).
+func TestFirstNextAfterCloseIsErrClosed(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Release(ctx, nil)
+	rt, ok, err := b.Join(ctx, key("c1"))
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	_ = b.Close()
+	if err := rt.Wait(ctx); !errors.Is(err, pgcluster.ErrClosed) {
+		t.Errorf("Wait after Close = %v, want ErrClosed", err)
+	}
+	if _, _, err := rt.Next(ctx, 0); !errors.Is(err, pgcluster.ErrClosed) {
+		t.Errorf("first Next after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestPublishWhileCallerAppends: the caller appends to its own array (spare
+// capacity) while the flusher reads the published prefix (run with -race);
+// a reader gets every line.
+func TestPublishWhileCallerAppends(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, key("c1"), 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _, _ := b.Join(ctx, key("c1"))
+	ask(t, rt)
+	want := mkLines(0, 600)
+	log := make([]chatstream.Line, 0, 8)
+	go func() {
+		for i := range want {
+			log = append(log, want[i])
+			if i%2 == 0 {
+				ct.Publish(log[: i+1 : i+1])
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		_ = ct.Release(ctx, want[len(want)-1:]) // the last line (odd index) was not published
+	}()
+	got, err := readAll(ctx, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameLines(t, got, want)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,16 +71,36 @@ type remoteTurn struct {
 	key    chatstream.ThreadKey
 	id     string
 	userID int64
+
+	asked atomic.Bool // the owner was asked for the turn's lines
 }
 
 // UserID implements [chatstream.RemoteTurn].
 func (rt *remoteTurn) UserID() int64 { return rt.userID }
 
-// Next implements [chatstream.RemoteTurn]. It reads the lines from from on;
+// Next implements [chatstream.RemoteTurn]. Its first call asks the turn's
+// owner for the turn's lines (see ask). It reads the lines from from on;
 // when there are none it checks that the turn is still live and waits for a
 // notification of the turn or the poll interval.
 func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bool, error) {
 	c := rt.c
+	if !rt.asked.Load() {
+		qctx, cancel := context.WithTimeout(ctx, opTimeout)
+		live, err := rt.ask(qctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		case err != nil && !errors.Is(err, chatstream.ErrTurnLost) && c.isClosed():
+			return nil, false, fmt.Errorf("pgcluster: read turn: %w", ErrClosed)
+		case err != nil:
+			return nil, false, fmt.Errorf("pgcluster: read turn: %w", err)
+		case !live:
+			// It ended before a line was asked for: its lines were never
+			// shared, and its answer is stored.
+			return nil, true, nil
+		}
+	}
 	for {
 		// Watch before reading, so that a notification sent between the
 		// read and the wait is not missed.
@@ -125,6 +146,85 @@ func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bo
 		}
 		if c.ctx.Err() != nil {
 			return nil, false, fmt.Errorf("pgcluster: read turn: %w", ErrClosed)
+		}
+	}
+}
+
+// ask sets the turn's watched flag, and notifies its owner (which polls the
+// flag otherwise), so that the owner writes the turn's lines from the
+// first on; it reports false when the turn ended, and an error wrapping
+// chatstream.ErrTurnLost when its claim expired or was taken over. An
+// owner that ends the turn unwatched checks the flag in the same statement
+// that ends it, so a turn is either watched before its end, its lines and
+// eof row all written, or ended with its answer stored and none of them.
+func (rt *remoteTurn) ask(ctx context.Context) (bool, error) {
+	c := rt.c
+	rows, err := c.pool.Query(ctx, `WITH u AS (
+			UPDATE embedkit_turns SET watched = true
+			WHERE turn_id = $1 AND ended_at IS NULL AND heartbeat_at >= now() - make_interval(secs => $2)
+			RETURNING turn_id)
+		SELECT u.turn_id FROM u CROSS JOIN LATERAL (SELECT pg_notify($3, u.turn_id)) n`,
+		rt.id, secs(c.cfg.lease), chanWatch)
+	if err != nil {
+		return false, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return false, err
+	}
+	if len(ids) > 0 {
+		rt.asked.Store(true)
+		c.watchLocal(rt.id) // a turn of this process, where the caller did not look
+		return true, nil
+	}
+	var ended bool
+	err = c.pool.QueryRow(ctx, `SELECT ended_at IS NOT NULL FROM embedkit_turns WHERE turn_id = $1`, rt.id).Scan(&ended)
+	switch {
+	case err == nil && ended:
+		return false, nil
+	case err == nil || errors.Is(err, pgx.ErrNoRows):
+		return false, chatstream.ErrTurnLost // expired, or taken over
+	}
+	return false, err
+}
+
+// Wait implements [chatstream.RemoteTurn]: it checks that the turn is
+// still live and waits for a notification of the turn (every end sends
+// one) or the poll interval, until it is not. It does not ask for the
+// turn's lines.
+func (rt *remoteTurn) Wait(ctx context.Context) error {
+	c := rt.c
+	for {
+		w, ch := c.watch(rt.id)
+		qctx, cancel := context.WithTimeout(ctx, opTimeout)
+		live, err := rt.live(qctx)
+		cancel()
+		if err != nil || !live {
+			c.unwatch(rt.id, w)
+			switch {
+			case err == nil:
+				return nil
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case c.isClosed():
+				err = ErrClosed
+			}
+			return fmt.Errorf("pgcluster: wait for turn: %w", err)
+		}
+		t := time.NewTimer(c.cfg.pollInterval)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+		c.unwatch(rt.id, w)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if c.ctx.Err() != nil {
+			return fmt.Errorf("pgcluster: wait for turn: %w", ErrClosed)
 		}
 	}
 }
