@@ -144,9 +144,11 @@ type ClaimedTurn interface {
 	// is written, marks the turn ended (its readers see done) and drops the
 	// claim, so that the thread can run its next turn on any replica. Call
 	// it after storing the turn's answer: a reader that asks for the lines
-	// only after the end is told to serve what is stored. It retries failed writes until ctx ends: give ctx
-	// a deadline. Renewal stops whatever Release returns: on error the
-	// claim expires after the lease. It returns an error wrapping
+	// only after the end is told to serve what is stored. It retries
+	// failed writes until ctx ends: give ctx a deadline. Renewal stops
+	// whatever Release returns: on error the Cluster may still end the
+	// turn later, or its claim expires after the lease. It returns an
+	// error wrapping
 	// [ErrTurnLost] when the claim was taken over meanwhile. Calls after the
 	// first return nil and do nothing.
 	Release(ctx context.Context, final []Line) error

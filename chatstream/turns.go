@@ -294,7 +294,7 @@ func (r *registry) drop(t *turn) {
 
 func (r *registry) logReleaseFailure(ctx context.Context, t *turn, err error) {
 	if r.log != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "chat turn not released from the cluster; its claim expires after the lease",
+		r.log.LogAttrs(ctx, slog.LevelWarn, "chat turn not released from the cluster in time; it is ended later or its claim expires after the lease",
 			slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
 	}
 }

@@ -22,6 +22,9 @@ const claimAttempts = 5
 // advancing it, while the other turns' lines and ends go too.
 const maxWriteBytes = 4 << 20
 
+// maxQuietEnds bounds the ends of unwatched turns in one write.
+const maxQuietEnds = 1024
+
 // claimedTurn is a [chatstream.ClaimedTurn] of a [Cluster].
 type claimedTurn struct {
 	c       *Cluster
@@ -39,6 +42,7 @@ type claimedTurn struct {
 	written  int
 	watched  bool
 	released bool
+	gaveUp   time.Time     // when Release stopped waiting for the end
 	ended    chan struct{} // made by Release, closed by finish
 	endErr   error         // Release's result, set before ended closes
 
@@ -244,8 +248,11 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 	case <-ctx.Done():
 	}
 	// Given up: the flusher still ends the turn, its lines first when a
-	// reader asked for them, with a write that succeeds; until then the
-	// claim, renewed no more, expires after the lease.
+	// reader asked for them, with a write that succeeds within the lease;
+	// after that the claim, renewed no more, has expired and is dropped.
+	c.mu.Lock()
+	ct.gaveUp = time.Now()
+	c.mu.Unlock()
 	select {
 	case <-ct.ended:
 		return ct.endErr
@@ -358,8 +365,13 @@ func (c *Cluster) flushLoop() {
 func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 	c.mu.Lock()
 	var ps []pending
-	budget := maxWriteBytes
-	for _, ct := range c.claims {
+	budget, quiet := maxWriteBytes, 0
+	for id, ct := range c.claims {
+		if !ct.gaveUp.IsZero() && time.Since(ct.gaveUp) > c.cfg.lease {
+			delete(c.claims, id)
+			ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
+			continue
+		}
 		switch n := len(ct.log); {
 		case ct.watched && (n > ct.written || ct.released):
 			to := ct.written
@@ -375,6 +387,10 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 			}
 			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:to:to], end: ct.released && to == n})
 		case ct.released:
+			if quiet++; quiet > maxQuietEnds {
+				more = true
+				continue
+			}
 			ps = append(ps, pending{ct: ct, end: true, quiet: true})
 		}
 	}
@@ -468,7 +484,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 		// running: its reader needs the lines before the end.
 		b.Queue(`UPDATE embedkit_turns SET
 				ended_at = CASE WHEN watched THEN ended_at ELSE coalesce(ended_at, statement_timestamp()) END,
-				heartbeat_at = statement_timestamp()
+				heartbeat_at = CASE WHEN watched THEN heartbeat_at ELSE statement_timestamp() END
 			WHERE turn_id = ANY($1) RETURNING turn_id, watched`, quiet)
 	}
 	if len(turns) > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -650,5 +651,187 @@ func TestGivenUpReleaseStillEndsWatchedTurn(t *testing.T) {
 	_ = conn.QueryRow(ctx, `SELECT ended_at IS NOT NULL FROM embedkit_turns WHERE turn_id = $1`, ct.id).Scan(&ended)
 	if len(got) != 3 || !done || err != nil {
 		t.Errorf("reader: %d lines, done %v, err %v (turn ended: %v); want the 3 lines and done", len(got), done, err, ended)
+	}
+}
+
+// failEnds makes every statement that ends a claim (ended_at from NULL to
+// a time) fail, as a database too slow for the flusher's write would,
+// while claims (ended_at stays NULL) succeed. The returned func undoes it.
+func failEnds(t *testing.T, dsn string) (conn *pgx.Conn, undo func()) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `CREATE FUNCTION test_fail_ends() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'test: end refused'; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TRIGGER test_fail_ends BEFORE UPDATE ON embedkit_turns
+		FOR EACH ROW WHEN (OLD.ended_at IS NULL AND NEW.ended_at IS NOT NULL) EXECUTE FUNCTION test_fail_ends()`); err != nil {
+		t.Fatal(err)
+	}
+	return conn, func() {
+		if _, err := conn.Exec(ctx, `DROP TRIGGER test_fail_ends ON embedkit_turns`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReclaimWhileGivenUpReleasePending: a Release gives up (its end
+// cannot be written), the same replica claims the thread again (the claim
+// INSERT takes over its own row), then the database accepts ends again:
+// the flusher's late end of the old turn id leaves the new claim running.
+func TestReclaimWhileGivenUpReleasePending(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	conn, undo := failEnds(t, dsn)
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	old, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}})
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = old.Release(rctx, nil)
+	cancel()
+	if err == nil {
+		t.Fatal("Release succeeded; the end should have failed")
+	}
+	oldID := old.(*claimedTurn).id
+	nw, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim again: %v", err)
+	}
+	newID := nw.(*claimedTurn).id
+	a.mu.Lock()
+	_, kept := a.claims[oldID]
+	a.mu.Unlock()
+	t.Logf("given-up claim still in c.claims: %v", kept)
+	undo()
+	// The flusher retries the old end (backoff at most 1 s).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		_, kept = a.claims[oldID]
+		a.mu.Unlock()
+		if !kept || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if kept {
+		t.Fatal("the given-up claim was not ended within 5 s")
+	}
+	var turnID string
+	var ended bool
+	if err := conn.QueryRow(ctx, `SELECT turn_id, ended_at IS NOT NULL FROM embedkit_turns WHERE account_id = 1 AND chat_id = 'c1'`).Scan(&turnID, &ended); err != nil {
+		t.Fatal(err)
+	}
+	if turnID != newID || ended {
+		t.Fatalf("row: turn %s ended %v; want the new claim %s running", turnID, ended, newID)
+	}
+	if _, err := b.Claim(ctx, k, 7, chatstream.TurnLimits{}); !errors.As(err, new(*chatstream.TurnElsewhereError)) {
+		t.Fatalf("Claim on b = %v; want TurnElsewhereError (the new claim is live)", err)
+	}
+	if err := nw.Release(ctx, nil); err != nil {
+		t.Fatalf("Release of the new claim: %v", err)
+	}
+}
+
+// TestGivenUpClaimsAreDroppedAfterTheLease: while the database refuses ends
+// but accepts claims (slow writes, a locked row, ...), the claims whose
+// Release gave up are kept for the flusher only until their lease ran
+// out (they are expired in the database then), not with their logs for
+// as long as the writes fail.
+func TestGivenUpClaimsAreDroppedAfterTheLease(t *testing.T) {
+	t.Parallel()
+	dsn := ""
+	var a *Cluster
+	{
+		d, c, _ := twoReplicas(t)
+		dsn, a = d, c
+	}
+	ctx := t.Context()
+	_, undo := failEnds(t, dsn)
+	defer undo()
+	const turns = 50
+	log := make([]chatstream.Line, 1000)
+	for i := range log {
+		log[i] = chatstream.Line{Sort: int64(i + 1), Data: make([]byte, 1024)}
+	}
+	for i := range turns {
+		ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: fmt.Sprint("c", i)}, 7, chatstream.TurnLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.Publish(log)
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_ = ct.Release(rctx, nil)
+		cancel()
+	}
+	lease := a.cfg.lease
+	time.Sleep(lease + time.Second) // every one of them expired in the database
+	a.mu.Lock()
+	n, bytes := 0, 0
+	for _, ct := range a.claims {
+		if ct.released {
+			n++
+			for _, l := range ct.log {
+				bytes += len(l.Data)
+			}
+		}
+	}
+	a.mu.Unlock()
+	if n > 0 {
+		t.Errorf("%d given-up claims kept %v after their lease expired, holding %d KiB of lines; want them dropped", n, lease, bytes>>10)
+	}
+}
+
+// TestReaderAfterEndOfWatchedTurnReadsItsLines: reader 1 asks for a
+// turn's lines, reads them all and the end. Reader 2 joined while the turn
+// ran but calls Next only after the end: it reads the lines and the end
+// from the table, where reader 1's ask had them written.
+func TestReaderAfterEndOfWatchedTurnReadsItsLines(t *testing.T) {
+	t.Parallel()
+	_, a, b := twoReplicas(t)
+	ctx := t.Context()
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	ct, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _, err := b.Join(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, ok, err := b.Join(ctx, k)
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}, {Sort: 2, Data: []byte("{}\n")}})
+	got := 0
+	for done := false; !done; {
+		lines, d, err := r1.Next(ctx, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(lines)
+		done = d
+		if got == 2 && !d {
+			if err := ct.Release(ctx, []chatstream.Line{{Sort: 3, State: true, Data: []byte("{}\n")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got != 3 {
+		t.Fatalf("reader 1 read %d lines, want 3", got)
+	}
+	lines, done, err := r2.Next(ctx, 0)
+	if err != nil || !done || len(lines) != 3 {
+		t.Errorf("reader 2 (joined while running, first Next after the end) = %d lines, done %v, err %v; want the 3 lines in the table and done", len(lines), done, err)
 	}
 }

@@ -96,9 +96,21 @@ func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bo
 		case err != nil:
 			return nil, false, fmt.Errorf("pgcluster: read turn: %w", err)
 		case !live:
-			// It ended before a line was asked for: its lines were never
-			// shared, and its answer is stored.
-			return nil, true, nil
+			// It ended. Its lines are written only when another reader
+			// asked for them in time; otherwise its answer is stored.
+			qctx, cancel := context.WithTimeout(ctx, opTimeout)
+			lines, done, err := rt.read(qctx, from)
+			cancel()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return nil, false, ctx.Err()
+			case err != nil:
+				return nil, false, fmt.Errorf("pgcluster: read turn: %w", err)
+			case len(lines) == 0 && !done:
+				return nil, true, nil
+			}
+			rt.asked.Store(true)
+			return lines, done, nil
 		}
 	}
 	for {
