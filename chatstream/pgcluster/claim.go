@@ -247,9 +247,10 @@ func (ct *claimedTurn) release(ctx context.Context, final []chatstream.Line) err
 		return ct.endErr
 	case <-ctx.Done():
 	}
-	// Given up: the flusher still ends the turn, its lines first when a
-	// reader asked for them, with a write that succeeds within the lease;
-	// after that the claim, renewed no more, has expired and is dropped.
+	// Given up: renewal stops, and the flusher still ends the turn, its
+	// lines first when a reader asked for them, with a write that succeeds
+	// before the claim expired; it drops the claim after twice the lease
+	// (a renewal in flight may have dated the claim's heartbeat after now).
 	c.mu.Lock()
 	ct.gaveUp = time.Now()
 	c.mu.Unlock()
@@ -367,7 +368,7 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 	var ps []pending
 	budget, quiet := maxWriteBytes, 0
 	for id, ct := range c.claims {
-		if !ct.gaveUp.IsZero() && time.Since(ct.gaveUp) > c.cfg.lease {
+		if !ct.gaveUp.IsZero() && time.Since(ct.gaveUp) > 2*c.cfg.lease {
 			delete(c.claims, id)
 			ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
 			continue

@@ -749,13 +749,13 @@ func TestReclaimWhileGivenUpReleasePending(t *testing.T) {
 // as long as the writes fail.
 func TestGivenUpClaimsAreDroppedAfterTheLease(t *testing.T) {
 	t.Parallel()
-	dsn := ""
-	var a *Cluster
-	{
-		d, c, _ := twoReplicas(t)
-		dsn, a = d, c
-	}
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
 	ctx := t.Context()
+	a, err := New(ctx, dsn, WithLeaseTimeout(time.Second), WithHeartbeat(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
 	_, undo := failEnds(t, dsn)
 	defer undo()
 	const turns = 50
@@ -774,7 +774,7 @@ func TestGivenUpClaimsAreDroppedAfterTheLease(t *testing.T) {
 		cancel()
 	}
 	lease := a.cfg.lease
-	time.Sleep(lease + time.Second) // every one of them expired in the database
+	time.Sleep(2*lease + time.Second) // every one of them expired in the database
 	a.mu.Lock()
 	n, bytes := 0, 0
 	for _, ct := range a.claims {
@@ -833,5 +833,227 @@ func TestReaderAfterEndOfWatchedTurnReadsItsLines(t *testing.T) {
 	lines, done, err := r2.Next(ctx, 0)
 	if err != nil || !done || len(lines) != 3 {
 		t.Errorf("reader 2 (joined while running, first Next after the end) = %d lines, done %v, err %v; want the 3 lines in the table and done", len(lines), done, err)
+	}
+}
+
+// TestQuietEndFoundWatchedKeepsLease: a reader on b asks for a
+// turn's lines just before its owner (a, which learns of the ask only at
+// its quiet end: no LISTEN, long poll) releases it. The quiet end finds
+// the turn watched and leaves it running; its whole backlog (two writes)
+// follows. The claim is renewed while its lines are written, which here
+// takes about as long as the lease: the reader reads every line and the
+// end.
+func TestQuietEndFoundWatchedKeepsLease(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	ctx := t.Context()
+	const lease, hb = 1500 * time.Millisecond, time.Second
+	open := func(id string, opts ...Option) *Cluster {
+		c, err := New(ctx, dsn, append([]Option{WithReplicaID(id), WithLeaseTimeout(lease), WithHeartbeat(hb)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a := open("a", WithListen(false), WithPollInterval(time.Hour))
+	b := open("b", WithPollInterval(50*time.Millisecond))
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	c, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := c.(*claimedTurn)
+	const n = 80 // 5 MiB: two writes
+	log := make([]chatstream.Line, n)
+	for i := range log {
+		log[i] = chatstream.Line{Sort: int64(i + 1), Data: make([]byte, 64<<10)}
+	}
+	ct.Publish(log)
+	rt, ok, err := b.Join(ctx, k)
+	if !ok || err != nil {
+		t.Fatalf("Join = %v, %v", ok, err)
+	}
+	if live, err := Ask(ctx, rt); !live || err != nil {
+		t.Fatalf("Ask = %v, %v", live, err)
+	}
+	// Each write of lines takes 0.5 s (a slow database).
+	for _, q := range []string{
+		`CREATE FUNCTION reviewc_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`,
+		`CREATE TRIGGER reviewc_slow BEFORE INSERT ON embedkit_turn_lines FOR EACH STATEMENT EXECUTE FUNCTION reviewc_slow()`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Release when the last heartbeat is 0.7 s old (it is 0 to 1 s old).
+	for {
+		var age float64
+		if err := conn.QueryRow(ctx, `SELECT extract(epoch FROM clock_timestamp() - heartbeat_at) FROM embedkit_turns WHERE turn_id = $1`, ct.id).Scan(&age); err != nil {
+			t.Fatal(err)
+		}
+		if age >= 0.7 && age < 0.8 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rel := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		rel <- ct.Release(rctx, nil)
+	}()
+	var got []chatstream.Line
+	var done bool
+	for !done && err == nil {
+		var lines []chatstream.Line
+		lines, done, err = rt.Next(ctx, len(got))
+		got = append(got, lines...)
+	}
+	rerr := <-rel
+	t.Logf("Release = %v; watched locally: %v", rerr, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return ct.watched }())
+	if err != nil || !done || len(got) != n {
+		t.Errorf("reader: %d of %d lines, done %v, err %v; want all lines and done (the owner was still writing them)", len(got), n, done, err)
+	}
+	if errors.Is(err, chatstream.ErrTurnLost) && rerr == nil {
+		t.Errorf("the reader was told the turn was lost, but its owner ended it (Release = nil)")
+	}
+}
+
+// TestQuietEndsOverCap: more than maxQuietEnds turns released at
+// once all end, in a few writes following each other at once.
+func TestQuietEndsOverCap(t *testing.T) {
+	t.Parallel()
+	_, a, _ := twoReplicas(t)
+	ctx := t.Context()
+	const turns = 2*maxQuietEnds + 500
+	cts := make([]chatstream.ClaimedTurn, turns)
+	for i := range cts {
+		ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: int64(i), ChatID: "c"}, 7, chatstream.TurnLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cts[i] = ct
+	}
+	errs := make(chan error, turns)
+	before := a.flushes.Load()
+	start := time.Now()
+	for _, ct := range cts {
+		go func() { errs <- ct.Release(ctx, nil) }()
+	}
+	for range turns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d releases ended in %v, %d writes", turns, time.Since(start), a.flushes.Load()-before)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("releases took %v", d)
+	}
+}
+
+// TestLateReaderLongTurnAndCleanup: a reader whose first Next comes
+// after the end of a watched turn of more lines than one read returns
+// reads them all; after the lines are deleted (cleanup), a new reader is
+// told done with no line.
+func TestLateReaderLongTurnAndCleanup(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	ct, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _, _ := b.Join(ctx, k)
+	r2, _, _ := b.Join(ctx, k)
+	r3, _, _ := b.Join(ctx, k)
+	if live, err := Ask(ctx, r1); !live || err != nil {
+		t.Fatal(live, err)
+	}
+	const n = 2500
+	log := make([]chatstream.Line, n)
+	for i := range log {
+		log[i] = chatstream.Line{Sort: int64(i + 1), Data: []byte("{}\n")}
+	}
+	ct.Publish(log)
+	if err := ct.Release(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	for done := false; !done; {
+		lines, d, err := r2.Next(ctx, got)
+		if err != nil {
+			t.Fatalf("r2 after %d: %v", got, err)
+		}
+		got += len(lines)
+		done = d
+	}
+	if got != n {
+		t.Errorf("r2 read %d, want %d", got, n)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DELETE FROM embedkit_turn_lines`); err != nil {
+		t.Fatal(err)
+	}
+	lines, done, err := r3.Next(ctx, 0)
+	if len(lines) != 0 || !done || err != nil {
+		t.Errorf("r3 after cleanup = %d lines, %v, %v; want done", len(lines), done, err)
+	}
+}
+
+// TestCloseWithGivenUpClaims: Close while given-up claims wait
+// (ends refused) returns within its bound and leaves no claim behind.
+func TestCloseWithGivenUpClaims(t *testing.T) {
+	t.Parallel()
+	dsn, a, _ := twoReplicas(t)
+	ctx := t.Context()
+	_, undo := failEnds(t, dsn)
+	defer undo()
+	var cts []*claimedTurn
+	for i := range 20 {
+		c, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: string(rune('a' + i))}, 7, chatstream.TurnLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct := c.(*claimedTurn)
+		cts = append(cts, ct)
+		ct.Publish([]chatstream.Line{{Sort: 1, Data: []byte("{}\n")}})
+		if i%2 == 0 {
+			a.watchLocal(ct.id)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_ = ct.Release(rctx, nil)
+		cancel()
+	}
+	start := time.Now()
+	_ = a.Close()
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.claims) != 0 {
+		t.Errorf("%d claims left", len(a.claims))
+	}
+	for _, ct := range cts {
+		select {
+		case <-ct.ended:
+			if !errors.Is(ct.endErr, ErrClosed) {
+				t.Errorf("endErr %v", ct.endErr)
+			}
+		default:
+			t.Errorf("claim not finished")
+		}
 	}
 }

@@ -233,13 +233,16 @@ func (c *Cluster) warn(msg string, err error, attrs ...slog.Attr) {
 	c.cfg.log.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
 }
 
-// liveClaims returns the ids of the claims to renew and poll.
+// liveClaims returns the ids of the claims to renew.
 func (c *Cluster) liveClaims() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ids := make([]string, 0, len(c.claims))
 	for id, ct := range c.claims {
-		if ct.live && !ct.released {
+		// A released turn found watched at its end is renewed until its
+		// lines are written (or its Release gives up): its backlog may
+		// take several writes.
+		if ct.live && (!ct.released || ct.watched && ct.gaveUp.IsZero()) {
 			ids = append(ids, id)
 		}
 	}

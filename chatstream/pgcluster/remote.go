@@ -104,6 +104,8 @@ func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bo
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil, false, ctx.Err()
+			case err != nil && c.isClosed():
+				return nil, false, fmt.Errorf("pgcluster: read turn: %w", ErrClosed)
 			case err != nil:
 				return nil, false, fmt.Errorf("pgcluster: read turn: %w", err)
 			case len(lines) == 0 && !done:
