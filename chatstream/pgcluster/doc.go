@@ -62,9 +62,11 @@
 // releases that come during a write go with the next one. A turn nobody
 // watched ends with ended_at alone, in a statement that leaves a turn
 // asked for meanwhile running: its lines and eof row go first, so that a
-// reader that asked is never told of an end before the lines. A reader
-// that asks only after the end is told the turn ended: its answer is
-// stored, which the caller serves instead. Lines of ended turns are
+// reader that asked is never told of an end before the lines; such a
+// turn is renewed until they are written. A reader that asks only after
+// the end reads the lines another reader's request had written, or is
+// told the turn ended: its answer is stored, which the caller serves
+// instead. Lines of ended turns are
 // deleted after [WithRetention] by whichever replica takes an advisory
 // lock first.
 //
