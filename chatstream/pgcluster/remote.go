@@ -146,20 +146,11 @@ func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bo
 			}
 			return lines, done, nil
 		}
-		t := time.NewTimer(c.cfg.pollInterval)
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-c.ctx.Done():
-		}
-		t.Stop()
-		c.unwatch(rt.id, w)
-		if err := ctx.Err(); err != nil {
+		if err := c.await(ctx, rt.id, w, ch); err != nil {
+			if errors.Is(err, ErrClosed) {
+				err = fmt.Errorf("pgcluster: read turn: %w", err)
+			}
 			return nil, false, err
-		}
-		if c.ctx.Err() != nil {
-			return nil, false, fmt.Errorf("pgcluster: read turn: %w", ErrClosed)
 		}
 	}
 }
@@ -225,22 +216,35 @@ func (rt *remoteTurn) Wait(ctx context.Context) error {
 			}
 			return fmt.Errorf("pgcluster: wait for turn: %w", err)
 		}
-		t := time.NewTimer(c.cfg.pollInterval)
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-c.ctx.Done():
-		}
-		t.Stop()
-		c.unwatch(rt.id, w)
-		if err := ctx.Err(); err != nil {
+		if err := c.await(ctx, rt.id, w, ch); err != nil {
+			if errors.Is(err, ErrClosed) {
+				err = fmt.Errorf("pgcluster: wait for turn: %w", err)
+			}
 			return err
 		}
-		if c.ctx.Err() != nil {
-			return fmt.Errorf("pgcluster: wait for turn: %w", ErrClosed)
-		}
 	}
+}
+
+// await waits for a notification of turn id (ch, from watch), the poll
+// interval, or the end of ctx or of the cluster, then drops the watch w.
+// It returns ctx's error, or ErrClosed once the cluster closed.
+func (c *Cluster) await(ctx context.Context, id string, w *waiter, ch <-chan struct{}) error {
+	t := time.NewTimer(c.cfg.pollInterval)
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	t.Stop()
+	c.unwatch(id, w)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return nil
 }
 
 // read returns the consecutive lines from seq from on, and whether the eof
