@@ -160,11 +160,7 @@ func TestReleasesAreBatched(t *testing.T) {
 	t.Parallel()
 	dsn, a, b := twoReplicas(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := connect(t, dsn)
 
 	const n, lost = 40, 7
 	var turns []*claimedTurn
@@ -352,11 +348,7 @@ func TestJoinDuringQuietRelease(t *testing.T) {
 	t.Parallel()
 	dsn, a, _ := twoReplicas(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := connect(t, dsn)
 	c, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatal(err)
@@ -421,11 +413,7 @@ func TestJoinDuringCloseOfQuietRelease(t *testing.T) {
 	t.Parallel()
 	dsn, a, _ := twoReplicas(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := connect(t, dsn)
 	c, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{})
 	if err != nil {
 		t.Fatal(err)
@@ -488,11 +476,7 @@ func TestNewAddsWatchedToAnEarlierTable(t *testing.T) {
 	t.Parallel()
 	dsn := testdb.OpenDSN(t, testdb.Postgres)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := connect(t, dsn)
 	if _, err := conn.Exec(ctx, `CREATE TABLE embedkit_turns (
 		account_id bigint NOT NULL, chat_id text NOT NULL, turn_id text NOT NULL UNIQUE, owner text NOT NULL,
 		user_id bigint NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(), heartbeat_at timestamptz NOT NULL DEFAULT now(),
@@ -601,11 +585,7 @@ func TestGivenUpReleaseStillEndsWatchedTurn(t *testing.T) {
 	t.Parallel()
 	dsn, a, b := twoReplicas(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := connect(t, dsn)
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
 	c, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
 	if err != nil {
@@ -660,11 +640,7 @@ func TestGivenUpReleaseStillEndsWatchedTurn(t *testing.T) {
 func failEnds(t *testing.T, dsn string) (conn *pgx.Conn, undo func()) {
 	t.Helper()
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn = connect(t, dsn)
 	if _, err := conn.Exec(ctx, `CREATE FUNCTION test_fail_ends() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'test: end refused'; END $$`); err != nil {
 		t.Fatal(err)
@@ -858,11 +834,7 @@ func TestQuietEndFoundWatchedKeepsLease(t *testing.T) {
 	}
 	a := open("a", WithListen(false), WithPollInterval(time.Hour))
 	b := open("b", WithPollInterval(50*time.Millisecond))
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := connect(t, dsn)
 
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
 	c, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
@@ -1056,4 +1028,15 @@ func TestCloseWithGivenUpClaims(t *testing.T) {
 			t.Errorf("claim not finished")
 		}
 	}
+}
+
+// connect opens a connection of the test's own to dsn, closed at its end.
+func connect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
 }
