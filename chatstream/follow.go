@@ -43,8 +43,9 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		after = *req.ResumeAfterSort
 	}
 	if t, ok := h.turns.running(turnKey{c.acct.ID, th.ChatID}); ok {
+		lw.hold = true
 		lw.write(encodeLine(ptr(cutoffMessage(th.ChatID, true))))
-		t.follow(ctx, lw, after)
+		h.followTurn(ctx, lw, t, after, false)
 		return
 	}
 	if cl := h.cfg.cluster; cl != nil {

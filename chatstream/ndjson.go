@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -104,13 +106,160 @@ type lineWriter struct {
 	// contentType is the response's media type; "" is [ContentType].
 	contentType string
 	err         error
+
+	// http11: the request is HTTP/1.1 (or a later 1.x).
+	http11 bool
+	// hold: the response will follow a running turn (set before the
+	// first line); begin then prepares detach.
+	hold bool
+	// closing: the response was begun with Connection: close, so that
+	// detach may take its connection over.
+	closing bool
+	// detached: detach took the connection over; conn, pend and the rest
+	// below belong to the goroutine that follows the turn from then on.
+	// Set before that goroutine starts, never changed after.
+	detached bool
+	conn     net.Conn
+	pend     net.Buffers // lines written and not yet flushed, after a slot for the chunk's size
+	pendLen  int
+	lines    int64             // lines written since detach
+	endTel   func(lines int64) // ends the request's telemetry (nil without it)
 }
 
 // newLineWriter returns a lineWriter for the response to r of h. The caller
 // defers its end.
 func (h *Handler) newLineWriter(r *http.Request, w http.ResponseWriter) *lineWriter {
 	return &lineWriter{ctx: r.Context(), w: w, rc: http.NewResponseController(w), timeout: h.cfg.streamWriteTimeout, h: h,
-		keepArmed: r.ProtoMajor == 1}
+		keepArmed: r.ProtoMajor == 1, http11: r.ProtoMajor == 1 && r.ProtoMinor >= 1}
+}
+
+// Detaching a stream. A stream that follows a running turn holds, for the
+// turn's life, the request's goroutine, net/http's goroutine that watches
+// the connection and the connection's buffers and request: most of what an
+// open stream costs. Over HTTP/1.1 the handler takes the connection over
+// (http.ResponseController.Hijack) once the stream's first lines are sent,
+// returns, and a goroutine of the registry follows the turn, writing the
+// rest of the chunked body straight to the connection and closing it at the
+// end (the response said Connection: close). Shutdown waits for these
+// goroutines like for the turns. Not detached: HTTP/2 streams, writers that
+// cannot hijack, and handlers with WithCancelOnDisconnect (a client that
+// goes away is noticed at the next write once detached, not at once).
+
+// detachable reports whether begin may prepare the stream for detach.
+func (lw *lineWriter) detachable() bool {
+	if !lw.hold || !lw.http11 || lw.h.cfg.cancelOnDisconnect {
+		return false
+	}
+	w := lw.w
+	for {
+		if _, ok := w.(http.Hijacker); ok {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+}
+
+// detacher is the request telemetry's writer (internal/telemetry): the
+// request ends when the detached stream does.
+type detacher interface {
+	Detach() (end func(lines int64))
+}
+
+// detach flushes what was written and takes the connection over, so that
+// the request's handler can return while the stream goes on (see
+// "Detaching a stream"). It reports whether it did; when not, the stream
+// goes on through the ResponseWriter. After it, only the goroutine that
+// follows the turn uses lw, and ends it with close.
+func (lw *lineWriter) detach() bool {
+	if !lw.closing || !lw.flush() {
+		return false
+	}
+	conn, brw, err := lw.rc.Hijack()
+	if err != nil {
+		return false
+	}
+	_ = brw // the request's body was read; nothing else is expected (Connection: close)
+	for w := lw.w; w != nil; {
+		if d, ok := w.(detacher); ok {
+			lw.endTel = d.Detach()
+			break
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	// Hold nothing of net/http's: the connection's buffers, request and
+	// response are released with the handler.
+	lw.w, lw.rc = nil, nil
+	lw.ctx = context.WithoutCancel(lw.ctx)
+	lw.conn, lw.detached, lw.armed = conn, true, false
+	return true
+}
+
+// writeConn writes b to the detached connection, each writeChunk bytes
+// under a write deadline of their own.
+func (lw *lineWriter) writeConn(b net.Buffers) error {
+	for len(b) > 0 {
+		var part net.Buffers
+		n, k := 0, 0
+		for k < len(b) && n+len(b[k]) <= writeChunk {
+			n += len(b[k])
+			k++
+		}
+		if k == 0 { // a buffer longer than writeChunk: its first part
+			part = net.Buffers{b[0][:writeChunk]}
+			b[0] = b[0][writeChunk:]
+		} else {
+			part, b = b[:k], b[k:]
+		}
+		lw.arm()
+		if _, err := part.WriteTo(lw.conn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var crlf = []byte("\r\n")
+
+// flushConn writes the pending lines to the detached connection as one
+// chunk of the response's body.
+func (lw *lineWriter) flushConn() bool {
+	if lw.pendLen == 0 {
+		return true
+	}
+	var size [20]byte
+	lw.pend[0] = append(strconv.AppendInt(size[:0], int64(lw.pendLen), 16), crlf...)
+	lw.pend = append(lw.pend, crlf)
+	err := lw.writeConn(lw.pend)
+	clear(lw.pend)
+	lw.pend, lw.pendLen = lw.pend[:0], 0
+	if err != nil {
+		lw.err = err
+		return false
+	}
+	return true
+}
+
+// close ends a detached stream: the body's last chunk, the connection
+// closed, the request's telemetry ended.
+func (lw *lineWriter) close() {
+	if lw.err == nil && lw.flushConn() {
+		lw.arm()
+		if _, err := lw.conn.Write([]byte("0\r\n\r\n")); err != nil {
+			lw.err = err
+		}
+	}
+	lw.conn.Close()
+	if lw.endTel != nil {
+		lw.endTel(lw.lines)
+	}
 }
 
 // warn logs, once per handler, that the stream's writer cannot flush or
@@ -157,6 +306,10 @@ func (lw *lineWriter) begin() {
 	h.Set("Content-Type", cmp.Or(lw.contentType, ContentType))
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // ask reverse proxies not to buffer
+	if lw.detachable() {
+		h.Set("Connection", "close")
+		lw.closing = true
+	}
 	lw.w.WriteHeader(http.StatusOK)
 }
 
@@ -173,6 +326,10 @@ func (lw *lineWriter) arm() {
 		return
 	}
 	lw.armedAt = now
+	if lw.detached {
+		lw.armed = lw.conn.SetWriteDeadline(now.Add(lw.timeout)) == nil
+		return
+	}
 	if err := lw.rc.SetWriteDeadline(now.Add(lw.timeout)); err != nil {
 		lw.noDeadline = true
 		if errors.Is(err, http.ErrNotSupported) {
@@ -206,6 +363,15 @@ func (lw *lineWriter) write(line []byte) bool {
 	if lw.err != nil {
 		return false
 	}
+	if lw.detached {
+		if len(lw.pend) == 0 {
+			lw.pend = append(lw.pend, nil) // the chunk's size, at flush
+		}
+		lw.pend = append(lw.pend, line)
+		lw.pendLen += len(line)
+		lw.lines++
+		return true
+	}
 	lw.begin()
 	for len(line) > 0 {
 		n := min(len(line), writeChunk)
@@ -227,6 +393,9 @@ func (lw *lineWriter) flush() bool {
 	if err := lw.ctx.Err(); err != nil {
 		lw.err = err
 		return false
+	}
+	if lw.detached {
+		return lw.flushConn()
 	}
 	if !lw.noFlush {
 		if err := lw.rc.Flush(); errors.Is(err, http.ErrNotSupported) {
@@ -251,6 +420,9 @@ func (lw *lineWriter) send(m Message) bool {
 // end of a chunked body, or every line when the writer could not flush) by
 // one more write deadline.
 func (lw *lineWriter) end() {
+	if lw.detached {
+		return // the goroutine following the turn ends it (close)
+	}
 	if lw.started && lw.err == nil {
 		lw.arm()
 	}

@@ -350,6 +350,7 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op openedTurn) func() {
 	ctx := r.Context()
 	lw := h.newLineWriter(r, w)
+	lw.hold = true
 	lw.send(cutoffMessage(op.chatID, false))
 
 	t.seq = op.seq
@@ -357,15 +358,27 @@ func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op 
 	start := op.seq.start(newID())
 	info := op.info
 	t.begin(ctx, h.cfg.turnTimeout, h.agent, &info, op.user, op.echo, start)
-	return func() { h.followTurn(ctx, lw, t) }
+	return func() {
+		defer lw.end()
+		h.followTurn(ctx, lw, t, 0, h.cfg.cancelOnDisconnect)
+	}
 }
 
-// followTurn streams the turn t to lw until it ends or the client goes
-// away. It is what a stream's request goroutine waits in for the turn's
-// life, so it is a short call chain.
-func (h *Handler) followTurn(ctx context.Context, lw *lineWriter, t *turn) {
-	defer lw.end()
-	if !t.follow(ctx, lw, 0) && h.cfg.cancelOnDisconnect && ctx.Err() != nil {
+// followTurn streams the turn t to lw, skipping lines whose sort is not
+// above after, until it ends or the client goes away; with stopOnDisconnect
+// a client that goes away stops the turn. A stream that can be detached is
+// followed on a goroutine of the registry and followTurn returns at once
+// (see "Detaching a stream"). The request's goroutine waits here for the
+// turn's life otherwise, so it is a short call chain.
+func (h *Handler) followTurn(ctx context.Context, lw *lineWriter, t *turn, after int64, stopOnDisconnect bool) {
+	if lw.detach() {
+		h.turns.goFollow(func() {
+			defer lw.close()
+			t.follow(lw.ctx, lw, after)
+		})
+		return
+	}
+	if !t.follow(ctx, lw, after) && stopOnDisconnect && ctx.Err() != nil {
 		t.stop(errDisconnected, outcomeAborted)
 	}
 }

@@ -84,7 +84,7 @@ type registry struct {
 	// them: they count here, on top of its count.
 	lingerAccount map[int64]int
 	lingerUser    map[int64]int
-	active        int           // turn goroutines running
+	active        int           // turn goroutines and detached streams running
 	idle          chan struct{} // closed and cleared when a turn ends; nil when nobody waits
 	closing       bool          // no new turns
 	stopped       bool          // turns are cancelled as they start
@@ -389,7 +389,19 @@ func (r *registry) agentReturned(t *turn) {
 	r.mu.Unlock()
 }
 
-// ended records the end of a turn goroutine.
+// goFollow runs f, a detached stream's rest, on a goroutine that shutdown
+// waits for.
+func (r *registry) goFollow(f func()) {
+	r.mu.Lock()
+	r.active++
+	r.mu.Unlock()
+	go func() {
+		defer r.ended()
+		f()
+	}()
+}
+
+// ended records the end of a turn goroutine or a detached stream.
 func (r *registry) ended() {
 	r.mu.Lock()
 	r.active--

@@ -43,7 +43,7 @@ func (t *Telemetry) Route(method, pattern string, next http.Handler) http.Handle
 		// times what its frames use: the work is in start and end.
 		rq := t.start(w, r, name, route)
 		defer rq.end()
-		next.ServeHTTP(rq.rw, r.WithContext(rq.ctx))
+		next.ServeHTTP(&rq.rw, r.WithContext(rq.ctx))
 	})
 }
 
@@ -52,7 +52,7 @@ type request struct {
 	t     *Telemetry
 	ctx   context.Context
 	span  trace.Span
-	rw    *responseWriter
+	rw    responseWriter
 	start time.Time
 	m     attribute.KeyValue
 	route attribute.KeyValue
@@ -72,8 +72,9 @@ func (t *Telemetry) start(w http.ResponseWriter, r *http.Request, name string, r
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(kind),
 		trace.WithAttributes(m, route, semconv.URLScheme(scheme(r))))
 	ctx = NewContext(ctx, t)
-	rw := &responseWriter{ResponseWriter: w, rc: http.NewResponseController(w), ctx: ctx, t: t}
-	return &request{t: t, ctx: ctx, span: span, rw: rw, start: start, m: m, route: route}
+	rq := &request{t: t, ctx: ctx, span: span, start: start, m: m, route: route}
+	rq.rw = responseWriter{ResponseWriter: w, rc: http.NewResponseController(w), rq: rq}
+	return rq
 }
 
 // end ends the request's span and records its duration; it is deferred,
@@ -84,13 +85,17 @@ func (rq *request) end() {
 		if rq.rw.status == 0 {
 			rq.rw.status = http.StatusInternalServerError
 		}
-		rq.t.endRequest(rq.ctx, rq.span, rq.rw, rq.start, rq.m, rq.route)
+		rq.finish()
 		panic(p)
 	}
-	rq.t.endRequest(rq.ctx, rq.span, rq.rw, rq.start, rq.m, rq.route)
+	if !rq.rw.detached {
+		rq.finish()
+	}
 }
 
-func (t *Telemetry) endRequest(ctx context.Context, span trace.Span, rw *responseWriter, start time.Time, m, route attribute.KeyValue) {
+// finish ends the request's span and records its duration.
+func (rq *request) finish() {
+	t, rw, ctx, span := rq.t, &rq.rw, rq.ctx, rq.span
 	status := rw.status
 	if status == 0 {
 		status = http.StatusOK
@@ -99,6 +104,7 @@ func (t *Telemetry) endRequest(ctx context.Context, span trace.Span, rw *respons
 		t.lines.Add(ctx, rw.pending)
 		rw.pending = 0
 	}
+	m, route, start := rq.m, rq.route, rq.start
 	code := semconv.HTTPResponseStatusCode(status)
 	attrs := make([]attribute.KeyValue, 0, 4)
 	attrs = append(attrs, m, route, code)
@@ -137,11 +143,13 @@ func scheme(r *http.Request) string {
 type responseWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
-	ctx     context.Context
-	t       *Telemetry
+	rq      *request
 	status  int
 	ndjson  bool
 	pending int64 // lines not yet added to the counter
+	// detached: the handler took the connection over (Detach); the
+	// request ends when it says so, not when the handler returns.
+	detached bool
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -159,7 +167,7 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
 	if w.ndjson {
 		if w.pending += int64(bytes.Count(p[:n], []byte{'\n'})); w.pending >= lineBatch {
-			w.t.lines.Add(w.ctx, w.pending)
+			w.rq.t.lines.Add(w.rq.ctx, w.pending)
 			w.pending = 0
 		}
 	}
@@ -174,3 +182,21 @@ func (w *responseWriter) Flush() { _ = w.rc.Flush() }
 
 // Unwrap returns the wrapped writer (for http.ResponseController).
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Detach is called by a handler that has taken its connection over
+// (http.ResponseController.Hijack) and goes on writing the response after
+// it returns: the request's span and duration end when the returned
+// function is called, with the number of lines written since, instead of
+// when the handler returns. The writer must not be used after Detach.
+func (w *responseWriter) Detach() (end func(lines int64)) {
+	w.detached = true
+	// Hold nothing of net/http's connection while the stream lasts.
+	w.ResponseWriter, w.rc = nil, nil
+	rq := w.rq
+	return func(lines int64) {
+		if w.ndjson {
+			w.pending += lines
+		}
+		rq.finish()
+	}
+}
