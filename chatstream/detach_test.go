@@ -1,0 +1,306 @@
+package chatstream_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
+	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/telemetry"
+	"github.com/embedkit/embedkit/internal/testdb"
+)
+
+// detachedStreams counts the goroutines that follow a turn on a connection
+// taken over from net/http.
+func detachedStreams() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "chatstream.(*Handler).followTurn.func1")
+}
+
+// waitDetached waits until detachedStreams is want (bounded) and returns it.
+func waitDetached(want int) int {
+	got := detachedStreams()
+	for deadline := time.Now().Add(10 * time.Second); got != want && time.Now().Before(deadline); got = detachedStreams() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return got
+}
+
+// postStream sends a stream request over client and returns the response
+// and a reader of its lines.
+func postStream(t *testing.T, e *env, client *http.Client, body string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.URL+streamPath(acct, agentID), strings.NewReader(body))
+	req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %s", resp.Status)
+	}
+	return resp, bufio.NewReader(resp.Body)
+}
+
+// readLines reads n lines of a stream.
+func readLines(t *testing.T, br *bufio.Reader, n int) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for range n {
+		l, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("after %d lines: %v", len(out), err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestStreamOfRunningTurnDetaches: over HTTP/1.1 a stream that follows a
+// running turn (its own, or one rejoined) says Connection: close and is
+// served to its end on the connection taken over from net/http: a complete
+// chunked body, every line, the request's goroutine gone while it runs. A
+// thread's stored state keeps the connection; HTTP/2 streams are served as
+// before.
+func TestStreamOfRunningTurnDetaches(t *testing.T) {
+	release := make(chan struct{})
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		if err := e.Content("a"); err != nil {
+			return err
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return e.Content("b")
+	})
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	base := detachedStreams()
+
+	resp, br := postStream(t, e, hc, `{"input":"go","sessionSettings":{"externalId":"det"},"chatId":"det-1"}`)
+	if !resp.Close { // the client removes the Connection: close it read
+		t.Error("stream of a turn: connection kept, want Connection: close")
+	}
+	readLines(t, br, 4) // __cutoff__, echo, start, "a"
+	// Rejoined while it runs: detached too.
+	rresp, rbr := postStream(t, e, hc, `{"sessionSettings":{"externalId":"det"},"chatId":"det-1","resumeAfterSort":0}`)
+	if !rresp.Close {
+		t.Error("rejoin of a running turn: connection kept, want Connection: close")
+	}
+	if got := waitDetached(base + 2); got != base+2 {
+		t.Fatalf("%d detached streams, want 2", got-base)
+	}
+	close(release)
+	for name, r := range map[string]io.Reader{"stream": br, "rejoin": rbr} {
+		rest, err := io.ReadAll(r) // fails on a chunked body cut short
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(rest), "\n"), "\n")
+		var m chatstream.Message
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil || m.ID != "__state__" || m.State == nil || m.State.IsStreaming {
+			t.Fatalf("%s: last line %q", name, lines[len(lines)-1])
+		}
+		if !strings.Contains(string(rest), `"content":"b"`) {
+			t.Errorf("%s: the turn's second piece missing: %s", name, rest)
+		}
+	}
+	if got := waitDetached(base); got != base {
+		t.Errorf("%d detached streams after the turn, want 0", got-base)
+	}
+
+	// The stored thread's state: a short answer on a kept connection.
+	sresp, sbr := postStream(t, e, hc, `{"sessionSettings":{"externalId":"det"},"chatId":"det-1"}`)
+	if sresp.Close {
+		t.Error("state of a stored thread: Connection: close, want the connection kept")
+	}
+	if _, err := io.ReadAll(sbr); err != nil {
+		t.Fatal(err)
+	}
+
+	// HTTP/2: served on net/http's stream as before.
+	h2 := httptest.NewUnstartedServer(e.Config.Handler)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	defer h2.Close()
+	body := `{"input":"go","sessionSettings":{"externalId":"det"},"chatId":"det-2"}`
+	req, _ := http.NewRequest(http.MethodPost, h2.URL+streamPath(acct, agentID), strings.NewReader(body))
+	req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
+	hresp, err := h2.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hresp.Body.Close()
+	if hresp.ProtoMajor != 2 {
+		t.Fatalf("protocol %s, want HTTP/2", hresp.Proto)
+	}
+	all, err := io.ReadAll(hresp.Body)
+	if err != nil || !strings.Contains(string(all), `"content":"b"`) {
+		t.Fatalf("HTTP/2 stream: %v %s", err, all)
+	}
+}
+
+// TestDetachedStreamClientGone: a client that goes away from a detached
+// stream is noticed at the turn's next lines; the turn runs on and its
+// answer is stored whole.
+func TestDetachedStreamClientGone(t *testing.T) {
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(200 * time.Millisecond),
+		chatstreamtest.Content("b"), chatstreamtest.Pause(200 * time.Millisecond),
+		chatstreamtest.Content("c"), chatstreamtest.Pause(time.Minute),
+	}}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	base := detachedStreams()
+	resp, br := postStream(t, e, &http.Client{Transport: tr}, `{"input":"go","sessionSettings":{"externalId":"gone"},"chatId":"gone-1"}`)
+	readLines(t, br, 4)
+	resp.Body.Close()
+	if got := waitDetached(base); got != base {
+		t.Fatalf("%d detached streams after the client left, want 0", got-base)
+	}
+	// The turn runs on: a rejoin finds it streaming, past the pieces the
+	// client left before.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, wait := streamUntil(t, ctx, e.client, chatstream.Request{ChatID: "gone-1", SessionSettings: ext("gone")},
+		func(m chatstream.Message) bool { return isContent(m) && m.Content == "c" })
+	cancel()
+	wait()
+	if msgs[0].State == nil || !msgs[0].State.IsStreaming || !isContent(msgs[len(msgs)-1]) {
+		t.Errorf("rejoin after the client left: %+v", msgs)
+	}
+}
+
+// TestShutdownWaitsForDetachedStreams: Close returns once the detached
+// streams have written their last line (the aborted state) and closed
+// their connections, not merely once the turns ended.
+func TestShutdownWaitsForDetachedStreams(t *testing.T) {
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(time.Minute),
+	}}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	base := detachedStreams()
+	var readers []*bufio.Reader
+	for i := range 3 {
+		_, br := postStream(t, e, hc, fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"shut"},"chatId":"shut-%d"}`, i))
+		readLines(t, br, 4)
+		readers = append(readers, br)
+	}
+	if got := waitDetached(base + 3); got != base+3 {
+		t.Fatalf("%d detached streams, want 3", got-base)
+	}
+	if err := e.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := detachedStreams(); got != base {
+		t.Errorf("%d detached streams still running after Close", got-base)
+	}
+	for i, br := range readers {
+		rest, err := io.ReadAll(br)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(rest), "\n"), "\n")
+		var m chatstream.Message
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil || m.State == nil || !m.State.Aborted {
+			t.Errorf("stream %d: last line %q, want an aborted state", i, lines[len(lines)-1])
+		}
+	}
+}
+
+// TestShutdownWaitsForBlockedDetachedStream: a detached stream whose
+// client reads nothing holds its goroutine in a write until the write
+// deadline; Close waits for it.
+func TestShutdownWaitsForBlockedDetachedStream(t *testing.T) {
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		if err := e.Content("a"); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond) // the client reads its first lines, then stops
+		for i := range bigPieces {
+			if err := e.Content(strings.Repeat(string(rune('a'+i)), bigPiece)); err != nil {
+				return err
+			}
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent,
+		opts: []chatstream.Option{chatstream.WithStreamWriteTimeout(time.Second)}})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	base := detachedStreams()
+	_, br := postStream(t, e, &http.Client{Transport: tr}, `{"input":"go","sessionSettings":{"externalId":"stuck"},"chatId":"stuck-1"}`)
+	readLines(t, br, 4)
+	if got := waitDetached(base + 1); got != base+1 {
+		t.Fatalf("%d detached streams, want 1", got-base)
+	}
+	time.Sleep(300 * time.Millisecond) // the stream's writes fill the connection
+	if err := e.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := detachedStreams(); got != base {
+		t.Errorf("%d detached streams still running after Close", got-base)
+	}
+}
+
+// TestTelemetryOfDetachedStream: the request's span and duration last as
+// long as the detached stream, and its lines are counted.
+func TestTelemetryOfDetachedStream(t *testing.T) {
+	const pause = 300 * time.Millisecond
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(pause), chatstreamtest.Content("b"),
+	}}
+	e, rec, _ := telemetryEnv(t, agent)
+	base := detachedStreams()
+	msgs, wait := streamUntil(t, context.Background(), e.client, chatstream.Request{Input: "go", ChatID: "tel-det", SessionSettings: ext("tel-det")},
+		func(m chatstream.Message) bool { return isContent(m) })
+	if got := waitDetached(base + 1); got != base+1 {
+		t.Fatalf("%d detached streams, want 1", got-base)
+	}
+	if n := len(rec.Ended("POST " + chatstream.StreamPattern)); n != 0 {
+		t.Fatalf("the request's span ended while its stream runs (%d)", n)
+	}
+	msgs, _, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := one(t, rec, "POST "+chatstream.StreamPattern)
+	if d := req.EndTime().Sub(req.StartTime()); d < pause {
+		t.Errorf("request span lasted %v, want at least the turn's %v", d, pause)
+	}
+	if n := rec.Value(t, telemetry.MetricStreamLines); n != float64(len(msgs)) {
+		t.Errorf("streamed lines: %v, want %d", n, len(msgs))
+	}
+}
