@@ -190,8 +190,11 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // when the handler returns. The writer must not be used after Detach.
 func (w *responseWriter) Detach() (end func(lines int64)) {
 	w.detached = true
-	// Hold nothing of net/http's connection while the stream lasts.
-	w.ResponseWriter, w.rc = nil, nil
+	// Hold nothing of net/http's connection while the stream lasts; a
+	// middleware that touches the writer after the handler returned gets
+	// http.ErrHijacked, as from net/http.
+	w.ResponseWriter = hijacked{}
+	w.rc = http.NewResponseController(hijacked{})
 	rq := w.rq
 	return func(lines int64) {
 		if w.ndjson {
@@ -200,3 +203,10 @@ func (w *responseWriter) Detach() (end func(lines int64)) {
 		rq.finish()
 	}
 }
+
+// hijacked stands for the writer of a detached request.
+type hijacked struct{}
+
+func (hijacked) Header() http.Header       { return http.Header{} }
+func (hijacked) Write([]byte) (int, error) { return 0, http.ErrHijacked }
+func (hijacked) WriteHeader(int)           {}
