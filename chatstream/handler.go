@@ -118,9 +118,13 @@ func (h *Handler) Data() http.Handler {
 // until ctx ends; it then aborts the remaining ones (their streams end with
 // state.aborted and state.error) and waits a few seconds for their agents to
 // return. Streams following a turn of another replica end then too, with
-// the thread's stored state. It returns nil once every turn goroutine has
-// ended and every claim of the [Cluster] ([WithCluster]) is released: close
-// the cluster after it.
+// the thread's stored state. Streams this handler took over from net/http
+// (over HTTP/1.1, see docs/limits.md), which http.Server.Shutdown does not
+// wait for, end here: once the turns are stopped, a client that reads
+// nothing gets half of the few seconds of grace for its last lines. It
+// returns nil once every turn goroutine and every such stream has ended and
+// every claim of the [Cluster] ([WithCluster]) is released: close the
+// cluster after it.
 func (h *Handler) Shutdown(ctx context.Context) error {
 	return h.turns.shutdown(ctx, shutdownGrace)
 }

@@ -10,9 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/embedkit/embedkit/internal/telemetry"
 )
 
 // ContentType is the media type of the chat stream.
@@ -115,15 +119,21 @@ type lineWriter struct {
 	// closing: the response was begun with Connection: close, so that
 	// detach may take its connection over.
 	closing bool
-	// detached: detach took the connection over; conn, pend and the rest
-	// below belong to the goroutine that follows the turn from then on.
-	// Set before that goroutine starts, never changed after.
+	// detached: detach took the connection over; conn and the fields
+	// below belong to the goroutine that follows the turn from then on
+	// (cutAt excepted). Set before that goroutine starts, never changed
+	// after.
 	detached bool
 	conn     net.Conn
-	pend     net.Buffers // lines written and not yet flushed, after a slot for the chunk's size
+	pend     [][]byte // lines written and not yet flushed
 	pendLen  int
-	lines    int64             // lines written since detach
-	endTel   func(lines int64) // ends the request's telemetry (nil without it)
+	lines    int64 // lines written and not yet counted by the telemetry
+	tel      telemetry.Detached
+	gone     context.CancelFunc // ends ctx: the client went away
+	watched  chan struct{}      // closed when watch returns
+	// cutAt (Unix nanoseconds, 0 if unset) bounds every write deadline of
+	// a detached stream once a shutdown stopped the turns (cut).
+	cutAt atomic.Int64
 }
 
 // newLineWriter returns a lineWriter for the response to r of h. The caller
@@ -141,32 +151,27 @@ func (h *Handler) newLineWriter(r *http.Request, w http.ResponseWriter) *lineWri
 // returns, and a goroutine of the registry follows the turn, writing the
 // rest of the chunked body straight to the connection and closing it at the
 // end (the response said Connection: close). Shutdown waits for these
-// goroutines like for the turns. Not detached: HTTP/2 streams, writers that
-// cannot hijack, and handlers with WithCancelOnDisconnect (a client that
-// goes away is noticed at the next write once detached, not at once).
+// goroutines like for the turns, and bounds their writes once it stops the
+// turns. Not detached: HTTP/2 streams; responses written through a
+// ResponseWriter other than net/http's own and the library's telemetry
+// (a host's wrapper may transform the body, as compression does, which
+// writes to the connection would bypass). A detached stream notices a
+// client that goes away as net/http does, by a read pending on the
+// connection (watch).
 
-// detachable reports whether begin may prepare the stream for detach.
+// detachable reports whether begin may prepare the stream for detach: an
+// HTTP/1.1 response held for a turn, written through net/http's writer
+// itself, possibly under the library's telemetry.
 func (lw *lineWriter) detachable() bool {
-	if !lw.hold || !lw.http11 || lw.h.cfg.cancelOnDisconnect {
+	if !lw.hold || !lw.http11 {
 		return false
 	}
 	w := lw.w
-	for {
-		if _, ok := w.(http.Hijacker); ok {
-			return true
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return false
-		}
-		w = u.Unwrap()
+	if d, ok := w.(telemetry.Detacher); ok {
+		w = d.Unwrap()
 	}
-}
-
-// detacher is the request telemetry's writer (internal/telemetry): the
-// request ends when the detached stream does.
-type detacher interface {
-	Detach() (end func(lines int64))
+	// net/http's HTTP/1.x writer, which is not exported.
+	return reflect.TypeOf(w).String() == "*http.response"
 }
 
 // detach flushes what was written and takes the connection over, so that
@@ -178,68 +183,94 @@ func (lw *lineWriter) detach() bool {
 	if !lw.closing || !lw.flush() {
 		return false
 	}
-	conn, brw, err := lw.rc.Hijack()
+	conn, _, err := lw.rc.Hijack()
 	if err != nil {
+		// The request's body was read whole, and nothing more is
+		// expected on the connection (Connection: close): its buffered
+		// reader is dropped.
 		return false
 	}
-	_ = brw // the request's body was read; nothing else is expected (Connection: close)
-	for w := lw.w; w != nil; {
-		if d, ok := w.(detacher); ok {
-			lw.endTel = d.Detach()
-			break
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			break
-		}
-		w = u.Unwrap()
+	if d, ok := lw.w.(telemetry.Detacher); ok {
+		lw.tel = d.Detach()
 	}
 	// Hold nothing of net/http's: the connection's buffers, request and
 	// response are released with the handler.
 	lw.w, lw.rc = nil, nil
-	lw.ctx = context.WithoutCancel(lw.ctx)
-	lw.conn, lw.detached, lw.armed = conn, true, false
+	lw.ctx, lw.gone = context.WithCancel(context.WithoutCancel(lw.ctx))
+	lw.conn, lw.detached = conn, true
+	lw.armed, lw.noDeadline = false, false // deadlines are set on conn now
+	lw.watched = make(chan struct{})
+	go lw.watch()
 	return true
 }
 
-// writeConn writes b to the detached connection, each writeChunk bytes
-// under a write deadline of their own.
-func (lw *lineWriter) writeConn(b net.Buffers) error {
-	for len(b) > 0 {
-		var part net.Buffers
-		n, k := 0, 0
-		for k < len(b) && n+len(b[k]) <= writeChunk {
-			n += len(b[k])
-			k++
-		}
-		if k == 0 { // a buffer longer than writeChunk: its first part
-			part = net.Buffers{b[0][:writeChunk]}
-			b[0] = b[0][writeChunk:]
-		} else {
-			part, b = b[:k], b[k:]
-		}
-		lw.arm()
-		if _, err := part.WriteTo(lw.conn); err != nil {
-			return err
+// watch reads the detached connection until the read fails: the client
+// went away, or close closed the connection. It then ends lw.ctx, so that
+// a stream waiting for the turn's next line ends at once, as net/http's
+// own reader does for a request.
+func (lw *lineWriter) watch() {
+	defer close(lw.watched)
+	defer lw.gone()
+	b := make([]byte, 1)
+	for {
+		// The client sends nothing more (Connection: close); anything it
+		// does send is dropped.
+		if _, err := lw.conn.Read(b); err != nil {
+			return
 		}
 	}
-	return nil
 }
+
+// cut bounds the write deadlines of a detached stream by at, from now on
+// and for a write in progress. Safe for use by any goroutine.
+func (lw *lineWriter) cut(at time.Time) {
+	lw.cutAt.Store(at.UnixNano())
+	_ = lw.conn.SetWriteDeadline(at)
+}
+
+// chunkBuffers hold a detached stream's chunk while it is written, so
+// that an idle stream holds no buffer.
+var chunkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 var crlf = []byte("\r\n")
 
 // flushConn writes the pending lines to the detached connection as one
-// chunk of the response's body.
+// chunk of the response's body: one write unless the chunk is longer than
+// writeChunk.
 func (lw *lineWriter) flushConn() bool {
 	if lw.pendLen == 0 {
 		return true
 	}
-	var size [20]byte
-	lw.pend[0] = append(strconv.AppendInt(size[:0], int64(lw.pendLen), 16), crlf...)
-	lw.pend = append(lw.pend, crlf)
-	err := lw.writeConn(lw.pend)
+	bp := chunkBuffers.Get().(*[]byte)
+	b := strconv.AppendInt((*bp)[:0], int64(lw.pendLen), 16)
+	b = append(b, crlf...)
+	var err error
+	if lw.pendLen <= writeChunk {
+		for _, l := range lw.pend {
+			b = append(b, l...)
+		}
+		err = lw.writeConn(append(b, crlf...))
+	} else {
+		err = lw.writeConn(b)
+		for _, l := range lw.pend {
+			if err == nil {
+				err = lw.writeConn(l)
+			}
+		}
+		if err == nil {
+			err = lw.writeConn(crlf)
+		}
+	}
+	if cap(b) <= 2*writeChunk {
+		*bp = b[:0]
+		chunkBuffers.Put(bp)
+	}
 	clear(lw.pend)
 	lw.pend, lw.pendLen = lw.pend[:0], 0
+	if lw.lines >= telemetryLineBatch && lw.tel.Lines != nil {
+		lw.tel.Lines(lw.lines)
+		lw.lines = 0
+	}
 	if err != nil {
 		lw.err = err
 		return false
@@ -247,18 +278,36 @@ func (lw *lineWriter) flushConn() bool {
 	return true
 }
 
+// telemetryLineBatch is how many lines of a detached stream are counted
+// at once.
+const telemetryLineBatch = 64
+
+// writeConn writes b to the detached connection, each writeChunk bytes
+// under a write deadline of their own.
+func (lw *lineWriter) writeConn(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		lw.arm()
+		if _, err := lw.conn.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // close ends a detached stream: the body's last chunk, the connection
 // closed, the request's telemetry ended.
 func (lw *lineWriter) close() {
 	if lw.err == nil && lw.flushConn() {
-		lw.arm()
-		if _, err := lw.conn.Write([]byte("0\r\n\r\n")); err != nil {
+		if err := lw.writeConn([]byte("0\r\n\r\n")); err != nil {
 			lw.err = err
 		}
 	}
 	lw.conn.Close()
-	if lw.endTel != nil {
-		lw.endTel(lw.lines)
+	<-lw.watched
+	if lw.tel.End != nil {
+		lw.tel.End(lw.lines)
 	}
 }
 
@@ -322,14 +371,14 @@ func (lw *lineWriter) arm() {
 		return
 	}
 	now := time.Now()
+	if lw.detached {
+		lw.armConn(now)
+		return
+	}
 	if lw.armed && now.Sub(lw.armedAt) < lw.timeout/8 {
 		return
 	}
 	lw.armedAt = now
-	if lw.detached {
-		lw.armed = lw.conn.SetWriteDeadline(now.Add(lw.timeout)) == nil
-		return
-	}
 	if err := lw.rc.SetWriteDeadline(now.Add(lw.timeout)); err != nil {
 		lw.noDeadline = true
 		if errors.Is(err, http.ErrNotSupported) {
@@ -338,6 +387,24 @@ func (lw *lineWriter) arm() {
 		return
 	}
 	lw.armed = true
+}
+
+// armConn is arm for a detached stream. Once a shutdown cut the stream,
+// every write gets the earlier of its own deadline and the cut's; the
+// check after setting a deadline makes a cut that comes meanwhile win.
+func (lw *lineWriter) armConn(now time.Time) {
+	if at := lw.cutAt.Load(); at != 0 {
+		_ = lw.conn.SetWriteDeadline(time.Unix(0, min(at, now.Add(lw.timeout).UnixNano())))
+		return
+	}
+	if lw.armed && now.Sub(lw.armedAt) < lw.timeout/8 {
+		return
+	}
+	lw.armedAt = now
+	lw.armed = lw.conn.SetWriteDeadline(now.Add(lw.timeout)) == nil
+	if at := lw.cutAt.Load(); at != 0 {
+		_ = lw.conn.SetWriteDeadline(time.Unix(0, min(at, now.Add(lw.timeout).UnixNano())))
+	}
 }
 
 // disarm clears the write deadline while the stream waits for lines (an
@@ -364,9 +431,6 @@ func (lw *lineWriter) write(line []byte) bool {
 		return false
 	}
 	if lw.detached {
-		if len(lw.pend) == 0 {
-			lw.pend = append(lw.pend, nil) // the chunk's size, at flush
-		}
 		lw.pend = append(lw.pend, line)
 		lw.pendLen += len(line)
 		lw.lines++

@@ -371,13 +371,24 @@ func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op 
 // (see "Detaching a stream"). The request's goroutine waits here for the
 // turn's life otherwise, so it is a short call chain.
 func (h *Handler) followTurn(ctx context.Context, lw *lineWriter, t *turn, after int64, stopOnDisconnect bool) {
-	if lw.detach() {
-		h.turns.goFollow(func() {
-			defer lw.close()
-			t.follow(lw.ctx, lw, after)
-		})
-		return
+	if lw.closing && h.turns.enterStream() {
+		if lw.detach() {
+			h.turns.trackStream(lw)
+			go func() {
+				defer h.turns.leaveStream(lw)
+				defer lw.close()
+				t.stream(lw.ctx, lw, after, stopOnDisconnect)
+			}()
+			return
+		}
+		h.turns.ended()
 	}
+	t.stream(ctx, lw, after, stopOnDisconnect)
+}
+
+// stream follows t to lw (see follow); with stopOnDisconnect a client that
+// went away stops the turn.
+func (t *turn) stream(ctx context.Context, lw *lineWriter, after int64, stopOnDisconnect bool) {
 	if !t.follow(ctx, lw, after) && stopOnDisconnect && ctx.Err() != nil {
 		t.stop(errDisconnected, outcomeAborted)
 	}

@@ -88,6 +88,14 @@ type registry struct {
 	idle          chan struct{} // closed and cleared when a turn ends; nil when nobody waits
 	closing       bool          // no new turns
 	stopped       bool          // turns are cancelled as they start
+	// drained: a shutdown found nothing running and returned; no stream
+	// is detached any more (enterStream).
+	drained bool
+	// streams are the detached streams (see "Detaching a stream").
+	streams map[*lineWriter]struct{}
+	// cutAt is when the detached streams' writes give up once a shutdown
+	// stopped the turns (zero before).
+	cutAt time.Time
 }
 
 func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
@@ -389,16 +397,41 @@ func (r *registry) agentReturned(t *turn) {
 	r.mu.Unlock()
 }
 
-// goFollow runs f, a detached stream's rest, on a goroutine that shutdown
-// waits for.
-func (r *registry) goFollow(f func()) {
+// enterStream counts a stream about to be detached among what shutdown
+// waits for; it reports false when a shutdown already found nothing
+// running and returned (the stream then stays on the request's goroutine,
+// which the HTTP server's shutdown waits for). The caller calls
+// leaveStream when the stream ends.
+func (r *registry) enterStream() bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.drained {
+		return false
+	}
 	r.active++
+	return true
+}
+
+// trackStream records lw, just detached: a shutdown that stops the turns
+// bounds its writes.
+func (r *registry) trackStream(lw *lineWriter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.streams == nil {
+		r.streams = make(map[*lineWriter]struct{})
+	}
+	r.streams[lw] = struct{}{}
+	if !r.cutAt.IsZero() {
+		lw.cut(r.cutAt)
+	}
+}
+
+// leaveStream records the end of a stream counted by enterStream.
+func (r *registry) leaveStream(lw *lineWriter) {
+	r.mu.Lock()
+	delete(r.streams, lw)
 	r.mu.Unlock()
-	go func() {
-		defer r.ended()
-		f()
-	}()
+	r.ended()
 }
 
 // ended records the end of a turn goroutine or a detached stream.
@@ -421,6 +454,7 @@ func (r *registry) waitIdle(ctx context.Context) bool {
 	for {
 		r.mu.Lock()
 		if r.active == 0 && len(r.turns) == 0 {
+			r.drained = r.closing
 			r.mu.Unlock()
 			return true
 		}
@@ -464,6 +498,13 @@ func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
 	}
 	r.mu.Lock()
 	r.stopped = true
+	// A detached stream whose client reads nothing would hold its write
+	// for the stream write timeout: its writes give up halfway through
+	// the grace, so that a reading client still gets the last lines.
+	r.cutAt = time.Now().Add(grace / 2)
+	for lw := range r.streams {
+		lw.cut(r.cutAt)
+	}
 	r.mu.Unlock()
 	// All at once: each turn finishes on its own goroutine
 	// (finishOnCancel), so that final writes waiting on a slow database
@@ -476,7 +517,7 @@ func (r *registry) shutdown(ctx context.Context, grace time.Duration) error {
 	if r.waitIdle(gctx) {
 		return nil
 	}
-	return fmt.Errorf("chatstream: agents did not return after shutdown: %w", ctx.Err())
+	return fmt.Errorf("chatstream: turns or their streams did not end after shutdown: %w", ctx.Err())
 }
 
 // turn is one running turn: its context, its sequence and its append-only

@@ -17,10 +17,10 @@ import (
 
 // TestHeldTurnGoroutines holds turns open on a paused agent, after a line
 // that a checkpoint stores: besides the client's two goroutines, a held
-// stream runs one on the server, which follows the turn on the connection
-// it took over from net/http (its request's goroutine and net/http's reader
-// have ended), and its turn one, its agent's; the checkpoint's goroutine
-// has ended.
+// stream runs two on the server, one that follows the turn on the
+// connection it took over from net/http and one that reads it (the
+// request's goroutine and net/http's reader have ended), and its turn one,
+// its agent's; the checkpoint's goroutine has ended.
 func TestHeldTurnGoroutines(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		testHeldTurnGoroutines(t, func(agent chatstream.Agent) *env {
@@ -69,7 +69,7 @@ func testHeldTurnGoroutines(t *testing.T, open func(chatstream.Agent) *env) {
 			}
 		}
 	}
-	const want = n * 4 // client 2; server: the detached stream's 1, agent 1
+	const want = n * 5 // client 2; server: the detached stream's 2 (follower, reader), agent 1
 	var got int
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if got = runtime.NumGoroutine() - g0; got <= want {

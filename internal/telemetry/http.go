@@ -183,12 +183,26 @@ func (w *responseWriter) Flush() { _ = w.rc.Flush() }
 // Unwrap returns the wrapped writer (for http.ResponseController).
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Detach is called by a handler that has taken its connection over
-// (http.ResponseController.Hijack) and goes on writing the response after
-// it returns: the request's span and duration end when the returned
-// function is called, with the number of lines written since, instead of
-// when the handler returns. The writer must not be used after Detach.
-func (w *responseWriter) Detach() (end func(lines int64)) {
+// Detacher is the request writer of a [Telemetry.Route]: a handler that
+// takes its connection over (http.ResponseController.Hijack) and goes on
+// writing the response after it returns calls Detach.
+type Detacher interface {
+	http.ResponseWriter
+	Unwrap() http.ResponseWriter
+	Detach() Detached
+}
+
+// Detached is the telemetry of a request whose handler took its connection
+// over: Lines counts lines written since (the handler batches them), End
+// ends the request's span and duration, with the lines not counted yet.
+type Detached struct {
+	Lines func(n int64)
+	End   func(lines int64)
+}
+
+// Detach makes the request end when the returned End is called instead of
+// when the handler returns. The writer must not be used after it.
+func (w *responseWriter) Detach() Detached {
 	w.detached = true
 	// Hold nothing of net/http's connection while the stream lasts; a
 	// middleware that touches the writer after the handler returned gets
@@ -196,12 +210,16 @@ func (w *responseWriter) Detach() (end func(lines int64)) {
 	w.ResponseWriter = hijacked{}
 	w.rc = http.NewResponseController(hijacked{})
 	rq := w.rq
-	return func(lines int64) {
+	d := Detached{End: func(lines int64) {
 		if w.ndjson {
 			w.pending += lines
 		}
 		rq.finish()
+	}}
+	if w.ndjson {
+		d.Lines = func(n int64) { rq.t.lines.Add(rq.ctx, n) }
 	}
+	return d
 }
 
 // hijacked stands for the writer of a detached request.
