@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +24,10 @@ import (
 
 // detachedStreams counts the goroutines that follow a turn on a connection
 // taken over from net/http.
-func detachedStreams() int {
+func detachedStreams() int { return goroutinesIn("chatstream.(*Handler).followTurn.func1") }
+
+// goroutinesIn counts the goroutines with fn in their stacks.
+func goroutinesIn(fn string) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -32,7 +37,7 @@ func detachedStreams() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	return strings.Count(string(buf), "chatstream.(*Handler).followTurn.func1")
+	return strings.Count(string(buf), fn)
 }
 
 // waitDetached waits until detachedStreams is want (bounded) and returns it.
@@ -359,5 +364,126 @@ func TestStreamBehindHostWrapperNotDetached(t *testing.T) {
 	}
 	if n := <-written; n != len(all) {
 		t.Errorf("the wrapper saw %d bytes of the %d-byte body", n, len(all))
+	}
+}
+
+// rawStream sends a stream request with the admin key over a connection
+// of its own and returns the connection and the response, whose body is
+// read as it comes.
+func rawStream(t *testing.T, baseURL, body string) (net.Conn, *http.Response) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: test\r\nAuthorization: Api-Key %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		streamPath(acct, agentID), apitest.AdminKey, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %s", resp.Status)
+	}
+	return c, resp
+}
+
+// TestDetachedStreamClientSendsMore: a client that sends more after its
+// request, despite Connection: close, is not read on (the connection's
+// buffers fill and hold it back, as with net/http's reader), and its
+// stream goes on to its end.
+func TestDetachedStreamClientSendsMore(t *testing.T) {
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(time.Second), chatstreamtest.Content("b"),
+	}}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	base := detachedStreams()
+	c, resp := rawStream(t, e.URL, `{"input":"go","sessionSettings":{"externalId":"more"},"chatId":"more-1"}`)
+	if got := waitDetached(base + 1); got != base+1 {
+		t.Fatalf("%d detached streams, want 1", got-base)
+	}
+	var pushed atomic.Int64
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Write(buf)
+			pushed.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Once the connection's buffers are full, nothing more goes in: the
+	// stream's reader took one byte and stopped.
+	time.Sleep(300 * time.Millisecond)
+	full := pushed.Load()
+	time.Sleep(300 * time.Millisecond)
+	if more := pushed.Load() - full; more > 64<<10 {
+		t.Errorf("the server took %d more bytes after the connection's buffers filled: it reads what it drops", more)
+	}
+	if n := goroutinesIn("chatstream.(*lineWriter).watch"); n != 0 {
+		t.Errorf("%d stream readers still reading after the client sent more", n)
+	}
+	all, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(all), `"content":"b"`) {
+		t.Fatalf("stream: %v %s", err, all)
+	}
+}
+
+// TestDetachedCancelOnDisconnectStuckClient: with WithCancelOnDisconnect, a
+// detached stream whose client reads nothing until its write deadline
+// stops the turn, as a request's stream does (net/http cancels a request
+// whose write fails).
+func TestDetachedCancelOnDisconnectStuckClient(t *testing.T) {
+	stopped := make(chan error, 1)
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		for i := range bigPieces {
+			if err := e.Content(strings.Repeat(string(rune('a'+i)), bigPiece)); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			stopped <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			stopped <- nil
+		}
+		return nil
+	})
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent,
+		opts: []chatstream.Option{chatstream.WithCancelOnDisconnect(true), chatstream.WithStreamWriteTimeout(300 * time.Millisecond)}})
+	base := detachedStreams()
+	rawStream(t, e.URL, `{"input":"go","sessionSettings":{"externalId":"stk"},"chatId":"stk-1"}`) // reads nothing more
+	if got := waitDetached(base + 1); got != base+1 {
+		t.Fatalf("%d detached streams, want 1", got-base)
+	}
+	if cause := <-stopped; cause == nil {
+		t.Error("the turn ran on after its client stopped reading")
+	}
+}
+
+// TestDetachedStreamKeepsHostDeadline: a deadline a host's middleware puts
+// on the request's context still ends the stream once it is detached.
+func TestDetachedStreamKeepsHostDeadline(t *testing.T) {
+	agent := &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("a"), chatstreamtest.Pause(time.Second), chatstreamtest.Content("b"),
+	}}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
+		defer cancel()
+		e.Config.Handler.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer srv.Close()
+	base := detachedStreams()
+	_, resp := rawStream(t, srv.URL, `{"input":"go","sessionSettings":{"externalId":"dl"},"chatId":"dl-1"}`)
+	if got := waitDetached(base + 1); got != base+1 {
+		t.Fatalf("%d detached streams, want 1", got-base)
+	}
+	start := time.Now()
+	all, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(all), `"content":"b"`) || time.Since(start) > 900*time.Millisecond {
+		t.Errorf("the stream outlived the host's deadline (%v): %s", time.Since(start), all)
 	}
 }

@@ -196,7 +196,7 @@ func (lw *lineWriter) detach() bool {
 	// Hold nothing of net/http's: the connection's buffers, request and
 	// response are released with the handler.
 	lw.w, lw.rc = nil, nil
-	lw.ctx, lw.gone = context.WithCancel(context.WithoutCancel(lw.ctx))
+	lw.ctx, lw.gone = detachedContext(lw.ctx)
 	lw.conn, lw.detached = conn, true
 	lw.armed, lw.noDeadline = false, false // deadlines are set on conn now
 	lw.watched = make(chan struct{})
@@ -204,20 +204,31 @@ func (lw *lineWriter) detach() bool {
 	return true
 }
 
-// watch reads the detached connection until the read fails: the client
-// went away, or close closed the connection. It then ends lw.ctx, so that
-// a stream waiting for the turn's next line ends at once, as net/http's
-// own reader does for a request.
+// detachedContext returns the context of a stream detached from a
+// request with context ctx, which net/http cancels when the handler
+// returns: its values and deadline (a host's timeout middleware still ends
+// the stream) without its cancellation; gone ends it when the client went
+// away, as net/http ends a request's.
+func detachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		var stop context.CancelFunc
+		d, stop = context.WithDeadline(d, dl)
+		return d, func() { stop(); cancel() }
+	}
+	return d, cancel
+}
+
+// watch waits on a read of the detached connection, as net/http's
+// background read does for a request: when it fails, the client went away
+// (or close closed the connection), and it ends lw.ctx so that a stream
+// waiting for the turn's next line ends at once. A byte read instead (the
+// client sent more, despite Connection: close) ends the watch, as it ends
+// net/http's: the stream goes on until it ends or a write fails.
 func (lw *lineWriter) watch() {
 	defer close(lw.watched)
-	defer lw.gone()
-	b := make([]byte, 1)
-	for {
-		// The client sends nothing more (Connection: close); anything it
-		// does send is dropped.
-		if _, err := lw.conn.Read(b); err != nil {
-			return
-		}
+	if _, err := lw.conn.Read(make([]byte, 1)); err != nil {
+		lw.gone()
 	}
 }
 
@@ -272,7 +283,10 @@ func (lw *lineWriter) flushConn() bool {
 		lw.lines = 0
 	}
 	if err != nil {
+		// As net/http does for a request whose write fails: the client
+		// is taken to be gone.
 		lw.err = err
+		lw.gone()
 		return false
 	}
 	return true
@@ -306,6 +320,7 @@ func (lw *lineWriter) close() {
 	}
 	lw.conn.Close()
 	<-lw.watched
+	lw.gone()
 	if lw.tel.End != nil {
 		lw.tel.End(lw.lines)
 	}
