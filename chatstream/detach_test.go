@@ -487,3 +487,35 @@ func TestDetachedStreamKeepsHostDeadline(t *testing.T) {
 		t.Errorf("the stream outlived the host's deadline (%v): %s", time.Since(start), all)
 	}
 }
+
+// TestDetachedStreamEndedByHostDeadlineEndsItsBody: a detached stream that
+// a host's deadline ends, while its turn writes fast, still ends its
+// chunked body properly (the client sees an incomplete stream, not a cut
+// connection), as net/http ends a request's.
+func TestDetachedStreamEndedByHostDeadlineEndsItsBody(t *testing.T) {
+	agent := chatstream.AgentFunc(func(ctx context.Context, _ chatstream.Turn, e chatstream.Emitter) error {
+		for end := time.Now().Add(400 * time.Millisecond); ctx.Err() == nil && time.Now().Before(end); {
+			if err := e.Content("x"); err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		return nil
+	})
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 200*time.Millisecond)
+		defer cancel()
+		e.Config.Handler.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer srv.Close()
+	for i := range 12 {
+		_, resp := rawStream(t, srv.URL, fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"dlb"},"chatId":"dlb-%d"}`, i))
+		if !resp.Close {
+			t.Fatal("not detached")
+		}
+		if _, err := io.ReadAll(resp.Body); err != nil {
+			t.Errorf("stream %d: %v: the body ended without its last chunk", i, err)
+		}
+	}
+}

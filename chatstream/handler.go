@@ -130,11 +130,13 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 }
 
 // RunningTurns returns how many turns this handler runs now (reserved or
-// streaming), not counting those of other replicas of a [Cluster]; a server
+// streaming), not counting those of other replicas of a [Cluster] nor the
+// streams of turns that ended and still write their last lines; a server
 // can say what its shutdown waits for.
 func (h *Handler) RunningTurns() int { return h.turns.count() }
 
-// Close aborts every running turn at once and waits for them to end.
+// Close aborts every running turn at once and waits for them and their
+// detached streams to end (see [Handler.Shutdown]).
 func (h *Handler) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

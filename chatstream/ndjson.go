@@ -130,6 +130,7 @@ type lineWriter struct {
 	lines    int64 // lines written and not yet counted by the telemetry
 	tel      telemetry.Detached
 	gone     context.CancelFunc // ends ctx: the client went away
+	broken   bool               // a write to conn failed
 	watched  chan struct{}      // closed when watch returns
 	// cutAt (Unix nanoseconds, 0 if unset) bounds every write deadline of
 	// a detached stream once a shutdown stopped the turns (cut).
@@ -171,7 +172,8 @@ func (lw *lineWriter) detachable() bool {
 		w = d.Unwrap()
 	}
 	// net/http's HTTP/1.x writer, which is not exported.
-	return reflect.TypeOf(w).String() == "*http.response"
+	t := reflect.TypeOf(w)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "net/http" && t.Elem().Name() == "response"
 }
 
 // detach flushes what was written and takes the connection over, so that
@@ -285,7 +287,7 @@ func (lw *lineWriter) flushConn() bool {
 	if err != nil {
 		// As net/http does for a request whose write fails: the client
 		// is taken to be gone.
-		lw.err = err
+		lw.err, lw.broken = err, true
 		lw.gone()
 		return false
 	}
@@ -313,10 +315,10 @@ func (lw *lineWriter) writeConn(b []byte) error {
 // close ends a detached stream: the body's last chunk, the connection
 // closed, the request's telemetry ended.
 func (lw *lineWriter) close() {
-	if lw.err == nil && lw.flushConn() {
-		if err := lw.writeConn([]byte("0\r\n\r\n")); err != nil {
-			lw.err = err
-		}
+	// Unless a write failed, the body ends properly, as net/http ends it,
+	// also when the stream's context ended it (a host's deadline).
+	if !lw.broken && lw.flushConn() {
+		_ = lw.writeConn([]byte("0\r\n\r\n"))
 	}
 	lw.conn.Close()
 	<-lw.watched
