@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/chatstreamtest"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/logbuf"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/testdb"
 )
@@ -517,5 +519,47 @@ func TestDetachedStreamEndedByHostDeadlineEndsItsBody(t *testing.T) {
 		if _, err := io.ReadAll(resp.Body); err != nil {
 			t.Errorf("stream %d: %v: the body ended without its last chunk", i, err)
 		}
+	}
+}
+
+// blockingCluster is a Cluster whose Claim waits for its context.
+type blockingCluster struct{ claiming, returned chan struct{} }
+
+func (c *blockingCluster) Claim(ctx context.Context, _ chatstream.ThreadKey, _ int64, _ chatstream.TurnLimits) (chatstream.ClaimedTurn, error) {
+	c.claiming <- struct{}{}
+	<-ctx.Done()
+	defer func() { c.returned <- struct{}{} }()
+	return nil, fmt.Errorf("claim turn: %w", ctx.Err())
+}
+
+func (c *blockingCluster) Join(context.Context, chatstream.ThreadKey) (chatstream.RemoteTurn, bool, error) {
+	return nil, false, nil
+}
+
+func (c *blockingCluster) Abort(context.Context, chatstream.ThreadKey) (bool, error) {
+	return false, nil
+}
+
+// TestClientGoneDuringClaimNotLogged: a request whose client goes away
+// while its turn's claim waits on the cluster is not logged as a failed
+// request (503): nobody reads its answer, and the cluster did not fail.
+func TestClientGoneDuringClaimNotLogged(t *testing.T) {
+	logs := &logbuf.Buffer{}
+	cl := &blockingCluster{claiming: make(chan struct{}, 1), returned: make(chan struct{}, 1)}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{opts: []chatstream.Option{
+		chatstream.WithCluster(cl), chatstream.WithLogger(slog.New(slog.NewJSONHandler(logs, nil)))}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := collectErr(ctx, e.client, chatstream.Request{Input: "go", ChatID: "gone-claim", SessionSettings: ext("gone-claim")})
+		done <- err
+	}()
+	<-cl.claiming
+	cancel()
+	<-done
+	<-cl.returned
+	time.Sleep(100 * time.Millisecond) // the handler answers after Claim returns
+	if strings.Contains(logs.String(), "request failed") {
+		t.Errorf("a request whose client left was logged as failed: %s", logs.String())
 	}
 }

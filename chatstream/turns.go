@@ -32,8 +32,13 @@ var (
 )
 
 // clusterUnavailable is the 503 of a failed [Cluster] call; the cause is
-// logged, never sent.
+// logged, never sent. A call canceled with its request (the client went
+// away) is not a failure of the cluster: it stays a cancellation, which is
+// answered 499 to nobody and not logged.
 func clusterUnavailable(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
 	return &wire.Error{Status: http.StatusServiceUnavailable, Message: "the chat service is temporarily unavailable", Err: err}
 }
 
