@@ -55,11 +55,11 @@ func waitDetachedWithin(want int, d time.Duration) int {
 	return got
 }
 
-// postStream sends a stream request over client and returns the response
-// and a reader of its lines.
-func postStream(t *testing.T, e *env, client *http.Client, body string) (*http.Response, *bufio.Reader) {
+// postStream sends a stream request to the server at baseURL over client
+// and returns the response and a reader of its lines.
+func postStream(t *testing.T, baseURL string, client *http.Client, body string) (*http.Response, *bufio.Reader) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, e.URL+streamPath(acct, agentID), strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, baseURL+streamPath(acct, agentID), strings.NewReader(body))
 	req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
 	resp, err := client.Do(req)
 	if err != nil {
@@ -115,13 +115,13 @@ func TestStreamOfRunningTurnDetaches(t *testing.T) {
 	hc := &http.Client{Transport: tr}
 	base := detachedStreams()
 
-	resp, br := postStream(t, e, hc, `{"input":"go","sessionSettings":{"externalId":"det"},"chatId":"det-1"}`)
+	resp, br := postStream(t, e.URL, hc, `{"input":"go","sessionSettings":{"externalId":"det"},"chatId":"det-1"}`)
 	if !resp.Close { // the client removes the Connection: close it read
 		t.Error("stream of a turn: connection kept, want Connection: close")
 	}
 	readLines(t, br, 4) // __cutoff__, echo, start, "a"
 	// Rejoined while it runs: detached too.
-	rresp, rbr := postStream(t, e, hc, `{"sessionSettings":{"externalId":"det"},"chatId":"det-1","resumeAfterSort":0}`)
+	rresp, rbr := postStream(t, e.URL, hc, `{"sessionSettings":{"externalId":"det"},"chatId":"det-1","resumeAfterSort":0}`)
 	if !rresp.Close {
 		t.Error("rejoin of a running turn: connection kept, want Connection: close")
 	}
@@ -148,7 +148,7 @@ func TestStreamOfRunningTurnDetaches(t *testing.T) {
 	}
 
 	// The stored thread's state: a short answer on a kept connection.
-	sresp, sbr := postStream(t, e, hc, `{"sessionSettings":{"externalId":"det"},"chatId":"det-1"}`)
+	sresp, sbr := postStream(t, e.URL, hc, `{"sessionSettings":{"externalId":"det"},"chatId":"det-1"}`)
 	if sresp.Close {
 		t.Error("state of a stored thread: Connection: close, want the connection kept")
 	}
@@ -161,18 +161,11 @@ func TestStreamOfRunningTurnDetaches(t *testing.T) {
 	h2.EnableHTTP2 = true
 	h2.StartTLS()
 	defer h2.Close()
-	body := `{"input":"go","sessionSettings":{"externalId":"det"},"chatId":"det-2"}`
-	req, _ := http.NewRequest(http.MethodPost, h2.URL+streamPath(acct, agentID), strings.NewReader(body))
-	req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
-	hresp, err := h2.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hresp.Body.Close()
+	hresp, hbr := postStream(t, h2.URL, h2.Client(), `{"input":"go","sessionSettings":{"externalId":"det"},"chatId":"det-2"}`)
 	if hresp.ProtoMajor != 2 {
 		t.Fatalf("protocol %s, want HTTP/2", hresp.Proto)
 	}
-	all, err := io.ReadAll(hresp.Body)
+	all, err := io.ReadAll(hbr)
 	if err != nil || !strings.Contains(string(all), `"content":"b"`) {
 		t.Fatalf("HTTP/2 stream: %v %s", err, all)
 	}
@@ -190,7 +183,7 @@ func TestDetachedStreamClientGone(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	base := detachedStreams()
-	resp, br := postStream(t, e, &http.Client{Transport: tr}, `{"input":"go","sessionSettings":{"externalId":"gone"},"chatId":"gone-1"}`)
+	resp, br := postStream(t, e.URL, &http.Client{Transport: tr}, `{"input":"go","sessionSettings":{"externalId":"gone"},"chatId":"gone-1"}`)
 	readLines(t, br, 5) // __cutoff__, echo, start, "a", "b"
 	if got := waitDetached(base + 1); got != base+1 {
 		t.Fatalf("%d detached streams, want 1", got-base)
@@ -225,7 +218,7 @@ func TestShutdownWaitsForDetachedStreams(t *testing.T) {
 	base := detachedStreams()
 	var readers []*bufio.Reader
 	for i := range 3 {
-		_, br := postStream(t, e, hc, fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"shut"},"chatId":"shut-%d"}`, i))
+		_, br := postStream(t, e.URL, hc, fmt.Sprintf(`{"input":"go","sessionSettings":{"externalId":"shut"},"chatId":"shut-%d"}`, i))
 		readLines(t, br, 4)
 		readers = append(readers, br)
 	}
@@ -274,7 +267,7 @@ func TestShutdownWaitsForBlockedDetachedStream(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	base := detachedStreams()
-	_, br := postStream(t, e, &http.Client{Transport: tr}, `{"input":"go","sessionSettings":{"externalId":"stuck"},"chatId":"stuck-1"}`)
+	_, br := postStream(t, e.URL, &http.Client{Transport: tr}, `{"input":"go","sessionSettings":{"externalId":"stuck"},"chatId":"stuck-1"}`)
 	readLines(t, br, 4)
 	if got := waitDetached(base + 1); got != base+1 {
 		t.Fatalf("%d detached streams, want 1", got-base)
@@ -349,18 +342,11 @@ func TestStreamBehindHostWrapperNotDetached(t *testing.T) {
 		written <- cw.n
 	}))
 	defer srv.Close()
-	body := `{"input":"go","sessionSettings":{"externalId":"wrapped"},"chatId":"wrapped-1"}`
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+streamPath(acct, agentID), strings.NewReader(body))
-	req.Header.Set("Authorization", "Api-Key "+apitest.AdminKey)
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, br := postStream(t, srv.URL, srv.Client(), `{"input":"go","sessionSettings":{"externalId":"wrapped"},"chatId":"wrapped-1"}`)
 	if resp.Close {
 		t.Error("Connection: close behind a host's wrapper: the stream was prepared for detach")
 	}
-	all, err := io.ReadAll(resp.Body)
+	all, err := io.ReadAll(br)
 	if err != nil || !strings.Contains(string(all), `"content":"b"`) {
 		t.Fatalf("%v %s", err, all)
 	}

@@ -248,7 +248,7 @@ var chunkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); retu
 var crlf = []byte("\r\n")
 
 // flushConn writes the pending lines to the detached connection as one
-// chunk of the response's body: one write unless the chunk is longer than
+// chunk of the response's body, in one write unless it is longer than
 // writeChunk.
 func (lw *lineWriter) flushConn() bool {
 	if lw.pendLen == 0 {
@@ -257,24 +257,12 @@ func (lw *lineWriter) flushConn() bool {
 	bp := chunkBuffers.Get().(*[]byte)
 	b := strconv.AppendInt((*bp)[:0], int64(lw.pendLen), 16)
 	b = append(b, crlf...)
-	var err error
-	if lw.pendLen <= writeChunk {
-		for _, l := range lw.pend {
-			b = append(b, l...)
-		}
-		err = lw.writeConn(append(b, crlf...))
-	} else {
-		err = lw.writeConn(b)
-		for _, l := range lw.pend {
-			if err == nil {
-				err = lw.writeConn(l)
-			}
-		}
-		if err == nil {
-			err = lw.writeConn(crlf)
-		}
+	for _, l := range lw.pend {
+		b = append(b, l...)
 	}
-	if cap(b) <= 2*writeChunk {
+	b = append(b, crlf...)
+	err := lw.writeConn(b)
+	if cap(b) <= 2*writeChunk { // a chunk of long lines is not kept
 		*bp = b[:0]
 		chunkBuffers.Put(bp)
 	}
@@ -407,20 +395,17 @@ func (lw *lineWriter) arm() {
 }
 
 // armConn is arm for a detached stream. Once a shutdown cut the stream,
-// every write gets the earlier of its own deadline and the cut's; the
-// check after setting a deadline makes a cut that comes meanwhile win.
+// every write gets the earlier of its own deadline and the cut's; reading
+// the cut after setting a deadline makes a cut that comes meanwhile win.
 func (lw *lineWriter) armConn(now time.Time) {
-	if at := lw.cutAt.Load(); at != 0 {
-		_ = lw.conn.SetWriteDeadline(time.Unix(0, min(at, now.Add(lw.timeout).UnixNano())))
+	if lw.cutAt.Load() == 0 && lw.armed && now.Sub(lw.armedAt) < lw.timeout/8 {
 		return
 	}
-	if lw.armed && now.Sub(lw.armedAt) < lw.timeout/8 {
-		return
-	}
+	d := now.Add(lw.timeout)
 	lw.armedAt = now
-	lw.armed = lw.conn.SetWriteDeadline(now.Add(lw.timeout)) == nil
-	if at := lw.cutAt.Load(); at != 0 {
-		_ = lw.conn.SetWriteDeadline(time.Unix(0, min(at, now.Add(lw.timeout).UnixNano())))
+	lw.armed = lw.conn.SetWriteDeadline(d) == nil
+	if at := lw.cutAt.Load(); at != 0 && at < d.UnixNano() {
+		_ = lw.conn.SetWriteDeadline(time.Unix(0, at))
 	}
 }
 
