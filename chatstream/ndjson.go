@@ -300,20 +300,25 @@ func (lw *lineWriter) writeConn(b []byte) error {
 	return nil
 }
 
-// close ends a detached stream: the body's last chunk, the connection
-// closed, the request's telemetry ended.
+// close ends a detached stream: its last lines, the request's telemetry
+// ended, the body's last chunk, the connection closed.
 func (lw *lineWriter) close() {
+	ok := !lw.broken && lw.flushConn()
+	// The request ends for telemetry before the body does, as a request
+	// that net/http serves ends when its handler returns, before net/http
+	// writes the last chunk: a client that read the whole body finds its
+	// request counted.
+	if lw.tel.End != nil {
+		lw.tel.End(lw.lines)
+	}
 	// Unless a write failed, the body ends properly, as net/http ends it,
 	// also when the stream's context ended it (a host's deadline).
-	if !lw.broken && lw.flushConn() {
+	if ok {
 		_ = lw.writeConn([]byte("0\r\n\r\n"))
 	}
 	lw.conn.Close()
 	<-lw.watched
 	lw.gone()
-	if lw.tel.End != nil {
-		lw.tel.End(lw.lines)
-	}
 }
 
 // warn logs, once per handler, that the stream's writer cannot flush or
