@@ -394,13 +394,14 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := turnKey{c.acct.ID, req.ChatID}
-	if err := h.abortable(ctx, c, key, req); err != nil {
+	owner, err := h.abortable(ctx, c, key, req)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	// The abort is answered once the thread is free for the next input
 	// (or, at worst, after each step's clusterTimeout).
-	elsewhere, err := h.abortHere(ctx, c, key, req)
+	elsewhere, err := h.abortHere(ctx, c, key, owner, req)
 	if err == nil && elsewhere && h.cfg.cluster != nil {
 		err = abortElsewhere(ctx, h.cfg.cluster, ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID})
 	}
@@ -411,18 +412,19 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// abortHere stops the turn of key in this process, or marks it to abort
-// as it starts when it is still opening, and waits until it ended or its
-// opening was refused (at most clusterTimeout). It reports whether the
+// abortHere stops owner's turn of key in this process, or marks it to
+// abort as it starts when it is still opening, and waits until it ended or
+// its opening was refused (at most clusterTimeout). It reports whether the
 // chat's turn may run on another replica: none here, or, with a cluster,
 // the opening here refused (say because the chat's turn runs elsewhere)
 // while the thread is still the caller's, checked again. When the
 // caller's opening was refused and no thread of the caller exists,
-// nothing of the caller's runs.
-func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, req AbortRequest) (elsewhere bool, err error) {
-	t, started := h.turns.abort(key)
+// nothing of the caller's runs; nor does it when another user's turn
+// holds the chat here.
+func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, owner turnOwner, req AbortRequest) (elsewhere bool, err error) {
+	t, started, held := h.turns.abort(key, owner)
 	if t == nil {
-		return true, nil
+		return !held, nil
 	}
 	if started {
 		// On a goroutine of its own: its final write may outlast the
@@ -440,7 +442,7 @@ func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, req Abor
 	if started || h.cfg.cluster == nil || h.turns.hasStarted(t) {
 		return false, nil
 	}
-	err = h.abortable(ctx, c, key, req)
+	_, err = h.abortable(ctx, c, key, req)
 	if errors.Is(err, errChatGone) || errors.Is(err, errNotOwner) {
 		return false, nil
 	}
@@ -464,46 +466,51 @@ func abortElsewhere(ctx context.Context, cl Cluster, tk ThreadKey) error {
 }
 
 // firstTurnOpening reports whether the first turn of the new chat key is
-// opening in this process, for the caller's user (stored, or created by
-// that opening) and agent.
-func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) (bool, error) {
+// opening in this process for the caller's user (stored, or created by
+// that opening) and agent, and names them.
+func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s *SessionSettings) (turnOwner, bool, error) {
 	if free, err := h.unclaimed(ctx, key); err != nil || !free {
-		return false, err // a thread of another agent, or the database
+		return turnOwner{}, false, err // a thread of another agent, or the database
 	}
 	u, known, err := h.lookupUser(ctx, c, s)
+	var o turnOwner
 	switch {
 	case err != nil:
-		return false, err
+		return turnOwner{}, false, err
 	case known:
-		return h.turns.openingFor(key, u.ID, c.agent.ID), nil
+		o = turnOwner{userID: u.ID, agentID: c.agent.ID}
+	case c.es == nil && s != nil && s.ExternalID != "":
+		o = turnOwner{externalID: s.ExternalID, agentID: c.agent.ID}
+	default:
+		return turnOwner{}, false, nil
 	}
-	return c.es == nil && s != nil && h.turns.openingForNew(key, s.ExternalID, c.agent.ID), nil
+	return o, h.turns.opening(key, o), nil
 }
 
 // abortable checks that the caller may abort the chat of key: its thread
 // is the caller's, through this agent, or the first turn of a new chat is
 // opening for the caller (its thread is stored as the turn opens). It
-// returns the error to answer with otherwise.
-func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req AbortRequest) error {
-	_, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+// names the caller's turn, or returns the error to answer with.
+func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req AbortRequest) (turnOwner, error) {
+	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
 	if !errors.Is(err, errChatGone) {
-		return err
+		return turnOwner{userID: th.UserID, agentID: c.agent.ID}, err
 	}
-	if opening, err := h.firstTurnOpening(ctx, c, key, req.SessionSettings); opening || err != nil {
-		return err
+	if o, opening, err := h.firstTurnOpening(ctx, c, key, req.SessionSettings); opening || err != nil {
+		return o, err
 	}
 	// One more read decides: an opening, here or on another replica, may
 	// have stored the thread since the first.
 	free, err := h.unclaimed(ctx, key)
 	switch {
 	case err != nil:
-		return err
+		return turnOwner{}, err
 	case !free:
 		return h.threadAsAborted(ctx, c, req)
 	case h.cfg.cluster != nil:
 		return h.afterRemoteOpening(ctx, h.cfg.cluster, c, req)
 	}
-	return errChatGone
+	return turnOwner{}, errChatGone
 }
 
 // unclaimed reports whether the chat of key is free for a new chat's
@@ -523,12 +530,12 @@ func (h *Handler) unclaimed(ctx context.Context, key turnKey) (bool, error) {
 // threadAsAborted is threadOf for a thread stored after the abort came:
 // another user's chat did not exist then, so it is 404 (errChatGone), as
 // for an abort that came before its opening.
-func (h *Handler) threadAsAborted(ctx context.Context, c caller, req AbortRequest) error {
-	_, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
+func (h *Handler) threadAsAborted(ctx context.Context, c caller, req AbortRequest) (turnOwner, error) {
+	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
 	if errors.Is(err, errNotOwner) {
-		return errChatGone
+		return turnOwner{}, errChatGone
 	}
-	return err
+	return turnOwner{userID: th.UserID, agentID: c.agent.ID}, err
 }
 
 // afterRemoteOpening answers for an abort of a chat whose thread is not
@@ -538,18 +545,18 @@ func (h *Handler) threadAsAborted(ctx context.Context, c caller, req AbortReques
 // the thread is stored) or its end (an opening refused), at most
 // clusterTimeout, and returns what threadAsAborted says then;
 // errChatGone when no turn of the thread runs anywhere.
-func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, req AbortRequest) error {
+func (h *Handler) afterRemoteOpening(ctx context.Context, cl Cluster, c caller, req AbortRequest) (turnOwner, error) {
 	wctx, cancel := context.WithTimeout(ctx, clusterTimeout)
 	defer cancel()
 	rt, running, err := cl.Join(wctx, ThreadKey{AccountID: c.acct.ID, ChatID: req.ChatID})
 	switch {
 	case err != nil:
-		return clusterUnavailable(err)
+		return turnOwner{}, clusterUnavailable(err)
 	case !running:
-		return errChatGone
+		return turnOwner{}, errChatGone
 	}
 	if _, _, err := rt.Next(wctx, 0); err != nil && !errors.Is(err, ErrTurnLost) && wctx.Err() == nil {
-		return clusterUnavailable(err)
+		return turnOwner{}, clusterUnavailable(err)
 	}
 	return h.threadAsAborted(ctx, c, req)
 }

@@ -321,18 +321,45 @@ func (r *registry) followContext(parent context.Context) (context.Context, conte
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-// abort finds the turn of key to abort, if this process holds the thread:
-// a started one, which the caller stops, or one still opening, which is
-// marked to be aborted as it starts; the thread is free again once its done
-// is closed (the turn aborted and stored, or the opening refused).
-func (r *registry) abort(key turnKey) (t *turn, started bool) {
+// abort finds the turn of key to abort when it is o's and this process
+// holds the thread: a started one, which the caller stops, or one still
+// opening, which is marked to be aborted as it starts; the thread is free
+// again once its done is closed (the turn aborted and stored, or the
+// opening refused). held reports whether this process holds the thread,
+// for o or for another user: the caller's checks came before, and between
+// them and this the caller's opening may have been refused and another
+// user's have reserved the chat id, which is not aborted.
+func (r *registry) abort(key turnKey, o turnOwner) (t *turn, started, held bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t = r.turns[key]
-	if t != nil && !t.started {
+	if t == nil || !o.owns(t) {
+		return nil, false, t != nil
+	}
+	if !t.started {
 		t.abortAtStart = true
 	}
-	return t, t != nil && t.started
+	return t, t.started, true
+}
+
+// turnOwner is the user and agent whose turn an abort may stop: a stored
+// user, or a new one that the first turn of a new chat creates as it
+// opens, known by its external id.
+type turnOwner struct {
+	userID     int64
+	externalID string
+	agentID    string
+}
+
+// owns reports whether t is o's.
+func (o turnOwner) owns(t *turn) bool {
+	if t.agentID != o.agentID {
+		return false
+	}
+	if o.userID != 0 {
+		return t.userID == o.userID
+	}
+	return o.externalID != "" && t.externalID == o.externalID
 }
 
 // hasStarted reports whether t started; once t.done is closed, false
@@ -343,23 +370,13 @@ func (r *registry) hasStarted(t *turn) bool {
 	return t.started
 }
 
-// openingFor reports whether the turn of key is reserved for userID and
-// agentID and not started yet.
-func (r *registry) openingFor(key turnKey, userID int64, agentID string) bool {
+// opening reports whether the turn of key is reserved for o and not
+// started yet.
+func (r *registry) opening(key turnKey, o turnOwner) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.turns[key]
-	return t != nil && !t.started && t.userID == userID && t.agentID == agentID
-}
-
-// openingForNew reports whether the first turn of key is opening for the
-// new user externalID (reserved in the transaction that creates it, which
-// no other request sees yet) and agentID.
-func (r *registry) openingForNew(key turnKey, externalID, agentID string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t := r.turns[key]
-	return t != nil && !t.started && externalID != "" && t.externalID == externalID && t.agentID == agentID
+	return t != nil && !t.started && o.owns(t)
 }
 
 // running returns the started turn of key, if any.
