@@ -39,40 +39,56 @@ func (h *Handler) serveAbort(w http.ResponseWriter, r *http.Request) {
 }
 
 // turnOwner is the user and agent whose turn an abort may stop: a stored
-// user, or a new one that the first turn of a new chat creates as it
-// opens, known by its external id.
+// user, known by its id and, for an API key's caller, by the external id
+// the request names, which is all a new user's first turn, opening, is
+// known by until its transaction commits (an opening whose transaction
+// runs again under the id of a user committed meanwhile keeps its old id
+// until it rebinds).
 type turnOwner struct {
 	userID     int64
 	externalID string
 	agentID    string
 }
 
+// ownerOf is the turnOwner of the caller's user userID (0: not stored) in
+// a request with settings s.
+func ownerOf(c caller, s *SessionSettings, userID int64) turnOwner {
+	o := turnOwner{userID: userID, agentID: c.agent.ID}
+	if c.es == nil && s != nil {
+		o.externalID = s.ExternalID
+	}
+	return o
+}
+
 // owns reports whether t is o's.
 func (o turnOwner) owns(t *turn) bool {
-	if t.agentID != o.agentID {
-		return false
-	}
-	if o.userID != 0 {
-		return t.userID == o.userID
-	}
-	return o.externalID != "" && t.externalID == o.externalID
+	return t.agentID == o.agentID &&
+		(o.userID != 0 && t.userID == o.userID || o.externalID != "" && t.externalID == o.externalID)
 }
 
 // abortHere stops owner's turn of key in this process, or marks it to
 // abort as it starts when it is still opening, and waits until it ended or
 // its opening was refused (at most clusterTimeout). It reports whether the
 // chat's turn may run on another replica: none here, or, with a cluster,
-// the opening here refused (say because the chat's turn runs elsewhere)
+// an opening here refused (say because the chat's turn runs elsewhere)
 // while the thread is still the caller's, checked again. When the
 // caller's opening was refused and no thread of the caller exists,
-// nothing of the caller's runs; nor does it when another user's turn
-// holds the chat here.
+// nothing of the caller's runs. Another user's or agent's opening here
+// (of the caller's chat, which the cluster will refuse while the caller's
+// turn runs elsewhere) is waited for the same way, without aborting it;
+// once started, it holds the chat's claim, so nothing of the caller's
+// runs.
 func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, owner turnOwner, req AbortRequest) (elsewhere bool, err error) {
-	t, started, held := h.turns.abort(key, owner)
-	if t == nil {
-		return !held, nil
-	}
-	if started {
+	t, started, mine := h.turns.abort(key, owner)
+	var othersStart <-chan struct{} // nil: never
+	switch {
+	case t == nil:
+		return true, nil
+	case !mine && (started || h.cfg.cluster == nil):
+		return false, nil
+	case !mine:
+		othersStart = h.turns.whenStarted(t)
+	case started:
 		// On a goroutine of its own: its final write may outlast the
 		// abort's bound on a database far too slow. The turn stays
 		// registered until it ends, so Shutdown waits for it.
@@ -82,6 +98,8 @@ func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, owner tu
 	defer cancel()
 	select {
 	case <-t.done:
+	case <-othersStart:
+		return false, nil
 	case <-wctx.Done():
 		return false, nil
 	}
@@ -118,18 +136,11 @@ func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s
 	if free, err := h.unclaimed(ctx, key); err != nil || !free {
 		return turnOwner{}, false, err // a thread of another agent, or the database
 	}
-	u, known, err := h.lookupUser(ctx, c, s)
-	var o turnOwner
-	switch {
-	case err != nil:
+	u, _, err := h.lookupUser(ctx, c, s) // u.ID is 0 when not stored
+	if err != nil {
 		return turnOwner{}, false, err
-	case known:
-		o = turnOwner{userID: u.ID, agentID: c.agent.ID}
-	case c.es == nil && s != nil && s.ExternalID != "":
-		o = turnOwner{externalID: s.ExternalID, agentID: c.agent.ID}
-	default:
-		return turnOwner{}, false, nil
 	}
+	o := ownerOf(c, s, u.ID)
 	return o, h.turns.opening(key, o), nil
 }
 
@@ -140,7 +151,7 @@ func (h *Handler) firstTurnOpening(ctx context.Context, c caller, key turnKey, s
 func (h *Handler) abortable(ctx context.Context, c caller, key turnKey, req AbortRequest) (turnOwner, error) {
 	th, err := h.threadOf(ctx, c, req.ChatID, req.SessionSettings)
 	if !errors.Is(err, errChatGone) {
-		return turnOwner{userID: th.UserID, agentID: c.agent.ID}, err
+		return ownerOf(c, req.SessionSettings, th.UserID), err
 	}
 	if o, opening, err := h.firstTurnOpening(ctx, c, key, req.SessionSettings); opening || err != nil {
 		return o, err
@@ -181,7 +192,7 @@ func (h *Handler) threadAsAborted(ctx context.Context, c caller, req AbortReques
 	if errors.Is(err, errNotOwner) {
 		return turnOwner{}, errChatGone
 	}
-	return turnOwner{userID: th.UserID, agentID: c.agent.ID}, err
+	return ownerOf(c, req.SessionSettings, th.UserID), err
 }
 
 // afterRemoteOpening answers for an abort of a chat whose thread is not

@@ -904,59 +904,71 @@ func (c claimGate) Claim(ctx context.Context, key chatstream.ThreadKey, userID i
 	return c.Cluster.Claim(ctx, key, userID, lim)
 }
 
-// TestClusterAbortWhileOwnDuplicateInputRefused: the user's turn runs on
-// B; the same user's second input of that chat reaches A (a retry, a
-// second tab), which reserves the thread here and asks the cluster, which
-// will refuse it (409). The user's abort on A, received meanwhile, finds
-// that reservation, waits for it, and answers 204 once A's opening is
-// refused, without asking the cluster: the turn on B runs on, and an
-// input right after the 204 is 409 (docs/http-reference.md: "an input
-// sent after the 204 starts the next turn (no 409)").
-func TestClusterAbortWhileOwnDuplicateInputRefused(t *testing.T) {
-	const chatID = "dup-input"
-	dsn := testdb.OpenDSN(t, testdb.Postgres)
-	agent := newGatedAgent()
-	cg := claimGate{Cluster: openCluster(t, dsn, pgcluster.WithReplicaID("a")), armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-	cb := openCluster(t, dsn, pgcluster.WithReplicaID("b"))
-	openStore := storeOn(dsn)
-	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
-	a := newEnv(t, tg, envOpts{agent: agent, store: openStore, opts: []chatstream.Option{chatstream.WithCluster(cg)}})
-	b := newEnv(t, tg, envOpts{agent: agent, store: openStore, opts: []chatstream.Option{chatstream.WithCluster(cb)}})
-	rel := sync.OnceFunc(func() { close(cg.release) })
-	t.Cleanup(rel)
-	t.Cleanup(func() { agent.open("dup") })
-	ctx := t.Context()
-	_, waitB := streamUntil(t, ctx, b.client, chatstream.Request{Input: "gate:dup", ChatID: chatID, SessionSettings: ext("u")}, isPiece("part "))
-	cg.armed.Store(true)
-	second := make(chan error, 1)
-	go func() {
-		_, err := collectErr(context.Background(), a.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: ext("u")})
-		second <- err
-	}()
-	<-cg.entered // A reserved the thread here; its claim is under way
-	aborted := make(chan error, 1)
-	go func() { aborted <- a.client.Abort(ctx, acct, agentID, chatID, *ext("u")) }()
-	var abortErr error
-	select {
-	case abortErr = <-aborted:
-	case <-time.After(300 * time.Millisecond):
-	}
-	rel()
-	if abortErr == nil {
-		abortErr = <-aborted
-	}
-	if err := <-second; apiStatus(err) != http.StatusConflict {
-		t.Logf("A's second input: %v", err)
-	}
-	if abortErr != nil {
-		t.Fatalf("abort on A: %v", abortErr)
-	}
-	if _, err := collectErr(ctx, a.client, chatstream.Request{Input: "echo:next", ChatID: chatID, SessionSettings: ext("u")}); err != nil {
-		t.Errorf("an input right after the abort's 204: %v (status %d), want the next turn: the turn on B was not aborted", err, apiStatus(err))
-	}
-	agent.open("dup")
-	if msgs, _, _ := waitB(); last(msgs).State == nil || !last(msgs).State.Aborted {
-		t.Errorf("the turn on B ran to its end after the user's abort was answered 204")
+// TestClusterAbortWhileInputHeldHere: the user's turn runs on B; an
+// input of that chat reaches A, which reserves the thread here and asks
+// the cluster, which will refuse it (409): the same user's second input (a
+// retry, a second tab), another user's, or the same user's through another
+// agent. The user's abort on A, received meanwhile, finds that
+// reservation, waits for it without aborting another's, and once A's
+// opening is refused aborts the turn on B: an input right after the 204
+// starts the next turn (docs/http-reference.md: "an input sent after the
+// 204 starts the next turn (no 409)").
+func TestClusterAbortWhileInputHeldHere(t *testing.T) {
+	for _, tc := range []struct{ name, user, agent string }{
+		{"the user's own second input", "u", agentID},
+		{"another user's input", "v", agentID},
+		{"the user's input through another agent", "u", "8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chatID := "held-" + tc.user + "-" + tc.agent
+			dsn := testdb.OpenDSN(t, testdb.Postgres)
+			agent := newGatedAgent()
+			cg := claimGate{Cluster: openCluster(t, dsn, pgcluster.WithReplicaID("a")), armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			cb := openCluster(t, dsn, pgcluster.WithReplicaID("b"))
+			openStore := storeOn(dsn)
+			tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+			a := newEnv(t, tg, envOpts{agent: agent, store: openStore, cfg: withAgent8, opts: []chatstream.Option{chatstream.WithCluster(cg)}})
+			b := newEnv(t, tg, envOpts{agent: agent, store: openStore, cfg: withAgent8, opts: []chatstream.Option{chatstream.WithCluster(cb)}})
+			rel := sync.OnceFunc(func() { close(cg.release) })
+			t.Cleanup(rel)
+			t.Cleanup(func() { agent.open("held") })
+			ctx := t.Context()
+			_, waitB := streamUntil(t, ctx, b.client, chatstream.Request{Input: "gate:held", ChatID: chatID, SessionSettings: ext("u")}, isPiece("part "))
+			cg.armed.Store(true)
+			second := make(chan error, 1)
+			go func() {
+				var err error
+				for _, e := range a.client.Stream(context.Background(), acct, tc.agent, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: ext(tc.user)}) {
+					if e != nil {
+						err = e
+					}
+				}
+				second <- err
+			}()
+			<-cg.entered // A reserved the thread here; its claim is under way
+			aborted := make(chan error, 1)
+			go func() { aborted <- a.client.Abort(ctx, acct, agentID, chatID, *ext("u")) }()
+			select {
+			case err := <-aborted:
+				aborted <- err
+			case <-time.After(300 * time.Millisecond):
+			}
+			rel()
+			abortErr := <-aborted
+			if err := <-second; apiStatus(err) != http.StatusConflict && apiStatus(err) != http.StatusNotFound && apiStatus(err) != http.StatusForbidden {
+				t.Logf("A's input: %v", err)
+			}
+			if abortErr != nil {
+				t.Fatalf("abort on A: %v", abortErr)
+			}
+			if _, err := collectErr(ctx, a.client, chatstream.Request{Input: "echo:next", ChatID: chatID, SessionSettings: ext("u")}); err != nil {
+				t.Errorf("an input right after the abort's 204: %v (status %d), want the next turn: the turn on B was not aborted", err, apiStatus(err))
+			}
+			agent.open("held")
+			if msgs, _, _ := waitB(); last(msgs).State == nil || !last(msgs).State.Aborted {
+				t.Errorf("the turn on B ran to its end after the user's abort was answered 204")
+			}
+		})
 	}
 }
 

@@ -317,25 +317,37 @@ func (r *registry) followContext(parent context.Context) (context.Context, conte
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-// abort finds the turn of key to abort when it is o's and this process
-// holds the thread: a started one, which the caller stops, or one still
-// opening, which is marked to be aborted as it starts; the thread is free
+// abort finds the turn that holds key in this process, if any, and
+// reports whether it is o's. o's turn, started, is for the caller to stop;
+// o's opening is marked to be aborted as it starts; the thread is free
 // again once its done is closed (the turn aborted and stored, or the
-// opening refused). held reports whether this process holds the thread,
-// for o or for another user: the caller's checks came before, and between
-// them and this the caller's opening may have been refused and another
-// user's have reserved the chat id, which is not aborted.
-func (r *registry) abort(key turnKey, o turnOwner) (t *turn, started, held bool) {
+// opening refused). Another user's or agent's turn is left alone: the
+// caller's checks came before, and between them and this the caller's
+// opening may have been refused and another's reserved the chat id.
+func (r *registry) abort(key turnKey, o turnOwner) (t *turn, started, mine bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t = r.turns[key]
-	if t == nil || !o.owns(t) {
-		return nil, false, t != nil
+	if t == nil {
+		return nil, false, false
 	}
-	if !t.started {
+	if mine = o.owns(t); mine && !t.started {
 		t.abortAtStart = true
 	}
-	return t, t.started, true
+	return t, t.started, mine
+}
+
+// whenStarted returns a channel closed once t has started.
+func (r *registry) whenStarted(t *turn) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.startedCh == nil {
+		t.startedCh = make(chan struct{})
+		if t.started {
+			close(t.startedCh)
+		}
+	}
+	return t.startedCh
 }
 
 // hasStarted reports whether t started; once t.done is closed, false

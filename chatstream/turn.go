@@ -23,6 +23,9 @@ type turn struct {
 	// abort finds the opening of a user not committed yet.
 	externalID string
 	started    bool // guarded by reg.mu
+	// startedCh, made for a caller that waits for the start
+	// (registry.whenStarted), is closed as it starts. Guarded by reg.mu.
+	startedCh chan struct{}
 	// abortAtStart: an abort came while the turn opened; it is aborted as
 	// it starts. Guarded by reg.mu.
 	abortAtStart bool
@@ -138,6 +141,9 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent instrume
 	r := t.reg
 	r.mu.Lock()
 	t.started = true
+	if t.startedCh != nil {
+		close(t.startedCh)
+	}
 	t.agentRunning = true
 	r.active++ // the agent's goroutine below
 	var cause error
