@@ -73,11 +73,12 @@ func (o turnOwner) owns(t *turn) bool {
 // an opening here refused (say because the chat's turn runs elsewhere)
 // while the thread is still the caller's, checked again. When the
 // caller's opening was refused and no thread of the caller exists,
-// nothing of the caller's runs. Another user's or agent's opening here
-// (of the caller's chat, which the cluster will refuse while the caller's
-// turn runs elsewhere) is waited for the same way, without aborting it;
-// once started, it holds the chat's claim, so nothing of the caller's
-// runs.
+// nothing of the caller's runs, nor does it when another user's or
+// agent's turn holds the chat here without a cluster. With one, another's
+// opening here (of the caller's chat, which the cluster refuses while the
+// caller's turn runs elsewhere) is waited for the same way, without
+// aborting it; once started, it holds the chat's claim, so nothing of the
+// caller's runs.
 func (h *Handler) abortHere(ctx context.Context, c caller, key turnKey, owner turnOwner, req AbortRequest) (elsewhere bool, err error) {
 	t, started, mine := h.turns.abort(key, owner)
 	var othersStart <-chan struct{} // nil: never
