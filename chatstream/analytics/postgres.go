@@ -264,6 +264,10 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 		fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC, %s, %s", fnList, quoteIdent(cfg.Owner), quoteIdent(cfg.Reader)),
 		fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fnList, quoteIdent(group)),
 		fmt.Sprintf("ALTER ROLE %s SET temp_file_limit = %s", quoteIdent(cfg.Reader), quoteLiteral(readerTempFileLimit)),
+		// Every user's queries run as the reader, and pg_stat_activity
+		// shows a role the SQL its other sessions run, literals and all:
+		// the reader's sessions report none.
+		fmt.Sprintf("ALTER ROLE %s SET track_activities = off", quoteIdent(cfg.Reader)),
 	}
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {

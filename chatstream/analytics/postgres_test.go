@@ -475,3 +475,38 @@ func TestSetupPostgresRoles(t *testing.T) {
 		fb.tool(t) // B starts again
 	})
 }
+
+// TestPostgresOtherUsersSQLNotVisible: every user's queries run as the
+// reader, and pg_stat_activity shows a role the SQL of its other sessions,
+// literals and all; SetupPostgres turns the reader's track_activities off,
+// so that one user's query never reads the text of another's running one.
+func TestPostgresOtherUsersSQLNotVisible(t *testing.T) {
+	f := newPGFixture(t)
+	tool := f.tool(t, analytics.WithTimeout(10*time.Second))
+	french := chatstream.User{ExternalID: "jean", Attributes: map[string]any{"country": "France"}}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	running := make(chan struct{}, 1)
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			select {
+			case running <- struct{}{}:
+			default:
+			}
+			_, _ = tool.Run(ctx, chatstream.Turn{User: french}, analytics.SQLInput{
+				SQLQuery: "SELECT count(*), pg_sleep(0.2) FROM customers WHERE name = 'SECRET-FR Chloe'"})
+		}
+	})
+	<-running
+	time.Sleep(100 * time.Millisecond) // the French query runs
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{
+		SQLQuery: "SELECT count(*), string_agg(coalesce(query, ''), ' | ') FROM pg_stat_activity WHERE pid <> pg_backend_pid()"})
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := fmt.Sprint(res.Data); strings.Contains(s, "SECRET-FR") {
+		t.Errorf("another user's running SQL is visible: %s", s)
+	}
+}
