@@ -27,6 +27,7 @@ extern const void *sqlite3_column_blob(sqlite3_stmt *, int);
 extern int sqlite3_column_bytes(sqlite3_stmt *, int);
 extern const char *sqlite3_errmsg(sqlite3 *);
 extern int sqlite3_limit(sqlite3 *, int, int);
+extern long long sqlite3_memory_used(void);
 extern void sqlite3_interrupt(sqlite3 *);
 extern int sqlite3_is_interrupted(sqlite3 *);
 extern int sqlite3_create_function_v2(sqlite3 *, const char *, int, int, void *,
@@ -75,8 +76,17 @@ static int progress(void *p) {
 	if (!b->active) return 0;
 	if (b->remaining <= 0) return 1;
 	b->remaining--;
+	// One instruction adds at most a value (ANALYTICS_MAX_VALUE_BYTES) to
+	// a sort or a temporary table, so the growth between two calls is
+	// bounded too.
+	if (sqlite3_memory_used() - b->mem0 > ANALYTICS_MAX_MEMORY_BYTES) {
+		b->over_memory = 1;
+		return 1;
+	}
 	return 0;
 }
+
+long long analytics_memory_used(void) { return sqlite3_memory_used(); }
 
 // spend charges work units (bytes compared) of a string function to the
 // query's budget, as the progress handler charges instructions. It returns

@@ -186,6 +186,8 @@ func (g *guard) begin(a Access, steps int64) {
 	g.access, g.denied, g.active = a, "", true
 	g.stopped.Store(false)
 	g.budget.remaining = C.long(steps)
+	g.budget.mem0 = C.analytics_memory_used()
+	g.budget.over_memory = 0
 	g.budget.active = 1
 }
 
@@ -198,6 +200,10 @@ func (g *guard) end() {
 
 // exhausted reports whether the last query ran out of its step budget.
 func (g *guard) exhausted() bool { return g.budget.remaining <= 0 }
+
+// overMemory reports whether the last query was stopped for the memory it
+// used (ANALYTICS_MAX_MEMORY_BYTES).
+func (g *guard) overMemory() bool { return g.budget.over_memory != 0 }
 
 //export analyticsAuthorize
 func analyticsAuthorize(h C.uintptr_t, op C.int, a1, a2, a3, a4 *C.char) C.int {
@@ -345,6 +351,16 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 		return string(b)
 	}, false); err != nil {
 		return nil, fmt.Errorf("analytics: register row filter: %w", err)
+	}
+	// Before any temporary view: changing temp_store drops them. Sorts,
+	// DISTINCT sets and temporary tables then stay in memory, which the
+	// progress handler bounds (ANALYTICS_MAX_MEMORY_BYTES); SQLite's
+	// temporary files it could not.
+	if _, err := sc.Exec("PRAGMA temp_store = MEMORY", nil); err != nil {
+		return nil, fmt.Errorf("analytics: set temp_store: %w", err)
+	}
+	if C.analytics_memory_used() <= 0 {
+		return nil, errors.New("analytics: SQLite counts no memory (compiled with SQLITE_DEFAULT_MEMSTATUS=0?): the tool cannot bound a query's memory")
 	}
 	for i, s := range v.setup(t.model) {
 		if _, err := sc.Exec(s, nil); err != nil {

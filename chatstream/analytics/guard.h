@@ -17,9 +17,18 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 // instruction: both are bounded so that one match ends quickly.
 #define ANALYTICS_MAX_PATTERN_BYTES 100
 
+// The most SQLite's memory in use may grow while one query runs. A
+// guarded connection keeps its temporary tables, sorts and DISTINCT sets in
+// memory (temp_store = MEMORY), so that this bounds them all; on disk
+// nothing would. SQLite counts its memory for the whole process, so the
+// growth of queries that run at once counts for each of them.
+#define ANALYTICS_MAX_MEMORY_BYTES (256LL << 20)
+
 struct analytics_budget {
 	int active;
-	long remaining; // progress calls left before the statement is interrupted
+	long remaining;  // progress calls left before the statement is interrupted
+	long long mem0;  // SQLite's memory in use when the query began
+	int over_memory; // set when the query was interrupted for its memory
 };
 
 // One column of a result row: type is SQLite's fundamental type
@@ -40,6 +49,7 @@ struct analytics_cell {
 #define ANALYTICS_PARAMS 8
 
 int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b);
+long long analytics_memory_used(void);
 int analytics_prepare(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st, int *used, int *flags);
 int analytics_step(sqlite3_stmt *st, int ncol, struct analytics_cell *cells, long long *bytes);
 int analytics_finalize(sqlite3_stmt *st);

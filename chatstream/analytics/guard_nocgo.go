@@ -20,6 +20,8 @@ type guard struct{ denied string }
 
 func (g *guard) exhausted() bool { return false }
 
+func (g *guard) overMemory() bool { return false }
+
 type sqliteViews struct{}
 
 func newSQLiteViews(*Model) *sqliteViews { return &sqliteViews{} }

@@ -226,6 +226,34 @@ func TestBoundedCost(t *testing.T) {
 	}
 }
 
+// TestBoundedMemory: a sort, a DISTINCT set or a temporary table of large
+// values, which the step budget does not stop (copying a value is one
+// instruction), is stopped by the memory bound, not by the timeout, and
+// holds neither memory nor temporary files after: a guarded connection
+// keeps them in memory, where the progress handler measures them.
+func TestBoundedMemory(t *testing.T) {
+	tool, _ := newTool(t, analytics.WithTimeout(time.Minute))
+	const rows = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+	for name, q := range map[string]string{
+		"a sort":             rows + "SELECT count(*) FROM (SELECT zeroblob(1000000) || x AS b FROM c ORDER BY b)",
+		"a DISTINCT set":     rows + "SELECT count(DISTINCT zeroblob(100000) || x) FROM c",
+		"a UNION":            rows + "SELECT count(*) FROM (SELECT zeroblob(100000) || x FROM c UNION SELECT 1)",
+		"a grouping":         rows + "SELECT count(*) FROM (SELECT zeroblob(100000) || x AS b FROM c GROUP BY b)",
+		"a materialized CTE": rows + ", m AS MATERIALIZED (SELECT zeroblob(100000) || x AS b FROM c) SELECT count(*) FROM m",
+	} {
+		start := time.Now()
+		_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		toolError(t, name, err, "used too much memory")
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("%s: stopped after %v", name, took)
+		}
+	}
+	// The connection serves the next query.
+	if _, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil {
+		t.Errorf("after the stopped queries: %v", err)
+	}
+}
+
 // TestCancelInsideAFunction: cancelling the caller stops a query at once,
 // even inside one long function call, and the connection works after.
 func TestCancelInsideAFunction(t *testing.T) {

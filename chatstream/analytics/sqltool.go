@@ -522,6 +522,8 @@ func (t *SQLTool) failure(ctx context.Context, g *guard, timeout time.Duration, 
 		return ctx.Err()
 	case g.exhausted():
 		return toolErr("the query did too much work and was stopped; aggregate more or filter more")
+	case g.overMemory():
+		return toolErr("the query used too much memory and was stopped; aggregate more or filter more")
 	}
 	return toolErr("the query failed: %s", msg)
 }
