@@ -275,7 +275,8 @@ var errDryRun = errors.New("chatstream: dry run")
 // queryFailure maps an error of a data source to the answer: a
 // *[QueryError], or running out of the handler's time, is a 400 with its
 // message; the client going away is its own error; anything else is the
-// source's fault (500, logged).
+// source's fault, a database that cannot be reached or failed (503, its
+// cause logged, never sent).
 func (h *Handler) queryFailure(ctx context.Context, err error) error {
 	if qe, ok := errors.AsType[*QueryError](err); ok {
 		return wire.Errorf(http.StatusBadRequest, "%s", qe.Msg)
@@ -286,7 +287,7 @@ func (h *Handler) queryFailure(ctx context.Context, err error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("chatstream: data query: %w", err)
+	return &wire.Error{Status: http.StatusServiceUnavailable, Message: "the data source is temporarily unavailable", Err: fmt.Errorf("chatstream: data query: %w", err)}
 }
 
 // acceptsCSV reports whether the request's Accept header prefers

@@ -349,7 +349,7 @@ func TestDataQueryErrors(t *testing.T) {
 			{"refused query", "", adminAuth, dataBody("refuse"), 400, "only a single read-only SELECT statement is allowed"},
 			{"unknown branch", "", adminAuth, map[string]any{"sqlQuery": "rows 1", "sessionSettings": settings, "activeBranchName": "nope"}, 400, `branch "nope" not found`},
 			{"no first row in time", "", adminAuth, dataBody("stall"), 400, "the query ran longer than 300ms and was stopped"},
-			{"source fault", "", adminAuth, dataBody("boom"), 500, "internal error"},
+			{"source fault", "", adminAuth, dataBody("boom"), 503, "the data source is temporarily unavailable"},
 			{"no sqlQuery", "", adminAuth, map[string]any{"sessionSettings": settings}, 400, "sqlQuery is required"},
 			{"blank sqlQuery", "", adminAuth, map[string]any{"sqlQuery": "  \n", "sessionSettings": settings}, 400, "sqlQuery is required"},
 			{"sqlQuery not a string", "", adminAuth, map[string]any{"sqlQuery": 1, "sessionSettings": settings}, 400, "sqlQuery"},

@@ -17,7 +17,9 @@ var _ chatstream.DataSource = (*SQLTool)(nil)
 // executor, rules and row access, and the same branch check), but streams
 // every row: no row limit and no cap on the result's size (each value is
 // still at most 1 MiB). timeout bounds the whole query, reading included;
-// zero means the tool's [WithTimeout]. It returns once the first row is
+// zero means the tool's [WithTimeout]. The work budget ([WithMaxSteps])
+// does not apply: the timeout alone bounds a data query's work, on SQLite
+// as on PostgreSQL. It returns once the first row is
 // ready or the query has failed; a refused, invalid or timed-out query, or
 // an unknown branch, is a *[chatstream.QueryError] with the message of the
 // tool error. Close stops the query at once.
@@ -29,7 +31,10 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 	if timeout <= 0 {
 		timeout = t.timeout
 	}
-	c, err := t.open(ctx, q, AccessOf(t.model, tu.User), timeout)
+	// No work budget: the data query API bounds a query by its timeout
+	// alone, on SQLite as on PostgreSQL (the timeout, the cancellation and
+	// the memory bound still stop it, even inside one instruction).
+	c, err := t.open(ctx, q, AccessOf(t.model, tu.User), timeout, unbudgeted)
 	if err != nil {
 		return nil, asQueryError(err)
 	}
@@ -50,6 +55,9 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 	}
 	return r, nil
 }
+
+// unbudgeted is a work budget no query uses up within any timeout.
+const unbudgeted = math.MaxInt64 / 2
 
 // asQueryError turns a tool error into the data source's QueryError.
 func asQueryError(err error) error {

@@ -3,6 +3,7 @@ package analytics_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -128,6 +129,25 @@ func TestQueryDataTimeAndClose(t *testing.T) {
 	}
 	if _, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil {
 		t.Errorf("after Close: %v", err)
+	}
+}
+
+// TestQueryDataNoWorkBudget: the data query API bounds a query by its
+// timeout alone: a query past the tool's work budget, which the tool
+// stops, runs to its end through QueryData.
+func TestQueryDataNoWorkBudget(t *testing.T) {
+	const q = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000) SELECT count(*) FROM c"
+	tool, _ := newTool(t, analytics.WithMaxSteps(100))
+	turn := chatstream.Turn{User: german}
+	_, err := tool.Run(t.Context(), turn, analytics.SQLInput{SQLQuery: q})
+	toolError(t, "the tool", err, "did too much work")
+	rows, err := tool.QueryData(t.Context(), turn, q, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	if !rows.Next() || rows.Err() != nil || fmt.Sprint(rows.Values()) != "[200000]" {
+		t.Errorf("QueryData: %v %v", rows.Values(), rows.Err())
 	}
 }
 

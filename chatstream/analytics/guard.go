@@ -185,7 +185,7 @@ func (g *guard) release() {
 func (g *guard) begin(a Access, steps int64) {
 	g.access, g.denied, g.active = a, "", true
 	g.stopped.Store(false)
-	g.budget.remaining = C.long(steps)
+	g.budget.remaining = C.long(min(steps, maxCLong))
 	g.budget.mem0 = C.analytics_memory_used()
 	g.budget.over_memory = 0
 	g.budget.active = 1
@@ -197,6 +197,9 @@ func (g *guard) end() {
 	g.budget.active = 0
 	g.access = Access{}
 }
+
+// maxCLong is the largest C long.
+const maxCLong = 1<<(8*unsafe.Sizeof(C.long(0))-1) - 1
 
 // exhausted reports whether the last query ran out of its step budget.
 func (g *guard) exhausted() bool { return g.budget.remaining <= 0 }
@@ -533,7 +536,7 @@ func (g *guard) compile(sql string) (*C.sqlite3_stmt, string, int, error) {
 // openSQLite compiles q on a guarded connection and returns its cursor.
 // ctx carries the statement timeout; cancel is called when the cursor
 // closes.
-func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, q string, access Access) (cursor, error) {
+func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, steps int64, q string, access Access) (cursor, error) {
 	if ctes, views := compileCopies(q, t.sqlite.visible); ctes > maxCTECopies || views > maxViewCopies {
 		return nil, toolErr("the query is too complex: it reads its common table expressions or the views too many times over; read each one fewer times")
 	}
@@ -542,7 +545,7 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		return nil, t.ctxOr(ctx, err)
 	}
 	c := &sqliteCursor{t: t, conn: conn, g: g, ctx: ctx, cancel: cancel, timeout: timeout}
-	g.begin(access, t.maxSteps)
+	g.begin(access, steps)
 	// Cancellation and the timeout interrupt the statement at once, even
 	// inside one instruction (guard.c's functions check for it) or while
 	// it compiles (see guard.stopped).

@@ -28,7 +28,7 @@ func newSQLiteViews(*Model) *sqliteViews { return &sqliteViews{} }
 
 func (t *SQLTool) sqliteConn(context.Context) (*sql.Conn, *guard, error) { return nil, nil, errNoCgo }
 
-func (t *SQLTool) openSQLite(context.Context, context.CancelFunc, time.Duration, string, Access) (cursor, error) {
+func (t *SQLTool) openSQLite(context.Context, context.CancelFunc, time.Duration, int64, string, Access) (cursor, error) {
 	return nil, errNoCgo
 }
 

@@ -525,7 +525,7 @@ func accessJSON(a Access) string {
 
 // openPostgres runs q in a read-only transaction of the reader role with
 // the access a, and returns its cursor.
-func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, q string, a Access) (cursor, error) {
+func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, timeout time.Duration, _ int64, q string, a Access) (cursor, error) {
 	conn, pc, err := t.pgConn(ctx)
 	if err != nil {
 		return nil, t.ctxOr(ctx, err)

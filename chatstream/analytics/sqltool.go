@@ -396,15 +396,16 @@ func (g *closeGuard) markClosed() bool {
 	return first
 }
 
-// open runs q for a user with access a within timeout: every query, of
-// the tool and of the data query API, goes through it.
-func (t *SQLTool) open(ctx context.Context, q string, a Access, timeout time.Duration) (cursor, error) {
+// open runs q for a user with access a within timeout and, on SQLite,
+// steps thousand instructions: every query, of the tool and of the data
+// query API, goes through it.
+func (t *SQLTool) open(ctx context.Context, q string, a Access, timeout time.Duration, steps int64) (cursor, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	open := t.openSQLite
 	if t.pg != nil {
 		open = t.openPostgres
 	}
-	c, err := open(ctx, cancel, timeout, q, a)
+	c, err := open(ctx, cancel, timeout, steps, q, a)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -415,7 +416,7 @@ func (t *SQLTool) open(ctx context.Context, q string, a Access, timeout time.Dur
 // query runs q and collects the tool's result: the first rowLimit rows,
 // and the count of all of them.
 func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResult, error) {
-	c, err := t.open(ctx, q, access, t.timeout)
+	c, err := t.open(ctx, q, access, t.timeout, t.maxSteps)
 	if err != nil {
 		return nil, err
 	}
