@@ -344,16 +344,21 @@ type dataStream struct {
 	lw   *lineWriter
 	buf  []byte
 	rows int // rows in the open data line (NDJSON)
+	// number: the columns whose type is number (CSV), whose values a
+	// source may give as text (a number beyond a float64's range).
+	number []bool
 }
 
 // header writes the schema line, or the CSV header record.
 func (s *dataStream) header(cols []DataColumn) {
 	if s.csv {
+		s.number = make([]bool, len(cols))
 		for i, c := range cols {
 			if i > 0 {
 				s.buf = append(s.buf, ',')
 			}
 			s.buf = appendCSVField(s.buf, c.Name)
+			s.number[i] = c.ColumnType == "number"
 		}
 		s.endRecord(len(cols))
 		return
@@ -377,7 +382,7 @@ func (s *dataStream) row(vals []any) {
 			if i > 0 {
 				s.buf = append(s.buf, ',')
 			}
-			s.buf = appendCSVValue(s.buf, v)
+			s.buf = appendCSVValue(s.buf, v, i < len(s.number) && s.number[i])
 		}
 		s.endRecord(len(vals))
 		return
@@ -604,12 +609,17 @@ func appendJSONString(b []byte, s string) []byte {
 
 // appendCSVValue appends v, a value of [DataRows.Values], as a CSV field:
 // null is an empty field; numbers and booleans as in JSON (a number that
-// is not finite as NaN, Infinity or -Infinity).
-func appendCSVValue(b []byte, v any) []byte {
+// is not finite as NaN, Infinity or -Infinity). In a column of numbers, a
+// text that is a number (its digits beyond a float64's range) is written
+// as a number: no formula is a number.
+func appendCSVValue(b []byte, v any, number bool) []byte {
 	switch x := v.(type) {
 	case nil:
 		return b
 	case string:
+		if number && isJSONNumber(x) {
+			return append(b, x...)
+		}
 		return appendCSVField(b, x)
 	case int64:
 		return strconv.AppendInt(b, x, 10)

@@ -107,6 +107,14 @@ func FuzzDataValues(f *testing.F) {
 			t.Fatalf("json.Number %q encodes as %s", s2, got)
 		}
 
+		// In a column of numbers, a text that is a number is written as
+		// one; any other text as in a column of texts.
+		ns := dataStream{csv: true, number: []bool{true}}
+		ns.row([]any{s2})
+		if want := string(appendCSVValue(nil, s2, false)) + "\r\n"; isNum && string(ns.buf) != s2+"\r\n" || !isNum && string(ns.buf) != want {
+			t.Fatalf("text %q in a column of numbers is written %q", s2, ns.buf)
+		}
+
 		// One record of the two texts, the number and the json.Number,
 		// and one of the first text alone.
 		for _, rec := range [][]any{{s1, s2, x, num}, {s1}} {
@@ -121,7 +129,7 @@ func FuzzDataValues(f *testing.F) {
 				t.Fatalf("record %q reads back as %d fields, want %d", s.buf, len(got), len(rec))
 			}
 			for i, v := range rec {
-				want := string(appendCSVValue(nil, v))
+				want := string(appendCSVValue(nil, v, false))
 				if n, ok := v.(json.Number); ok && !isNum {
 					v = string(n)
 				}
