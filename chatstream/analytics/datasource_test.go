@@ -227,3 +227,34 @@ func TestPostgresNumericExact(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryValues: a blob (SQLite) or a bytea (PostgreSQL) is the text of
+// its bytes in hex after \x, the same on both databases and for the tool
+// and the data query API: no byte is lost to UTF-8.
+func TestBinaryValues(t *testing.T) {
+	const want = `\x00ff41`
+	check := func(t *testing.T, tool *analytics.SQLTool, u chatstream.User, q string) {
+		rows, err := tool.QueryData(t.Context(), chatstream.Turn{User: u}, q, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, rows); len(got) != 1 || got[0][0] != want || got[0][1] != `\x` {
+			t.Errorf("data query: %q, want [%s \\x]", got, want)
+		}
+		res, err := run(t, tool, u, q)
+		if err != nil || len(res.Data) != 1 || res.Data[0][0] != want || res.Data[0][1] != `\x` {
+			t.Errorf("the tool: %v %v, want [%s \\x]", res, err, want)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		tool, _ := newTool(t)
+		check(t, tool, german, "SELECT X'00ff41' AS b, X'' AS e")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		if os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN") == "" {
+			t.Skip("EMBEDKIT_TEST_POSTGRES_DSN not set")
+		}
+		f := newPGFixture(t)
+		check(t, f.tool(t), internal, `SELECT '\x00ff41'::bytea AS b, ''::bytea AS e`)
+	})
+}

@@ -348,7 +348,7 @@ int analytics_step(sqlite3_stmt *st, int ncol, struct analytics_cell *cells, lon
 		case SQLITE_BLOB:
 			c->p = sqlite3_column_blob(st, i);
 			c->n = sqlite3_column_bytes(st, i);
-			*bytes += c->n;
+			*bytes += 2 + 2 * (long long)c->n; // written as \x and hex (guard.go)
 			break;
 		default:
 			*bytes += 4;

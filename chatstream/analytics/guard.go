@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -669,8 +670,13 @@ func (c *sqliteCursor) next(read bool, limit int64) bool {
 			c.vals[i] = int64(cell.i)
 		case 2:
 			c.vals[i] = float64(cell.f)
-		case 3, 4:
+		case 3:
 			c.vals[i] = C.GoStringN((*C.char)(cell.p), cell.n)
+		case 4:
+			// A blob is text in JSON and CSV: its bytes in hex after \x,
+			// as PostgreSQL writes a bytea, so that nothing is lost and
+			// both databases give the same text.
+			c.vals[i] = `\x` + hex.EncodeToString(unsafe.Slice((*byte)(cell.p), int(cell.n)))
 		default:
 			c.vals[i] = nil
 		}
