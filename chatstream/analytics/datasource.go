@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,14 @@ var _ chatstream.DataSource = (*SQLTool)(nil)
 // still at most 1 MiB). timeout bounds the whole query, reading included;
 // zero means the tool's [WithTimeout]. The work budget ([WithMaxSteps])
 // does not apply: the timeout alone bounds a data query's work, on SQLite
-// as on PostgreSQL. It returns once the first row is
-// ready or the query has failed; a refused, invalid or timed-out query, or
-// an unknown branch, is a *[chatstream.QueryError] with the message of the
-// tool error. Close stops the query at once.
+// as on PostgreSQL. The columns' types are read as the tool reads them: by
+// the first non-null value of a column among the rows the tool would hold
+// (its row limit, 4 MiB), so that the same query has the same schema from
+// both. QueryData returns once every column has a value that is not null,
+// or those rows are read, or the query has ended or failed; a refused,
+// invalid or timed-out query, or an unknown branch, is a
+// *[chatstream.QueryError] with the message of the tool error. Close
+// stops the query at once.
 func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery string, timeout time.Duration) (chatstream.DataRows, error) {
 	q, err := checkQuery(tu, sqlQuery)
 	if err != nil {
@@ -39,21 +44,43 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 		return nil, asQueryError(err)
 	}
 	r := &dataRows{c: c}
-	r.primed = c.next(true, math.MaxInt64)
-	if !r.primed {
+	size := int64(len(c.columns())) * 64 // as the tool counts its result
+	for len(r.held) < t.rowLimit && size <= maxResultBytes && (len(r.held) == 0 || someNull(r.held)) {
+		if !c.next(true, math.MaxInt64) {
+			r.ended.Store(true) // no more rows: the cursor is not read again
+			break
+		}
+		row := slices.Clone(c.values())
+		size += jsonSize(row)
+		r.held = append(r.held, row)
+	}
+	if len(r.held) == 0 {
 		if err := c.failure(); err != nil {
 			c.close()
 			return nil, asQueryError(err)
 		}
 	}
-	var first [][]any
-	if r.primed {
-		first = [][]any{c.values()}
-	}
-	for _, col := range t.schema(c.columns(), c.types(), first) {
+	for _, col := range t.schema(c.columns(), c.types(), r.held) {
 		r.cols = append(r.cols, chatstream.DataColumn(col))
 	}
 	return r, nil
+}
+
+// someNull reports whether a column is null in every row of rows.
+func someNull(rows [][]any) bool {
+	for i := range rows[0] {
+		null := true
+		for _, row := range rows {
+			if row[i] != nil {
+				null = false
+				break
+			}
+		}
+		if null {
+			return true
+		}
+	}
+	return false
 }
 
 // unbudgeted is a work budget no query uses up within any timeout.
@@ -70,11 +97,12 @@ func asQueryError(err error) error {
 // dataRows reads a cursor for QueryData. Close may be called while Next
 // runs in another goroutine: it interrupts the query, then waits for Next.
 type dataRows struct {
-	mu     sync.Mutex // held by Next and Close
-	c      cursor
-	cols   []chatstream.DataColumn
-	primed bool // the first row is read and not yet returned
-	done   bool
+	mu   sync.Mutex // held by Next and Close
+	c    cursor
+	cols []chatstream.DataColumn
+	held [][]any // rows read ahead for the schema, not yet returned
+	cur  []any   // the current row
+	done bool
 	// ended is set once the rows are read to their end: Close then has no
 	// query to interrupt (a PostgreSQL cancel request would cost a round
 	// trip and could reach a later statement).
@@ -86,22 +114,24 @@ func (r *dataRows) Columns() []chatstream.DataColumn { return r.cols }
 func (r *dataRows) Next() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.primed {
-		r.primed = false
+	if len(r.held) > 0 {
+		r.cur, r.held = r.held[0], r.held[1:]
 		return true
 	}
-	if r.done {
+	if r.done || r.ended.Load() {
+		r.done, r.cur = true, nil
 		return false
 	}
 	if !r.c.next(true, math.MaxInt64) {
-		r.done = true
+		r.done, r.cur = true, nil
 		r.ended.Store(true)
 		return false
 	}
+	r.cur = r.c.values()
 	return true
 }
 
-func (r *dataRows) Values() []any { return r.c.values() }
+func (r *dataRows) Values() []any { return r.cur }
 
 func (r *dataRows) Err() error { return asQueryError(r.c.failure()) }
 
@@ -111,7 +141,7 @@ func (r *dataRows) Close() error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.done, r.primed = true, false
+	r.done, r.held, r.cur = true, nil, nil
 	r.c.close()
 	return nil
 }

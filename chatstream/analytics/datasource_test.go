@@ -258,3 +258,39 @@ func TestBinaryValues(t *testing.T) {
 		check(t, f.tool(t), internal, `SELECT '\x00ff41'::bytea AS b, ''::bytea AS e`)
 	})
 }
+
+// TestQueryDataSchemaAsTheTool: a column's type is read off its first
+// value that is not null, among the rows the tool holds, for the data
+// query API as for the tool; the rows read ahead for it come in order.
+func TestQueryDataSchemaAsTheTool(t *testing.T) {
+	tool, _ := newTool(t)
+	turn := chatstream.Turn{User: german}
+	const q = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) " +
+		"SELECT x, CASE WHEN x < 50 THEN NULL ELSE x END AS late, NULL AS never FROM c"
+	res, err := run(t, tool, german, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tool.QueryData(t.Context(), turn, q, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := rows.Columns()
+	for i, c := range res.Schema {
+		if cols[i].ColumnType != c.ColumnType {
+			t.Errorf("column %s: %q from the data query API, %q from the tool", c.Name, cols[i].ColumnType, c.ColumnType)
+		}
+	}
+	if cols[1].ColumnType != "number" {
+		t.Errorf("a column null in its first 49 rows is %q, want number", cols[1].ColumnType)
+	}
+	got := readAll(t, rows)
+	if len(got) != 300 {
+		t.Fatalf("%d rows, want 300", len(got))
+	}
+	for i, row := range got {
+		if row[0] != int64(i+1) {
+			t.Fatalf("row %d is %v", i, row)
+		}
+	}
+}
