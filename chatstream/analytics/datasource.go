@@ -17,7 +17,7 @@ var _ chatstream.DataSource = (*SQLTool)(nil)
 // QueryData runs sqlQuery for the user of tu as svcSqlApi does (the same
 // executor, rules and row access, and the same branch check), but streams
 // every row: no row limit and no cap on the result's size (each value is
-// still at most 1 MiB). timeout bounds the whole query, reading included;
+// still at most 1 MiB on SQLite, a blob's hex text twice that). timeout bounds the whole query, reading included;
 // zero means the tool's [WithTimeout]. The work budget ([WithMaxSteps])
 // does not apply: the timeout alone bounds a data query's work, on SQLite
 // as on PostgreSQL. The columns' types are read as the tool reads them: by

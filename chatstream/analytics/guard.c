@@ -76,9 +76,9 @@ static int progress(void *p) {
 	if (!b->active) return 0;
 	if (b->remaining <= 0) return 1;
 	b->remaining--;
-	// One instruction adds at most a value (ANALYTICS_MAX_VALUE_BYTES) to
-	// a sort or a temporary table, so the growth between two calls is
-	// bounded too.
+	// Between two calls a query adds at most a few lists of values
+	// (ANALYTICS_MAX_COLUMNS values of at most ANALYTICS_MAX_VALUE_BYTES
+	// each), so its memory overshoots the bound by at most that much.
 	if (sqlite3_memory_used() - b->mem0 > ANALYTICS_MAX_MEMORY_BYTES) {
 		b->over_memory = 1;
 		return 1;
@@ -278,6 +278,12 @@ int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b)
 	sqlite3_limit(db, 0 /* SQLITE_LIMIT_LENGTH */, ANALYTICS_MAX_VALUE_BYTES);
 	sqlite3_limit(db, 1 /* SQLITE_LIMIT_SQL_LENGTH */, 1 << 20);
 	sqlite3_limit(db, 8 /* SQLITE_LIMIT_LIKE_PATTERN_LENGTH */, ANALYTICS_MAX_PATTERN_BYTES);
+	// The progress handler runs only at some jumps of a statement's
+	// program, and a list of expressions (result columns, ORDER BY or
+	// GROUP BY terms) is computed without one, each value held in a
+	// register: bounding the lists bounds what a query holds between two
+	// checks of its memory.
+	sqlite3_limit(db, 2 /* SQLITE_LIMIT_COLUMN */, ANALYTICS_MAX_COLUMNS);
 	sqlite3_test_control(15 /* SQLITE_TESTCTRL_OPTIMIZATIONS */, db, 0x1 /* SQLITE_QueryFlattener */);
 	int f = SQLITE_UTF8 | SQLITE_DETERMINISTIC, rc = 0;
 	rc |= sqlite3_create_function_v2(db, "instr", 2, f, b, instr_func, NULL, NULL, NULL);

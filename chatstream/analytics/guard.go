@@ -331,6 +331,40 @@ func (t *SQLTool) sqliteConn(ctx context.Context) (*sql.Conn, *guard, error) {
 	return conn, g, nil
 }
 
+// capCache lowers the connection's page cache of its database to
+// ANALYTICS_MAX_CACHE_KIB when the host's is larger: the memory bound of a
+// query counts SQLite's memory, which a scan of a large database with a
+// large cache would fill without the query holding anything.
+func capCache(sc *sqlite3.SQLiteConn) error {
+	pragma := func(q string) (int64, error) {
+		rows, err := sc.Query(q, nil)
+		if err != nil {
+			return 0, err
+		}
+		defer rows.Close()
+		v := make([]driver.Value, 1)
+		if err := rows.Next(v); err != nil {
+			return 0, err
+		}
+		n, _ := v[0].(int64)
+		return n, nil
+	}
+	size, err := pragma("PRAGMA main.cache_size")
+	if err == nil && size > 0 { // pages, not KiB
+		var page int64
+		if page, err = pragma("PRAGMA main.page_size"); err == nil {
+			size = -size * page / 1024
+		}
+	}
+	if err == nil && -size > C.ANALYTICS_MAX_CACHE_KIB {
+		_, err = sc.Exec(fmt.Sprintf("PRAGMA main.cache_size = -%d", C.ANALYTICS_MAX_CACHE_KIB), nil)
+	}
+	if err != nil {
+		return fmt.Errorf("analytics: cap the page cache: %w", err)
+	}
+	return nil
+}
+
 // prepareSQLite installs the views, query_only and the hooks on a new
 // connection, and records which tables each view reads.
 func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
@@ -362,6 +396,9 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 	// temporary files it could not.
 	if _, err := sc.Exec("PRAGMA temp_store = MEMORY", nil); err != nil {
 		return nil, fmt.Errorf("analytics: set temp_store: %w", err)
+	}
+	if err := capCache(sc); err != nil {
+		return nil, err
 	}
 	if C.analytics_memory_used() <= 0 {
 		return nil, errors.New("analytics: SQLite counts no memory (compiled with SQLITE_DEFAULT_MEMSTATUS=0?): the tool cannot bound a query's memory")

@@ -17,12 +17,20 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 // instruction: both are bounded so that one match ends quickly.
 #define ANALYTICS_MAX_PATTERN_BYTES 100
 
-// The most SQLite's memory in use may grow while one query runs. A
-// guarded connection keeps its temporary tables, sorts and DISTINCT sets in
-// memory (temp_store = MEMORY), so that this bounds them all; on disk
-// nothing would. SQLite counts its memory for the whole process, so the
-// growth of queries that run at once counts for each of them.
+// The most SQLite's memory in use may grow while one query runs, checked
+// by the progress handler. A guarded connection keeps its temporary
+// tables, sorts and DISTINCT sets in memory (temp_store = MEMORY), so that
+// this bounds them all; on disk nothing would. Its page cache of the
+// database is capped (ANALYTICS_MAX_CACHE_KIB), so that reading a large
+// database is not taken for a query's own use. SQLite counts its memory for
+// the whole process, so the growth of queries that run at once counts for
+// each of them.
 #define ANALYTICS_MAX_MEMORY_BYTES (256LL << 20)
+#define ANALYTICS_MAX_CACHE_KIB 32768
+
+// The most columns of a table, view or result, and terms of an ORDER BY or
+// GROUP BY, on a guarded connection.
+#define ANALYTICS_MAX_COLUMNS 256
 
 struct analytics_budget {
 	int active;

@@ -2,6 +2,8 @@ package analytics_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -251,6 +253,45 @@ func TestBoundedMemory(t *testing.T) {
 	// The connection serves the next query.
 	if _, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil {
 		t.Errorf("after the stopped queries: %v", err)
+	}
+}
+
+// TestMemoryBoundCounts: what the memory bound counts is the query's own:
+// a list of more expressions than the column limit, which SQLite computes
+// between two checks of the bound, is refused, and the guarded
+// connection's page cache of a host that asked for a large one is capped,
+// so that reading a large database is not taken for the query's memory.
+func TestMemoryBoundCounts(t *testing.T) {
+	tool, _ := newTool(t)
+	keys := strings.Repeat("b || 1, ", 300) + "b"
+	_, err := tool.Run(t.Context(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: "WITH t(b) AS MATERIALIZED (SELECT printf('%.*c', 1000000, 'x')) SELECT count(*) FROM (SELECT 1 FROM t ORDER BY " + keys + ")"})
+	toolError(t, "301 ORDER BY terms", err, "too many terms")
+
+	name := "file:/analytics-" + rand.Text() + "?vfs=memdb"
+	rw, err := sql.Open("sqlite3", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	if _, err := rw.Exec(fixtureSQL); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := sql.Open("sqlite3", name+"&mode=ro&_cache_size=-1000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	ro.SetMaxOpenConns(1)
+	big, err := analytics.NewSQLTool(ro, model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, big, german, "SELECT count(*) FROM customers"); err != nil {
+		t.Fatal(err)
+	}
+	var kib int64
+	if err := ro.QueryRow("PRAGMA cache_size").Scan(&kib); err != nil || kib != -32768 {
+		t.Errorf("the guarded connection's cache_size = %d %v, want -32768 (32 MiB)", kib, err)
 	}
 }
 
