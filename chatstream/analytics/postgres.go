@@ -467,6 +467,19 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q can execute %s, whose effects outlive its query's transaction or reach other sessions; "+
 			"revoke EXECUTE on them from PUBLIC as a superuser (SetupPostgres does when it runs as one; see docs/analytics-tools.md)", t.pg.cfg.Reader, reach)
 	}
+	// Settings only a superuser changes, so that no query undoes them:
+	// without them every user's query would read the SQL of the others'
+	// (pg_stat_activity), or fill the disk.
+	var activities, tempFiles string
+	if err := pc.QueryRow(ctx, "SELECT current_setting('track_activities'), current_setting('temp_file_limit')").Scan(&activities, &tempFiles); err != nil {
+		return nil, fmt.Errorf("analytics: check the reader role: %w", err)
+	}
+	if activities != "off" || tempFiles == "-1" {
+		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q has track_activities %s and temp_file_limit %s; "+
+			"as a superuser: ALTER ROLE %s SET track_activities = off; ALTER ROLE %s SET temp_file_limit = '%s' "+
+			"(SetupPostgres does when it runs as one; a session opened before sees the change once it reconnects)",
+			t.pg.cfg.Reader, activities, tempFiles, quoteIdent(t.pg.cfg.Reader), quoteIdent(t.pg.cfg.Reader), readerTempFileLimit)
+	}
 	for _, v := range m.Views {
 		var ok bool
 		if err := pc.QueryRow(ctx, "SELECT has_table_privilege(format('%I.%I', $1::text, $2::text), 'SELECT')", t.pg.cfg.Schema, v.Name).Scan(&ok); err != nil || !ok {

@@ -510,3 +510,28 @@ func TestPostgresOtherUsersSQLNotVisible(t *testing.T) {
 		t.Errorf("another user's running SQL is visible: %s", s)
 	}
 }
+
+// TestPostgresReaderSettingsRequired: NewPostgresSQLTool refuses a reader
+// whose queries other users would read in pg_stat_activity, or whose
+// temporary files are unbounded (settings SetupPostgres makes as a
+// superuser, and a host without one must make).
+func TestPostgresReaderSettingsRequired(t *testing.T) {
+	f := newPGFixture(t)
+	f.tool(t) // SetupPostgres ran: accepted
+	for _, q := range []string{"ALTER ROLE %s RESET track_activities", "ALTER ROLE %s SET track_activities = off; ALTER ROLE %s RESET temp_file_limit"} {
+		for _, stmt := range strings.Split(q, "; ") {
+			if _, err := f.admin.ExecContext(t.Context(), strings.ReplaceAll(stmt, "%s", f.cfg.Reader)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db, err := sql.Open("pgx", f.reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = analytics.NewPostgresSQLTool(db, f.model, f.cfg)
+		db.Close()
+		if err == nil || !strings.Contains(err.Error(), "track_activities") {
+			t.Errorf("after %q: NewPostgresSQLTool: %v, want a refusal naming the settings", q, err)
+		}
+	}
+}
