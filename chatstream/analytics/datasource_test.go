@@ -1,11 +1,14 @@
 package analytics_test
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +296,61 @@ func TestQueryDataSchemaAsTheTool(t *testing.T) {
 			t.Fatalf("row %d is %v", i, row)
 		}
 	}
+}
+
+// TestDatabaseFaultIsNotAQueryError: a database that is locked (SQLite) or
+// whose session was ended (PostgreSQL) fails a data query with an error
+// that is not a QueryError, which the data query API answers 503, not 400
+// with the database's text.
+func TestDatabaseFaultIsNotAQueryError(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "shop.db")
+		rw, err := sql.Open("sqlite3", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rw.Close()
+		if _, err := rw.Exec(fixtureSQL); err != nil {
+			t.Fatal(err)
+		}
+		ro, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=50")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ro.Close()
+		tool, err := analytics.NewSQLTool(ro, model())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock, err := rw.Conn(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lock.Close()
+		if _, err := lock.ExecContext(t.Context(), "BEGIN EXCLUSIVE; UPDATE customers SET name = name"); err != nil {
+			t.Fatal(err)
+		}
+		defer lock.ExecContext(context.Background(), "ROLLBACK")
+		_, err = tool.QueryData(t.Context(), chatstream.Turn{User: german}, "SELECT count(*) FROM customers", 0)
+		if _, ok := errors.AsType[*chatstream.QueryError](err); ok || err == nil {
+			t.Errorf("a locked database: %v, want an error that is not a QueryError", err)
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		if os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN") == "" {
+			t.Skip("EMBEDKIT_TEST_POSTGRES_DSN not set")
+		}
+		f := newPGFixture(t)
+		tool := f.tool(t)
+		if _, err := run(t, tool, internal, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.admin.ExecContext(t.Context(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", f.cfg.Reader); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tool.QueryData(t.Context(), chatstream.Turn{User: internal}, "SELECT 1", 0)
+		if _, ok := errors.AsType[*chatstream.QueryError](err); ok {
+			t.Errorf("a session ended by the administrator: %v, want an error that is not a QueryError", err)
+		}
+	})
 }

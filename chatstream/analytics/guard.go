@@ -566,9 +566,32 @@ func (g *guard) compile(sql string) (*C.sqlite3_stmt, string, int, error) {
 	var st *C.sqlite3_stmt
 	var used, flags C.int
 	if rc := C.analytics_prepare(g.db, cs, C.int(len(sql)), &st, &used, &flags); rc != 0 {
-		return nil, "", 0, errors.New(C.GoString(C.analytics_errmsg(g.db)))
+		return nil, "", 0, &sqliteError{code: int(rc), msg: C.GoString(C.analytics_errmsg(g.db))}
 	}
 	return st, sql[:int(used)], int(flags), nil
+}
+
+// sqliteError is an error of SQLite with its result code.
+type sqliteError struct {
+	code int
+	msg  string
+}
+
+func (e *sqliteError) Error() string { return e.msg }
+
+// databaseFault reports whether err is a fault of the database rather than
+// of the query: it is locked or busy, cannot be read, or is damaged. The
+// data query API answers it 503, not 400 with the database's text.
+func databaseFault(err error) bool {
+	e, ok := errors.AsType[*sqliteError](err)
+	if !ok {
+		return false
+	}
+	switch e.code & 0xff {
+	case 5, 6, 10, 11, 14, 15, 26: // BUSY, LOCKED, IOERR, CORRUPT, CANTOPEN, PROTOCOL, NOTADB
+		return true
+	}
+	return false
 }
 
 // openSQLite compiles q on a guarded connection and returns its cursor.
@@ -619,6 +642,8 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		err = toolErr("%s", g.denied)
 	case err != nil && strings.HasPrefix(err.Error(), "cannot modify"):
 		err = toolErr("only a single read-only SELECT statement is allowed")
+	case err != nil && databaseFault(err):
+		err = fmt.Errorf("analytics: SQLite: %w", err)
 	case err != nil:
 		err = toolErr("the query is not valid SQL: %s", err)
 	case st == nil || strings.TrimSpace(first) == "":
@@ -688,7 +713,12 @@ func (c *sqliteCursor) next(read bool, limit int64) bool {
 	case sqliteDone:
 		return false
 	default:
-		c.err = c.t.failure(c.ctx, c.g, c.timeout, C.GoString(C.analytics_errmsg(c.g.db)))
+		msg := C.GoString(C.analytics_errmsg(c.g.db))
+		if databaseFault(&sqliteError{code: int(rc)}) && c.ctx.Err() == nil {
+			c.err = fmt.Errorf("analytics: SQLite: %w", &sqliteError{code: int(rc), msg: msg})
+		} else {
+			c.err = c.t.failure(c.ctx, c.g, c.timeout, msg)
+		}
 		return false
 	}
 	c.bytes = int64(bytes)

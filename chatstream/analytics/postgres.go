@@ -756,6 +756,13 @@ func (c *pgCursor) translate(err error, compile bool) error {
 		}
 		return fmt.Errorf("analytics: PostgreSQL: %w", err)
 	}
+	switch c := pe.Code; {
+	case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "58"), strings.HasPrefix(c, "XX"), c == "53300", c == "57P01", c == "57P02", c == "57P03":
+		// A fault of the database, not of the query (connection lost,
+		// too many connections, shut down, system or internal error): the
+		// data query API answers it 503, not 400 with its text.
+		return fmt.Errorf("analytics: PostgreSQL: %w", err)
+	}
 	switch pe.Code {
 	case "57014": // query_canceled: statement_timeout
 		return toolErr("the query ran longer than %s and was stopped", c.timeout)
