@@ -352,5 +352,10 @@ func TestDatabaseFaultIsNotAQueryError(t *testing.T) {
 		if _, ok := errors.AsType[*chatstream.QueryError](err); ok {
 			t.Errorf("a session ended by the administrator: %v, want an error that is not a QueryError", err)
 		}
+		// An internal error a query provokes is the query's.
+		_, err = tool.QueryData(t.Context(), chatstream.Turn{User: internal}, "SELECT array_in('{1}'::cstring, 999999::oid, -1)", 0)
+		if _, ok := errors.AsType[*chatstream.QueryError](err); !ok {
+			t.Errorf("XX000 provoked by the query: %v, want a QueryError", err)
+		}
 	})
 }

@@ -278,12 +278,6 @@ int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b)
 	sqlite3_limit(db, 0 /* SQLITE_LIMIT_LENGTH */, ANALYTICS_MAX_VALUE_BYTES);
 	sqlite3_limit(db, 1 /* SQLITE_LIMIT_SQL_LENGTH */, 1 << 20);
 	sqlite3_limit(db, 8 /* SQLITE_LIMIT_LIKE_PATTERN_LENGTH */, ANALYTICS_MAX_PATTERN_BYTES);
-	// The progress handler runs only at some jumps of a statement's
-	// program, and a list of expressions (result columns, ORDER BY or
-	// GROUP BY terms) is computed without one, each value held in a
-	// register: bounding the lists bounds what a query holds between two
-	// checks of its memory.
-	sqlite3_limit(db, 2 /* SQLITE_LIMIT_COLUMN */, ANALYTICS_MAX_COLUMNS);
 	sqlite3_test_control(15 /* SQLITE_TESTCTRL_OPTIMIZATIONS */, db, 0x1 /* SQLITE_QueryFlattener */);
 	int f = SQLITE_UTF8 | SQLITE_DETERMINISTIC, rc = 0;
 	rc |= sqlite3_create_function_v2(db, "instr", 2, f, b, instr_func, NULL, NULL, NULL);
@@ -391,6 +385,16 @@ int analytics_checker_open(sqlite3 **out, int *stop) {
 	if (rc == 0) sqlite3_test_control(15 /* SQLITE_TESTCTRL_OPTIMIZATIONS */, *out, 0x1 /* SQLITE_QueryFlattener */);
 	return rc;
 }
+
+// analytics_checker_limit bounds the lists of a query the checker
+// compiles, which every query passes before it runs: the progress handler
+// runs only at some jumps of a statement's program, and a list of
+// expressions (result columns, ORDER BY or GROUP BY terms) is computed
+// without one, each value held in a register, so bounding the lists bounds
+// what a query holds between two checks of its memory. (On the guarded
+// connection itself the limit would also apply to the host's tables when
+// SQLite reloads their schema.)
+void analytics_checker_limit(sqlite3 *db) { sqlite3_limit(db, 2 /* SQLITE_LIMIT_COLUMN */, ANALYTICS_MAX_COLUMNS); }
 
 int analytics_exec(sqlite3 *db, const char *sql) { return sqlite3_exec(db, sql, NULL, NULL, NULL); }
 int analytics_close(sqlite3 *db) { return sqlite3_close_v2(db); }

@@ -522,6 +522,7 @@ func (t *SQLTool) openChecker(g *guard) error {
 		}
 	}
 	exec("PRAGMA query_only = 1")
+	C.analytics_checker_limit(db) // after the stand-ins, which may be wider
 	c := &checker{sem: make(chan struct{}, 1), db: db, stop: stop}
 	t.checker = c
 	runtime.AddCleanup(t, func(c *checker) {

@@ -28,8 +28,8 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 #define ANALYTICS_MAX_MEMORY_BYTES (256LL << 20)
 #define ANALYTICS_MAX_CACHE_KIB 32768
 
-// The most columns of a table, view or result, and terms of an ORDER BY or
-// GROUP BY, on a guarded connection.
+// The most columns of a query's result, and terms of an ORDER BY or GROUP
+// BY (see analytics_checker_limit).
 #define ANALYTICS_MAX_COLUMNS 256
 
 struct analytics_budget {
@@ -68,5 +68,6 @@ const char *analytics_errmsg(sqlite3 *db);
 int analytics_checker_open(sqlite3 **out, int *stop);
 void analytics_checker_stop(int *stop, int v);
 int analytics_exec(sqlite3 *db, const char *sql);
+void analytics_checker_limit(sqlite3 *db);
 int analytics_close(sqlite3 *db);
 int analytics_opens_database(sqlite3 *chk, const char *sql, int n);

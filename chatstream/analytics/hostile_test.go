@@ -293,6 +293,25 @@ func TestMemoryBoundCounts(t *testing.T) {
 	if err := ro.QueryRow("PRAGMA cache_size").Scan(&kib); err != nil || kib != -32768 {
 		t.Errorf("the guarded connection's cache_size = %d %v, want -32768 (32 MiB)", kib, err)
 	}
+
+	// The limit is the query's: a host's table wider than it, outside the
+	// model, still loads when SQLite reloads the schema after a change.
+	cols := make([]string, 300)
+	for i := range cols {
+		cols[i] = fmt.Sprintf("c%d", i)
+	}
+	if _, err := rw.Exec("CREATE TABLE wide (" + strings.Join(cols, ", ") + ")"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, big, german, "SELECT count(*) FROM customers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Exec("CREATE INDEX wide_c0 ON wide (c0)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, big, german, "SELECT count(*) FROM customers"); err != nil {
+		t.Errorf("after the host changed its schema, with a table of 300 columns: %v", err)
+	}
 }
 
 // TestCancelInsideAFunction: cancelling the caller stops a query at once,

@@ -757,10 +757,12 @@ func (c *pgCursor) translate(err error, compile bool) error {
 		return fmt.Errorf("analytics: PostgreSQL: %w", err)
 	}
 	switch c := pe.Code; {
-	case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "58"), strings.HasPrefix(c, "XX"), c == "53300", c == "57P01", c == "57P02", c == "57P03":
+	case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "58"), c == "XX001", c == "XX002", c == "53300", c == "57P01", c == "57P02", c == "57P03":
 		// A fault of the database, not of the query (connection lost,
-		// too many connections, shut down, system or internal error): the
-		// data query API answers it 503, not 400 with its text.
+		// too many connections, shut down, system error, data or index
+		// corrupted): the data query API answers it 503, not 400 with its
+		// text. Not XX000, an internal error that a query can provoke
+		// (array_in with a type that does not exist).
 		return fmt.Errorf("analytics: PostgreSQL: %w", err)
 	}
 	switch pe.Code {
