@@ -17,8 +17,9 @@ var _ chatstream.DataSource = (*SQLTool)(nil)
 // QueryData runs sqlQuery for the user of tu as svcSqlApi does (the same
 // executor, rules and row access, and the same branch check), but streams
 // every row: no row limit and no cap on the result's size (each value is
-// still at most 1 MiB on SQLite, a blob's hex text twice that). timeout bounds the whole query, reading included;
-// zero means the tool's [WithTimeout]. The work budget ([WithMaxSteps])
+// still at most 1 MiB on SQLite, a blob's hex text twice that). timeout
+// bounds the whole query, reading included; zero means the tool's
+// [WithTimeout]. The work budget ([WithMaxSteps])
 // does not apply: the timeout alone bounds a data query's work, on SQLite
 // as on PostgreSQL. The columns' types are read as the tool reads them: by
 // the first non-null value of a column among the rows the tool would hold
@@ -45,7 +46,8 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 	}
 	r := &dataRows{c: c}
 	size := int64(len(c.columns())) * 64 // as the tool counts its result
-	for len(r.held) < t.rowLimit && size <= maxResultBytes && (len(r.held) == 0 || someNull(r.held)) {
+	typed, untyped := make([]bool, len(c.columns())), len(c.columns())
+	for len(r.held) < t.rowLimit && size <= maxResultBytes && (len(r.held) == 0 || untyped > 0) {
 		if !c.next(true, math.MaxInt64) {
 			r.ended.Store(true) // no more rows: the cursor is not read again
 			break
@@ -53,6 +55,11 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 		row := slices.Clone(c.values())
 		size += jsonSize(row)
 		r.held = append(r.held, row)
+		for i, v := range row {
+			if v != nil && !typed[i] {
+				typed[i], untyped = true, untyped-1
+			}
+		}
 	}
 	if len(r.held) == 0 {
 		if err := c.failure(); err != nil {
@@ -64,23 +71,6 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 		r.cols = append(r.cols, chatstream.DataColumn(col))
 	}
 	return r, nil
-}
-
-// someNull reports whether a column is null in every row of rows.
-func someNull(rows [][]any) bool {
-	for i := range rows[0] {
-		null := true
-		for _, row := range rows {
-			if row[i] != nil {
-				null = false
-				break
-			}
-		}
-		if null {
-			return true
-		}
-	}
-	return false
 }
 
 // unbudgeted is a work budget no query uses up within any timeout.

@@ -714,11 +714,11 @@ func (c *sqliteCursor) next(read bool, limit int64) bool {
 	case sqliteDone:
 		return false
 	default:
-		msg := C.GoString(C.analytics_errmsg(c.g.db))
-		if databaseFault(&sqliteError{code: int(rc)}) && c.ctx.Err() == nil {
-			c.err = fmt.Errorf("analytics: SQLite: %w", &sqliteError{code: int(rc), msg: msg})
+		e := &sqliteError{code: int(rc), msg: C.GoString(C.analytics_errmsg(c.g.db))}
+		if c.ctx.Err() == nil && databaseFault(e) {
+			c.err = fmt.Errorf("analytics: SQLite: %w", e)
 		} else {
-			c.err = c.t.failure(c.ctx, c.g, c.timeout, msg)
+			c.err = c.t.failure(c.ctx, c.g, c.timeout, e.msg)
 		}
 		return false
 	}
