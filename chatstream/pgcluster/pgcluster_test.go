@@ -1073,6 +1073,54 @@ func TestFirstNextOfDeadTurnIsTurnLost(t *testing.T) {
 	}
 }
 
+// TestEndWithBacklogBeyondOneRead: a turn that ends while more lines than
+// one read returns are still unwritten commits them with its end at once.
+// A reader whose empty read came just before that write, and its check
+// that the turn still runs just after, reads the lines on to the end:
+// the turn did not die. (It was taken for lost: a follower on another
+// replica ended its stream with the stored state, some lines short.) A
+// reader polling every millisecond meets that window in about a third of
+// the rounds.
+func TestEndWithBacklogBeyondOneRead(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, []pgcluster.Option{pgcluster.WithPublishInterval(time.Hour)},
+		[]pgcluster.Option{pgcluster.WithPollInterval(time.Millisecond), pgcluster.WithListen(false)})
+	const rounds, lines = 30, 1500 // more than one read returns (1000)
+	for i := range rounds {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		k := key(fmt.Sprint("backlog-", i))
+		ct, err := a.Claim(ctx, k, 7, chatstream.TurnLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, ok, err := b.Join(ctx, k)
+		if !ok || err != nil {
+			t.Fatalf("Join = %v, %v", ok, err)
+		}
+		ask(t, rt)
+		ct.Publish(mkLines(0, 1)) // written at once (asked); later lines wait for the end
+		type result struct {
+			lines []chatstream.Line
+			err   error
+		}
+		got := make(chan result, 1)
+		go func() {
+			lines, err := readAll(ctx, rt)
+			got <- result{lines, err}
+		}()
+		time.Sleep(time.Duration(20+i) * time.Millisecond) // the end lands at another point of the reader's polls
+		ct.Publish(mkLines(0, lines))
+		if err := ct.Release(ctx, mkLines(lines, 1)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		cancel()
+		if r.err != nil || len(r.lines) != lines+1 {
+			t.Fatalf("round %d: read %d lines of %d, err %v", i, len(r.lines), lines+1, r.err)
+		}
+	}
+}
+
 // TestFirstNextAfterCloseIsErrClosed: a reader's first Next on a closed
 // Cluster returns ErrClosed (as Join, Wait and every later Next do).
 func TestFirstNextAfterCloseIsErrClosed(t *testing.T) {

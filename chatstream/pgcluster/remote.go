@@ -126,8 +126,12 @@ func (rt *remoteTurn) Next(ctx context.Context, from int) ([]chatstream.Line, bo
 		if err == nil && len(lines) == 0 && !done {
 			var live bool
 			if live, err = rt.live(qctx); err == nil && !live {
-				// It ended (or died) after the read: read once more.
-				if lines, done, err = rt.read(qctx, from); err == nil && !done {
+				// It ended (or died) after the read: read once more. An
+				// end commits the turn's last lines with its eof row, but
+				// one read returns at most maxReadLines of them: lines
+				// without the eof row go to the caller, whose next call
+				// reads on (and finds the eof row, or nothing: lost).
+				if lines, done, err = rt.read(qctx, from); err == nil && !done && len(lines) == 0 {
 					err = chatstream.ErrTurnLost
 				}
 			}
