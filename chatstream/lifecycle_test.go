@@ -450,6 +450,48 @@ func TestAbortDuringOpening(t *testing.T) {
 	})
 }
 
+// TestOwnInputWhileAnothersOpeningHoldsTheChat: another user's input on
+// a user's chat is reserved before the store refuses it; the user's own
+// input that comes meanwhile waits for that refusal and opens its turn,
+// rather than being answered 403 as if the chat were the other's.
+func TestOwnInputWhileAnothersOpeningHoldsTheChat(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			gs.Store = testdb.Open(t, backend)
+			return gs
+		}})
+		jane, mallory, chatID := ext("jane"), ext("mallory"), "janes"
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: jane})
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: mallory})
+		gs.armed.Store(true)
+		refused := make(chan error, 1)
+		go func() {
+			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:mine?", ChatID: chatID, SessionSettings: mallory})
+			refused <- err
+		}()
+		<-gs.entered // mallory's opening holds the chat's reservation
+		own := make(chan error, 1)
+		go func() {
+			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: jane})
+			own <- err
+		}()
+		select {
+		case err := <-own:
+			close(gs.release)
+			t.Fatalf("the user's input was answered (%v) while another user's opening held the chat", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(gs.release)
+		if err := <-refused; apiStatus(err) != http.StatusForbidden {
+			t.Errorf("another user's input on the chat: %v, want 403", err)
+		}
+		if err := <-own; err != nil {
+			t.Errorf("the user's own input once the other's was refused: %v, want its turn", err)
+		}
+	})
+}
+
 // txGateStore holds CreateThread inside the opening's transaction once
 // armed: a new user's turn is then reserved (inside the transaction) but
 // not started.

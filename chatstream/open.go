@@ -51,8 +51,8 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 	tl := TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}
 	reserve := func(rd store.Tx, userID int64) (err error) {
 		switch {
-		case t == nil:
-			t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes, tl)
+		case t == nil: // outside a transaction (rd is the store), another's opening is waited for
+			t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes, tl, rd == h.st)
 		case t.userID == userID:
 			return nil // the opening's transaction runs again
 		default: // again, and the new user has another id (PostgreSQL does not roll sequences back)

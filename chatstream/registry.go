@@ -116,8 +116,32 @@ func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 // running turns than lim allows (counted here, or by the cluster across
 // replicas) is 429. ctx bounds the cluster's claim, which runs without the
 // registry's lock.
-func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, externalID, agentID string, maxSize int, lim TurnLimits) (*turn, error) {
+//
+// With wait, another user's (or agent's) opening of the thread that has not
+// started yet is waited for, bounded by ctx: it is reserved before the
+// store says whose the thread is, so the caller's own thread may be
+// reserved for an instant by another user's request that the store will
+// refuse; once it is refused, the thread is the caller's to reserve. An
+// opening that reserves in its transaction (a new user's) does not wait:
+// it would hold the transaction (on SQLite, the writer) while the other
+// opening needs it.
+func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, externalID, agentID string, maxSize int, lim TurnLimits, wait bool) (*turn, error) {
 	r.mu.Lock()
+	for wait {
+		t, ok := r.turns[key]
+		if !ok || t.started || t.userID == userID && t.agentID == agentID {
+			break
+		}
+		started := r.whenStartedLocked(t)
+		r.mu.Unlock()
+		select {
+		case <-t.done: // refused: the thread is free again
+		case <-started:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		r.mu.Lock()
+	}
 	if r.closing {
 		r.mu.Unlock()
 		return nil, errShuttingDown
@@ -341,6 +365,10 @@ func (r *registry) abort(key turnKey, o turnOwner) (t *turn, started, mine bool)
 func (r *registry) whenStarted(t *turn) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.whenStartedLocked(t)
+}
+
+func (r *registry) whenStartedLocked(t *turn) <-chan struct{} {
 	if t.startedCh == nil {
 		t.startedCh = make(chan struct{})
 		if t.started {
