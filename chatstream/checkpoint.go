@@ -2,9 +2,12 @@ package chatstream
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/embedkit/embedkit/store"
 )
 
 // Crash safety. A running turn stores a checkpoint (its completed messages
@@ -162,13 +165,21 @@ func (t *turn) checkpointWrite() (w threadWrite, ok bool) {
 
 // checkpointed records the outcome of the turn's checkpoint w: stored, its
 // reservation lets the lines below it reach the clients; failed, the turn
-// is due again at the next tick.
+// is due again at the next tick; its thread missing, deleted with its user
+// (deprovisioned, or expired and reaped), the turn is stopped: it would
+// otherwise run its agent and tools on for a user that is gone.
 func (t *turn) checkpointed(w *threadWrite) {
+	if errors.Is(w.err, store.ErrNotFound) {
+		defer t.cancel(errThreadDeleted) // after t.mu is released
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ckptEarly = false
 	close(t.ckptWriting)
 	t.ckptWriting = nil
+	if errors.Is(w.err, store.ErrNotFound) {
+		return
+	}
 	if w.err != nil {
 		if t.reg.log != nil {
 			t.reg.log.LogAttrs(context.Background(), slog.LevelWarn, "chat turn checkpoint not stored; the next tick tries again",

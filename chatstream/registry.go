@@ -18,7 +18,10 @@ var (
 	errAborted      = errors.New("chatstream: turn aborted")
 	errDisconnected = errors.New("chatstream: client disconnected")
 	errShutdown     = errors.New("chatstream: handler shut down")
-	errDeadline     = errors.New("chatstream: turn deadline exceeded")
+	// errThreadDeleted stops a turn whose thread a checkpoint found
+	// deleted: its user was deprovisioned, or expired and reaped.
+	errThreadDeleted = errors.New("chatstream: the thread was deleted")
+	errDeadline      = errors.New("chatstream: turn deadline exceeded")
 )
 
 var (

@@ -41,6 +41,7 @@ const (
 	errTimedOut       = "the answer took too long and was stopped"
 	msgShuttingDown   = "the server is shutting down"
 	errStoreFailed    = "the answer could not be saved"
+	errChatDeleted    = "the chat was deleted while the answer was produced"
 )
 
 // outcome is how a turn ended.
@@ -52,6 +53,7 @@ const (
 	outcomeAborted                 // abort endpoint or disconnect policy
 	outcomeTimeout                 // the turn's deadline
 	outcomeShutdown                // the handler shut down
+	outcomeDeleted                 // the thread was deleted while the turn ran (its user deprovisioned or expired)
 )
 
 // sequence turns emitter events into wire messages for one turn: it assigns
@@ -217,6 +219,8 @@ func (s *sequence) finish(o outcome, floor int64) (lines []Message, store []Mess
 	case outcomeShutdown:
 		st.Aborted = true
 		st.Error = msgShuttingDown
+	case outcomeDeleted:
+		st.Error = errChatDeleted
 	}
 	state := Message{ID: StateID, Role: RoleAssistant, Sort: max(s.sort(), floor), State: st}
 	lines = append(lines, state)

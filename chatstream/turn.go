@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/embedkit/embedkit/store"
 )
 
 // turn is one running turn: its context, its sequence and its append-only
@@ -220,6 +222,8 @@ func causeOutcome(cause error) outcome {
 		return outcomeAborted
 	case errors.Is(cause, errShutdown):
 		return outcomeShutdown
+	case errors.Is(cause, errThreadDeleted):
+		return outcomeDeleted
 	default:
 		return outcomeTimeout
 	}
@@ -258,15 +262,25 @@ func (t *turn) finish(o outcome) {
 	if writing != nil {
 		<-writing
 	}
-	err := t.reg.persist.final(threadWrite{ctx: t.ctx, accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
+	var err error
+	if o == outcomeDeleted {
+		err = errThreadDeleted // nothing to store it in
+	} else {
+		err = t.reg.persist.final(threadWrite{ctx: t.ctx, accountID: t.key.accountID, chatID: t.key.chatID, lastSort: lastSort, msgs: msgs})
+	}
 	if err != nil {
-		if t.reg.log != nil {
+		st := lines[len(lines)-1].State
+		switch {
+		case errors.Is(err, store.ErrNotFound) || o == outcomeDeleted:
+			// The thread went with its user (deprovisioned, or expired and
+			// reaped) while the turn ran.
+			st.Error = errChatDeleted
+		case st.Error == "":
+			st.Error = errStoreFailed
+		}
+		if t.reg.log != nil && st.Error != errChatDeleted {
 			t.reg.log.LogAttrs(t.ctx, slog.LevelError, "chat turn not stored",
 				slog.String("chatId", t.key.chatID), slog.String("error", err.Error()))
-		}
-		st := lines[len(lines)-1].State
-		if st.Error == "" {
-			st.Error = errStoreFailed
 		}
 		// Nothing above the stored mark reaches a client: the next turn
 		// continues above it.
