@@ -3,7 +3,6 @@ package chatstream
 import (
 	"context"
 	"testing"
-	"time"
 )
 
 // TestAbortMarksOnlyTheCallersTurn: an abort's checks come before it
@@ -30,7 +29,7 @@ func TestAbortMarksOnlyTheCallersTurn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRegistry(nil, nil, nil)
-			tr, err := r.reserve(ctx, key, 2, "bob", "7", 0, TurnLimits{}, false)
+			tr, err := r.reserve(ctx, key, 2, "bob", "7", 0, TurnLimits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +51,7 @@ func TestAbortMarksOnlyTheCallersTurn(t *testing.T) {
 	}
 	// A new user's opening that runs again under the id of the user
 	// committed meanwhile is the caller's by that id once it rebinds.
-	tr, err := r.reserve(ctx, key, 2, "bob", "7", 0, TurnLimits{}, false)
+	tr, err := r.reserve(ctx, key, 2, "bob", "7", 0, TurnLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,87 +63,36 @@ func TestAbortMarksOnlyTheCallersTurn(t *testing.T) {
 	}
 }
 
-// TestReserveWaitsForAnothersOpening: a user's thread may be reserved for
-// an instant by another user's opening that the store is about to refuse
-// (the reservation comes before the store says whose the thread is). The
-// user's own input waits for that opening instead of being refused as
-// another's chat: once it is refused the user reserves the thread; were it
-// to start, the thread would be the other's, and the answer 403.
-func TestReserveWaitsForAnothersOpening(t *testing.T) {
+// TestReserveAgainstAnothersOpening: a thread held by another user's (or
+// agent's) opening that has not started is errOthersOpening (or
+// errOthersOpeningAgent), for open to ask the store whose the thread is;
+// once that turn started, it is another's as before.
+func TestReserveAgainstAnothersOpening(t *testing.T) {
 	ctx := context.Background()
 	key := turnKey{1, "c"}
-	reserveAfter := func(r *registry, other *turn, end func()) (*turn, error) {
-		type result struct {
-			t   *turn
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			tr, err := r.reserve(ctx, key, 2, "jane", "7", 0, TurnLimits{}, true)
-			got <- result{tr, err}
-		}()
-		select {
-		case res := <-got:
-			t.Fatalf("reserve did not wait for another's opening: %v, %v", res.t != nil, res.err)
-		case <-time.After(50 * time.Millisecond):
-		}
-		end()
-		res := <-got
-		return res.t, res.err
-	}
-	for _, other := range []struct {
-		name            string
-		userID          int64
-		externalID, agt string
-	}{{"another user", 3, "mallory", "7"}, {"another agent", 2, "jane", "8"}} {
-		t.Run(other.name+", refused", func(t *testing.T) {
-			r := newRegistry(nil, nil, nil)
-			o, err := r.reserve(ctx, key, other.userID, other.externalID, other.agt, 0, TurnLimits{}, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr, err := reserveAfter(r, o, func() { r.drop(o) })
-			if err != nil || tr == nil || tr.userID != 2 {
-				t.Fatalf("reserve after the other's opening was refused = %v, %v; want the thread reserved", tr != nil, err)
-			}
-		})
-	}
-	t.Run("another user, started", func(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		userID           int64
+		agent            string
+		opening, started error
+	}{
+		{"another user", 3, "7", errOthersOpening, errNotOwner},
+		{"another agent", 2, "8", errOthersOpeningAgent, errChatGone},
+		{"the user's own", 2, "7", errTurnRunning, errTurnRunning},
+	} {
 		r := newRegistry(nil, nil, nil)
-		o, err := r.reserve(ctx, key, 3, "mallory", "7", 0, TurnLimits{}, false)
+		o, err := r.reserve(ctx, key, tc.userID, "x", tc.agent, 0, TurnLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = reserveAfter(r, o, func() {
-			r.mu.Lock()
-			o.started = true
-			if o.startedCh != nil {
-				close(o.startedCh)
-			}
-			r.mu.Unlock()
-		})
-		if err != errNotOwner {
-			t.Fatalf("reserve after another user's turn started = %v, want %v", err, errNotOwner)
+		if _, err := r.reserve(ctx, key, 2, "jane", "7", 0, TurnLimits{}); err != tc.opening {
+			t.Errorf("%s, opening: reserve = %v, want %v", tc.name, err, tc.opening)
 		}
-	})
-	t.Run("the user's own opening is 409 at once", func(t *testing.T) {
-		r := newRegistry(nil, nil, nil)
-		if _, err := r.reserve(ctx, key, 2, "jane", "7", 0, TurnLimits{}, false); err != nil {
-			t.Fatal(err)
+		r.mu.Lock()
+		o.started = true
+		r.mu.Unlock()
+		if _, err := r.reserve(ctx, key, 2, "jane", "7", 0, TurnLimits{}); err != tc.started {
+			t.Errorf("%s, started: reserve = %v, want %v", tc.name, err, tc.started)
 		}
-		if _, err := r.reserve(ctx, key, 2, "jane", "7", 0, TurnLimits{}, true); err != errTurnRunning {
-			t.Fatalf("second reserve = %v, want %v", err, errTurnRunning)
-		}
-	})
-	t.Run("bounded by the context", func(t *testing.T) {
-		r := newRegistry(nil, nil, nil)
-		if _, err := r.reserve(ctx, key, 3, "mallory", "7", 0, TurnLimits{}, false); err != nil {
-			t.Fatal(err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		defer cancel()
-		if _, err := r.reserve(cctx, key, 2, "jane", "7", 0, TurnLimits{}, true); err != context.DeadlineExceeded {
-			t.Fatalf("reserve while another's opening holds the thread past the deadline = %v", err)
-		}
-	})
+	}
 }

@@ -1,6 +1,7 @@
 package chatstream_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -452,42 +453,53 @@ func TestAbortDuringOpening(t *testing.T) {
 
 // TestOwnInputWhileAnothersOpeningHoldsTheChat: another user's input on
 // a user's chat is reserved before the store refuses it; the user's own
-// input that comes meanwhile waits for that refusal and opens its turn,
-// rather than being answered 403 as if the chat were the other's.
+// input that comes meanwhile is 409, try again (the chat is the user's,
+// busy for an instant), not 403 as if the chat were the other's; once the
+// other's is refused, the user's next input opens its turn. Through
+// another agent, the other's input is 404 as usual.
 func TestOwnInputWhileAnothersOpeningHoldsTheChat(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-			gs.Store = testdb.Open(t, backend)
-			return gs
-		}})
-		jane, mallory, chatID := ext("jane"), ext("mallory"), "janes"
-		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: jane})
-		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: mallory})
-		gs.armed.Store(true)
-		refused := make(chan error, 1)
-		go func() {
-			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:mine?", ChatID: chatID, SessionSettings: mallory})
-			refused <- err
-		}()
-		<-gs.entered // mallory's opening holds the chat's reservation
-		own := make(chan error, 1)
-		go func() {
-			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: jane})
-			own <- err
-		}()
-		select {
-		case err := <-own:
+		for _, other := range []struct {
+			name   string
+			ss     *chatstream.SessionSettings
+			agent  string
+			status int
+		}{{"another user", ext("mallory"), agentID, http.StatusForbidden}, {"the user through another agent", ext("jane"), "8", http.StatusNotFound}} {
+			gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+				gs.Store = testdb.Open(t, backend)
+				return gs
+			}, cfg: func(c *operator.Config) {
+				c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
+			}})
+			jane, chatID := ext("jane"), "janes"
+			collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: jane})
+			for _, err := range e.client.Stream(t.Context(), acct, other.agent, chatstream.Request{Input: "echo:hi", ChatID: "others", SessionSettings: other.ss}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			gs.armed.Store(true)
+			refused := make(chan error, 1)
+			go func() {
+				var err error
+				for _, e := range e.client.Stream(context.Background(), acct, other.agent, chatstream.Request{Input: "echo:mine?", ChatID: chatID, SessionSettings: other.ss}) {
+					err = cmp.Or(err, e)
+				}
+				refused <- err
+			}()
+			<-gs.entered // the other opening holds the chat's reservation
+			_, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: jane})
 			close(gs.release)
-			t.Fatalf("the user's input was answered (%v) while another user's opening held the chat", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		close(gs.release)
-		if err := <-refused; apiStatus(err) != http.StatusForbidden {
-			t.Errorf("another user's input on the chat: %v, want 403", err)
-		}
-		if err := <-own; err != nil {
-			t.Errorf("the user's own input once the other's was refused: %v, want its turn", err)
+			if apiStatus(err) != http.StatusConflict || !strings.Contains(err.Error(), "try again") {
+				t.Errorf("%s: the user's input while the other's opening held its chat: %v, want 409, try again", other.name, err)
+			}
+			if err := <-refused; apiStatus(err) != other.status {
+				t.Errorf("%s: the other input on the chat: %v, want %d", other.name, err, other.status)
+			}
+			if _, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: jane}); err != nil {
+				t.Errorf("%s: the user's input once the other's was refused: %v, want its turn", other.name, err)
+			}
 		}
 	})
 }

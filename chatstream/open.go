@@ -51,8 +51,8 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 	tl := TurnLimits{Account: max(lim.RunningTurns, 0), User: max(lim.RunningTurnsPerUser, 0)}
 	reserve := func(rd store.Tx, userID int64) (err error) {
 		switch {
-		case t == nil: // outside a transaction (rd is the store), another's opening is waited for
-			t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes, tl, rd == h.st)
+		case t == nil:
+			t, err = h.turns.reserve(ctx, turnKey{c.acct.ID, chatID}, userID, u.externalID, c.agent.ID, h.cfg.maxTurnBytes, tl)
 		case t.userID == userID:
 			return nil // the opening's transaction runs again
 		default: // again, and the new user has another id (PostgreSQL does not roll sequences back)
@@ -60,7 +60,10 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 				t = nil // dropped
 			}
 		}
-		if (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil {
+		switch {
+		case err == errOthersOpening || err == errOthersOpeningAgent:
+			err = othersOpening(ctx, rd, c, chatID, userID, err)
+		case (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil:
 			err = otherAgentsThread(ctx, rd, c, chatID, err)
 		}
 		return err
@@ -97,6 +100,27 @@ func otherAgentsThread(ctx context.Context, rd store.Tx, c caller, chatID string
 		return errChatGone
 	}
 	return err
+}
+
+// othersOpening answers a request whose thread is held by another user's
+// opening (or the user's own through another agent) that has not started
+// (err, the answer were that turn running). That opening was reserved
+// before the store said whose the thread is: when it is the caller's, the
+// other opening is about to be refused and the answer is 409, try again,
+// rather than 403 as if the chat were another's.
+func othersOpening(ctx context.Context, rd store.Tx, c caller, chatID string, userID int64, err error) error {
+	th, terr := rd.Thread(ctx, c.acct.ID, chatID)
+	switch {
+	case terr == nil && th.AgentID == c.agent.ID && th.UserID == userID:
+		return errChatBusy
+	case terr == nil && th.AgentID != c.agent.ID:
+		return errChatGone
+	case terr == nil:
+		return errNotOwner
+	case !errors.Is(terr, store.ErrNotFound):
+		return terr
+	}
+	return err // a new chat that the other opening may create
 }
 
 // foundUser is the user a turn runs for, as findUser found it.

@@ -13,13 +13,13 @@ func TestRebindKeepsUserLimit(t *testing.T) {
 	ctx := context.Background()
 	lim := TurnLimits{User: 1}
 	// user 2 holds its one allowed turn
-	if _, err := r.reserve(ctx, turnKey{1, "b"}, 2, "x", "7", 0, lim, false); err != nil {
+	if _, err := r.reserve(ctx, turnKey{1, "b"}, 2, "x", "7", 0, lim); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.reserve(ctx, turnKey{1, "c"}, 2, "x", "7", 0, lim, false); err == nil {
+	if _, err := r.reserve(ctx, turnKey{1, "c"}, 2, "x", "7", 0, lim); err == nil {
 		t.Fatal("reserve: second turn of user 2 accepted")
 	}
-	t1, err := r.reserve(ctx, turnKey{1, "a"}, 1, "x", "7", 0, lim, false)
+	t1, err := r.reserve(ctx, turnKey{1, "a"}, 1, "x", "7", 0, lim)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,15 @@ var (
 )
 
 var (
-	errTurnRunning  = wire.Errorf(http.StatusConflict, "a turn of this chat is running: wait for it to end or abort it")
-	errNotOwner     = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
-	errShuttingDown = wire.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
+	errTurnRunning = wire.Errorf(http.StatusConflict, "a turn of this chat is running: wait for it to end or abort it")
+	errChatBusy    = wire.Errorf(http.StatusConflict, "another request on this chat is being refused: try again")
+	// A reservation of the thread by another user's (or agent's) opening
+	// that has not started; answered as its turn would be unless open
+	// finds the thread is the caller's (othersOpening).
+	errOthersOpening      = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
+	errOthersOpeningAgent = wire.Errorf(http.StatusNotFound, "chat not found")
+	errNotOwner           = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
+	errShuttingDown       = wire.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
 )
 
 // clusterUnavailable is the 503 of a failed [Cluster] call; the cause is
@@ -120,41 +126,27 @@ func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 // replicas) is 429. ctx bounds the cluster's claim, which runs without the
 // registry's lock.
 //
-// With wait, another user's (or agent's) opening of the thread that has not
-// started yet is waited for, bounded by ctx: it is reserved before the
-// store says whose the thread is, so the caller's own thread may be
-// reserved for an instant by another user's request that the store will
-// refuse; once it is refused, the thread is the caller's to reserve. An
-// opening that reserves in its transaction (a new user's) does not wait:
-// it would hold the transaction (on SQLite, the writer) while the other
-// opening needs it.
-func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, externalID, agentID string, maxSize int, lim TurnLimits, wait bool) (*turn, error) {
+// Another user's (or agent's) opening that has not started is
+// errOthersOpening or errOthersOpeningAgent: it was reserved before the
+// store said whose the thread is, and the thread may be the caller's,
+// which only the store can tell (see othersOpening).
+func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, externalID, agentID string, maxSize int, lim TurnLimits) (*turn, error) {
 	r.mu.Lock()
-	for wait {
-		t, ok := r.turns[key]
-		if !ok || t.started || t.userID == userID && t.agentID == agentID {
-			break
-		}
-		started := r.whenStartedLocked(t)
-		r.mu.Unlock()
-		select {
-		case <-t.done: // refused: the thread is free again
-		case <-started:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-		r.mu.Lock()
-	}
 	if r.closing {
 		r.mu.Unlock()
 		return nil, errShuttingDown
 	}
 	if t, ok := r.turns[key]; ok {
+		otherAgent, otherUser, started := t.agentID != agentID, t.userID != userID, t.started
 		r.mu.Unlock()
 		switch {
-		case t.agentID != agentID:
-			return nil, errChatGone // a thread of another agent, running or not
-		case t.userID != userID:
+		case otherAgent && !started:
+			return nil, errOthersOpeningAgent
+		case otherAgent:
+			return nil, errChatGone // a thread of another agent
+		case otherUser && !started:
+			return nil, errOthersOpening
+		case otherUser:
 			return nil, errNotOwner
 		}
 		return nil, errTurnRunning
@@ -368,10 +360,6 @@ func (r *registry) abort(key turnKey, o turnOwner) (t *turn, started, mine bool)
 func (r *registry) whenStarted(t *turn) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.whenStartedLocked(t)
-}
-
-func (r *registry) whenStartedLocked(t *turn) <-chan struct{} {
 	if t.startedCh == nil {
 		t.startedCh = make(chan struct{})
 		if t.started {

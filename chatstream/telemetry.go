@@ -100,6 +100,8 @@ func turnOutcome(ctx context.Context, err error) (string, error) {
 			return telemetry.OutcomeAborted, nil
 		case errors.Is(cause, errShutdown):
 			return telemetry.OutcomeShutdown, cause
+		case errors.Is(cause, errThreadDeleted):
+			return telemetry.OutcomeDeleted, nil
 		default:
 			return telemetry.OutcomeDeadline, cause
 		}

@@ -19,6 +19,7 @@ const (
 	OutcomeAborted  = "aborted"
 	OutcomeDeadline = "deadline"
 	OutcomeShutdown = "shutdown"
+	OutcomeDeleted  = "deleted" // the turn's user, and its thread, deleted while it ran
 )
 
 // Turn is the span and metrics of one chat turn.
@@ -66,7 +67,7 @@ func (tn *Turn) End(outcome string, err error) {
 	o := AttrTurnOutcome.String(outcome)
 	tn.span.SetAttributes(o)
 	switch outcome {
-	case OutcomeDone, OutcomeAborted:
+	case OutcomeDone, OutcomeAborted, OutcomeDeleted:
 	default:
 		tn.span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
 		msg := outcome
