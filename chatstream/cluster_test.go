@@ -1135,3 +1135,37 @@ func TestAbortOfOwnRefusedNewChatSameAnswer(t *testing.T) {
 		t.Errorf("the user's abort of its own new chat's opening, refused: %d without a cluster, %d with one; want one answer (204: found the caller's opening)", without, with)
 	}
 }
+
+// TestClusterOwnInputWhileAnothersOpeningElsewhere: another user's input
+// on a user's chat claims the chat on replica A before A's store refuses
+// it; the user's own input on B meanwhile is 409, try again (the chat is
+// the user's, busy for an instant), not 403 as if it were the other's; the
+// user's next input, once the other's is refused, opens its turn.
+func TestClusterOwnInputWhileAnothersOpeningElsewhere(t *testing.T) {
+	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
+	rel := sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(rel)
+	ctx := t.Context()
+	const chatID = "janes"
+	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: ext("jane")})
+	collect(t, p.a.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
+	gs.armed.Store(true)
+	refused := make(chan error, 1)
+	go func() {
+		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:mine?", ChatID: chatID, SessionSettings: ext("mallory")})
+		refused <- err
+	}()
+	<-gs.entered // mallory's opening on A holds the chat's claim
+	_, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: ext("jane")})
+	rel()
+	if apiStatus(err) != http.StatusConflict || !strings.Contains(err.Error(), "try again") {
+		t.Errorf("the user's input on B while another's opening on A held its chat: %v, want 409, try again", err)
+	}
+	if err := <-refused; apiStatus(err) != http.StatusForbidden {
+		t.Errorf("another user's input on the chat: %v, want 403", err)
+	}
+	if _, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: ext("jane")}); err != nil {
+		t.Errorf("the user's input once the other's was refused: %v, want its turn", err)
+	}
+}

@@ -64,7 +64,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 		case err == errOthersOpening || err == errOthersOpeningAgent:
 			err = othersOpening(ctx, rd, c, chatID, userID, err)
 		case (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil:
-			err = otherAgentsThread(ctx, rd, c, chatID, err)
+			err = claimedElsewhere(ctx, rd, c, chatID, userID, err)
 		}
 		return err
 	}
@@ -91,13 +91,21 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 	return t, op, nil
 }
 
-// otherAgentsThread answers a request whose thread has a turn running on
-// another replica: 404 if the stored thread is another agent's, as when no
-// turn runs, else err (409 or 403). The claim names the turn's user, not
-// its agent.
-func otherAgentsThread(ctx context.Context, rd store.Tx, c caller, chatID string, err error) error {
-	if th, terr := rd.Thread(ctx, c.acct.ID, chatID); terr == nil && th.AgentID != c.agent.ID {
+// claimedElsewhere answers a request whose thread another replica has
+// claimed (err: 409 for the user's claim, 403 for another's): 404 if the
+// stored thread is another agent's, as when no turn runs (the claim names
+// the turn's user, not its agent). Another user's claim on the caller's
+// stored thread can only be an opening there that the store is about to
+// refuse (a turn of the thread runs only for its owner): 409, try again,
+// as when it is in this process (othersOpening).
+func claimedElsewhere(ctx context.Context, rd store.Tx, c caller, chatID string, userID int64, err error) error {
+	th, terr := rd.Thread(ctx, c.acct.ID, chatID)
+	switch {
+	case terr != nil:
+	case th.AgentID != c.agent.ID:
 		return errChatGone
+	case err == errNotOwner && th.UserID == userID:
+		return errChatBusy
 	}
 	return err
 }
