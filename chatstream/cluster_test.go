@@ -1169,3 +1169,28 @@ func TestClusterOwnInputWhileAnothersOpeningElsewhere(t *testing.T) {
 		t.Errorf("the user's input once the other's was refused: %v, want its turn", err)
 	}
 }
+
+// TestClusterOthersWhileOwnerOpensElsewhere: while the owner's opening on
+// replica A holds its chat's claim, everyone else on B is answered as the
+// spec says (403 another user, 404 through another agent), not with the
+// owner's 409, try again.
+func TestClusterOthersWhileOwnerOpensElsewhere(t *testing.T) {
+	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
+	rel := sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(rel)
+	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "janes", SessionSettings: ext("jane")})
+	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "m", SessionSettings: ext("mallory")})
+	gs.armed.Store(true)
+	held := make(chan error, 1)
+	go func() {
+		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:held", ChatID: "janes", SessionSettings: ext("jane")})
+		held <- err
+	}()
+	<-gs.entered
+	othersAnswered(t, p.b, "janes")
+	rel()
+	if err := <-held; err != nil {
+		t.Errorf("the owner's held opening on A: %v", err)
+	}
+}

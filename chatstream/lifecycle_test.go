@@ -504,6 +504,62 @@ func TestOwnInputWhileAnothersOpeningHoldsTheChat(t *testing.T) {
 	})
 }
 
+// TestOthersWhileOwnersOpeningHoldsTheChat: while the owner's own opening
+// holds its chat (not started), everyone else is answered as the spec
+// says, not with the owner's 409, try again: another user 403, any caller
+// through another agent 404 (which tells nothing of the chat), a new user
+// (whose opening reserves inside its transaction) the same.
+func TestOthersWhileOwnersOpeningHoldsTheChat(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			gs.Store = testdb.Open(t, backend)
+			return gs
+		}, cfg: func(c *operator.Config) {
+			c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
+		}})
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "janes", SessionSettings: ext("jane")})
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "m", SessionSettings: ext("mallory")})
+		gs.armed.Store(true)
+		held := make(chan error, 1)
+		go func() {
+			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:held", ChatID: "janes", SessionSettings: ext("jane")})
+			held <- err
+		}()
+		<-gs.entered
+		othersAnswered(t, e, "janes")
+		close(gs.release)
+		if err := <-held; err != nil {
+			t.Errorf("the owner's held opening: %v", err)
+		}
+	})
+}
+
+// othersAnswered checks what others get for input on jane's chat chatID
+// on e while her opening holds it.
+func othersAnswered(t *testing.T, e *env, chatID string) {
+	t.Helper()
+	for _, c := range []struct {
+		name, agent string
+		ss          *chatstream.SessionSettings
+		want        int
+	}{
+		{"another user", agentID, ext("mallory"), http.StatusForbidden},
+		{"another user through another agent", "8", ext("mallory"), http.StatusNotFound},
+		{"the owner through another agent", "8", ext("jane"), http.StatusNotFound},
+		{"a new user", agentID, ext("newbie"), http.StatusForbidden},
+		{"a new user through another agent", "8", ext("newbie2"), http.StatusNotFound},
+	} {
+		var err error
+		for _, e := range e.client.Stream(t.Context(), acct, c.agent, chatstream.Request{Input: "echo:x", ChatID: chatID, SessionSettings: c.ss}) {
+			err = cmp.Or(err, e)
+		}
+		if apiStatus(err) != c.want {
+			t.Errorf("%s: %v, want %d", c.name, err, c.want)
+		}
+	}
+}
+
 // txGateStore holds CreateThread inside the opening's transaction once
 // armed: a new user's turn is then reserved (inside the transaction) but
 // not started.
