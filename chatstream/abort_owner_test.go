@@ -78,7 +78,7 @@ func TestReserveAgainstAnothersOpening(t *testing.T) {
 	}{
 		{"another user", 3, "7", errOthersOpening, errNotOwner},
 		{"another agent", 2, "8", errOthersOpeningAgent, errChatGone},
-		{"the user's own", 2, "7", errTurnRunning, errTurnRunning},
+		{"the user's own", 2, "7", errOwnOpening, errTurnRunning},
 	} {
 		r := newRegistry(nil, nil, nil)
 		o, err := r.reserve(ctx, key, tc.userID, "x", tc.agent, 0, TurnLimits{})

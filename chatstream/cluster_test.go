@@ -1194,3 +1194,31 @@ func TestClusterOthersWhileOwnerOpensElsewhere(t *testing.T) {
 		t.Errorf("the owner's held opening on A: %v", err)
 	}
 }
+
+// TestClusterOwnSecondInputOnAnothersChat: a user's input on another
+// user's chat holds the chat's claim on replica A until A's store refuses
+// it; the user's second input on B meanwhile is 403 like the first, not
+// 409 as if the chat were the user's with a turn running.
+func TestClusterOwnSecondInputOnAnothersChat(t *testing.T) {
+	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
+	rel := sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(rel)
+	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "j", SessionSettings: ext("jane")})
+	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
+	gs.armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:one", ChatID: "mallorys", SessionSettings: ext("jane")})
+		first <- err
+	}()
+	<-gs.entered
+	_, err := collectErr(t.Context(), p.b.client, chatstream.Request{Input: "echo:two", ChatID: "mallorys", SessionSettings: ext("jane")})
+	rel()
+	if apiStatus(err) != http.StatusForbidden {
+		t.Errorf("the second input, on B, on another user's chat: %v, want 403", err)
+	}
+	if err := <-first; apiStatus(err) != http.StatusForbidden {
+		t.Errorf("the first input, on A, on another user's chat: %v, want 403", err)
+	}
+}

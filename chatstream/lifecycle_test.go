@@ -560,6 +560,36 @@ func othersAnswered(t *testing.T, e *env, chatID string) {
 	}
 }
 
+// TestOwnSecondInputOnAnothersChat: a user's second input on another
+// user's chat while the first is still being refused is 403 like the
+// first, not 409 as if the chat were the user's with a turn running.
+func TestOwnSecondInputOnAnothersChat(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+			gs.Store = testdb.Open(t, backend)
+			return gs
+		}})
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "j", SessionSettings: ext("jane")})
+		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
+		gs.armed.Store(true)
+		first := make(chan error, 1)
+		go func() {
+			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:one", ChatID: "mallorys", SessionSettings: ext("jane")})
+			first <- err
+		}()
+		<-gs.entered
+		_, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "echo:two", ChatID: "mallorys", SessionSettings: ext("jane")})
+		close(gs.release)
+		if apiStatus(err) != http.StatusForbidden {
+			t.Errorf("the second input on another user's chat: %v, want 403", err)
+		}
+		if err := <-first; apiStatus(err) != http.StatusForbidden {
+			t.Errorf("the first input on another user's chat: %v, want 403", err)
+		}
+	})
+}
+
 // txGateStore holds CreateThread inside the opening's transaction once
 // armed: a new user's turn is then reserved (inside the transaction) but
 // not started.

@@ -61,7 +61,7 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 			}
 		}
 		switch {
-		case err == errOthersOpening || err == errOthersOpeningAgent:
+		case err == errOthersOpening || err == errOthersOpeningAgent || err == errOwnOpening:
 			err = othersOpening(ctx, rd, c, chatID, userID, err)
 		case (err == errTurnRunning || err == errNotOwner) && h.turns.cluster != nil:
 			err = claimedElsewhere(ctx, rd, c, chatID, userID, err)
@@ -97,7 +97,8 @@ func (h *Handler) open(ctx context.Context, c caller, req chatRequest, now time.
 // the turn's user, not its agent). Another user's claim on the caller's
 // stored thread can only be an opening there that the store is about to
 // refuse (a turn of the thread runs only for its owner): 409, try again,
-// as when it is in this process (othersOpening).
+// as when it is in this process (othersOpening); and the caller's own
+// claim on another user's thread, 403.
 func claimedElsewhere(ctx context.Context, rd store.Tx, c caller, chatID string, userID int64, err error) error {
 	th, terr := rd.Thread(ctx, c.acct.ID, chatID)
 	switch {
@@ -106,20 +107,28 @@ func claimedElsewhere(ctx context.Context, rd store.Tx, c caller, chatID string,
 		return errChatGone
 	case err == errNotOwner && th.UserID == userID:
 		return errChatBusy
+	case err == errTurnRunning && th.UserID != userID:
+		return errNotOwner // the caller's own opening elsewhere, about to be refused
 	}
 	return err
 }
 
-// othersOpening answers a request whose thread is held by another user's
-// opening (or the user's own through another agent) that has not started
-// (err, the answer were that turn running). That opening was reserved
-// before the store said whose the thread is: when it is the caller's, the
-// other opening is about to be refused and the answer is 409, try again,
-// rather than 403 as if the chat were another's.
+// othersOpening answers a request whose thread is held by an opening that
+// has not started (err, the answer were that turn running): another
+// user's, the user's own through another agent, or the user's own
+// (errOwnOpening). That opening was reserved before the store said whose
+// the thread is. When the thread is the caller's, another's opening is
+// about to be refused and the answer is 409, try again, rather than 403 as
+// if the chat were another's; when it is another's, the caller's own
+// opening is about to be refused and the answer is 403 (or 404), rather
+// than 409 as if the chat were the caller's.
 func othersOpening(ctx context.Context, rd store.Tx, c caller, chatID string, userID int64, err error) error {
 	th, terr := rd.Thread(ctx, c.acct.ID, chatID)
 	switch {
 	case terr == nil && th.AgentID == c.agent.ID && th.UserID == userID:
+		if err == errOwnOpening {
+			return errTurnRunning
+		}
 		return errChatBusy
 	case terr == nil && th.AgentID != c.agent.ID:
 		return errChatGone

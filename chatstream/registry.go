@@ -32,8 +32,11 @@ var (
 	// finds the thread is the caller's (othersOpening).
 	errOthersOpening      = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
 	errOthersOpeningAgent = wire.Errorf(http.StatusNotFound, "chat not found")
-	errNotOwner           = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
-	errShuttingDown       = wire.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
+	// The caller's own opening of the thread, not started: it may be of
+	// another user's chat, which the store is about to refuse (othersOpening).
+	errOwnOpening   = wire.Errorf(http.StatusConflict, "a turn of this chat is running: wait for it to end or abort it")
+	errNotOwner     = wire.Errorf(http.StatusForbidden, "the chat belongs to another user")
+	errShuttingDown = wire.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
 )
 
 // clusterUnavailable is the 503 of a failed [Cluster] call; the cause is
@@ -126,10 +129,11 @@ func newRegistry(log *slog.Logger, cluster Cluster, st store.Store) *registry {
 // replicas) is 429. ctx bounds the cluster's claim, which runs without the
 // registry's lock.
 //
-// Another user's (or agent's) opening that has not started is
-// errOthersOpening or errOthersOpeningAgent: it was reserved before the
-// store said whose the thread is, and the thread may be the caller's,
-// which only the store can tell (see othersOpening).
+// An opening that has not started is errOthersOpening or
+// errOthersOpeningAgent when it is another user's (or agent's), and
+// errOwnOpening when it is the caller's: it was reserved before the store
+// said whose the thread is, and the thread may be the caller's, or
+// another's, which only the store can tell (see othersOpening).
 func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, externalID, agentID string, maxSize int, lim TurnLimits) (*turn, error) {
 	r.mu.Lock()
 	if r.closing {
@@ -148,6 +152,8 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, exter
 			return nil, errOthersOpening
 		case otherUser:
 			return nil, errNotOwner
+		case !started:
+			return nil, errOwnOpening
 		}
 		return nil, errTurnRunning
 	}
