@@ -172,8 +172,10 @@ func TestRedteamCompileCost(t *testing.T) {
 	fan := fanOut(4, func(i int) string { return fmt.Sprintf("a%d", i) }, "SELECT 1 AS x FROM "+strings.TrimSuffix(strings.Repeat("customers, ", 60), ", "))
 	start = time.Now()
 	_, err = run(t, tool, german, fan)
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("2^4 copies of a join of 60 views: %v after %v, timeout 1s", err, took)
+	// The bound only catches a compilation that runs on (uncancelled, it
+	// ends at the work budget, some seconds in): loose, for a loaded machine.
+	if took := time.Since(start); took > 10*time.Second || err == nil || !strings.Contains(err.Error(), "ran longer than 1s") {
+		t.Errorf("2^4 copies of a join of 60 views: %v after %v, want stopped by the timeout of 1s", err, took)
 	}
 	// The connection and the checker work after.
 	if res, err := run(t, tool, german, "SELECT count(*) FROM customers"); err != nil || res.Data[0][0] != int64(2) {
@@ -186,10 +188,10 @@ func TestRedteamCompileCost(t *testing.T) {
 	slow, _ := newTool(t, analytics.WithTimeout(time.Minute))
 	start = time.Now()
 	_, err = slow.Run(ctx, chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: fan})
-	if !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, context.Canceled) { // stopped by the cancellation, not by the work budget
 		t.Errorf("cancelled while compiling: %v", err)
 	}
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 10*time.Second { // as above: a loaded machine stretches it
 		t.Errorf("cancelled while compiling: stopped after %v", took)
 	}
 }
