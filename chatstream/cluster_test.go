@@ -1142,10 +1142,7 @@ func TestAbortOfOwnRefusedNewChatSameAnswer(t *testing.T) {
 // the user's, busy for an instant), not 403 as if it were the other's; the
 // user's next input, once the other's is refused, opens its turn.
 func TestClusterOwnInputWhileAnothersOpeningElsewhere(t *testing.T) {
-	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
-	rel := sync.OnceFunc(func() { close(gs.release) })
-	t.Cleanup(rel)
+	p, gs, rel := gatedPair(t)
 	ctx := t.Context()
 	const chatID = "janes"
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: ext("jane")})
@@ -1175,10 +1172,7 @@ func TestClusterOwnInputWhileAnothersOpeningElsewhere(t *testing.T) {
 // spec says (403 another user, 404 through another agent), not with the
 // owner's 409, try again.
 func TestClusterOthersWhileOwnerOpensElsewhere(t *testing.T) {
-	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
-	rel := sync.OnceFunc(func() { close(gs.release) })
-	t.Cleanup(rel)
+	p, gs, rel := gatedPair(t)
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "janes", SessionSettings: ext("jane")})
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "m", SessionSettings: ext("mallory")})
 	gs.armed.Store(true)
@@ -1200,10 +1194,7 @@ func TestClusterOthersWhileOwnerOpensElsewhere(t *testing.T) {
 // it; the user's second input on B meanwhile is 403 like the first, not
 // 409 as if the chat were the user's with a turn running.
 func TestClusterOwnSecondInputOnAnothersChat(t *testing.T) {
-	gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-	p := newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
-	rel := sync.OnceFunc(func() { close(gs.release) })
-	t.Cleanup(rel)
+	p, gs, rel := gatedPair(t)
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "j", SessionSettings: ext("jane")})
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
 	gs.armed.Store(true)
@@ -1221,4 +1212,14 @@ func TestClusterOwnSecondInputOnAnothersChat(t *testing.T) {
 	if err := <-first; apiStatus(err) != http.StatusForbidden {
 		t.Errorf("the first input, on A, on another user's chat: %v, want 403", err)
 	}
+}
+
+// gatedPair returns a pair whose replica A's store holds the next InTx
+// once gs is armed, and rel, which lets it go (at the test's end too).
+func gatedPair(t *testing.T) (p *pair, gs gateStore, rel func()) {
+	gs = newGateStore()
+	p = newPair(t, pairOpts{storeA: func(st store.Store) store.Store { gs.Store = st; return gs }})
+	rel = sync.OnceFunc(func() { close(gs.release) })
+	t.Cleanup(rel)
+	return p, gs, rel
 }

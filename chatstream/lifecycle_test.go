@@ -392,6 +392,21 @@ func (s gateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.InTx(ctx, fn)
 }
 
+func newGateStore() gateStore {
+	return gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+// gatedEnv returns an env of target tg, with agent 8 beside agent 7, whose
+// store holds the next InTx once gs is armed.
+func gatedEnv(t *testing.T, tg apitest.Target) (e *env, gs gateStore) {
+	gs = newGateStore()
+	e = newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
+		gs.Store = testdb.Open(t, backend)
+		return gs
+	}, cfg: withAgent8})
+	return e, gs
+}
+
 // TestAbortDuringOpening: an abort that comes while the turn is still
 // opening (reserved, its transaction under way), in an existing chat or in
 // the first turn of a new one, aborts the turn as it starts, and is
@@ -465,13 +480,7 @@ func TestOwnInputWhileAnothersOpeningHoldsTheChat(t *testing.T) {
 			agent  string
 			status int
 		}{{"another user", ext("mallory"), agentID, http.StatusForbidden}, {"the user through another agent", ext("jane"), "8", http.StatusNotFound}} {
-			gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-			e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-				gs.Store = testdb.Open(t, backend)
-				return gs
-			}, cfg: func(c *operator.Config) {
-				c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
-			}})
+			e, gs := gatedEnv(t, tg)
 			jane, chatID := ext("jane"), "janes"
 			collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: jane})
 			for _, err := range e.client.Stream(t.Context(), acct, other.agent, chatstream.Request{Input: "echo:hi", ChatID: "others", SessionSettings: other.ss}) {
@@ -511,13 +520,7 @@ func TestOwnInputWhileAnothersOpeningHoldsTheChat(t *testing.T) {
 // (whose opening reserves inside its transaction) the same.
 func TestOthersWhileOwnersOpeningHoldsTheChat(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-			gs.Store = testdb.Open(t, backend)
-			return gs
-		}, cfg: func(c *operator.Config) {
-			c.Accounts[0].Agents = append(c.Accounts[0].Agents, operator.Agent{ID: "8", DeploymentID: 1})
-		}})
+		e, gs := gatedEnv(t, tg)
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "janes", SessionSettings: ext("jane")})
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "m", SessionSettings: ext("mallory")})
 		gs.armed.Store(true)
@@ -565,11 +568,7 @@ func othersAnswered(t *testing.T, e *env, chatID string) {
 // first, not 409 as if the chat were the user's with a turn running.
 func TestOwnSecondInputOnAnothersChat(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
-		gs := gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
-		e := newEnv(t, tg, envOpts{store: func(t testing.TB, backend string) store.Store {
-			gs.Store = testdb.Open(t, backend)
-			return gs
-		}})
+		e, gs := gatedEnv(t, tg)
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "j", SessionSettings: ext("jane")})
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
 		gs.armed.Store(true)

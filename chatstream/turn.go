@@ -271,9 +271,9 @@ func (t *turn) finish(o outcome) {
 	if err != nil {
 		st := lines[len(lines)-1].State
 		switch {
-		case errors.Is(err, store.ErrNotFound) || o == outcomeDeleted:
+		case errors.Is(err, store.ErrNotFound):
 			// The thread went with its user (deprovisioned, or expired and
-			// reaped) while the turn ran.
+			// reaped) while the turn ran; outcomeDeleted says so already.
 			st.Error = errChatDeleted
 		case st.Error == "":
 			st.Error = errStoreFailed
