@@ -167,10 +167,21 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 		return 0, cmp.Or(t.abort, errClosed)
 	}
 	var cancel context.CancelFunc = func() {}
-	if !t.inTx {
-		ctx, cancel = context.WithTimeout(ctx, t.s.cfg.queryTimeout)
-	} else if d, ok := t.db.Statement.Context.Deadline(); ok {
+	switch d, ok := t.db.Statement.Context.Deadline(); {
+	case t.inTx && ok:
 		ctx, cancel = context.WithDeadline(ctx, d) // the transaction's: a statement that hangs ends with it
+	case t.inTx:
+	case !t.s.pg:
+		// A read on SQLite (its writes run in the writer's transaction).
+		// go-sqlite3 steps a statement whose context can end on a new
+		// goroutine for every row, and its caller waits for that one: two
+		// trips through the scheduler per row, which under load make most
+		// of a turn's opening. Without an end it steps on the caller's.
+		// A read in WAL mode does not wait for the writer; SQLite's busy
+		// timeout bounds what it may wait for.
+		ctx = context.WithoutCancel(ctx)
+	default:
+		ctx, cancel = context.WithTimeout(ctx, t.s.cfg.queryTimeout)
 	}
 	defer cancel()
 	r := f(t.db.WithContext(ctx))
@@ -248,7 +259,9 @@ func WithOnClose(f func() error) Option { return func(c *config) { c.onClose = f
 
 // WithQueryTimeout bounds every statement and transaction attempt: a call
 // without a connection, the SQLite write lock or an answer within d is
-// [store.ErrUnavailable]. Default: 5 seconds; d must be positive.
+// [store.ErrUnavailable]. On SQLite a read outside a transaction, which
+// does not wait for the writer, runs without it (SQLite's busy timeout
+// bounds it). Default: 5 seconds; d must be positive.
 func WithQueryTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("gormstore: WithQueryTimeout: duration must be positive, got %v", d))
