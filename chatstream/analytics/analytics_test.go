@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -573,5 +574,35 @@ func TestCallHidesSourceErrors(t *testing.T) {
 	var te *analytics.ToolError
 	if !errors.As(err, &te) {
 		t.Errorf("a refused query through Call: %v, want the tool error", err)
+	}
+}
+
+// TestSchemaWithoutValues checks the types of columns that have no value
+// to read them from (no rows, or null in every one): as their definitions
+// declare them, an expression's as string; the tool and the data query
+// API agree.
+func TestSchemaWithoutValues(t *testing.T) {
+	tool, _ := newTool(t)
+	const q = "SELECT country, amount, id, created_at, amount * 2 AS twice, NULL AS empty FROM orders WHERE amount < 0"
+	want := []analytics.Column{{Name: "country", ColumnType: "string"}, {Name: "amount", ColumnType: "number"}, {Name: "id", ColumnType: "number"},
+		{Name: "created_at", ColumnType: "time"}, {Name: "twice", ColumnType: "string"}, {Name: "empty", ColumnType: "string"}}
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: q, QueryTitle: "T"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Data) != 0 || !slices.Equal(res.Schema, want) {
+		t.Errorf("tool: %d rows, schema %v, want none and %v", len(res.Data), res.Schema, want)
+	}
+	rows, err := tool.QueryData(t.Context(), chatstream.Turn{User: internal}, q, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []analytics.Column
+	for _, c := range rows.Columns() {
+		got = append(got, analytics.Column(c))
+	}
+	if !slices.Equal(got, want) || rows.Next() {
+		t.Errorf("data query: schema %v, want %v and no rows", got, want)
 	}
 }

@@ -23,8 +23,8 @@ var _ chatstream.DataSource = (*SQLTool)(nil)
 // does not apply: the timeout alone bounds a data query's work, on SQLite
 // as on PostgreSQL. The columns' types are read as the tool reads them: by
 // the first non-null value of a column among the rows the tool would hold
-// (its row limit, 4 MiB), so that the same query has the same schema from
-// both. QueryData returns once every column has a value that is not null,
+// (its row limit, 4 MiB), else by the type its definition declares, so
+// that the same query has the same schema from both. QueryData returns once every column has a value that is not null,
 // or those rows are read, or the query has ended or failed; a refused,
 // invalid or timed-out query, or an unknown branch, is a
 // *[chatstream.QueryError] with the message of the tool error. Close
@@ -67,7 +67,7 @@ func (t *SQLTool) QueryData(ctx context.Context, tu chatstream.Turn, sqlQuery st
 			return nil, asQueryError(err)
 		}
 	}
-	for _, col := range t.schema(c.columns(), c.types(), r.held) {
+	for _, col := range t.schema(c.columns(), c.types(), c.declared(), r.held) {
 		r.cols = append(r.cols, chatstream.DataColumn(col))
 	}
 	return r, nil

@@ -19,6 +19,7 @@ extern int sqlite3_stmt_isexplain(sqlite3_stmt *);
 extern int sqlite3_bind_parameter_count(sqlite3_stmt *);
 extern int sqlite3_column_count(sqlite3_stmt *);
 extern const char *sqlite3_column_name(sqlite3_stmt *, int);
+extern const char *sqlite3_column_decltype(sqlite3_stmt *, int);
 extern int sqlite3_column_type(sqlite3_stmt *, int);
 extern long long sqlite3_column_int64(sqlite3_stmt *, int);
 extern double sqlite3_column_double(sqlite3_stmt *, int);
@@ -360,6 +361,7 @@ int analytics_step(sqlite3_stmt *st, int ncol, struct analytics_cell *cells, lon
 int analytics_finalize(sqlite3_stmt *st) { return sqlite3_finalize(st); }
 int analytics_column_count(sqlite3_stmt *st) { return sqlite3_column_count(st); }
 const char *analytics_column_name(sqlite3_stmt *st, int i) { return sqlite3_column_name(st, i); }
+const char *analytics_column_decltype(sqlite3_stmt *st, int i) { return sqlite3_column_decltype(st, i); }
 void analytics_interrupt(sqlite3 *db) { sqlite3_interrupt(db); }
 const char *analytics_errmsg(sqlite3 *db) { return sqlite3_errmsg(db); }
 

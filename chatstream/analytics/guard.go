@@ -663,9 +663,12 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		return nil, err
 	}
 	n := int(C.analytics_column_count(st))
-	c.cols = make([]string, n)
+	c.cols, c.decl = make([]string, n), make([]string, n)
 	for i := range c.cols {
 		c.cols[i] = C.GoString(C.analytics_column_name(st, C.int(i)))
+		if d := C.analytics_column_decltype(st, C.int(i)); d != nil { // nil for an expression
+			c.decl[i] = declaredType(C.GoString(d))
+		}
 	}
 	c.vals = make([]any, n)
 	if n > 0 {
@@ -682,6 +685,7 @@ type sqliteCursor struct {
 	st      *C.sqlite3_stmt
 	cells   *C.struct_analytics_cell
 	cols    []string
+	decl    []string // the types the columns' definitions declare ("" for none)
 	vals    []any
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -691,10 +695,11 @@ type sqliteCursor struct {
 	bytes   int64 // an estimate of the current row's size
 }
 
-func (c *sqliteCursor) columns() []string { return c.cols }
-func (c *sqliteCursor) types() []string   { return nil }
-func (c *sqliteCursor) values() []any     { return c.vals }
-func (c *sqliteCursor) failure() error    { return c.err }
+func (c *sqliteCursor) columns() []string  { return c.cols }
+func (c *sqliteCursor) types() []string    { return nil }
+func (c *sqliteCursor) declared() []string { return c.decl }
+func (c *sqliteCursor) values() []any      { return c.vals }
+func (c *sqliteCursor) failure() error     { return c.err }
 
 // next steps to the next row. With read, the row's values are copied into
 // values, unless the row is larger than limit bytes (then next fails with

@@ -63,6 +63,7 @@ int analytics_step(sqlite3_stmt *st, int ncol, struct analytics_cell *cells, lon
 int analytics_finalize(sqlite3_stmt *st);
 int analytics_column_count(sqlite3_stmt *st);
 const char *analytics_column_name(sqlite3_stmt *st, int i);
+const char *analytics_column_decltype(sqlite3_stmt *st, int i);
 void analytics_interrupt(sqlite3 *db);
 const char *analytics_errmsg(sqlite3 *db);
 int analytics_checker_open(sqlite3 **out, int *stop);

@@ -611,9 +611,10 @@ type pgCursor struct {
 	cancelled atomic.Bool
 }
 
-func (c *pgCursor) columns() []string { return c.cols }
-func (c *pgCursor) values() []any     { return c.vals }
-func (c *pgCursor) failure() error    { return c.err }
+func (c *pgCursor) columns() []string  { return c.cols }
+func (c *pgCursor) declared() []string { return nil } // types says it all
+func (c *pgCursor) values() []any      { return c.vals }
+func (c *pgCursor) failure() error     { return c.err }
 
 func (c *pgCursor) next(read bool, limit int64) bool {
 	if c.err != nil || c.done || c.closing.closed {

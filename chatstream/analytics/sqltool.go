@@ -347,6 +347,11 @@ type cursor interface {
 	// types names the columns' types where the database knows them (nil
 	// or "" where it does not).
 	types() []string
+	// declared names the types the columns' definitions declare where
+	// the values may be of another (SQLite): they name a column that has
+	// no value to go by (no rows, or null in every one). nil or "" where
+	// there is none.
+	declared() []string
 	// next advances to the next row; with read it copies the row's values
 	// (see values), unless the row is larger than limit bytes: then it
 	// fails with errTooLarge before copying anything.
@@ -442,7 +447,7 @@ func (t *SQLTool) query(ctx context.Context, q string, access Access) (*SQLResul
 	if err := c.failure(); err != nil {
 		return nil, err
 	}
-	res.Schema = t.schema(cols, c.types(), res.Data)
+	res.Schema = t.schema(cols, c.types(), c.declared(), res.Data)
 	// JSON has no numbers that are not finite: the model and the chat read
 	// them as PostgreSQL's to_json writes them (after the schema, which
 	// on SQLite is read off the values: the column stays a number).
@@ -538,8 +543,9 @@ func (t *SQLTool) ctxOr(ctx context.Context, err error) error {
 }
 
 // schema names the columns and their types: time for a member of type time
-// of the model with that name, else from the first non-null value.
-func (t *SQLTool) schema(cols, types []string, data [][]any) []Column {
+// of the model with that name, else the database's type (types), else
+// from the first non-null value, else the declared type, else string.
+func (t *SQLTool) schema(cols, types, declared []string, data [][]any) []Column {
 	out := make([]Column, len(cols))
 	for i, c := range cols {
 		typ := ""
@@ -565,6 +571,9 @@ func (t *SQLTool) schema(cols, types []string, data [][]any) []Column {
 			case bool:
 				typ = "boolean"
 			}
+		}
+		if typ == "" && i < len(declared) {
+			typ = declared[i]
 		}
 		if typ == "" {
 			typ = "string"
@@ -717,4 +726,31 @@ func nonFiniteName(f float64) string {
 		return "Infinity"
 	}
 	return "-Infinity"
+}
+
+// declaredType names the column type of a column SQLite declares as decl,
+// by SQLite's rules of type affinity (https://sqlite.org/datatype3.html,
+// 3.1), where NUMERIC affinity is split into time (a name with DATE or
+// TIME), boolean (BOOL) and number: "" for BLOB affinity, which says
+// nothing of the values.
+func declaredType(decl string) string {
+	d := strings.ToUpper(decl)
+	has := func(s ...string) bool {
+		return slices.ContainsFunc(s, func(s string) bool { return strings.Contains(d, s) })
+	}
+	switch {
+	case has("INT"):
+		return "number"
+	case has("CHAR", "CLOB", "TEXT"):
+		return "string"
+	case d == "" || has("BLOB"):
+		return ""
+	case has("REAL", "FLOA", "DOUB"):
+		return "number"
+	case has("DATE", "TIME"):
+		return "time"
+	case has("BOOL"):
+		return "boolean"
+	}
+	return "number"
 }
