@@ -98,6 +98,7 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "deploymentId as string names the field", body: obj{"deploymentId": "1", "externalId": "keeper"}, status: 400, msg: "deploymentId"},
 			{name: "deploymentId fraction names the field", body: obj{"deploymentId": 1.5, "externalId": "keeper"}, status: 400, msg: "deploymentId"},
 			{name: "externalId as number names the field", body: obj{"deploymentId": 1, "externalId": 5}, status: 400, msg: "externalId"},
+			{name: "a wrong type in an array names the element", body: `{"deploymentId":1,"externalId":"keeper","userAttributes":[{"name":"country","value":"DE"},{"name":7,"value":"x"}]}`, status: 400, msg: "field userAttributes[1].name has the wrong type: string expected", exact: true},
 			{name: "creatorMode as string names the field", body: body("keeper", obj{"creatorMode": "yes"}), status: 400, msg: "creatorMode"},
 			{name: "groups as string names the field", body: body("keeper", obj{"groups": "sales"}), status: 400, msg: "groups"},
 			{name: "groups of numbers names the field", body: body("keeper", obj{"groups": []int{1}}), status: 400, msg: "groups"},

@@ -214,6 +214,9 @@ func pathAt(doc []byte, offset int) (path string, isKey, ok bool) {
 		default:
 			seg = pathSeg{key: key}
 		}
+		if end > offset && top != nil { // the value, an object or array too, begins at offset or spans it
+			return joinPath(append(segs, seg)), false, true
+		}
 		if d, isDelim := tok.(json.Delim); isDelim {
 			if top != nil {
 				segs = append(segs, seg)
@@ -221,11 +224,8 @@ func pathAt(doc []byte, offset int) (path string, isKey, ok bool) {
 			stack = append(stack, pathFrame{array: d == '[', wantKey: d == '{'})
 			continue
 		}
-		if end > offset {
-			if top == nil {
-				return "", false, true
-			}
-			return joinPath(append(segs, seg)), false, true
+		if end > offset { // the document itself, a scalar
+			return "", false, true
 		}
 		if top != nil && !top.array {
 			top.wantKey = true

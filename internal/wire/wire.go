@@ -150,11 +150,11 @@ func Unmarshal(body []byte, v any) error {
 		}
 		te, ok := errors.AsType[*json.UnmarshalTypeError](err)
 		if !ok || !isInteger(te.Type.Kind()) || rewrites == maxIntegerRewrites {
-			return decodeError(err)
+			return decodeError(doc, err)
 		}
 		fixed, ok := wholeNumberAt(doc, te)
 		if !ok {
-			return decodeError(err)
+			return decodeError(doc, err)
 		}
 		doc = fixed
 		reflect.ValueOf(v).Elem().SetZero()
@@ -191,11 +191,19 @@ func isInteger(k reflect.Kind) bool {
 	return false
 }
 
-func decodeError(err error) error {
+// decodeError returns the 400 for err, an error decoding doc. A field of
+// the wrong type is named by its path in doc, with the indexes of the
+// arrays it is in ("userAttributes[1].value"), where encoding/json gives
+// the names alone.
+func decodeError(doc []byte, err error) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		field := te.Field
 		if field == "" {
 			return BadRequest("request body must be a JSON object")
+		}
+		// te.Offset is just past the value's first byte or its end.
+		if p, isKey, ok := pathAt(doc, int(te.Offset)-1); ok && !isKey && p != "" {
+			field = shortPath(p)
 		}
 		if strings.HasPrefix(te.Value, "number") && isInteger(te.Type.Kind()) {
 			// A number, but a fraction or out of range.
