@@ -166,25 +166,39 @@ func (t *txn) do(ctx context.Context, op string, f func(db *gorm.DB) *gorm.DB) (
 	if t.abort != nil || t.s.closed.Load() {
 		return 0, cmp.Or(t.abort, errClosed)
 	}
-	var cancel context.CancelFunc = func() {}
+	var (
+		cancel context.CancelFunc = func() {}
+		conn   *sql.Conn
+	)
 	switch d, ok := t.db.Statement.Context.Deadline(); {
 	case t.inTx && ok:
 		ctx, cancel = context.WithDeadline(ctx, d) // the transaction's: a statement that hangs ends with it
 	case t.inTx:
-	case !t.s.pg:
+	case !t.s.pg && t.db.Plugins[(&dbresolver.DBResolver{}).Name()] == nil:
 		// A read on SQLite (its writes run in the writer's transaction).
 		// go-sqlite3 steps a statement whose context can end on a new
 		// goroutine for every row, and its caller waits for that one: two
-		// trips through the scheduler per row, which under load make most
-		// of a turn's opening. Without an end it steps on the caller's.
-		// A read in WAL mode does not wait for the writer; SQLite's busy
-		// timeout bounds what it may wait for.
-		ctx = context.WithoutCancel(ctx)
+		// trips through the scheduler per row, which under load made most
+		// of a turn's opening. So the wait for a connection is bounded,
+		// and the statement runs on that connection without an end.
+		// (dbresolver would route it to another pool: not with one.)
+		cctx, ccancel := context.WithTimeout(ctx, t.s.cfg.queryTimeout)
+		c, err := t.s.sqlDB.Conn(cctx)
+		ccancel()
+		if err != nil {
+			return 0, wrapErr(op, err)
+		}
+		defer c.Close()
+		ctx, conn = context.WithoutCancel(ctx), c
 	default:
 		ctx, cancel = context.WithTimeout(ctx, t.s.cfg.queryTimeout)
 	}
 	defer cancel()
-	r := f(t.db.WithContext(ctx))
+	db := t.db.WithContext(ctx) // a statement of its own
+	if conn != nil {
+		db.Statement.ConnPool = conn
+	}
+	r := f(db)
 	if err := r.Error; err != nil {
 		if tr, ok := t.db.Dialector.(gorm.ErrorTranslator); ok {
 			err = tr.Translate(err) // a duplicate key, a missing referenced row
@@ -259,9 +273,9 @@ func WithOnClose(f func() error) Option { return func(c *config) { c.onClose = f
 
 // WithQueryTimeout bounds every statement and transaction attempt: a call
 // without a connection, the SQLite write lock or an answer within d is
-// [store.ErrUnavailable]. On SQLite a read outside a transaction, which
-// does not wait for the writer, runs without it (SQLite's busy timeout
-// bounds it). Default: 5 seconds; d must be positive.
+// [store.ErrUnavailable]. On SQLite a read outside a transaction waits
+// at most d for a connection, then runs to its end (not cut short by its
+// context either). Default: 5 seconds; d must be positive.
 func WithQueryTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("gormstore: WithQueryTimeout: duration must be positive, got %v", d))

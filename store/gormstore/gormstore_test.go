@@ -20,6 +20,7 @@ import (
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore"
+	storesqlite "github.com/embedkit/embedkit/store/gormstore/sqlite"
 	"github.com/embedkit/embedkit/store/storetest"
 )
 
@@ -765,4 +766,67 @@ func openOn(t testing.TB, db *gorm.DB) *gormstore.Store {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// TestSQLiteReadWaitBounded: a read on SQLite, which once it has a
+// connection runs without its context's end, waits for that connection
+// no longer than the query timeout or its context, and does not start
+// under a context that has ended.
+func TestSQLiteReadWaitBounded(t *testing.T) {
+	db := testdb.OpenGormDSN(t, testdb.OpenDSN(t, testdb.SQLite), nil)
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(1)
+	st, err := gormstore.OpenDB(db, gormstore.WithQueryTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.SaveAccount(t.Context(), store.Account{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := st.AccountByName(ended, "acme"); err == nil {
+		t.Error("a read under an ended context succeeded")
+	}
+	hold, err := sqlDB.Conn(t.Context()) // the host holds the pool's one connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ctx := range map[string]context.Context{"the query timeout": t.Context(), "the context": ended} {
+		start := time.Now()
+		_, err := st.AccountByName(ctx, "acme")
+		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.Canceled) || time.Since(start) > 2*time.Second {
+			t.Errorf("%s: read without a free connection: err = %v after %v, want a failure within the query timeout", name, err, time.Since(start))
+		}
+	}
+	hold.Close()
+	if _, err := st.AccountByName(t.Context(), "acme"); err != nil {
+		t.Errorf("read once the connection is free: %v", err)
+	}
+}
+
+// TestMemoryStoreReadBesideWriter: in an in-memory SQLite store the
+// writer and the reads share a connection; a read while the writer holds
+// it waits at most the query timeout (a read through the store inside
+// InTx's function, which must use its Tx, fails rather than waiting for
+// its own transaction for ever).
+func TestMemoryStoreReadBesideWriter(t *testing.T) {
+	st, err := storesqlite.Open(":memory:", gormstore.WithQueryTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var readErr error
+	start := time.Now()
+	err = st.InTx(t.Context(), func(tx store.Tx) error {
+		_, readErr = st.AccountByName(t.Context(), "acme")
+		return nil
+	})
+	if err != nil || readErr == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("InTx = %v, its read through the store = %v after %v, want a failed read within the query timeout", err, readErr, time.Since(start))
+	}
 }
