@@ -182,6 +182,18 @@ func DuplicateField(doc []byte, v any) (string, bool) {
 	return shortPath(path), true
 }
 
+// TypeErrorField names the field of te, an error decoding doc, by its
+// path in doc with the indexes of the arrays it is in
+// ("accounts[0].apiKeys[1].admin"), where encoding/json gives the names
+// alone; te.Field when the path cannot be read.
+func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
+	// te.Offset is just past the value's first byte or its end.
+	if p, isKey, ok := pathAt(doc, int(te.Offset)-1); ok && !isKey && p != "" {
+		return shortPath(p)
+	}
+	return te.Field
+}
+
 func isInteger(k reflect.Kind) bool {
 	switch k {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
@@ -197,14 +209,10 @@ func isInteger(k reflect.Kind) bool {
 // the names alone.
 func decodeError(doc []byte, err error) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		field := te.Field
-		if field == "" {
+		if te.Field == "" {
 			return BadRequest("request body must be a JSON object")
 		}
-		// te.Offset is just past the value's first byte or its end.
-		if p, isKey, ok := pathAt(doc, int(te.Offset)-1); ok && !isKey && p != "" {
-			field = shortPath(p)
-		}
+		field := TypeErrorField(doc, te)
 		if strings.HasPrefix(te.Value, "number") && isInteger(te.Type.Kind()) {
 			// A number, but a fraction or out of range.
 			return BadRequest("field %s must be a whole number within range", field)

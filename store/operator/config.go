@@ -203,7 +203,7 @@ func decodeError(data []byte, err error) error {
 	case errors.As(err, &syn):
 		return fmt.Errorf("operator: config: malformed JSON at line %d: %s", line(data, syn.Offset), strings.TrimPrefix(syn.Error(), "json: "))
 	case errors.As(err, &typ):
-		return fmt.Errorf("operator: config: field %s (line %d): want %s, got a JSON %s", typ.Field, line(data, typ.Offset), typ.Type, typ.Value)
+		return fmt.Errorf("operator: config: field %s (line %d): want %s, got a JSON %s", wire.TypeErrorField(data, typ), line(data, typ.Offset), typ.Type, typ.Value)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("operator: config: the JSON document is empty or cut short")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
