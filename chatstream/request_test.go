@@ -102,3 +102,18 @@ func TestUserAttributeKeysInAnyCaseAreOneKey(t *testing.T) {
 		}
 	}
 }
+
+// TestWrongTypeInAttributeNamesIt: a wrong type inside a user attribute,
+// which decodes itself (so encoding/json's offset counts from the start
+// of the attribute), names the attribute's field, never another.
+func TestWrongTypeInAttributeNamesIt(t *testing.T) {
+	for _, body := range []string{
+		`{"input":"xxxxxxxxxx","sessionSettings":{"externalId":"u","userAttributes":[{"name":5}]}}`,
+		`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":"a","value":1},{"name":7}]}}`,
+	} {
+		_, err := decodeChatRequest([]byte(body), true)
+		if status, msg := wire.Status(err); status != 400 || msg != "field sessionSettings.userAttributes.name has the wrong type: string expected" {
+			t.Errorf("%s: %d %q", body, status, msg)
+		}
+	}
+}

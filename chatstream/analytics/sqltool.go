@@ -728,11 +728,13 @@ func nonFiniteName(f float64) string {
 	return "-Infinity"
 }
 
-// declaredType names the column type of a column SQLite declares as decl,
-// by SQLite's rules of type affinity (https://sqlite.org/datatype3.html,
-// 3.1), where NUMERIC affinity is split into time (a name with DATE or
-// TIME), boolean (BOOL) and number: "" for BLOB affinity, which says
-// nothing of the values.
+// declaredType names the column type that the values of a column SQLite
+// declares as decl would give, where its rules of type affinity
+// (https://sqlite.org/datatype3.html, 3.1) tell: number for INTEGER and
+// REAL affinity, and for NUMERIC, DECIMAL and BOOLEAN, which SQLite stores
+// as numbers; string for TEXT affinity. Other declarations of NUMERIC
+// affinity (DATE, DATETIME, JSON, UUID) usually hold text that SQLite
+// leaves text, and BLOB says nothing of the values: "".
 func declaredType(decl string) string {
 	d := strings.ToUpper(decl)
 	has := func(s ...string) bool {
@@ -745,12 +747,8 @@ func declaredType(decl string) string {
 		return "string"
 	case d == "" || has("BLOB"):
 		return ""
-	case has("REAL", "FLOA", "DOUB"):
+	case has("REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL"):
 		return "number"
-	case has("DATE", "TIME"):
-		return "time"
-	case has("BOOL"):
-		return "boolean"
 	}
-	return "number"
+	return ""
 }

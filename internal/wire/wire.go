@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net/http"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,13 +186,32 @@ func DuplicateField(doc []byte, v any) (string, bool) {
 // TypeErrorField names the field of te, an error decoding doc, by its
 // path in doc with the indexes of the arrays it is in
 // ("accounts[0].apiKeys[1].admin"), where encoding/json gives the names
-// alone; te.Field when the path cannot be read.
+// alone; te.Field when the path cannot be read, or names another field
+// (the offset of an error from a type's own UnmarshalJSON counts from the
+// start of that type's part of doc).
 func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
-	// te.Offset is just past the value's first byte or its end.
-	if p, isKey, ok := pathAt(doc, int(te.Offset)-1); ok && !isKey && p != "" {
-		return shortPath(p)
+	if te.Field == "" {
+		return "" // the document itself
 	}
-	return te.Field
+	// te.Offset is just past the value's first byte or its end.
+	p, isKey, ok := pathAt(doc, int(te.Offset)-1)
+	if !ok || isKey || p == "" {
+		return te.Field
+	}
+	// Without the indexes, the path is te.Field, or below it (a map's
+	// keys, which te.Field leaves out).
+	names := arrayIndex.ReplaceAllString(p, "")
+	if !strings.EqualFold(names, te.Field) && !hasPrefixFold(names, te.Field+".") {
+		return te.Field
+	}
+	return shortPath(p)
+}
+
+// arrayIndex matches an index of a field path ("[12]").
+var arrayIndex = regexp.MustCompile(`\[[0-9]+\]`)
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 func isInteger(k reflect.Kind) bool {

@@ -64,7 +64,21 @@ type target struct {
 	M    map[string]int       `json:"m"`
 	Raw  json.RawMessage      `json:"raw"`
 	List []*struct{ On bool } `json:"list"`
+	Self *selfDecoding        `json:"self"`
 	Embedded
+}
+
+// selfDecoding decodes itself: encoding/json's offset of a type error
+// inside it counts from the start of its own part of the document.
+type selfDecoding struct{ On bool }
+
+func (s *selfDecoding) UnmarshalJSON(b []byte) error {
+	var v struct {
+		On bool `json:"on"`
+	}
+	err := json.Unmarshal(b, &v)
+	s.On = v.On
+	return err
 }
 
 type Embedded struct {
@@ -89,9 +103,12 @@ func TestUnmarshalErrors(t *testing.T) {
 		`{"list": [{}, {}, 7]}`:               "field list[2] has the wrong type: object expected",
 		`{"tags": ["a", ["b"]]}`:              "field tags[1] has the wrong type: string expected",
 		`{"m": {"k": "v"}}`:                   "field m.k has the wrong type: number expected",
-		`{"count": 1.5, "tags": []}`:          "field count must be a whole number within range",
-		`{"name": "a"} {}`:                    "request body must hold a single JSON object",
-		`{"name": `:                           "malformed JSON: unexpected end of input",
+		`{"self": {"on": 1}}`:                 "field self.on has the wrong type: boolean expected",
+		`{"name": "abcdefghij", "self": [{"on": 1}]}`: "field self has the wrong type: object expected",
+		`{"name": "abcdefghij", "self": {"on": 1}}`:   "field self.on has the wrong type: boolean expected",
+		`{"count": 1.5, "tags": []}`:                  "field count must be a whole number within range",
+		`{"name": "a"} {}`:                            "request body must hold a single JSON object",
+		`{"name": `:                                   "malformed JSON: unexpected end of input",
 	}
 	for body, want := range cases {
 		var v target
