@@ -1147,13 +1147,8 @@ func TestClusterOwnInputWhileAnothersOpeningElsewhere(t *testing.T) {
 	const chatID = "janes"
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: chatID, SessionSettings: ext("jane")})
 	collect(t, p.a.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
-	gs.armed.Store(true)
-	refused := make(chan error, 1)
-	go func() {
-		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:mine?", ChatID: chatID, SessionSettings: ext("mallory")})
-		refused <- err
-	}()
-	<-gs.entered // mallory's opening on A holds the chat's claim
+	// mallory's opening on A holds the chat's claim
+	refused := gs.hold(p.a.client, chatstream.Request{Input: "echo:mine?", ChatID: chatID, SessionSettings: ext("mallory")})
 	_, err := collectErr(ctx, p.b.client, chatstream.Request{Input: "echo:again", ChatID: chatID, SessionSettings: ext("jane")})
 	rel()
 	if apiStatus(err) != http.StatusConflict || !strings.Contains(err.Error(), "try again") {
@@ -1175,13 +1170,7 @@ func TestClusterOthersWhileOwnerOpensElsewhere(t *testing.T) {
 	p, gs, rel := gatedPair(t)
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "janes", SessionSettings: ext("jane")})
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "m", SessionSettings: ext("mallory")})
-	gs.armed.Store(true)
-	held := make(chan error, 1)
-	go func() {
-		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:held", ChatID: "janes", SessionSettings: ext("jane")})
-		held <- err
-	}()
-	<-gs.entered
+	held := gs.hold(p.a.client, chatstream.Request{Input: "echo:held", ChatID: "janes", SessionSettings: ext("jane")})
 	othersAnswered(t, p.b, "janes")
 	rel()
 	if err := <-held; err != nil {
@@ -1197,13 +1186,7 @@ func TestClusterOwnSecondInputOnAnothersChat(t *testing.T) {
 	p, gs, rel := gatedPair(t)
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "j", SessionSettings: ext("jane")})
 	collect(t, p.b.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
-	gs.armed.Store(true)
-	first := make(chan error, 1)
-	go func() {
-		_, err := collectErr(context.Background(), p.a.client, chatstream.Request{Input: "echo:one", ChatID: "mallorys", SessionSettings: ext("jane")})
-		first <- err
-	}()
-	<-gs.entered
+	first := gs.hold(p.a.client, chatstream.Request{Input: "echo:one", ChatID: "mallorys", SessionSettings: ext("jane")})
 	_, err := collectErr(t.Context(), p.b.client, chatstream.Request{Input: "echo:two", ChatID: "mallorys", SessionSettings: ext("jane")})
 	rel()
 	if apiStatus(err) != http.StatusForbidden {

@@ -392,6 +392,20 @@ func (s gateStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	return s.Store.InTx(ctx, fn)
 }
 
+// hold arms gs, sends req through c on a goroutine of its own and returns
+// once gs holds that request's opening; the channel gets the request's
+// error when it ends.
+func (gs gateStore) hold(c *chatstream.Client, req chatstream.Request) <-chan error {
+	gs.armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := collectErr(context.Background(), c, req)
+		done <- err
+	}()
+	<-gs.entered
+	return done
+}
+
 func newGateStore() gateStore {
 	return gateStore{armed: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{})}
 }
@@ -523,13 +537,7 @@ func TestOthersWhileOwnersOpeningHoldsTheChat(t *testing.T) {
 		e, gs := gatedEnv(t, tg)
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "janes", SessionSettings: ext("jane")})
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "m", SessionSettings: ext("mallory")})
-		gs.armed.Store(true)
-		held := make(chan error, 1)
-		go func() {
-			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:held", ChatID: "janes", SessionSettings: ext("jane")})
-			held <- err
-		}()
-		<-gs.entered
+		held := gs.hold(e.client, chatstream.Request{Input: "echo:held", ChatID: "janes", SessionSettings: ext("jane")})
 		othersAnswered(t, e, "janes")
 		close(gs.release)
 		if err := <-held; err != nil {
@@ -571,13 +579,7 @@ func TestOwnSecondInputOnAnothersChat(t *testing.T) {
 		e, gs := gatedEnv(t, tg)
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "j", SessionSettings: ext("jane")})
 		collect(t, e.client, chatstream.Request{Input: "echo:hi", ChatID: "mallorys", SessionSettings: ext("mallory")})
-		gs.armed.Store(true)
-		first := make(chan error, 1)
-		go func() {
-			_, err := collectErr(context.Background(), e.client, chatstream.Request{Input: "echo:one", ChatID: "mallorys", SessionSettings: ext("jane")})
-			first <- err
-		}()
-		<-gs.entered
+		first := gs.hold(e.client, chatstream.Request{Input: "echo:one", ChatID: "mallorys", SessionSettings: ext("jane")})
 		_, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "echo:two", ChatID: "mallorys", SessionSettings: ext("jane")})
 		close(gs.release)
 		if apiStatus(err) != http.StatusForbidden {
