@@ -24,8 +24,9 @@ var _ chatstream.DataSource = (*SQLTool)(nil)
 // as on PostgreSQL. The columns' types are read as the tool reads them: by
 // the first non-null value of a column among the rows the tool would hold
 // (its row limit, 4 MiB), else by the type its definition declares, so
-// that the same query has the same schema from both. QueryData returns once every column has a value that is not null,
-// or those rows are read, or the query has ended or failed; a refused,
+// that the same query has the same schema from both. QueryData returns
+// once every column has a value that is not null, or those rows are
+// read, or the query has ended or failed; a refused,
 // invalid or timed-out query, or an unknown branch, is a
 // *[chatstream.QueryError] with the message of the tool error. Close
 // stops the query at once.
