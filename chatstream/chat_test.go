@@ -330,7 +330,16 @@ func TestClientChosenChatID(t *testing.T) {
 		// No input, no chatId: a fresh id and an empty state.
 		st := collect(t, e.client, chatstream.Request{SessionSettings: ext("chooser")})
 		if len(st) != 2 || st[0].State.ChatID == "" || st[0].State.ChatID == id || len(st[1].State.Messages) != 0 {
-			t.Errorf("empty state stream = %+v", st)
+			t.Fatalf("empty state stream = %+v", st)
+		}
+		// The chat begun with the id it handed out sorts above that empty
+		// state: merged by id and ordered by sort, the two streams show
+		// the state first, and resuming after its sort skips no line of
+		// the first turn.
+		empty := st[1].Sort
+		first := collect(t, e.client, chatstream.Request{Input: "echo:first", ChatID: st[0].State.ChatID, SessionSettings: ext("chooser")})
+		if echo := first[1]; echo.Role != "user" || echo.Sort <= empty {
+			t.Errorf("first turn's echo %q at sort %d, want above the empty state's %d", echo.Content, echo.Sort, empty)
 		}
 	})
 }

@@ -16,8 +16,8 @@ import (
 
 // heldToolAgent answers "<k>[ open][ ok]": k pieces, a tool call with its
 // result, then a second tool call left open ("open") or a piece; "ok"
-// lets the final write succeed. A new thread's echo sorts 1 and its mark
-// is 2049: k from 2038 to 2046 puts the tool call's lines on every side of
+// lets the final write succeed. A new thread's echo sorts 2 and its mark
+// is 2050: k from 2038 to 2046 puts the tool call's lines on every side of
 // the sorts held back below the mark.
 func heldToolAgent(failing *atomic.Bool, gate chan struct{}) chatstream.AgentFunc {
 	return func(ctx context.Context, tu chatstream.Turn, e chatstream.Emitter) error {
@@ -83,8 +83,8 @@ func TestFailedFinalWriteLeavesNoToolCallInProcess(t *testing.T) {
 						t.Fatalf("%q: line %d: sort %d after %d", in, i, got[i].Sort, got[i-1].Sort)
 					}
 				}
-				if st := got[len(got)-1]; st.ID != chatstream.StateID || st.Sort > 2049 {
-					t.Errorf("%q: the stream ends with %s at sort %d, want __state__ within the mark 2049", in, st.ID, st.Sort)
+				if st := got[len(got)-1]; st.ID != chatstream.StateID || st.Sort > 2050 {
+					t.Errorf("%q: the stream ends with %s at sort %d, want __state__ within the mark 2050", in, st.ID, st.Sort)
 				}
 			}
 		}

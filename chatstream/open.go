@@ -328,7 +328,9 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 		switch {
 		case isNew:
 			maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
-			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, CreatedAt: now, UpdatedAt: now}
+			// Its lines sort above the __state__ that handed its id out
+			// (emptyStateSort), so that state never ties with the echo.
+			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, LastSort: emptyStateSort, CreatedAt: now, UpdatedAt: now}
 		case err != nil:
 			return err
 		case th.AgentID != c.agent.ID:

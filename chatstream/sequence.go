@@ -250,9 +250,14 @@ func cutoffMessage(chatID string, streaming bool) Message {
 		State: &State{ChatID: chatID, IsStreaming: streaming}}
 }
 
+// emptyStateSort is the sort of the __state__ of a thread with no line
+// yet (a new chat's, whose id the stream hands out): above __cutoff__'s 0,
+// and below the first line of the thread's first turn.
+const emptyStateSort = 1
+
 // stateMessage is the __state__ line of a stream without a turn.
 func stateMessage(chatID string, lastSort int64, history []Message, dev bool) Message {
-	return Message{ID: StateID, Role: RoleAssistant, Sort: max(lastSort, 1),
+	return Message{ID: StateID, Role: RoleAssistant, Sort: max(lastSort, emptyStateSort),
 		State: &State{ChatID: chatID, Messages: sortedHistory(history, dev)}}
 }
 
