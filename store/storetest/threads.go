@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -97,6 +98,45 @@ var threadRules = []rule{
 			if len(msgs) != 0 {
 				t.Errorf("unknown thread has messages %v", msgs)
 			}
+		},
+	},
+	{
+		name: "AppendMessages and CreateThread store many messages at once",
+		doc:  "A call with more messages than one statement may carry (1,201 here) stores them all or, when it fails, none: CreateThread of a missing user, AppendMessages of an unknown thread; an append that replaces every message keeps their number.",
+		fn: func(t *testing.T, st store.Store) {
+			f := newFixture(t, st, "acme")
+			u := f.user(t, st, "u")
+			many := func(text string) []store.ThreadMessage {
+				msgs := make([]store.ThreadMessage, 1201)
+				for i := range msgs {
+					msgs[i] = store.ThreadMessage{ID: fmt.Sprint("m", i), Sort: int64(i + 1), Body: json.RawMessage(fmt.Sprintf(`{"n":%d,"text":%q}`, i, text))}
+				}
+				return msgs
+			}
+			check := func(chatID string, want []store.ThreadMessage) {
+				t.Helper()
+				got, err := st.Messages(ctx(t), f.account.ID, chatID)
+				mustNil(t, "Messages", err)
+				if len(got) != len(want) {
+					t.Fatalf("%s: %d messages, want %d", chatID, len(got), len(want))
+				}
+				for i := range got {
+					if got[i].ID != want[i].ID || got[i].Sort != want[i].Sort || !jsonEqual(got[i].Body, want[i].Body) {
+						t.Fatalf("%s: message %d = %s %d %s, want %s %d %s", chatID, i, got[i].ID, got[i].Sort, got[i].Body, want[i].ID, want[i].Sort, want[i].Body)
+					}
+				}
+			}
+			th := store.Thread{AccountID: f.account.ID, ChatID: "c", AgentID: "7", UserID: u.ID, LastSort: 1201, CreatedAt: t0}
+			mustNil(t, "CreateThread", st.CreateThread(ctx(t), th, many("first")...))
+			check("c", many("first"))
+			mustNil(t, "AppendMessages", st.AppendMessages(ctx(t), f.account.ID, "c", 0, many("second")))
+			check("c", many("second"))
+			orphan := th
+			orphan.ChatID, orphan.UserID = "orphan", u.ID+1000
+			wantErr(t, "CreateThread of a missing user", st.CreateThread(ctx(t), orphan, many("x")...), store.ErrNotFound)
+			check("orphan", nil)
+			wantErr(t, "AppendMessages unknown thread", st.AppendMessages(ctx(t), f.account.ID, "nope", 0, many("x")), store.ErrNotFound)
+			check("nope", nil)
 		},
 	},
 }
