@@ -11,9 +11,7 @@
 // this package registers no driver and needs no cgo.
 //
 // Statements use GORM's query API, and hand-written SQL where GORM cannot
-// say them or, for the messages' upsert (the most frequent write), where
-// GORM's Create cost more than the write; docs/storage.md describes the
-// design.
+// say them; docs/storage.md describes the design.
 package gormstore
 
 import (

@@ -25,7 +25,7 @@ func manyMessages(n int, text string) []store.ThreadMessage {
 // TestMessagesAllOrNothing: a call whose messages take several statements
 // (500 messages each) and fails in a later one stores none of them, nor
 // CreateThread's thread; the messages are stored as text, and the host's
-// Raw callbacks see their upsert with its table.
+// Create callbacks see their upsert with its table.
 func TestMessagesAllOrNothing(t *testing.T) {
 	for _, backend := range testdb.Backends() {
 		t.Run(backend, func(t *testing.T) {
@@ -34,8 +34,8 @@ func TestMessagesAllOrNothing(t *testing.T) {
 				mu     sync.Mutex
 				tables = map[string]int{}
 			)
-			if err := db.Callback().Raw().After("*").Register("test:messages", func(d *gorm.DB) {
-				if strings.HasPrefix(d.Statement.SQL.String(), "INSERT INTO embedkit_thread_messages") {
+			if err := db.Callback().Create().After("*").Register("test:messages", func(d *gorm.DB) {
+				if strings.Contains(d.Statement.SQL.String(), "embedkit_thread_messages") {
 					mu.Lock()
 					tables[d.Statement.Table]++
 					mu.Unlock()
@@ -103,7 +103,7 @@ func TestMessagesAllOrNothing(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(tables) != 1 || tables["embedkit_thread_messages"] == 0 {
-				t.Errorf("the host's Raw callback saw the upserts with tables %v, want embedkit_thread_messages", tables)
+				t.Errorf("the host's Create callback saw the upserts with tables %v, want embedkit_thread_messages", tables)
 			}
 		})
 	}

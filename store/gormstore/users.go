@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -428,45 +427,17 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 // messageBatch keeps the parameters of one INSERT below drivers' limits.
 const messageBatch = 500
 
-// putMessages upserts msgs in one statement (a batch per messageBatch),
-// written out rather than built by GORM's Create: a running turn's
-// checkpoints and its end are the store's most frequent writes, and
-// GORM's reflection and statement copies were most of their allocations
-// (docs/performance.md).
 func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatID string, msgs []store.ThreadMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	// More than one batch: the caller's transaction holds them together.
-	for batch := range slices.Chunk(msgs, messageBatch) {
-		sql, args := upsertMessages(accountID, chatID, batch)
-		// The table named for the host's callbacks, which see a Raw statement.
-		if _, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB { return db.Table("embedkit_thread_messages").Exec(sql, args...) }); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func upsertMessages(accountID int64, chatID string, msgs []store.ThreadMessage) (string, []any) {
-	const (
-		head = "INSERT INTO embedkit_thread_messages (account_id, chat_id, id, sort, body) VALUES "
-		row  = "(?, ?, ?, ?, ?)"
-		tail = " ON CONFLICT (account_id, chat_id, id) DO UPDATE SET sort = excluded.sort, body = excluded.body"
-	)
-	var b strings.Builder
-	b.Grow(len(head) + len(msgs)*(len(row)+2) + len(tail))
-	b.WriteString(head)
-	args := make([]any, 0, 5*len(msgs))
-	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(row)
-		args = append(args, accountID, chatID, m.ID, m.Sort, string(m.Body)) // text, not a blob
-	}
-	b.WriteString(tail)
-	return b.String(), args
+	rows := convert(msgs, func(m store.ThreadMessage) ThreadMessage {
+		return ThreadMessage{AccountID: accountID, ChatID: chatID, ID: m.ID, Sort: m.Sort, Body: string(m.Body)}
+	})
+	_, err := t.write(ctx, op, func(db *gorm.DB) *gorm.DB {
+		return db.Clauses(upsert([]string{"account_id", "chat_id", "id"}, "sort", "body")).CreateInBatches(&rows, messageBatch)
+	})
+	return err
 }
 
 func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
