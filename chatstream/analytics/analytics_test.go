@@ -133,7 +133,7 @@ func TestOnlyOneReadOnlySelect(t *testing.T) {
 		{"SELECT 1; DELETE FROM orders", "more than one statement"},
 		{"SELECT 1; SELECT 2", "more than one statement"},
 		{"SELECT 1;; ;SELECT 2", "more than one statement"},
-		{"PRAGMA query_only = 0", "PRAGMA"},
+		{"PRAGMA query_only = 0", "read-only SELECT"},
 		{"PRAGMA table_info(customers)", "PRAGMA"},
 		{"SELECT * FROM pragma_table_info('customers')", "only the views of the data model"},
 		{"ATTACH DATABASE ':memory:' AS x", "read-only SELECT"},
@@ -149,6 +149,14 @@ func TestOnlyOneReadOnlySelect(t *testing.T) {
 		{"ANALYZE", "read-only SELECT"},
 		{"EXPLAIN SELECT * FROM main.customers", "only the views of the data model"},
 		{"EXPLAIN SELECT 1", "EXPLAIN"},
+		{"EXPLAIN QUERY PLAN SELECT 1", "EXPLAIN"},
+		{"EXPLAIN DELETE FROM orders", "EXPLAIN"},
+		// Statements that return no columns, even where they would do
+		// nothing.
+		{"REINDEX", "read-only SELECT"},
+		{"REINDEX RTRIM", "read-only SELECT"},
+		{"DROP TRIGGER IF EXISTS nosuch", "read-only SELECT"},
+		{"DROP VIEW IF EXISTS nosuch", "read-only SELECT"},
 		{"SELECT load_extension('x')", "load_extension"},
 		{"", "empty"},
 		{"   -- just a comment", "no statement"},
@@ -265,6 +273,49 @@ func TestRowSecurity(t *testing.T) {
 		if strings.Contains(string(b), "SECRET") {
 			t.Errorf("%s: %s reaches a German user", q, b)
 		}
+	}
+}
+
+// TestNormalizePerFilter: each row filter compares its column with the
+// attribute's values as its own Normalize gives them, or as they are;
+// another filter's Normalize on the same attribute does not apply.
+func TestNormalizePerFilter(t *testing.T) {
+	rw, ro := openDB(t)
+	if _, err := rw.Exec(`CREATE TABLE codes (id INTEGER PRIMARY KEY, cc TEXT); INSERT INTO codes VALUES (1, 'de'), (2, 'fr')`); err != nil {
+		t.Fatal(err)
+	}
+	toName := func(s string) string {
+		if strings.EqualFold(s, "de") {
+			return "Germany"
+		}
+		return ""
+	}
+	m := &analytics.Model{Views: []analytics.View{
+		{Name: "bycode", SQL: "SELECT id, cc FROM main.codes", Filters: []analytics.RowFilter{{Attribute: "country", Column: "cc"}}},
+		{Name: "byname", SQL: "SELECT id, name, country FROM main.customers", Filters: []analytics.RowFilter{{Attribute: "country", Column: "country", Normalize: toName}}},
+		{Name: "byupper", SQL: "SELECT id, upper(cc) AS cc FROM main.codes", Filters: []analytics.RowFilter{{Attribute: "country", Column: "cc", Normalize: strings.ToUpper}}},
+	}}
+	tool, err := analytics.NewSQLTool(ro, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := chatstream.User{ExternalID: "x", Attributes: map[string]any{"country": "de"}}
+	for q, want := range map[string]int64{
+		"SELECT count(*) FROM bycode":  1,
+		"SELECT count(*) FROM byname":  2,
+		"SELECT count(*) FROM byupper": 1,
+		"SELECT count(*) FROM bycode JOIN byname ON bycode.id = byname.id JOIN byupper ON byupper.id = bycode.id": 1,
+	} {
+		res, err := run(t, tool, u, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if got := res.Data[0][0].(int64); got != want {
+			t.Errorf("%s = %d, want %d", q, got, want)
+		}
+	}
+	if got := analytics.AccessOf(m, u).Values("country"); len(got) != 1 || got[0] != "de" {
+		t.Errorf("Values(country) = %v, want the first filter's [de]", got)
 	}
 }
 

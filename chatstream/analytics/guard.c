@@ -404,8 +404,11 @@ int analytics_close(sqlite3 *db) { return sqlite3_close_v2(db); }
 // analytics_opens_database compiles sql on the checker connection and
 // reports whether its program opens a table or index of a database other
 // than temp, or temp's own schema table (root page 1) (1), neither (0),
-// writes (2), or does not compile (-1, with the message in
-// sqlite3_errmsg). The checker's temp schema holds only empty
+// is not a SELECT (2: it writes, or returns no columns, as REINDEX or
+// DROP TRIGGER IF EXISTS, which compile here to an empty program that
+// writes nothing and on the guarded connection would run or be refused by
+// what its database holds), is EXPLAIN (3), or does not compile (-1, with
+// the message in sqlite3_errmsg). The checker's temp schema holds only empty
 // stand-ins of the model's views, so a program that opens anything else
 // reads the database by itself: a base table, the schema (whose temp
 // part holds the views' SQL), or a table outside the model, however it
@@ -418,7 +421,11 @@ int analytics_opens_database(sqlite3 *chk, const char *sql, int n) {
 	int rc = sqlite3_prepare_v2(chk, sql, n, &st, NULL);
 	if (rc != 0) return -1;
 	if (st == NULL) return 0; // no statement: it reads nothing
-	if (!sqlite3_stmt_readonly(st)) {
+	if (sqlite3_stmt_isexplain(st)) {
+		sqlite3_finalize(st);
+		return 3;
+	}
+	if (!sqlite3_stmt_readonly(st) || sqlite3_column_count(st) == 0) {
 		sqlite3_finalize(st);
 		return 2;
 	}

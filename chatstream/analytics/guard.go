@@ -94,7 +94,7 @@ func (v *sqliteViews) setup(m *Model) []string {
 				b.WriteString("\n  AND ")
 			}
 			fmt.Fprintf(&b, "((SELECT %sall()) OR (%s) IN (SELECT value FROM json_each(%svalues('%s'))))",
-				rlsPrefix, f.Column, rlsPrefix, strings.ReplaceAll(f.Attribute, "'", "''"))
+				rlsPrefix, f.Column, rlsPrefix, strings.ReplaceAll(filterKey(i, j, f), "'", "''"))
 		}
 		// OFFSET keeps SQLite from flattening the filter view into the
 		// query that reads it, so that what it reads is checked in its
@@ -118,7 +118,7 @@ func init() {
 		abs char coalesce concat concat_ws format glob hex ifnull iif instr length like likelihood likely
 		lower ltrim max min nullif octet_length printf quote random randomblob replace round rtrim sign
 		soundex substr substring trim typeof unhex unicode unlikely upper zeroblob
-		date time datetime julianday unixepoch strftime timediff
+		date time datetime julianday unixepoch strftime timediff current_date current_time current_timestamp
 		acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log log10 log2
 		mod pi pow power radians sin sinh sqrt tan tanh trunc
 		avg count group_concat string_agg sum total
@@ -378,12 +378,12 @@ func (t *SQLTool) prepareSQLite(sc *sqlite3.SQLiteConn) (*guard, error) {
 	}, false); err != nil {
 		return nil, fmt.Errorf("analytics: register row filter: %w", err)
 	}
-	if err := sc.RegisterFunc(rlsPrefix+"values", func(attr string) string {
+	if err := sc.RegisterFunc(rlsPrefix+"values", func(key string) string {
 		if !g.active || g.access.all {
 			return "[]"
 		}
-		b, err := json.Marshal(g.access.values[attr])
-		if err != nil || len(g.access.values[attr]) == 0 {
+		b, err := json.Marshal(g.access.values[key])
+		if err != nil || len(g.access.values[key]) == 0 {
 			return "[]"
 		}
 		return string(b)
@@ -532,30 +532,39 @@ func (t *SQLTool) openChecker(g *guard) error {
 	return nil
 }
 
+// What the checker finds of a query (analytics_opens_database).
+const (
+	checkReads     = iota // it reads the views alone
+	checkOpens            // it reads the database by itself (or ctx ended first)
+	checkNotSelect        // it writes, or returns no columns
+	checkExplain          // EXPLAIN
+)
+
 // check compiles q over the stand-ins of the views. It returns SQLite's
-// message when q does not compile there, and reports whether q writes, and
-// whether it reads anything of the database by itself (or ctx ended
-// first).
-func (c *checker) check(ctx context.Context, q string) (invalid string, writes, opens bool) {
+// message when q does not compile there (with checkOpens), and otherwise
+// what q is.
+func (c *checker) check(ctx context.Context, q string) (invalid string, found int) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		return "", false, true
+		return "", checkOpens
 	}
 	defer func() { <-c.sem }()
 	cs := C.CString(q)
 	defer C.free(unsafe.Pointer(cs))
 	C.analytics_checker_stop(c.stop, 0)
 	defer context.AfterFunc(ctx, func() { C.analytics_checker_stop(c.stop, 1) })()
-	switch C.analytics_opens_database(c.db, cs, C.int(len(q))) {
+	switch rc := C.analytics_opens_database(c.db, cs, C.int(len(q))); rc {
 	case 0:
-		return "", false, false
+		return "", checkReads
 	case 1:
-		return "", false, true
+		return "", checkOpens
 	case 2:
-		return "", true, false
+		return "", checkNotSelect
+	case 3:
+		return "", checkExplain
 	}
-	return C.GoString(C.analytics_errmsg(c.db)), false, true
+	return C.GoString(C.analytics_errmsg(c.db)), checkOpens
 }
 
 // compile prepares the first statement of sql. It returns the statement
@@ -616,7 +625,7 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	// a query that does not compile there, writes, or reads the database
 	// by itself depends on the model alone, never on what the database
 	// holds beside it.
-	invalid, writes, opens := t.checker.check(ctx, q)
+	invalid, found := t.checker.check(ctx, q)
 	refusal := func(msg string, args ...any) error {
 		err := toolErr(msg, args...)
 		if ctx.Err() != nil {
@@ -628,9 +637,11 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 	switch {
 	case invalid != "" && !strings.HasPrefix(invalid, "no such table"):
 		return nil, refusal("the query is not valid SQL: %s", invalid)
-	case writes:
+	case found == checkExplain:
+		return nil, refusal("EXPLAIN is not allowed; send a single SELECT")
+	case found == checkNotSelect:
 		return nil, refusal("only a single read-only SELECT statement is allowed")
-	case opens:
+	case found == checkOpens:
 		// A name outside the model, whether the database has it or not.
 		return nil, refusal("the query may read only the views of the data model (%s)", t.sqlite.list)
 	}
@@ -653,7 +664,7 @@ func (t *SQLTool) openSQLite(ctx context.Context, cancel context.CancelFunc, tim
 		err = toolErr("sqlQuery holds more than one statement; send a single SELECT")
 	case flags&C.ANALYTICS_EXPLAIN != 0:
 		err = toolErr("EXPLAIN is not allowed; send a single SELECT")
-	case flags&C.ANALYTICS_READONLY == 0:
+	case flags&C.ANALYTICS_READONLY == 0 || C.analytics_column_count(st) == 0:
 		err = toolErr("only a single read-only SELECT statement is allowed")
 	case flags&C.ANALYTICS_PARAMS != 0:
 		err = toolErr("the query has parameters; write the values into it")

@@ -135,30 +135,15 @@ func isIdent(s string) bool {
 	return true
 }
 
-// filterAttributes returns the attributes the model's row filters use, in
-// order of first use.
-func (m *Model) filterAttributes() []string {
-	var out []string
-	for _, v := range m.Views {
-		for _, f := range v.Filters {
-			if !slices.Contains(out, f.Attribute) {
-				out = append(out, f.Attribute)
-			}
-		}
+// filterKey names the values that row filter f, the j-th of the model's
+// view i, compares its column with, in an Access and in the views' SQL:
+// its attribute's values as they are, or, for a filter that normalizes
+// them, its own. The two forms cannot meet, whatever the attribute's name.
+func filterKey(i, j int, f RowFilter) string {
+	if f.Normalize == nil {
+		return "a:" + f.Attribute
 	}
-	return out
-}
-
-// normalizer returns the Normalize function of the first filter on attr.
-func (m *Model) normalizer(attr string) func(string) string {
-	for _, v := range m.Views {
-		for _, f := range v.Filters {
-			if f.Attribute == attr && f.Normalize != nil {
-				return f.Normalize
-			}
-		}
-	}
-	return nil
+	return fmt.Sprintf("f:%d:%d", i, j)
 }
 
 // cubes returns the model as svcMeta shows it, in a new slice.
@@ -288,72 +273,93 @@ func (m *Model) UserContext(t chatstream.Turn) string {
 }
 
 // Access is the row access of one user: every row (an internal user), or
-// for each filtered attribute the values whose rows they may see.
+// for each row filter the values whose rows they may see.
 type Access struct {
 	all    bool
-	values map[string][]any // attribute → normalized values (string or float64)
+	values map[string][]any  // filterKey → values (string or float64)
+	first  map[string]string // attribute → filterKey of its first filter
 }
 
 // AccessOf derives the row access of u under the filters of m. An internal
-// user (InternalID set) sees every row. For an external user, each
-// attribute used by a row filter contributes its values: a string or
-// number, or a list of them, normalized by the filter's Normalize; a
-// missing, empty or otherwise typed value contributes nothing, so the
-// filter yields no rows.
+// user (InternalID set) sees every row. For an external user, each row
+// filter takes the values of its attribute: a string or number, or a list
+// of them, each string normalized by that filter's Normalize; a missing,
+// empty or otherwise typed value contributes nothing, so the filter yields
+// no rows.
 func AccessOf(m *Model, u chatstream.User) Access {
 	if u.InternalID != "" && u.ExternalID == "" {
 		return Access{all: true}
 	}
-	a := Access{values: map[string][]any{}}
-	for _, attr := range m.filterAttributes() {
-		norm := m.normalizer(attr)
-		var vals []any
-		add := func(v any) {
-			if s, ok := v.(string); ok {
-				if norm != nil {
-					s = norm(s)
-				}
-				if s == "" {
-					return
-				}
-				v = s
+	a := Access{values: map[string][]any{}, first: map[string]string{}}
+	for i, v := range m.Views {
+		for j, f := range v.Filters {
+			k := filterKey(i, j, f)
+			if _, ok := a.first[f.Attribute]; !ok {
+				a.first[f.Attribute] = k
 			}
-			if !slices.Contains(vals, v) {
-				vals = append(vals, v)
+			if _, ok := a.values[k]; !ok {
+				a.values[k] = filterValues(u.Attributes[f.Attribute], f.Normalize)
 			}
 		}
-		switch v := u.Attributes[attr].(type) {
-		case string:
-			add(v)
-		case float64:
-			add(v)
-		case []string:
-			for _, s := range v {
-				add(s)
-			}
-		case []float64:
-			for _, f := range v {
-				add(f)
-			}
-		case []any:
-			for _, e := range v {
-				switch e.(type) {
-				case string, float64:
-					add(e)
-				}
-			}
-		}
-		a.values[attr] = vals
 	}
 	return a
+}
+
+// filterValues returns the distinct values of attribute value v that a
+// row filter compares with, strings normalized by norm (when set).
+func filterValues(v any, norm func(string) string) []any {
+	var vals []any
+	add := func(v any) {
+		if s, ok := v.(string); ok {
+			if norm != nil {
+				s = norm(s)
+			}
+			if s == "" {
+				return
+			}
+			v = s
+		}
+		if !slices.Contains(vals, v) {
+			vals = append(vals, v)
+		}
+	}
+	switch v := v.(type) {
+	case string:
+		add(v)
+	case float64:
+		add(v)
+	case []string:
+		for _, s := range v {
+			add(s)
+		}
+	case []float64:
+		for _, f := range v {
+			add(f)
+		}
+	case []any:
+		for _, e := range v {
+			switch e.(type) {
+			case string, float64:
+				add(e)
+			}
+		}
+	}
+	return vals
 }
 
 // All reports whether the access covers every row.
 func (a Access) All() bool { return a.all }
 
-// Values returns the values of attr this access is limited to (nil for an
-// access that covers every row).
-func (a Access) Values(attr string) []any { return slices.Clone(a.values[attr]) }
+// Values returns the values of attr this access is limited to, as the
+// first row filter on attr takes them (normalized by its Normalize); nil
+// for an access that covers every row.
+func (a Access) Values(attr string) []any {
+	k, ok := a.first[attr]
+	if !ok {
+		return nil
+	}
+	return slices.Clone(a.values[k])
+}
 
 // key identifies the access in cache keys and result ids.
 func (a Access) key() string {

@@ -123,7 +123,7 @@ func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresCon
 	for _, v := range m.Views {
 		stmts = append(stmts,
 			fmt.Sprintf("DROP VIEW IF EXISTS %s.%s CASCADE", s, quoteIdent(v.Name)),
-			fmt.Sprintf("DROP VIEW IF EXISTS %s.%s CASCADE", s, quoteIdent("embedkit_source_"+v.Name)))
+			fmt.Sprintf("DROP VIEW IF EXISTS %s.%s CASCADE", s, quoteIdent(sourcePrefix+v.Name)))
 	}
 	stmts = append(stmts,
 		fmt.Sprintf("CREATE UNLOGGED TABLE IF NOT EXISTS %s.embedkit_access (pid integer NOT NULL, xid bigint NOT NULL, attr text NOT NULL, value text NOT NULL)", s),
@@ -145,16 +145,16 @@ func SetupPostgres(ctx context.Context, admin *sql.DB, m *Model, cfg PostgresCon
 		fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s.embedkit_begin(jsonb) TO %s", s, reader),
 		fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", s, reader),
 	)
-	access := func(attr string) string {
-		return fmt.Sprintf("SELECT a.value FROM %s.embedkit_access AS a WHERE a.pid = pg_backend_pid() AND a.xid = txid_current() AND a.attr = %s", s, lit(attr))
+	access := func(key string) string {
+		return fmt.Sprintf("SELECT a.value FROM %s.embedkit_access AS a WHERE a.pid = pg_backend_pid() AND a.xid = txid_current() AND a.attr = %s", s, lit(key))
 	}
-	for _, v := range m.Views {
-		src := s + "." + quoteIdent("embedkit_source_"+v.Name)
+	for i, v := range m.Views {
+		src := s + "." + quoteIdent(sourcePrefix+v.Name)
 		where := fmt.Sprintf("EXISTS (%s)", access(""))
 		if len(v.Filters) > 0 {
 			var conds []string
-			for _, f := range v.Filters {
-				conds = append(conds, fmt.Sprintf("((%s)::text IN (%s))", f.Column, access(f.Attribute)))
+			for j, f := range v.Filters {
+				conds = append(conds, fmt.Sprintf("((%s)::text IN (%s))", f.Column, access(filterKey(i, j, f))))
 			}
 			where += " OR (" + strings.Join(conds, " AND ") + ")"
 		} else {
@@ -513,14 +513,18 @@ func (t *SQLTool) pgConn(ctx context.Context) (*sql.Conn, *pgx.Conn, error) {
 	return conn, pc, nil
 }
 
-// accessJSON encodes a for embedkit_begin: attribute → values as text;
-// the attribute "" stands for every row.
+// sourcePrefix begins the name of the view of a model's view's SQL, which
+// the model's view filters.
+const sourcePrefix = "embedkit_source_"
+
+// accessJSON encodes a for embedkit_begin: filterKey → values as text;
+// the key "" stands for every row.
 func accessJSON(a Access) string {
 	m := map[string][]string{}
 	if a.all {
 		m[""] = []string{""}
 	}
-	for attr, vals := range a.values {
+	for key, vals := range a.values {
 		list := []string{}
 		for _, v := range vals {
 			switch v := v.(type) {
@@ -530,7 +534,7 @@ func accessJSON(a Access) string {
 				list = append(list, strconv.FormatFloat(v, 'f', -1, 64))
 			}
 		}
-		m[attr] = list
+		m[key] = list
 	}
 	b, _ := json.Marshal(m)
 	return string(b)
@@ -771,15 +775,18 @@ func (c *pgCursor) translate(err error, compile bool) error {
 		return toolErr("the query ran longer than %s and was stopped", c.timeout)
 	case "42501": // insufficient_privilege
 		return toolErr("the query may read only the views of the data model (%s)", c.t.modelViews())
-	case "25006": // read_only_sql_transaction
+	case "25006", "55000": // read_only_sql_transaction; object_not_in_prerequisite_state: a write through a view that is not updatable
 		return toolErr("only a single read-only SELECT statement is allowed")
 	case "42601": // syntax_error
 		if strings.Contains(pe.Message, "multiple commands") {
 			return toolErr("sqlQuery holds more than one statement; send a single SELECT")
 		}
 	}
+	// A view of the model reads its source view, embedkit_source_<name>:
+	// a message that names it names the model's view instead.
+	msg := strings.ReplaceAll(pe.Message, sourcePrefix, "")
 	if compile || strings.HasPrefix(pe.Code, "42") {
-		return toolErr("the query is not valid SQL: %s", pe.Message)
+		return toolErr("the query is not valid SQL: %s", msg)
 	}
-	return toolErr("the query failed: %s", pe.Message)
+	return toolErr("the query failed: %s", msg)
 }

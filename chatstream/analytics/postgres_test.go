@@ -189,6 +189,27 @@ func TestHostilePostgres(t *testing.T) {
 	}
 }
 
+// TestPostgresWritesRefused: a write through a view over a join is
+// refused as a write (PostgreSQL's own refusal names the view beneath),
+// and the data is as it was.
+func TestPostgresWritesRefused(t *testing.T) {
+	f := newPGFixture(t)
+	tool := f.tool(t)
+	for _, q := range []string{
+		"UPDATE orders SET amount = 1 RETURNING *",
+		"DELETE FROM orders RETURNING *",
+		"INSERT INTO orders (id) VALUES (1) RETURNING *",
+		"WITH u AS (UPDATE orders SET amount = 0 RETURNING 1) SELECT * FROM u",
+	} {
+		_, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: q})
+		toolError(t, q, err, "only a single read-only SELECT statement is allowed")
+	}
+	res, err := tool.Run(t.Context(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: "SELECT count(*), sum(amount) FROM orders"})
+	if err != nil || res.Data[0][0] != int64(3) || res.Data[0][1] != 1029.5 {
+		t.Errorf("orders after the writes: %+v %v", res, err)
+	}
+}
+
 func TestPostgresBoundedCost(t *testing.T) {
 	f := newPGFixture(t)
 	tool := f.tool(t, analytics.WithTimeout(500*time.Millisecond))
