@@ -18,17 +18,25 @@ const schemaVersion = 6
 const migrationLock = 7318002119
 
 // Migrate brings embedkit's tables in db up to date, and only them; [OpenDB]
-// calls it, a host may call it as a step of its own. Processes starting at
-// once take turns (an advisory lock on PostgreSQL, the write lock on
-// SQLite). A database older than version 3 is refused: embedkit b908add
-// migrates it to version 3.
+// calls it, a host may call it as a step of its own, also inside a
+// transaction of its own (db a transaction: the migration is then a
+// savepoint of it). Processes starting at once take turns (an advisory
+// lock on PostgreSQL, the write lock on SQLite). A database older than
+// version 3 is refused: embedkit b908add migrates it to version 3.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	// Deletions rely on the foreign keys (ON DELETE CASCADE), whatever a host's settings say.
 	db = db.Session(&gorm.Session{Context: ctx})
 	db.Config.DisableForeignKeyConstraintWhenMigrating, db.Config.IgnoreRelationshipsWhenMigrating = false, false
+	_, inHostTx := db.Statement.ConnPool.(gorm.TxCommitter)
 	return wrapErr("migrate", db.Transaction(func(tx *gorm.DB) error {
-		if tx.Dialector.Name() == "postgres" { // READ COMMITTED: what the lock's last holder did is seen
-			err := tx.Exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").Error
+		if tx.Dialector.Name() == "postgres" {
+			// READ COMMITTED: what the lock's last holder did is seen. A
+			// host's transaction keeps its own level: one may be set only
+			// before its first query.
+			var err error
+			if !inHostTx {
+				err = tx.Exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").Error
+			}
 			if err = cmp.Or(err, tx.Exec("SELECT pg_advisory_xact_lock(?)", migrationLock).Error); err != nil {
 				return err
 			}

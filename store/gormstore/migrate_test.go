@@ -3,6 +3,7 @@ package gormstore_test
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
 
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -118,6 +120,50 @@ func checkReleaseData(t *testing.T, st *gormstore.Store, tokens map[string]strin
 // REPEATABLE READ) or the write lock (SQLite) makes them migrate one after
 // the other, each ends up usable, and the earlier version's data is all
 // there.
+// TestMigrateInHostTransaction: a host runs the migration as a step of
+// its own migration transaction, after steps of its own (its own users
+// table), at READ COMMITTED or, on PostgreSQL, at a stricter level the
+// migration cannot change once the transaction has run a query.
+func TestMigrateInHostTransaction(t *testing.T) {
+	type hostUser struct {
+		ID    int64 `gorm:"primaryKey"`
+		Email string
+	}
+	levels := map[string][]sql.IsolationLevel{
+		testdb.SQLite:   {sql.LevelDefault},
+		testdb.Postgres: {sql.LevelDefault, sql.LevelRepeatableRead, sql.LevelSerializable},
+	}
+	for _, backend := range testdb.Backends() {
+		for _, level := range levels[backend] {
+			t.Run(backend+"/"+level.String(), func(t *testing.T) {
+				db := testdb.OpenGorm(t, backend, nil)
+				err := db.Transaction(func(tx *gorm.DB) error {
+					if err := tx.Table("users").AutoMigrate(&hostUser{}); err != nil {
+						return err
+					}
+					return gormstore.Migrate(t.Context(), tx)
+				}, &sql.TxOptions{Isolation: level})
+				if err != nil {
+					t.Fatalf("Migrate in the host's transaction: %v", err)
+				}
+				for _, table := range []string{"users", "embedkit_users", "embedkit_schema_versions"} {
+					if !db.Migrator().HasTable(table) {
+						t.Errorf("table %s missing after the host's commit", table)
+					}
+				}
+				st, err := gormstore.OpenDB(db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				if _, err := st.SaveAccount(t.Context(), store.Account{Name: "host"}); err != nil {
+					t.Errorf("the store on the migrated tables: %v", err)
+				}
+			})
+		}
+	}
+}
+
 func TestConcurrentMigrations(t *testing.T) {
 	for _, release := range []string{"", "b908add", "dc03053"} {
 		for _, backend := range []string{testdb.SQLite, testdb.Postgres, "postgres-repeatable-read"} {
