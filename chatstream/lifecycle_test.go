@@ -924,3 +924,35 @@ func TestAbortOfLocalTurnBoundedOnSlowDatabase(t *testing.T) {
 		t.Errorf("abort of a local turn on a slow database answered after %v; docs/http-reference.md: the 204 is sent after 5 seconds", d)
 	}
 }
+
+// TestEphemeralUsersTurnEndsAtExpiry: an ephemeral user is invisible from
+// the moment its TTL passes, with its threads, so its running turn ends
+// then (its stream with state.error, as for a deleted chat) rather than at
+// the turn's deadline; the chat id is then free for a new input of the same
+// externalId (a new user), where a running turn would hold it.
+func TestEphemeralUsersTurnEndsAtExpiry(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{})
+		ttl := int64(1)
+		settings := &chatstream.SessionSettings{ExternalID: "shortlived", EphemeralTTLSeconds: &ttl}
+		start := time.Now()
+		msgs, err := collectErr(t.Context(), e.client, chatstream.Request{Input: "slow", ChatID: "expiring", SessionSettings: settings})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("the turn ended after %v, not at the user's expiry", took)
+		}
+		if st := last(msgs).State; st == nil || st.Error == "" || st.IsStreaming {
+			t.Errorf("last line %+v, want a __state__ with an error", last(msgs))
+		}
+		if n := e.h.RunningTurns(); n != 0 {
+			t.Errorf("%d turns running after the expiry", n)
+		}
+		e.Advance(2 * time.Second) // the handler's clock: the user has expired
+		after := collect(t, e.client, chatstream.Request{Input: "echo:again", ChatID: "expiring", SessionSettings: ext("shortlived")})
+		if st := last(after).State; st == nil || st.Error != "" || len(st.Messages) != 2 {
+			t.Errorf("input on the expired user's chat id: %+v, want a new thread of two messages", last(after))
+		}
+	})
+}

@@ -266,6 +266,10 @@ type openedTurn struct {
 	maxSize int
 	// user reads the turn's user for the agent (set by open).
 	user userReader
+	// expires is when the turn's user, an ephemeral one, expires (zero
+	// for a persistent user): its turn ends then, as its threads become
+	// invisible.
+	expires time.Time
 }
 
 // openStream writes the request's values (u's update, which sets u's
@@ -371,7 +375,7 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 		} else if err := tx.AppendMessages(ctx, c.acct.ID, chatID, echo.Sort+sortBlock, stored); err != nil {
 			return err
 		}
-		op = openedTurn{chatID: chatID, seq: seq, echo: echo, maxSize: maxSize, info: Turn{
+		op = openedTurn{chatID: chatID, seq: seq, echo: echo, maxSize: maxSize, expires: user.ExpiresAt, info: Turn{
 			AccountName:      c.acct.Name,
 			AgentID:          c.agent.ID,
 			ChatID:           chatID,
@@ -400,7 +404,13 @@ func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op 
 	t.reserved = op.echo.Sort + sortBlock // stored with the echo
 	start := op.seq.start(newID())
 	info := op.info
-	t.begin(ctx, h.cfg.turnTimeout, h.agent, &info, op.user, op.echo, start)
+	timeout, cause := h.cfg.turnTimeout, errDeadline
+	if left := op.expires.Sub(h.cfg.now()); !op.expires.IsZero() && left < timeout {
+		// An ephemeral user is invisible from its expiry, with its
+		// threads: the turn ends then, as when its thread is deleted.
+		timeout, cause = max(left, 0), errThreadDeleted
+	}
+	t.begin(ctx, timeout, cause, h.agent, &info, op.user, op.echo, start)
 	return func() {
 		defer lw.end()
 		h.followTurn(ctx, lw, t, 0, h.cfg.cancelOnDisconnect)

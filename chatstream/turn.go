@@ -119,11 +119,12 @@ func (t *turn) publishLocked() {
 
 // begin starts the turn: it registers it as running, logs the user echo and
 // the assistant start, and runs the agent on a goroutine owned by the
-// registry. user, when not nil, reads the turn's user (info.User) on that
-// goroutine before the agent answers.
-func (t *turn) begin(base context.Context, timeout time.Duration, agent instrumented, info *Turn, user userReader, echo, start Message) {
+// registry; after timeout the turn is stopped with cause. user, when not
+// nil, reads the turn's user (info.User) on that goroutine before the
+// agent answers.
+func (t *turn) begin(base context.Context, timeout time.Duration, cause error, agent instrumented, info *Turn, user userReader, echo, start Message) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(base))
-	ctx, cancelDeadline := context.WithDeadlineCause(ctx, time.Now().Add(timeout), errDeadline)
+	ctx, cancelDeadline := context.WithDeadlineCause(ctx, time.Now().Add(timeout), cause)
 	t.ctx = ctx
 	t.cancel = func(cause error) { cancel(cause); cancelDeadline() }
 
@@ -148,16 +149,16 @@ func (t *turn) begin(base context.Context, timeout time.Duration, agent instrume
 	}
 	t.agentRunning = true
 	r.active++ // the agent's goroutine below
-	var cause error
+	var stopped error
 	switch {
 	case r.stopped:
-		cause = errShutdown
+		stopped = errShutdown
 	case t.abortAtStart:
-		cause = errAborted
+		stopped = errAborted
 	}
 	r.mu.Unlock()
 
-	go t.run(agent, info, user, cause)
+	go t.run(agent, info, user, stopped)
 }
 
 // run is the turn's goroutine: it runs the agent, then ends the turn. The
