@@ -391,15 +391,11 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 	return op, err
 }
 
-// startTurn writes the stream's first line and starts the turn opened by
-// openStream on its reservation t. It returns the rest of the stream, which
+// startTurn starts the turn opened by openStream on its reservation t and
+// writes the stream's first line. It returns the rest of the stream, which
 // the request's goroutine runs: following the turn to its end.
 func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op openedTurn) func() {
 	ctx := r.Context()
-	lw := h.newLineWriter(r, w)
-	lw.hold = true
-	lw.send(cutoffMessage(op.chatID, false))
-
 	t.seq = op.seq
 	t.reserved = op.echo.Sort + sortBlock // stored with the echo
 	start := op.seq.start(newID())
@@ -411,6 +407,11 @@ func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op 
 		timeout, cause = max(left, 0), errThreadDeleted
 	}
 	t.begin(ctx, timeout, cause, h.agent, &info, op.user, op.echo, start)
+	// Started before the first line goes out: a request that rejoins
+	// the chat once that line is read finds the turn running.
+	lw := h.newLineWriter(r, w)
+	lw.hold = true
+	lw.send(cutoffMessage(op.chatID, false))
 	return func() {
 		defer lw.end()
 		h.followTurn(ctx, lw, t, 0, h.cfg.cancelOnDisconnect)
