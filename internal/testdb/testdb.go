@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	gormpostgres "gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -231,8 +233,19 @@ func postgresSchema(t testing.TB, base string) string {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("testdb: drop schema %s: %v", schema, err)
+		// A connection of the test that is still closing may hold locks
+		// that the drop's cascade takes in another order: PostgreSQL then
+		// cancels one of them (deadlock detected), and the drop runs again.
+		for try := 1; ; try++ {
+			_, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			var pe *pgconn.PgError
+			if err == nil || try == 5 || !errors.As(err, &pe) || pe.Code != "40P01" {
+				if err != nil {
+					t.Errorf("testdb: drop schema %s: %v", schema, err)
+				}
+				break
+			}
+			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
 		}
 	})
 	return withSearchPath(base, schema)
