@@ -94,6 +94,11 @@ func newAgent(o options, log *slog.Logger) (agent chatstream.Agent, close func()
 		endpoint = u.Redacted() // no password of the URL in the log
 	}
 	log.Info("chat agent: language model", "model", o.llmModel, "endpoint", endpoint)
+	if o.llmAPIKey == "" {
+		// Right for a local server; a hosted endpoint answers 401 to every
+		// turn, which the user sees only as an answer that failed.
+		log.Warn("chat agent: OPENAI_API_KEY is not set: requests to the model carry no Authorization")
+	}
 	return llm, func() error { return errors.Join(llm.Close(), closeAll()) }, nil
 }
 

@@ -847,6 +847,8 @@ func TestBrowser(t *testing.T) {
 		if got.Name != "" || got.Token != "" || got.Chat != "" || got.Messages != 0 || !got.Disabled {
 			t.Errorf("after a failed exchange: name %q, token %q, chat %q, %d messages, input disabled %v", got.Name, got.Token, got.Chat, got.Messages, got.Disabled)
 		}
+		// The refused sessionId needs a new session: the host is told.
+		tb.waitFor("the host to get embedkit:session-expired", `document.body.dataset.sessionExpired === "true"`, 20*time.Second)
 		// A reload stays signed out.
 		tb.eval(chat(`(w.location.reload(), true)`), nil)
 		time.Sleep(200 * time.Millisecond)

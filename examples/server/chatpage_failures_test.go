@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -209,6 +210,59 @@ func TestChatPageFailures(t *testing.T) {
 		tb.waitFor("the failure", chat(`d.getElementById("ek-notice").textContent.includes("Reload")`), 20*time.Second)
 		tb.open("ana")
 		tb.waitFor("the conversation after the reload", chat(`d.querySelectorAll(".ek-msg").length > 0`), 20*time.Second)
+	})
+
+	// A proxy that cuts long responses: each stream drops after a line
+	// more, five times in a row, more than the retries of a turn that
+	// makes no progress; the page follows the turn to its end.
+	t.Run("a stream cut again and again while it progresses is followed to its end", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		delta := func(sort int, text string) string {
+			return fmt.Sprintf(`{"id":"a1","role":"assistant","content":%q,"graphPath":["agent"],"isDelta":true,"isInProcess":true,"isStructuredResponse":false,"sort":%d}`+"\n", text, sort)
+		}
+		bodies := []string{fakeCutoff + fakeUser + delta(2, "one ")}
+		for i := 3; i <= 6; i++ {
+			bodies = append(bodies, fakeCutoff+delta(i, "more "))
+		}
+		final := `{"id":"a1","role":"assistant","content":"one more more more more done","graphPath":["final","agent"],"isDelta":false,"isInProcess":false,"isStructuredResponse":false,"sort":7}` + "\n"
+		state := `{"id":"__state__","role":"assistant","content":"","isDelta":false,"isInProcess":false,"sort":8,"state":{"chatId":"c1","isStreaming":false,"messages":[` +
+			`{"id":"u1","role":"user","content":"q","isDelta":false,"isInProcess":false,"sort":1},` +
+			`{"id":"a1","role":"assistant","content":"one more more more more done","graphPath":["final","agent"],"isDelta":false,"isInProcess":false,"isStructuredResponse":false,"sort":7}]}}` + "\n"
+		tb.answerStreams(append(bodies, fakeCutoff+final+state)...)
+		tb.ask("q")
+		tb.waitFor("the turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant") && d.querySelector(".ek-assistant").innerText.includes("done")`), 40*time.Second)
+		if n := notice(tb); n != "" {
+			t.Errorf("the answer is complete, but the notice says %q", n)
+			tb.screenshot("cut-streams")
+		}
+	})
+
+	// The chat the page remembers no longer exists (deleted, or its user
+	// expired): the reload's rejoin answers 404, and the page forgets it
+	// rather than asking for it on every load.
+	t.Run("a remembered chat that is gone is forgotten", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("the turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
+		tb.answerOnce("*/chat/stream-chat-state", 404, `{"error":"chat not found"}`)
+		tb.run(chromedp.Reload())
+		tb.waitFor("the notice", chat(`d.body && d.body.dataset.ready === "true" && !d.getElementById("ek-notice").hidden`), 30*time.Second)
+		var got struct {
+			Notice   string
+			Messages int
+			Stored   string
+			Busy     bool
+		}
+		tb.eval(chat(`({ notice: d.getElementById("ek-notice").textContent, messages: d.querySelectorAll(".ek-msg").length,
+			stored: JSON.parse(w.sessionStorage.getItem("embedkit.chat") || "{}").chatId || "", busy: !d.getElementById("ek-stop").hidden })`), &got)
+		if !strings.Contains(got.Notice, "no longer available") || got.Messages != 0 || got.Stored != "" || got.Busy {
+			t.Errorf("after a 404 for the remembered chat: notice %q, %d messages, stored chat %q, busy %v", got.Notice, got.Messages, got.Stored, got.Busy)
+			tb.screenshot("gone-chat")
+		}
+		tb.ask("revenue by country") // a new chat
+		tb.waitFor("the new chat's answer", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
 	})
 
 	// The host page mints a new session on every load: reloading it keeps

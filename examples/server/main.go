@@ -59,11 +59,24 @@ func main() {
 	// The first SIGINT or SIGTERM stops gracefully, a second one at once;
 	// a third gets the default action (the process ends).
 	stop, stopNow := stopSignals()
-	if err := run(stop, stopNow, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(stop, stopNow, os.Args[1:], os.Stdout, os.Stderr)
+	var usage usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp): // -h: the usage is printed
+	case errors.As(err, &usage):
+		os.Exit(2) // the flag package printed the error with the usage
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}
 }
+
+// usageError is an error of the command line that the flag package has
+// printed, with the usage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
 
 // stopSignals returns a context that ends at the first SIGINT or SIGTERM and
 // one that ends at the second; then the signals get their default action
@@ -124,8 +137,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.agent, "agent", envOr("EMBED_AGENT", agentDemo), "chat agent: demo, or llm for a language model at OPENAI_BASE_URL (env EMBED_AGENT)")
 	fs.StringVar(&o.llmModel, "llm-model", envOr("EMBED_LLM_MODEL", ""), "model name for -agent llm (env EMBED_LLM_MODEL)")
 	o.llmBaseURL, o.llmAPIKey = llmEnv()
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage of server:")
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), `
+Environment, besides the flags' own:
+  OPENAI_BASE_URL         the model endpoint of -agent llm (an OpenAI-compatible API)
+  OPENAI_API_KEY          its API key (none: requests carry no Authorization)
+  EMBED_ANALYTICS_SCHEMA  on PostgreSQL, the schema of the analytics views, whose roles
+                          are named after it (default embedkit_analytics)
+  PGPASSWORD              the PostgreSQL password, when the -db DSN has none`)
+	}
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, usageError{err}
 	}
 	if fs.NArg() > 0 { // "-dev true" ends the flags at "true": the ones after it would be ignored
 		return o, fmt.Errorf("unexpected argument %q: the server takes flags only (a boolean flag is -name=false, not -name false)", fs.Arg(0))
@@ -172,9 +196,16 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 		sc.add(configSecrets(cfg)...)
 	}
 
+	// The address first: a start that fails changes no database.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // on an error below; Shutdown closes it otherwise
+
 	st, err := openStore(o.db)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return fmt.Errorf("open store %s: %w", o.db, err)
 	}
 	defer st.Close()
 	if err := operator.New(st).Apply(ctx, cfg); err != nil {
@@ -221,6 +252,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	// quota counters in the background.
 	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
 	reaper.Start()
+	defer reaper.Close() // on an error below, before the store closes; at the end, again (it does nothing)
 
 	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/" or be a dot segment
 	// Unmatched paths and methods answer JSON errors like every endpoint.
@@ -260,10 +292,6 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return err
 	}
 	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), o.db)
 	if cluster != nil {

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -406,6 +409,37 @@ func TestFlagsRefusePositionalArgument(t *testing.T) {
 	o, err := parseFlags([]string{"-dev", "true", "-db", ":memory:", "-addr", "127.0.0.1:18999"}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `unexpected argument "true"`) {
 		t.Fatalf("parseFlags with a positional argument: %v (addr %q, db %q), want an error naming it", err, o.addr, o.db)
+	}
+}
+
+// TestFailedStartChangesNothing: a start that cannot listen (the address is
+// taken) fails before it opens the database, so it neither creates one nor
+// writes its -config into one another server uses; -h and a bad flag are
+// usage errors, printed once by the flag package.
+func TestFailedStartChangesNothing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	db := filepath.Join(t.TempDir(), "never.db")
+	var out bytes.Buffer
+	err = run(t.Context(), context.Background(), []string{"-addr", taken.Addr().String(), "-db", db}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("start on a taken address: %v, want its listen error", err)
+	}
+	if _, serr := os.Stat(db); !os.IsNotExist(serr) {
+		t.Errorf("the failed start created %s (%v)", db, serr)
+	}
+	if strings.Contains(out.String(), "level=ERROR") {
+		t.Errorf("the failed start logged an error besides its own: %s", out.String())
+	}
+	var usage usageError
+	if _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp (exit 0, the usage printed)", err)
+	}
+	if _, err := parseFlags([]string{"-bogus"}, io.Discard); !errors.As(err, &usage) {
+		t.Errorf("-bogus: %v (%T), want a usageError (exit 2, printed once)", err, err)
 	}
 }
 

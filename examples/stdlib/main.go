@@ -1,6 +1,7 @@
 // Command stdlib mounts the embedkit handlers on a plain http.ServeMux, to
 // show that they need no particular router: path parameters are read with
-// r.PathValue, which ServeMux fills itself.
+// r.PathValue, which ServeMux fills itself. It serves the demo account
+// (operator.DemoConfig: admin API key sk-acme-admin) with the demo agent.
 //
 //	go run ./examples/stdlib -addr 127.0.0.1:8081 -db stdlib.db
 package main
@@ -10,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -37,6 +39,13 @@ func run(addr, db string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
+	// The address first: a start that fails changes no database.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
 	st, err := openStore(db)
 	if err != nil {
 		return err
@@ -53,6 +62,10 @@ func run(addr, db string) error {
 
 	embed := embedsession.NewHandler(st, embedsession.WithLogger(log))
 	chat := chatstream.NewHandler(st, agent, chatstream.WithLogger(log))
+	// Deletes expired ephemeral users, session ids and tokens.
+	reaper := chatstream.NewReaper(st, 0, chatstream.WithLogger(log))
+	reaper.Start()
+	defer reaper.Close()
 
 	mux := http.NewServeMux()
 	for _, rt := range embed.Routes() {
@@ -62,7 +75,7 @@ func run(addr, db string) error {
 		mux.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
 	}
 
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -70,8 +83,8 @@ func run(addr, db string) error {
 		_ = chat.Shutdown(sctx)
 		_ = srv.Shutdown(sctx)
 	}()
-	fmt.Printf("listening on http://%s (ServeMux)\n", addr)
-	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+	fmt.Printf("listening on http://%s (ServeMux), demo admin API key sk-acme-admin\n", ln.Addr())
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
 		return err
 	}
 	return nil

@@ -77,6 +77,11 @@ function sessionExpired(why) {
   setBusy(false);
   input.disabled = send.disabled = newChat.disabled = true;
   show(why || "Your session has expired. Open the chat again from the application to continue.", "error");
+  postExpired();
+}
+
+// postExpired tells the host page that this page needs a new session.
+function postExpired() {
   if (window.parent !== window) {
     // The message holds no secret, and the page cannot know its host's
     // origin: any parent may read it.
@@ -102,9 +107,12 @@ function forget() {
 }
 
 // exchange trades the embed URL's sessionId for a token. It returns ""
-// or why it failed. Either way the earlier session's token is gone first:
-// a new sessionId may be another user's, and a failed one must never
-// leave the page signed in as the earlier user.
+// or why it failed, and sets refused when the server refused the
+// sessionId (invalid, expired or already used). Either way the earlier
+// session's token is gone first: a new sessionId may be another user's,
+// and a failed one must never leave the page signed in as the earlier
+// user.
+let refused = false;
 async function exchange(sessionId) {
   forget();
   let res;
@@ -119,7 +127,10 @@ async function exchange(sessionId) {
   } catch (_) {
     return "the connection failed";
   }
-  if (!res.ok) return await errorText(res);
+  if (!res.ok) {
+    refused = res.status === 401;
+    return await errorText(res);
+  }
   let t;
   try {
     t = await res.json();
@@ -134,7 +145,8 @@ async function exchange(sessionId) {
 }
 
 // exchangeFailed shows why the chat link did not open; the page stays
-// signed out.
+// signed out. A refused sessionId (a page reloaded from the cache with a
+// spent one, say) needs a new session, as an expired token does.
 function exchangeFailed(why) {
   storage.removeItem(CHAT_KEY);
   ended = true;
@@ -142,6 +154,7 @@ function exchangeFailed(why) {
   input.disabled = send.disabled = newChat.disabled = true;
   show("This chat link could not be opened (" + why + "). Open the chat again from the application.", "error");
   body.dataset.exchange = "failed";
+  if (refused) postExpired();
 }
 
 function api(url, init = {}) {
@@ -477,8 +490,9 @@ function setBusy(b) {
 
 // stream posts a chat request and applies its lines. It returns "done"
 // (the stream ended with __state__), "refused" (an error answer, shown),
-// "unsent" (no answer: the request may not have reached the server) or
-// "lost" (the connection dropped during the stream).
+// "gone" (a rejoin of a chat that no longer exists: deleted, or its user
+// expired), "unsent" (no answer: the request may not have reached the
+// server) or "lost" (the connection dropped during the stream).
 async function stream(req) {
   let res;
   try {
@@ -489,6 +503,10 @@ async function stream(req) {
     });
   } catch (_) {
     return "unsent";
+  }
+  if (res.status === 404 && req.input === undefined) {
+    setBusy(false);
+    return "gone";
   }
   if (!res.ok) {
     const msg = await httpError(res);
@@ -557,7 +575,16 @@ async function run(req) {
     if (asked !== undefined && !input.value.trim()) input.value = asked;
   };
   for (let attempt = 0; ; attempt++) {
+    const seen = chat.lastSort;
     const r = await stream(req);
+    if (r === "gone") {
+      // Forget it, or every reload would ask for it again.
+      chat = { chatId: "", lastSort: 0, msgs: {}, key: me.chatKey };
+      clearLog();
+      saveNow();
+      show("This conversation is no longer available. Ask a question to start a new one.", "info");
+      return;
+    }
     if (r === "running" && req.input !== undefined) {
       // Another tab's turn runs in this chat: follow it here.
       giveBack();
@@ -576,6 +603,10 @@ async function run(req) {
       if (!ended) show("Your question could not be sent: the connection failed. Send it again.", "error");
       return;
     }
+    // A stream cut while lines kept coming (a proxy that ends long
+    // responses) gets its retries afresh: only a turn that makes no
+    // progress is given up.
+    if (chat.lastSort > seen) attempt = 0;
     if (ended || attempt >= 4 || !chat.chatId) break;
     show("Connection lost. Reconnecting…", "info");
     await new Promise((r) => setTimeout(r, 1000 * (attempt + 1)));
@@ -670,7 +701,12 @@ async function boot() {
     show("The chat is not available: " + (await errorText(res)), "error");
     return;
   }
-  me = await res.json();
+  try {
+    me = await res.json();
+  } catch (_) {
+    show("The chat is not available: the server's answer was not understood. Reload to try again.", "error");
+    return;
+  }
   // "Download CSV" asks the data query API for every row, as CSV.
   setDownload(async (sqlQuery) => {
     const r = await api(me.dataUrl, {
