@@ -96,9 +96,12 @@ func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID in
 }
 
 // claimLimited is claim in a transaction that holds the account's
-// advisory lock and checks lim first.
+// advisory lock and checks lim first. It runs at READ COMMITTED whatever
+// the database's default: at REPEATABLE READ the count would read a
+// snapshot taken before the lock was granted, without the claim its last
+// holder committed.
 func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int64, lim chatstream.TurnLimits) error {
-	tx, err := c.pool.Begin(ctx)
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("pgcluster: claim turn: %w", err)
 	}

@@ -1,15 +1,20 @@
 package pgcluster_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/pgcluster"
+	"github.com/embedkit/embedkit/internal/testdb"
 )
 
 func wantLimit(t *testing.T, what string, err error, perUser bool, max int) {
@@ -124,5 +129,58 @@ func TestClaimLimitFreedByExpiredLease(t *testing.T) {
 			t.Fatalf("Claim after the other replica stopped: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestClaimLimitsUnderRepeatableRead: a database whose default isolation
+// is REPEATABLE READ (the host's choice) does not let two replicas'
+// claims both pass the account's limit: the check reads what the lock's
+// last holder committed. Both claims queue behind the account's lock,
+// held here on a side connection.
+func TestClaimLimitsUnderRepeatableRead(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_isolation", "repeatable read")
+	u.RawQuery = q.Encode()
+	dsn = u.String()
+	a, b := open(t, dsn), open(t, dsn)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('embedkit.turns', $1))", key("x").AccountID); err != nil {
+		t.Fatal(err)
+	}
+	lim := chatstream.TurnLimits{Account: 1}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, c := range []*pgcluster.Cluster{a, b} {
+		wg.Go(func() { _, errs[i] = c.Claim(ctx, key(fmt.Sprint("rr-", i)), int64(10+i), lim) })
+	}
+	time.Sleep(300 * time.Millisecond) // both wait for the lock
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		} else if !errors.Is(err, chatstream.ErrTurnLimit) {
+			t.Errorf("claim: %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d claims succeeded under an account limit of 1 (errors %v)", ok, errs)
 	}
 }
