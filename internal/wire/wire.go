@@ -127,14 +127,8 @@ func Unmarshal(body []byte, v any) error {
 	}
 	if hasNULEscape(trimmed) {
 		// PostgreSQL text cannot hold NUL; refuse it alike on every backend.
-		var doc any
-		if json.Unmarshal(trimmed, &doc) == nil {
-			if field, ok := nulField(doc); ok {
-				if len(field) > 255 {
-					field = strings.ToValidUTF8(field[:255], "") + "…"
-				}
-				return BadRequest("field %s must not contain the NUL character (\\u0000)", field)
-			}
+		if field, ok := NULField(trimmed); ok {
+			return BadRequest("field %s must not contain the NUL character (\\u0000)", field)
 		}
 		return BadRequest("strings must not contain the NUL character (\\u0000)")
 	}
@@ -338,6 +332,21 @@ func containsFold(b []byte, s string) bool {
 		}
 	}
 	return false
+}
+
+// NULField returns the path of the first string or key of doc, a JSON
+// document, that holds NUL, which PostgreSQL's text cannot store ("" for
+// the document itself).
+func NULField(doc []byte) (string, bool) {
+	if !hasNULEscape(doc) {
+		return "", false
+	}
+	var v any
+	if json.Unmarshal(doc, &v) != nil {
+		return "", false
+	}
+	field, ok := nulField(v)
+	return shortPath(field), ok
 }
 
 // nulField returns the path ("userProfile.displayName", "groups[2]") of the

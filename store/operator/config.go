@@ -185,6 +185,10 @@ func DecodeConfig(r io.Reader) (Config, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Config{}, fmt.Errorf("operator: config: content after the JSON document (line %d)", line(data, dec.InputOffset()))
 	}
+	if field, ok := wire.NULField(data); ok {
+		// Every backend refuses it alike: PostgreSQL's text cannot hold it.
+		return Config{}, fmt.Errorf("operator: config: field %s must not contain the NUL character (\\u0000)", field)
+	}
 	if field, ok := wire.DuplicateField(data, &c); ok {
 		// The last one would win silently: a second "apiKeys" drops the first's keys.
 		return Config{}, fmt.Errorf("operator: config: field %s appears more than once (keys differing only in case count as one)", field)
@@ -351,6 +355,8 @@ func checkName(s string) error {
 		return errors.New("is required")
 	case !utf8.ValidString(s):
 		return errors.New("is not valid UTF-8")
+	case strings.ContainsRune(s, 0):
+		return errors.New("must not contain the NUL character") // PostgreSQL's text cannot hold it
 	case utf8.RuneCountInString(s) > maxName:
 		return fmt.Errorf("is longer than %d characters", maxName)
 	}

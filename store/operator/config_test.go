@@ -198,6 +198,7 @@ func TestDecodeConfigStrict(t *testing.T) {
 		{"cut short", `{"accounts":[`, `empty or cut short`},
 		{"a key given twice", `{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret"}],"apiKeys":[]}]}`, `field accounts[0].apiKeys appears more than once`},
 		{"a key given twice in another case", `{"accounts":[],"Accounts":[]}`, `appears more than once`},
+		{"NUL in a string", `{"accounts":[{"name":"a","branches":["main","d\u0000v"]}]}`, `field accounts[0].branches[1] must not contain the NUL character`},
 		{"null", `null`, `must be a JSON object`},
 		{"an array", `[]`, `must be a JSON object`},
 	} {

@@ -240,6 +240,11 @@ func TestSetUpATenant(t *testing.T) {
 		if err := op.SaveGroups(ctx, "nobody", []operator.Group{{Name: "x"}}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("groups of an unknown account: %v", err)
 		}
+		// NUL, which PostgreSQL's text cannot hold, is refused alike on
+		// every backend.
+		if err := op.SaveGroups(ctx, "acme", []operator.Group{{Name: "sa\x00les"}}); err == nil || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("a group name with NUL: %v, want it refused", err)
+		}
 	})
 }
 
