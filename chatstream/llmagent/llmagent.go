@@ -1,6 +1,7 @@
 package llmagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,7 +40,9 @@ type Tool interface {
 	// value (not always what the schema says: validate it). The result is
 	// encoded as JSON for the model and for toolCall.result.
 	// err != nil is a tool error result: its message goes to the model and
-	// to the stream as {"error": msg}, so it must be fit for both.
+	// to the stream as {"error": msg}, so it must be fit for both. An
+	// error that wraps another (Unwrap) is a failure of the tool itself:
+	// the agent logs the wrapped error, which neither sees.
 	// Call enforces whatever the user may see (row filters, branches): the
 	// model's arguments are untrusted.
 	Call(ctx context.Context, t chatstream.Turn, args json.RawMessage) (result any, err error)
@@ -153,12 +156,9 @@ func (a *Agent) Close() error {
 func CheckBaseURL(baseURL string) error {
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		// The parser's reason without the URL itself.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("llmagent: base URL must be an absolute http or https URL, got one that does not parse (%v)", err)
+		// Not even the parser's reason: it quotes pieces of the URL (the
+		// password, in "invalid port").
+		return errors.New("llmagent: base URL must be an absolute http or https URL, got one that does not parse")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		shown := *u
@@ -214,6 +214,11 @@ func (a *Agent) Answer(ctx context.Context, t chatstream.Turn, e chatstream.Emit
 				return e.Content(note)
 			}
 			return nil
+		}
+		if res.dropped > 0 {
+			tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: the model asked for more tool calls in one response than run",
+				slog.String("account", tr.t.AccountName), slog.String("agent", tr.t.AgentID),
+				slog.Int("calls", len(res.calls)+res.dropped), slog.Int("run", len(res.calls)))
 		}
 		cur = append(cur, msg{role: "assistant", content: res.content, calls: res.calls})
 		for _, c := range res.calls {
@@ -272,6 +277,8 @@ func (tr *turn) logTurn(ctx context.Context) {
 type response struct {
 	content  string
 	calls    []call
+	dropped  int // calls past maxCallsPerResponse, left out
+	model    string
 	finish   string
 	usage    *openai.CompletionUsage
 	streamed bool // content or thinking was emitted: no retry
@@ -314,6 +321,9 @@ func (tr *turn) call(ctx context.Context, msgs []msg, toolsOK bool, round int) (
 		mctx, mc := telemetry.StartModelCall(ctx, "openai", a.model)
 		res, err := tr.stream(mctx, params)
 		var u telemetry.Usage
+		if res != nil {
+			u.ResponseModel = res.model
+		}
 		if res != nil && res.usage != nil {
 			u.InputTokens, u.OutputTokens = res.usage.PromptTokens, res.usage.CompletionTokens
 		}
@@ -401,6 +411,9 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 	for s.Next() {
 		idle.Reset(a.cfg.idleTimeout)
 		ch := s.Current()
+		if res.model == "" && len(ch.Model) <= maxToolName {
+			res.model = ch.Model // the model that answered, for telemetry
+		}
 		if ch.JSON.Usage.Valid() {
 			u := ch.Usage
 			res.usage = &u
@@ -474,17 +487,30 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 	if res.finish == "" {
 		return res, errTruncated
 	}
+	ids := map[string]bool{}
 	for i, p := range append(earlier, pending...) {
 		if p == nil {
 			continue
 		}
-		if p.id == "" {
+		if len(res.calls) == maxCallsPerResponse {
+			res.dropped++
+			continue
+		}
+		// Each call is answered by its id: one the endpoint left out or
+		// gave twice gets one of its own.
+		if p.id == "" || ids[p.id] {
 			p.id = fmt.Sprintf("call_%d", i)
 		}
+		ids[p.id] = true
 		res.calls = append(res.calls, *p)
 	}
 	return res, nil
 }
+
+// maxCallsPerResponse bounds the tool calls of one model response that
+// run: a model that asks for more in one response gets the first ones
+// (each a query of up to its timeout) and can ask again in the next round.
+const maxCallsPerResponse = 16
 
 // reasoningOf returns the reasoning text of a delta: the non-standard
 // "reasoning_content" (DeepSeek, vLLM) or "reasoning" (Ollama, OpenRouter)
@@ -515,8 +541,12 @@ func (tr *turn) runTool(ctx context.Context, c call) (string, error) {
 	if !valid {
 		input = args // shown as a JSON string
 	}
+	// Only a tool's own name reaches the stream and the telemetry (a span
+	// is named after it): what else the model wrote there is told to the
+	// model alone.
+	tool, ok := tr.a.tools[c.name]
 	name := c.name
-	if name == "" {
+	if !ok {
 		name = "unknown"
 	}
 	tc, err := tr.e.ToolCall(name, input)
@@ -525,16 +555,24 @@ func (tr *turn) runTool(ctx context.Context, c call) (string, error) {
 	}
 	var result any
 	var terr error
-	tool, ok := tr.a.tools[c.name]
+	toModel := ""
 	switch {
 	case !ok:
-		terr = fmt.Errorf("unknown tool %q; the tools are %s", c.name, strings.Join(tr.a.names, ", "))
+		terr = fmt.Errorf("unknown tool; the tools are %s", strings.Join(tr.a.names, ", "))
+		toModel = fmt.Sprintf("unknown tool %q; the tools are %s", c.name, strings.Join(tr.a.names, ", "))
 	case c.tooLong:
 		terr = fmt.Errorf("the arguments are longer than %d KiB", maxToolArgs>>10)
 	case !valid:
 		terr = errors.New("the arguments are not valid JSON")
 	default:
 		result, terr = tool.Call(ctx, tr.t, json.RawMessage(args))
+		if cause := errors.Unwrap(terr); cause != nil && ctx.Err() == nil {
+			// A failure of the tool itself (its database), which the model
+			// and the user are told without its details.
+			tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: tool failed",
+				slog.String("account", tr.t.AccountName), slog.String("agent", tr.t.AgentID),
+				slog.String("tool", c.name), slog.String("error", cause.Error()))
+		}
 	}
 	if ctx.Err() != nil {
 		return "", context.Cause(ctx)
@@ -546,7 +584,7 @@ func (tr *turn) runTool(ctx context.Context, c call) (string, error) {
 		}
 	}
 	if terr != nil {
-		out, _ = marshal(map[string]string{"error": terr.Error()})
+		out, _ = marshal(map[string]string{"error": cmp.Or(toModel, terr.Error())})
 		if err := tc.Fail(terr.Error()); err != nil {
 			return "", err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -190,12 +191,15 @@ func TestSeveralToolCallsInOneResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := rec.Events()
+	// The stream (and the tool's span) names a tool the agent does not
+	// have "unknown"; the model is told the name it wrote.
 	want := []struct{ name, input, result string }{
 		{"svcMeta", `{"q":"orders"}`, `{"cubes":[]}`},
 		{"svcSqlApi", `{"q":"x"}`, `{"error":"only SELECT is allowed"}`},
-		{"dropTables", `{}`, `{"error":"unknown tool \"dropTables\"; the tools are svcMeta, svcSqlApi"}`},
+		{"unknown", `{}`, `{"error":"unknown tool; the tools are svcMeta, svcSqlApi"}`},
 		{"svcSqlApi", `"{\"q\":"`, `{"error":"the arguments are not valid JSON"}`},
 	}
+	toModel := []string{want[0].result, want[1].result, `{"error":"unknown tool \"dropTables\"; the tools are svcMeta, svcSqlApi"}`, want[3].result}
 	if len(ev) != len(want)+1 {
 		t.Fatalf("events = %+v", ev)
 	}
@@ -215,9 +219,14 @@ func TestSeveralToolCallsInOneResponse(t *testing.T) {
 		t.Errorf("assistant message has %d tool calls", n)
 	}
 	for i, id := range []string{"call_1", "call_2", "call_3", "call_4"} {
-		if ms[3+i]["tool_call_id"] != id || ms[3+i]["content"] != want[i].result {
+		if ms[3+i]["tool_call_id"] != id || ms[3+i]["content"] != toModel[i] {
 			t.Errorf("tool message %d = %v", i, ms[3+i])
 		}
+	}
+	// The call whose arguments are not JSON goes back with {} (endpoints
+	// that parse the arguments of the calls they are sent refuse it).
+	if fn := ms[2]["tool_calls"].([]any)[3].(map[string]any)["function"].(map[string]any); fn["arguments"] != "{}" || fn["name"] != "svcSqlApi" {
+		t.Errorf("the invalid call sent back as %v", fn)
 	}
 }
 
@@ -606,26 +615,30 @@ func TestInvalidOptionsPanic(t *testing.T) {
 	const base = "http://127.0.0.1:1/v1"
 	tool := &fakeTool{name: "t"}
 	optiontest.Panics(t, map[string]func(){
-		`llmagent: WithAPIKey: key must not be empty, got "" (leave the option out to send none)`:                               func() { llmagent.WithAPIKey("") },
-		"llmagent: WithHTTPClient: client must not be nil, got nil":                                                             func() { llmagent.WithHTTPClient(nil) },
-		"llmagent: WithRequestOptions: options must not be nil, got nil at index 1":                                             func() { llmagent.WithRequestOptions(option.WithHeader("X-A", "b"), nil) },
-		"llmagent: WithMaxOutputTokens: count must be positive, got 0":                                                          func() { llmagent.WithMaxOutputTokens(0) },
-		"llmagent: WithContextBudget: budget must be at least 1000 tokens, got 10":                                              func() { llmagent.WithContextBudget(10) },
-		"llmagent: WithRetryDelay: duration must not be negative, got -1ms":                                                     func() { llmagent.WithRetryDelay(-time.Millisecond) },
-		"llmagent: WithIdleTimeout: duration must be positive, got 0s":                                                          func() { llmagent.WithIdleTimeout(0) },
-		"llmagent: WithSystemPrompt: prompt function must not be nil, got nil (leave the option out for DefaultSystemPrompt)":   func() { llmagent.WithSystemPrompt(nil) },
-		"llmagent: WithLogger: logger must not be nil, got nil (leave the option out for slog.Default())":                       func() { llmagent.WithLogger(nil) },
-		`llmagent: New: base URL must be an absolute http or https URL, got ""`:                                                 func() { llmagent.New("", "m", nil) },
-		`llmagent: New: base URL must be an absolute http or https URL, got "/v1"`:                                              func() { llmagent.New("/v1", "m", nil) },
-		`llmagent: New: base URL must be an absolute http or https URL, got "ftp://u:xxxxx@x/v1?..."`:                           func() { llmagent.New("ftp://u:secret@x/v1?api-key=secret", "m", nil) },
-		`llmagent: New: base URL must be an absolute http or https URL, got one that does not parse (invalid URL escape "%zz")`: func() { llmagent.New("http://x/%zz", "m", nil) },
-		`llmagent: New: model must not be empty, got " "`:                                                                       func() { llmagent.New(base, " ", nil) },
-		"llmagent: New: tools must not be nil, got nil at index 0":                                                              func() { llmagent.New(base, "m", []llmagent.Tool{nil}) },
-		`llmagent: New: tool name must be 1 to 64 characters of a-z A-Z 0-9 _ -, got "a b"`:                                     func() { llmagent.New(base, "m", []llmagent.Tool{&fakeTool{name: "a b"}}) },
-		`llmagent: New: tool names must be unique, got "t" twice`:                                                               func() { llmagent.New(base, "m", []llmagent.Tool{tool, tool}) },
+		`llmagent: WithAPIKey: key must not be empty, got "" (leave the option out to send none)`:                             func() { llmagent.WithAPIKey("") },
+		"llmagent: WithHTTPClient: client must not be nil, got nil":                                                           func() { llmagent.WithHTTPClient(nil) },
+		"llmagent: WithRequestOptions: options must not be nil, got nil at index 1":                                           func() { llmagent.WithRequestOptions(option.WithHeader("X-A", "b"), nil) },
+		"llmagent: WithMaxOutputTokens: count must be positive, got 0":                                                        func() { llmagent.WithMaxOutputTokens(0) },
+		"llmagent: WithContextBudget: budget must be at least 1000 tokens, got 10":                                            func() { llmagent.WithContextBudget(10) },
+		"llmagent: WithRetryDelay: duration must not be negative, got -1ms":                                                   func() { llmagent.WithRetryDelay(-time.Millisecond) },
+		"llmagent: WithIdleTimeout: duration must be positive, got 0s":                                                        func() { llmagent.WithIdleTimeout(0) },
+		"llmagent: WithSystemPrompt: prompt function must not be nil, got nil (leave the option out for DefaultSystemPrompt)": func() { llmagent.WithSystemPrompt(nil) },
+		"llmagent: WithLogger: logger must not be nil, got nil (leave the option out for slog.Default())":                     func() { llmagent.WithLogger(nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got ""`:                                               func() { llmagent.New("", "m", nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got "/v1"`:                                            func() { llmagent.New("/v1", "m", nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got "ftp://u:xxxxx@x/v1?..."`:                         func() { llmagent.New("ftp://u:secret@x/v1?api-key=secret", "m", nil) },
+		`llmagent: New: base URL must be an absolute http or https URL, got one that does not parse`:                          func() { llmagent.New("http://x/%zz", "m", nil) },
+		`llmagent: New: model must not be empty, got " "`:                                                                     func() { llmagent.New(base, " ", nil) },
+		"llmagent: New: tools must not be nil, got nil at index 0":                                                            func() { llmagent.New(base, "m", []llmagent.Tool{nil}) },
+		`llmagent: New: tool name must be 1 to 64 characters of a-z A-Z 0-9 _ -, got "a b"`:                                   func() { llmagent.New(base, "m", []llmagent.Tool{&fakeTool{name: "a b"}}) },
+		`llmagent: New: tool names must be unique, got "t" twice`:                                                             func() { llmagent.New(base, "m", []llmagent.Tool{tool, tool}) },
 	})
 	if err := llmagent.CheckBaseURL(base); err != nil {
 		t.Errorf("CheckBaseURL(%q): %v", base, err)
+	}
+	// The parser's reason would quote the password ("invalid port").
+	if err := llmagent.CheckBaseURL("http://tok:Prefix-Secret#rest@127.0.0.1:1/v1"); err == nil || strings.Contains(err.Error(), "Secret") {
+		t.Errorf("CheckBaseURL of a URL that does not parse: %v, want an error without the password", err)
 	}
 }
 
@@ -843,5 +856,98 @@ func TestCallWhoseIDChanges(t *testing.T) {
 	}
 	if m := meta.called(); len(m) != 1 || m[0] != `{"q":"revenue"}` {
 		t.Errorf("svcMeta ran with %q, want one call", m)
+	}
+}
+
+// TestToolCallsPerResponseBounded: a response that asks for many tool
+// calls (here 40, every one at index 0 with an id of its own) runs the
+// first 16; the model is sent those 16 with their results, and the rest
+// is logged, not run.
+func TestToolCallsPerResponseBounded(t *testing.T) {
+	chunks := []string{role()}
+	for i := range 40 {
+		chunks = append(chunks, toolStart(0, fmt.Sprint("call_", i), "svcMeta", `{"q":"x"}`))
+	}
+	f := newFake(t, reply{chunks: append(chunks, finish("tool_calls"))}, say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: map[string]any{"cubes": []any{}}}
+	a, logs := newAgent(t, f, []llmagent.Tool{meta})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(meta.called()); n != 16 {
+		t.Errorf("the tool ran %d times, want 16", n)
+	}
+	ms := messages(t, f, 1)
+	if n := len(ms[2]["tool_calls"].([]any)); n != 16 || roles(ms) != "system,user,assistant"+strings.Repeat(",tool", 16) {
+		t.Errorf("the second request holds %d calls, roles %s", n, roles(ms))
+	}
+	if !strings.Contains(logs.String(), "more tool calls in one response than run") || !strings.Contains(logs.String(), "calls=40") {
+		t.Errorf("logs: %s", logs)
+	}
+}
+
+// TestWrongCallsSentBackValid: calls the model got wrong (arguments cut
+// short, no name, an id given twice) go back to the endpoint in a form an
+// endpoint that checks them accepts: arguments that are a JSON object,
+// a valid function name, an id per call, each answered by its own tool
+// message.
+func TestWrongCallsSentBackValid(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{role(),
+			toolStart(0, "c1", "svcMeta", `{"q":"rev`), // cut by the output limit
+			toolStart(1, "c1", "", `{}`),               // no name, the id again
+			toolStart(2, "", "svc Meta!", `[1]`),       // no id, an invalid name, not an object
+			finish("length")}},
+		say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: map[string]any{"cubes": []any{}}}
+	a, _ := newAgent(t, f, []llmagent.Tool{meta})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	ms := messages(t, f, 1)
+	calls := ms[2]["tool_calls"].([]any)
+	if len(calls) != 3 || roles(ms) != "system,user,assistant,tool,tool,tool" {
+		t.Fatalf("calls %v, roles %s", calls, roles(ms))
+	}
+	ids := map[string]bool{}
+	for i, c := range calls {
+		c := c.(map[string]any)
+		fn := c["function"].(map[string]any)
+		id, _ := c["id"].(string)
+		name, _ := fn["name"].(string)
+		args, _ := fn["arguments"].(string)
+		var obj map[string]any
+		if id == "" || ids[id] || !regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`).MatchString(name) || json.Unmarshal([]byte(args), &obj) != nil {
+			t.Errorf("call %d sent back as %v", i, c)
+		}
+		ids[id] = true
+		if ms[3+i]["tool_call_id"] != id {
+			t.Errorf("tool message %d answers %v, want %s", i, ms[3+i]["tool_call_id"], id)
+		}
+	}
+}
+
+// sourceErr is a failure of a tool's own source, told without its cause.
+type sourceErr struct{ cause error }
+
+func (e sourceErr) Error() string { return "the query could not be run" }
+func (e sourceErr) Unwrap() error { return e.cause }
+
+// TestToolFailureLogged: a tool error that wraps a cause (the tool's
+// database failed) is logged with the cause; the model and the stream get
+// the error's own message.
+func TestToolFailureLogged(t *testing.T) {
+	f := newFake(t, reply{chunks: []string{role(), toolStart(0, "c1", "svcSqlApi", `{"q":"x"}`), finish("tool_calls")}}, say("Sorry."))
+	sql := &fakeTool{name: "svcSqlApi", err: sourceErr{errors.New("database is locked")}}
+	a, logs := newAgent(t, f, []llmagent.Tool{sql})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := rec.Events(); len(ev) == 0 || ev[0].Result != `{"error":"the query could not be run"}` {
+		t.Errorf("events %+v", ev)
+	}
+	if !strings.Contains(logs.String(), "llmagent: tool failed") || !strings.Contains(logs.String(), "database is locked") {
+		t.Errorf("logs: %s", logs)
 	}
 }

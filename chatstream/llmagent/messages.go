@@ -1,6 +1,7 @@
 package llmagent
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -148,11 +149,22 @@ func toParams(ms []msg) []openai.ChatCompletionMessageParamUnion {
 				p.Content.OfString = param.NewOpt(m.content)
 			}
 			for _, c := range m.calls {
+				// A call the model got wrong goes back in a form every
+				// endpoint accepts (some parse the arguments and check the
+				// name of each call they are sent): its tool message says
+				// what was wrong.
+				name, args := c.name, strings.TrimSpace(c.args)
+				if !toolName.MatchString(name) {
+					name = "unknown"
+				}
+				if c.tooLong || !json.Valid([]byte(args)) || !strings.HasPrefix(args, "{") {
+					args = "{}"
+				}
 				p.ToolCalls = append(p.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
 					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
 						ID: c.id,
 						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-							Name: c.name, Arguments: c.args,
+							Name: name, Arguments: args,
 						},
 					},
 				})

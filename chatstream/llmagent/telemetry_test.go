@@ -38,6 +38,7 @@ func TestModelCallSpan(t *testing.T) {
 	for k, want := range map[string]string{
 		string(telemetry.GenAIOperationName): "chat",
 		string(telemetry.GenAIRequestModel):  "fake-model",
+		string(telemetry.GenAIResponseModel): "fake-model",
 		string(telemetry.GenAIUsageInput):    "50",
 		string(telemetry.GenAIUsageOutput):   "10",
 	} {
