@@ -205,7 +205,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 
 	st, err := openStore(o.db)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", o.db, err)
+		return fmt.Errorf("open store %s: %w", dbLabel(o.db), err)
 	}
 	defer st.Close()
 	if err := operator.New(st).Apply(ctx, cfg); err != nil {
@@ -293,7 +293,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), o.db)
+	fmt.Fprintf(stdout, "embedkit example server listening on http://%s (db %s)\n", ln.Addr(), dbLabel(o.db))
 	if cluster != nil {
 		fmt.Fprintf(stdout, "chat turns shared with the other replicas on this database (replica %s)\n", cluster.ReplicaID())
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -137,14 +138,31 @@ func dbSecrets(db string) []string {
 	return append(out, os.Getenv("PGPASSWORD"))
 }
 
+// dbLabel names the database of -db in the server's output: a SQLite path
+// as it is; a PostgreSQL DSN by its host, port and database alone, never
+// as written (its password may be spelt in a form the scrubber does not
+// know, %7E for ~, or break the URL parser, which then quotes pieces of
+// it).
+func dbLabel(db string) string {
+	if !isPostgres(db) {
+		return db
+	}
+	cfg, err := pgconn.ParseConfig(db)
+	if err != nil {
+		return "(a PostgreSQL DSN that does not parse)"
+	}
+	return fmt.Sprintf("postgres://%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+}
+
 // urlSecrets returns the credentials a URL may carry: its userinfo and the
-// values of its query (an endpoint's ?api-key=, a DSN's ?password=).
+// values of its query (an endpoint's ?api-key=, a DSN's ?password=), also
+// as written (see rawUserinfo).
 func urlSecrets(raw string) []string {
+	out := rawUserinfo(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil
+		return out
 	}
-	var out []string
 	if u.User != nil {
 		pw, _ := u.User.Password()
 		out = append(out, pw)
@@ -157,6 +175,33 @@ func urlSecrets(raw string) []string {
 			continue // sslmode, search_path: settings, not secrets
 		}
 		out = append(out, vs...)
+	}
+	return out
+}
+
+// rawUserinfo returns the credentials of a URL as written, which may not
+// be how Go escapes them ("%7E" for "~") or may not parse at all ("#" in
+// a password): the text between "://" and the last "@" and its part
+// after the first ":" (a user name alone, only outside PostgreSQL, where
+// it may be a token), and those cut at the first "#", "/" or "?", where a
+// parser stops and quotes what came before.
+func rawUserinfo(raw string) []string {
+	_, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return nil
+	}
+	info := rest[:at]
+	var out []string
+	if user, pw, ok := strings.Cut(info, ":"); ok {
+		out = append(out, info, pw)
+	} else if !strings.HasPrefix(raw, "postgres") {
+		out = append(out, user)
+	}
+	for _, s := range slices.Clone(out) {
+		if i := strings.IndexAny(s, "#/?"); i >= 4 { // shorter, it would blot out common words
+			out = append(out, s[:i])
+		}
 	}
 	return out
 }

@@ -23,9 +23,16 @@ const (
 	llmQuery   = "Query-key-6"
 	llmKey     = "sk-env-key-7"
 	pgEnvPass  = "Pw-pgpassword-8"
+	// Passwords written as no escaper writes them: unescaped where a URL
+	// parser stops ("#", "/"), or escaped where Go would not ("%7E").
+	pwHash    = "Hash#Secret-9"
+	pwSlash   = "Slash/Secret-10"
+	pwTilde   = "Tilde%7ESecret-11"
+	llmPrefix = "Prefix-Secret-12"
 )
 
-var allSecrets = []string{pwUserinfo, pwQuery, url.QueryEscape(pwQuery), pwKeyValue, llmUser, llmPass, llmQuery, llmKey, pgEnvPass}
+var allSecrets = []string{pwUserinfo, pwQuery, url.QueryEscape(pwQuery), pwKeyValue, llmUser, llmPass, llmQuery, llmKey, pgEnvPass,
+	pwHash, "Hash", pwSlash, "Slash", pwTilde, "Tilde~Secret", llmPrefix}
 
 func assertNoSecret(t *testing.T, what, text string) {
 	t.Helper()
@@ -58,6 +65,9 @@ func TestNoSecretInFailedStart(t *testing.T) {
 		"postgres://postgres:" + pwUserinfo + "@" + addr + "/test?sslmode=disable&password=" + url.QueryEscape(pwQuery),
 		"host=127.0.0.1 port=" + addr[strings.LastIndex(addr, ":")+1:] + " user=postgres password=" + pwKeyValue + " dbname=test sslmode=disable",
 		"postgres://postgres@" + addr + "/test?sslmode=disable", // PGPASSWORD
+		"postgres://postgres:" + pwHash + "@" + addr + "/test",
+		"postgres://postgres:" + pwSlash + "@" + addr + "/test",
+		"postgres://postgres:" + pwTilde + "@" + addr + "/test",
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), context.Background(), []string{"-addr", "127.0.0.1:0", "-db", dsn}, &out, &out)
@@ -67,6 +77,17 @@ func TestNoSecretInFailedStart(t *testing.T) {
 		assertNoSecret(t, "the error", err.Error())
 		assertNoSecret(t, "the output", out.String())
 	}
+
+	// A model endpoint's URL that does not parse ("#" in the password).
+	t.Setenv("OPENAI_BASE_URL", "http://tok:"+llmPrefix+"#rest@127.0.0.1:1/v1")
+	var llmOut bytes.Buffer
+	err := run(context.Background(), context.Background(), []string{"-addr", "127.0.0.1:0", "-db", ":memory:", "-agent", "llm", "-llm-model", "m"}, &llmOut, &llmOut)
+	if err == nil {
+		t.Fatal("a model URL that does not parse: no error")
+	}
+	assertNoSecret(t, "the error", err.Error())
+	assertNoSecret(t, "the output", llmOut.String())
+	t.Setenv("OPENAI_BASE_URL", "")
 
 	t.Setenv("EMBED_DB", "postgres://postgres:"+pwUserinfo+"@"+addr+"/test?password="+url.QueryEscape(pwQuery))
 	var out bytes.Buffer
@@ -101,6 +122,14 @@ func TestNoSecretInOutput(t *testing.T) {
 		db = u.String()
 	}
 	s := startServer(t, "-db", db, "-agent", "llm", "-llm-model", "m")
+	if db != ":memory:" {
+		// The same password as the operator may write it, escaped where Go
+		// would not: trust authentication ignores it.
+		tilde := strings.Replace(db, ":"+pwUserinfo+"@", ":"+pwTilde+"@", 1)
+		s2 := startServer(t, "-db", tilde)
+		s2.shutdown(t)
+		assertNoSecret(t, "the output", s2.output.String())
+	}
 
 	client := chatstream.NewClient(s.base, chatstream.WithAPIKey("sk-acme-user"))
 	var state *chatstream.Message
