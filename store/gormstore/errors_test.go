@@ -25,6 +25,8 @@ func TestClassifyConnectionLoss(t *testing.T) {
 		"connection refused":                            &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
 		"deadline":                                      context.DeadlineExceeded,
 		"admin shutdown (57P01)":                        &pgconn.PgError{Code: "57P01"},
+		"a host's lock_timeout (55P03)":                 &pgconn.PgError{Code: "55P03"},
+		"a standby after a failover (25006)":            &pgconn.PgError{Code: "25006"},
 	}
 	for name, err := range cases {
 		if kind, _ := classify(err); kind != store.ErrUnavailable {

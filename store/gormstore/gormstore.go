@@ -310,7 +310,9 @@ func classify(err error) (kind error, retry bool) {
 		switch code := pe.SQLState(); {
 		case code == "40001", code == "40P01":
 			return store.ErrUnavailable, true
-		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57": // connection, resources, operator intervention
+		case code[:2] == "08" || code[:2] == "53" || code[:2] == "57", // connection, resources, operator intervention
+			code == "55P03", // lock_not_available: a host's lock_timeout
+			code == "25006": // read_only_sql_transaction: a standby, after a failover
 			return store.ErrUnavailable, false
 		}
 		return nil, false

@@ -442,8 +442,9 @@ func (t *txn) putMessages(ctx context.Context, op string, accountID int64, chatI
 
 func (t *txn) CreateThread(ctx context.Context, th store.Thread, msgs ...store.ThreadMessage) error {
 	const op = "create thread"
+	created := nowOr(th.CreatedAt)
 	row := Thread{AccountID: th.AccountID, ChatID: th.ChatID, AgentID: th.AgentID, UserID: th.UserID, LastSort: th.LastSort,
-		CreatedAt: nowOr(th.CreatedAt).UnixNano(), UpdatedAt: nowOr(th.UpdatedAt).UnixNano()}
+		CreatedAt: created.UnixNano(), UpdatedAt: cmp.Or(th.UpdatedAt, created).UnixNano()}
 	if t.s.pg && len(msgs) == 1 {
 		// A new chat's opening: one statement, atomic without BEGIN and COMMIT
 		// round trips of its own (GORM cannot put an INSERT in a WITH clause).

@@ -12,7 +12,7 @@ import (
 var threadRules = []rule{
 	{
 		name: "CreateThread keys threads by account and chat id",
-		doc:  "A thread is keyed by (account, chatId): a second CreateThread of the key is ErrConflict; another account may use the same chatId; a missing thread is ErrNotFound.",
+		doc:  "A thread is keyed by (account, chatId): a second CreateThread of the key is ErrConflict; another account may use the same chatId; a missing thread is ErrNotFound. A thread created with CreatedAt and no UpdatedAt was last updated when it was created.",
 		fn: func(t *testing.T, st store.Store) {
 			f := newFixture(t, st, "acme")
 			other := newFixture(t, st, "other")
@@ -28,6 +28,11 @@ var threadRules = []rule{
 			}
 			_, err = st.Thread(ctx(t), f.account.ID, "chat-2")
 			wantErr(t, "Thread missing", err, store.ErrNotFound)
+			got, err = st.Thread(ctx(t), other.account.ID, "chat-1")
+			mustNil(t, "Thread of the other account", err)
+			if !got.UpdatedAt.Equal(t0) {
+				t.Errorf("a thread created at %v without UpdatedAt was updated at %v", t0, got.UpdatedAt)
+			}
 		},
 	},
 	{
