@@ -47,8 +47,10 @@ func TestHostileSQLThroughTheChat(t *testing.T) {
 		b, _ := json.Marshal(map[string]string{"sqlQuery": c.q, "queryTitle": "t", "description": "d", "userRequest": "u"})
 		calls = append(calls, [2]string{"svcSqlApi", string(b)})
 	}
+	// In two responses: the agent runs at most 16 calls of one.
 	f := &fakeModel{replies: [][]string{
-		{sseToolCalls(calls...), sseChunk(map[string]any{}, "tool_calls")},
+		{sseToolCalls(calls[:10]...), sseChunk(map[string]any{}, "tool_calls")},
+		{sseToolCalls(calls[10:]...), sseChunk(map[string]any{}, "tool_calls")},
 		{sseChunk(map[string]any{"role": "assistant", "content": "Done."}, nil), sseChunk(map[string]any{}, "stop")},
 	}}
 	endpoint := httptest.NewServer(f)
