@@ -360,8 +360,8 @@ func TestSession(t *testing.T) {
 		f.addSession("sid-4", now.Add(time.Minute))
 		h := middleware.Session(f, middleware.WithClock(clock), middleware.WithRedirectAfterExchange())(http.HandlerFunc(echo))
 		got := serve(h, req("/embed/x?a=1&sessionId=sid-4", "", ""))
-		if got.status != http.StatusSeeOther || got.header.Get("Location") != "/embed/x?a=1" {
-			t.Errorf("got %d Location %q, want 303 /embed/x?a=1", got.status, got.header.Get("Location"))
+		if got.status != http.StatusSeeOther || got.header.Get("Location") != "./x?a=1" {
+			t.Errorf("got %d Location %q, want 303 ./x?a=1", got.status, got.header.Get("Location"))
 		}
 		if !strings.Contains(got.header.Get("Set-Cookie"), "HttpOnly") {
 			t.Errorf("no cookie set before redirect")
@@ -371,12 +371,37 @@ func TestSession(t *testing.T) {
 		// the cookie does not serve it.
 		f.addSession("sid-5", now.Add(time.Minute))
 		got = serve(h, req("/embed/x?sessionId=sid-5", "", cookie))
-		if got.status != http.StatusSeeOther || got.header.Get("Location") != "/embed/x" || got.header.Get("Set-Cookie") == "" {
-			t.Errorf("cookie with a new sessionId: %d Location %q Set-Cookie %q, want a 303 to /embed/x with the new session's cookie",
+		if got.status != http.StatusSeeOther || got.header.Get("Location") != "./x" || got.header.Get("Set-Cookie") == "" {
+			t.Errorf("cookie with a new sessionId: %d Location %q Set-Cookie %q, want a 303 to ./x with the new session's cookie",
 				got.status, got.header.Get("Location"), got.header.Get("Set-Cookie"))
 		}
 		if got := serve(h, req("/embed/x?sessionId=sid-5", "", "")); got.status != http.StatusUnauthorized {
 			t.Errorf("sid-5 again without its cookie: %d, want 401 (used)", got.status)
+		}
+	})
+	// The redirect is relative to the page: behind http.StripPrefix it
+	// keeps the prefix the handler does not see, and a path no router
+	// cleaned ("//evil.example/x") cannot turn it into another host.
+	t.Run("redirect after exchange stays on the page", func(t *testing.T) {
+		h := middleware.Session(f, middleware.WithClock(clock), middleware.WithRedirectAfterExchange())(http.HandlerFunc(echo))
+		srv := httptest.NewServer(http.StripPrefix("/analytics", h))
+		defer srv.Close()
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for path, want := range map[string]string{
+			"/analytics/embed/hello?x=1&sessionId=sid-6": "/analytics/embed/hello?x=1",
+			"/analytics//evil.example/x?sessionId=sid-7": "/analytics//evil.example/x",
+			"/analytics/embed/?sessionId=sid-8":          "/analytics/embed/",
+		} {
+			f.addSession(path[strings.Index(path, "sid-"):], now.Add(time.Minute))
+			resp, err := noFollow.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			loc, err := resp.Location()
+			if err != nil || resp.StatusCode != http.StatusSeeOther || loc.Host != strings.TrimPrefix(srv.URL, "http://") || loc.RequestURI() != want {
+				t.Errorf("GET %s: %d to %v (%v), want 303 to %s on the same host", path, resp.StatusCode, loc, err, want)
+			}
 		}
 	})
 }
