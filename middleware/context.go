@@ -20,8 +20,9 @@ func WithAccount(ctx context.Context, acct store.Account, admin bool) context.Co
 }
 
 // AccountFromContext returns the account put in ctx by [WithAccount] (the
-// [APIKey], [APIKeyOrToken] and [Session] middleware call it). ok is false
-// when the request is not authenticated.
+// [APIKey] and [APIKeyOrToken] middleware call it; behind [Session], a
+// page reads its session with [EmbedSessionFromContext], whose Session
+// names the account). ok is false when the request is not authenticated.
 func AccountFromContext(ctx context.Context) (acct store.Account, admin bool, ok bool) {
 	v, ok := ctx.Value(accountKey{}).(accountValue)
 	return v.acct, v.admin, ok

@@ -22,6 +22,11 @@ import (
 const (
 	visible   = "(NOT ephemeral OR expires_at IS NULL OR expires_at > ?)"
 	userAlive = "EXISTS (SELECT 1 FROM embedkit_users u WHERE u.id = user_id AND (NOT u.ephemeral OR u.expires_at IS NULL OR u.expires_at > ?))"
+	// keyAlive holds for a session or token whose API key is not revoked.
+	// Revoking deletes them too (ON DELETE CASCADE); checked here as well,
+	// so that revocation holds on a SQLite connection whose foreign keys
+	// a host left off.
+	keyAlive = "(key_hash IS NULL OR EXISTS (SELECT 1 FROM embedkit_api_keys k WHERE k.hash = key_hash))"
 )
 
 func (r User) user() store.User {
@@ -356,7 +361,7 @@ func (t *txn) ExchangeSession(ctx context.Context, sessionHash, tokenHash []byte
 		var s Session
 		n, err := t.do(ctx, op, func(db *gorm.DB) *gorm.DB {
 			return db.Model(&s).Clauses(clause.Returning{}).
-				Where("hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive, sessionHash, n0, n0).
+				Where("hash = ? AND used_at IS NULL AND expires_at > ? AND "+userAlive+" AND "+keyAlive, sessionHash, n0, n0).
 				Update("used_at", n0)
 		})
 		if err := someRow(op, n, err); err != nil {
@@ -378,7 +383,7 @@ func (r Token) session() store.Session {
 
 func (t *txn) SessionByToken(ctx context.Context, tokenHash []byte, now time.Time) (store.Session, error) {
 	n0 := nowOr(now).UnixNano()
-	row, err := first[Token](t, ctx, "session by token", primary, whereSQL("hash = ? AND expires_at > ? AND "+userAlive, tokenHash, n0, n0))
+	row, err := first[Token](t, ctx, "session by token", primary, whereSQL("hash = ? AND expires_at > ? AND "+userAlive+" AND "+keyAlive, tokenHash, n0, n0))
 	return row.session(), err
 }
 
