@@ -206,8 +206,9 @@ func WithSecureCookie(secure bool) SessionOption {
 // WithRedirectAfterExchange makes [Session] answer a GET or HEAD request
 // whose ?sessionId= it has just exchanged with a 303 redirect to the same URL
 // without the sessionId, once the cookie is set, so the used id leaves the
-// address bar; the Location is relative to the page ("./hello?tab=2"), so
-// that a prefix stripped before [Session] is kept. The token is then
+// address bar; the Location is the query alone ("?tab=2"), resolved
+// against the URL the browser asked for, so that a prefix stripped before
+// [Session] is kept. The token is then
 // available only through the cookie. A
 // ?sessionId= left unused because a valid cookie won is dropped alike.
 // Default: the request is served directly, with [EmbedSession].Token set.

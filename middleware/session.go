@@ -127,21 +127,17 @@ func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Han
 // with a 303 to the same URL without it, when [WithRedirectAfterExchange]
 // is on, and reports whether it did.
 //
-// The Location is relative to the page ("./hello?tab=2"), never a path:
-// the path this handler sees may have lost a prefix (http.StripPrefix, a
-// proxy), and one that begins with "//" (a request no router cleaned)
-// would name another host.
+// The Location is the query alone ("?tab=2"), which the browser resolves
+// against the URL it asked for, path unchanged: the path this handler sees
+// may have lost a prefix (http.StripPrefix, a proxy), and one that begins
+// with "//" (a request no router cleaned) would name another host.
 func (o *options) redirectWithoutSessionID(w http.ResponseWriter, r *http.Request) bool {
 	if !o.redirect || (r.Method != http.MethodGet && r.Method != http.MethodHead) || !r.URL.Query().Has(SessionIDParam) {
 		return false
 	}
 	q := r.URL.Query()
 	q.Del(SessionIDParam)
-	p := r.URL.EscapedPath()
-	loc := "./" + p[strings.LastIndex(p, "/")+1:]
-	if len(q) > 0 {
-		loc += "?" + q.Encode()
-	}
+	loc := "?" + q.Encode()
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Location", loc)
 	w.WriteHeader(http.StatusSeeOther)

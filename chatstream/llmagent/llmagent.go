@@ -498,8 +498,8 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 		}
 		// Each call is answered by its id: one the endpoint left out or
 		// gave twice gets one of its own.
-		if p.id == "" || ids[p.id] {
-			p.id = fmt.Sprintf("call_%d", i)
+		for n := 0; p.id == "" || ids[p.id]; n++ {
+			p.id = fmt.Sprintf("call_%d_%d", i, n)
 		}
 		ids[p.id] = true
 		res.calls = append(res.calls, *p)

@@ -897,6 +897,7 @@ func TestWrongCallsSentBackValid(t *testing.T) {
 			toolStart(0, "c1", "svcMeta", `{"q":"rev`), // cut by the output limit
 			toolStart(1, "c1", "", `{}`),               // no name, the id again
 			toolStart(2, "", "svc Meta!", `[1]`),       // no id, an invalid name, not an object
+			toolStart(3, "call_2_0", "svcMeta", `{}`),  // the id the agent would give the call before
 			finish("length")}},
 		say("Done."))
 	meta := &fakeTool{name: "svcMeta", result: map[string]any{"cubes": []any{}}}
@@ -906,7 +907,7 @@ func TestWrongCallsSentBackValid(t *testing.T) {
 	}
 	ms := messages(t, f, 1)
 	calls := ms[2]["tool_calls"].([]any)
-	if len(calls) != 3 || roles(ms) != "system,user,assistant,tool,tool,tool" {
+	if len(calls) != 4 || roles(ms) != "system,user,assistant,tool,tool,tool,tool" {
 		t.Fatalf("calls %v, roles %s", calls, roles(ms))
 	}
 	ids := map[string]bool{}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -66,12 +67,16 @@ func (s *scrubber) scrub(text string) string {
 	return r.Replace(text)
 }
 
-// scrubErr returns err with the secrets removed from its message.
+// scrubErr returns err with the secrets removed from its message; a
+// usage error stays one.
 func (s *scrubber) scrubErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	if msg := s.scrub(err.Error()); msg != err.Error() {
+		if errors.As(err, new(usageError)) {
+			return usageError{errors.New(msg)}
+		}
 		return errors.New(msg)
 	}
 	return err
@@ -151,7 +156,22 @@ func dbLabel(db string) string {
 	if err != nil {
 		return "(a PostgreSQL DSN that does not parse)"
 	}
-	return fmt.Sprintf("postgres://%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+	hosts := []string{pgHost(cfg.Host, cfg.Port)}
+	for _, f := range cfg.Fallbacks {
+		if h := pgHost(f.Host, f.Port); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return fmt.Sprintf("postgres://%s/%s", strings.Join(hosts, ","), cfg.Database)
+}
+
+// pgHost is host and port as a DSN writes them: a Unix socket's directory
+// as unix:<dir>, an IPv6 address in brackets.
+func pgHost(host string, port uint16) string {
+	if strings.HasPrefix(host, "/") {
+		return "unix:" + host
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }
 
 // urlSecrets returns the credentials a URL may carry: its userinfo and the
@@ -187,6 +207,7 @@ func urlSecrets(raw string) []string {
 // parser stops and quotes what came before.
 func rawUserinfo(raw string) []string {
 	_, rest, ok := strings.Cut(raw, "://")
+	rest, _, _ = strings.Cut(rest, "?") // an "@" of the query (user=a@b) is not the userinfo's
 	at := strings.LastIndex(rest, "@")
 	if !ok || at < 0 {
 		return nil

@@ -151,3 +151,27 @@ func TestNoSecretInOutput(t *testing.T) {
 		t.Errorf("the model's failure is not logged:\n%s", s.output.String())
 	}
 }
+
+// TestDBLabel: the server names a PostgreSQL database by its hosts, ports
+// and name alone, and the scrubber takes nothing but credentials from a
+// DSN (an "@" in its query is not a userinfo's).
+func TestDBLabel(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"embed.db": "embed.db",
+		"postgres://u:" + pwUserinfo + "@127.0.0.1:5432/test?sslmode=disable": "postgres://127.0.0.1:5432/test",
+		"host=/var/run/postgresql dbname=test sslmode=disable":                "postgres://unix:/var/run/postgresql/test",
+		"host=::1 port=5433 dbname=test sslmode=disable":                      "postgres://[::1]:5433/test",
+		"postgres://h1:5432,h2:5433/db?sslmode=disable":                       "postgres://h1:5432,h2:5433/db",
+		"postgres://u:" + pwHash + "@127.0.0.1:5432/test":                     "(a PostgreSQL DSN that does not parse)",
+	} {
+		if got := dbLabel(dsn); got != want {
+			t.Errorf("dbLabel(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+	sc := &scrubber{}
+	sc.add(dbSecrets("postgres://127.0.0.1:5432/test?sslmode=disable&user=admin@myserver")...)
+	sc.add(urlSecrets("http://127.0.0.1:11434/v1?x=a@b")...)
+	if text := "listening (db postgres://127.0.0.1:5432/test), model at 127.0.0.1:11434"; sc.scrub(text) != text {
+		t.Errorf("the scrubber took a host or port for a secret: %q", sc.scrub(text))
+	}
+}
