@@ -37,39 +37,8 @@ func TestHostMigrationSettingsKeepForeignKeys(t *testing.T) {
 				if !db.Config.DisableForeignKeyConstraintWhenMigrating && !db.Config.IgnoreRelationshipsWhenMigrating {
 					t.Error("the host's own GORM config was changed")
 				}
+				user := revokeMintingKey(t, st)
 				ctx := t.Context()
-				now := time.Now()
-				acct, err := st.SaveAccount(ctx, store.Account{Name: "acme", Plan: store.PlanEnterprise})
-				if err != nil {
-					t.Fatal(err)
-				}
-				key := []byte("sha-256 of the key")
-				if err := st.SaveAPIKey(ctx, store.APIKey{Hash: key, AccountID: acct.ID, Admin: true}); err != nil {
-					t.Fatal(err)
-				}
-				var user store.User
-				err = st.InTx(ctx, func(tx store.Tx) error {
-					u, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "jane"},
-						Persistent: true, MaxUsers: acct.ExternalUserLimit(), Now: now})
-					if err != nil {
-						return err
-					}
-					user = u
-					return tx.CreateSession(ctx, []byte("session"), store.Session{AccountID: acct.ID, UserID: u.ID, DeploymentID: 1,
-						CreatedAt: now, ExpiresAt: now.Add(time.Minute), KeyHash: key})
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.ExchangeSession(ctx, []byte("session"), []byte("token"), now.Add(time.Hour), now); err != nil {
-					t.Fatal(err)
-				}
-				if err := st.DeleteAPIKey(ctx, acct.ID, key); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.SessionByToken(ctx, []byte("token"), now); !errors.Is(err, store.ErrNotFound) {
-					t.Errorf("token of a deleted API key: %v, want store.ErrNotFound", err)
-				}
 				if err := st.DeleteUser(ctx, user.ID); err != nil {
 					t.Fatal(err)
 				}
@@ -107,6 +76,14 @@ func TestRevokedKeyWithoutForeignKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
+	revokeMintingKey(t, st)
+}
+
+// revokeMintingKey stores an API key, a user with a session minted with
+// it, exchanges the session for a token, deletes the key and checks that
+// the token no longer resolves. It returns the user.
+func revokeMintingKey(t *testing.T, st *gormstore.Store) store.User {
+	t.Helper()
 	ctx := t.Context()
 	now := time.Now()
 	acct, err := st.SaveAccount(ctx, store.Account{Name: "acme", Plan: store.PlanEnterprise})
@@ -117,12 +94,14 @@ func TestRevokedKeyWithoutForeignKeys(t *testing.T) {
 	if err := st.SaveAPIKey(ctx, store.APIKey{Hash: key, AccountID: acct.ID, Admin: true}); err != nil {
 		t.Fatal(err)
 	}
+	var user store.User
 	err = st.InTx(ctx, func(tx store.Tx) error {
 		u, err := tx.UpsertUser(ctx, store.UserUpsert{UserKey: store.UserKey{AccountID: acct.ID, ExternalID: "jane"},
 			Persistent: true, MaxUsers: acct.ExternalUserLimit(), Now: now})
 		if err != nil {
 			return err
 		}
+		user = u
 		return tx.CreateSession(ctx, []byte("session"), store.Session{AccountID: acct.ID, UserID: u.ID, DeploymentID: 1,
 			CreatedAt: now, ExpiresAt: now.Add(time.Minute), KeyHash: key})
 	})
@@ -138,4 +117,5 @@ func TestRevokedKeyWithoutForeignKeys(t *testing.T) {
 	if _, err := st.SessionByToken(ctx, []byte("token"), now); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the token minted with a deleted API key: %v, want ErrNotFound", err)
 	}
+	return user
 }
