@@ -265,6 +265,27 @@ func TestChatPageFailures(t *testing.T) {
 		tb.waitFor("the new chat's answer", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
 	})
 
+	// A 404 of another kind (a route the page was given wrong, which every
+	// request would meet) keeps the chat for when it works.
+	t.Run("a remembered chat survives a 404 of its route", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("ana")
+		tb.ask("revenue by country")
+		tb.waitFor("the turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
+		tb.answerOnce("*/chat/stream-chat-state", 404, `{"error":"no such endpoint: POST /api/v1/public/acme/agents/7/chat/stream-chat-state"}`)
+		tb.run(chromedp.Reload())
+		tb.waitFor("the notice", chat(`d.body && d.body.dataset.ready === "true" && !d.getElementById("ek-notice").hidden`), 30*time.Second)
+		var kept struct {
+			Messages int
+			Stored   string
+		}
+		tb.eval(chat(`({ messages: d.querySelectorAll(".ek-msg").length, stored: JSON.parse(w.sessionStorage.getItem("embedkit.chat") || "{}").chatId || "" })`), &kept)
+		if n := notice(tb); kept.Messages == 0 || kept.Stored == "" || !strings.Contains(n, "no such endpoint") {
+			t.Errorf("after a 404 of the route: %+v, notice %q; want the chat kept and the error said", kept, n)
+			tb.screenshot("route-404")
+		}
+	})
+
 	// The host page mints a new session on every load: reloading it keeps
 	// the conversation of the same user, and another user never sees it.
 	t.Run("reloading the host page keeps the conversation", func(t *testing.T) {

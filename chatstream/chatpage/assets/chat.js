@@ -504,12 +504,15 @@ async function stream(req) {
   } catch (_) {
     return "unsent";
   }
-  if (res.status === 404 && req.input === undefined) {
-    setBusy(false);
-    return "gone";
-  }
   if (!res.ok) {
-    const msg = await httpError(res);
+    const msg = await errorText(res);
+    if (res.status === 404 && req.input === undefined && msg === "chat not found") {
+      // The chat itself, not a route the page was given wrong (which
+      // every request would meet: the chat is kept for when it works).
+      setBusy(false);
+      return "gone";
+    }
+    httpError(res, msg);
     return res.status === 409 && !/thread is full/i.test(msg) ? "running" : "refused";
   }
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -540,9 +543,8 @@ async function stream(req) {
   return done ? "done" : "lost";
 }
 
-// httpError shows an error answer and returns its message.
-async function httpError(res) {
-  const msg = await errorText(res);
+// httpError shows an error answer whose message is msg.
+function httpError(res, msg) {
   setBusy(false);
   switch (res.status) {
     case 401:
@@ -563,7 +565,6 @@ async function httpError(res) {
     default:
       show(res.status >= 500 ? "The chat service is unavailable right now. Please try again later." : "The request was refused: " + msg, "error");
   }
-  return msg;
 }
 
 // run streams req and, when the connection drops before the end, rejoins
