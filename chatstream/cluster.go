@@ -139,6 +139,15 @@ type ClaimedTurn interface {
 	// a running turn keeps one goroutine, its agent's.
 	AfterAbort(f func()) (stop func() bool)
 
+	// Linger is called before Release for a turn that ends (aborted,
+	// timed out) while its agent still runs: the Cluster goes on counting
+	// the turn among the user's and the account's running turns, for
+	// [Cluster.Claim]'s limits on every process, from the moment Release
+	// frees its thread until returned is called (the agent returned) or
+	// this process stops renewing it for longer than the lease (a crash).
+	// returned may be called more than once, and before Release.
+	Linger() (returned func())
+
 	// Release publishes final (the turn's last lines, __state__ included,
 	// after the published log), waits until every line a reader asked for
 	// is written, marks the turn ended (its readers see done) and drops the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
+	"github.com/embedkit/embedkit/chatstream/pgcluster"
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
@@ -49,7 +50,7 @@ func TestAbortedAgentCountsUntilItReturns(t *testing.T) {
 }
 
 // TestAbortedAgentCountsUntilItReturnsCluster is the same with a Cluster,
-// which does not see the agent once the turn's claim is released.
+// which counts the agent once the turn's claim is released.
 func TestAbortedAgentCountsUntilItReturnsCluster(t *testing.T) {
 	dsn := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
 	cl := openCluster(t, dsn)
@@ -60,6 +61,32 @@ func TestAbortedAgentCountsUntilItReturnsCluster(t *testing.T) {
 		store: storeOn(dsn),
 	})
 	abortedAgentCounts(t, e, a)
+}
+
+// TestAbortedAgentCountsOnEveryReplica: an aborted turn whose agent still
+// runs on one replica counts against the user's limit on the others too.
+func TestAbortedAgentCountsOnEveryReplica(t *testing.T) {
+	dsn := testdb.OpenDSN(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
+	ca := openCluster(t, dsn, pgcluster.WithReplicaID("a"))
+	cb := openCluster(t, dsn, pgcluster.WithReplicaID("b"))
+	a := newStubbornAgent()
+	tg := apitest.Target{Backend: testdb.Postgres, Router: apitest.ServeMux}
+	lim := withLimits(store.Limits{RunningTurnsPerUser: 1})
+	ea := newEnv(t, tg, envOpts{agent: a, cfg: lim, opts: []chatstream.Option{chatstream.WithCluster(ca)}, store: storeOn(dsn)})
+	eb := newEnv(t, tg, envOpts{agent: a, cfg: lim, opts: []chatstream.Option{chatstream.WithCluster(cb)}, store: storeOn(dsn)})
+
+	_, wait := streamUntil(t, t.Context(), ea.client, chatstream.Request{Input: "stubborn", ChatID: "c1", SessionSettings: ext("u1")}, isPiece("partial "))
+	if r := ea.Send(t, ea.Request(t, http.MethodPost, abortPath(acct, agentID), apitest.AdminKey,
+		map[string]any{"chatId": "c1", "sessionSettings": map[string]any{"externalId": "u1"}})); r.Status != http.StatusNoContent {
+		t.Fatalf("abort: %d %s", r.Status, r.Raw)
+	}
+	if _, _, err := wait(); err != nil {
+		t.Fatalf("the aborted stream: %v", err)
+	}
+	wantRefused(t, "a turn on the other replica while the aborted turn's agent runs", send(t, eb, "u1", "c2", "echo:x"),
+		http.StatusTooManyRequests, "running turn limit of 1 per user reached: wait for a turn to end")
+	wantNoChat(t, eb, "c2")
+	admittedOnceReturned(t, eb, a, "c2")
 }
 
 func abortedAgentCounts(t *testing.T, e *env, a *stubbornAgent) {

@@ -93,8 +93,8 @@ type registry struct {
 	// Turns that ended (aborted, timed out) while their agent still runs,
 	// per account and per user: they free their thread but still count
 	// against the limits until the agent returns, since it may still be
-	// working (a query that ignores its context). A Cluster does not see
-	// them: they count here, on top of its count.
+	// working (a query that ignores its context). With a Cluster they are
+	// counted there instead (ClaimedTurn.Linger), on every replica.
 	lingerAccount map[int64]int
 	lingerUser    map[int64]int
 	active        int           // turn goroutines and detached streams running
@@ -157,12 +157,10 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, exter
 		}
 		return nil, errTurnRunning
 	}
-	// The turns of this process the cluster does not count: those whose
-	// agent outlived the turn.
-	user, account := r.lingerUser[userID], r.lingerAccount[key.accountID]
+	var user, account int // a Cluster counts them itself
 	if r.cluster == nil {
-		user += r.perUser[userID]
-		account += r.perAccount[key.accountID]
+		user = r.lingerUser[userID] + r.perUser[userID]
+		account = r.lingerAccount[key.accountID] + r.perAccount[key.accountID]
 	}
 	switch {
 	case lim.User > 0 && user >= lim.User:
@@ -175,38 +173,24 @@ func (r *registry) reserve(ctx context.Context, key turnKey, userID int64, exter
 	t := &turn{reg: r, key: key, userID: userID, externalID: externalID, agentID: agentID, maxSize: maxSize, done: make(chan struct{})}
 	r.addLocked(t)
 	r.mu.Unlock()
-	if err := r.claim(ctx, t, lim, user, account); err != nil {
+	if err := r.claim(ctx, t, lim); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// claim claims t's thread in the cluster, if any, for t's user; lingering
-// are this process's turns of the user and account that the cluster does
-// not count. A refused claim drops t.
-func (r *registry) claim(ctx context.Context, t *turn, lim TurnLimits, lingerUser, lingerAccount int) error {
+// claim claims t's thread in the cluster, if any, for t's user. A refused
+// claim drops t.
+func (r *registry) claim(ctx context.Context, t *turn, lim TurnLimits) error {
 	if r.cluster == nil {
 		return nil
 	}
-	// The cluster counts the live claims; the lingering agents of this
-	// process take their share of the limits.
-	clim := lim
-	if clim.User > 0 {
-		clim.User -= lingerUser
-	}
-	if clim.Account > 0 {
-		clim.Account -= lingerAccount
-	}
 	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: t.key.accountID, ChatID: t.key.chatID}, t.userID, clim)
+	claim, err := r.cluster.Claim(cctx, ThreadKey{AccountID: t.key.accountID, ChatID: t.key.chatID}, t.userID, lim)
 	cancel()
 	if err != nil {
 		r.drop(t)
 		if e, ok := errors.AsType[*TurnLimitError](err); ok {
-			e.Max = lim.User // the limit, not what remained of it here
-			if !e.PerUser {
-				e.Max = lim.Account
-			}
 			return turnLimitError(e)
 		}
 		if e, ok := errors.AsType[*TurnElsewhereError](err); ok {
@@ -239,7 +223,6 @@ func (r *registry) rebind(ctx context.Context, t *turn, userID int64, lim TurnLi
 	r.perUser[userID]++
 	old := t.claim
 	t.claim = nil
-	lingerUser, lingerAccount := r.lingerUser[userID], r.lingerAccount[t.key.accountID]
 	r.mu.Unlock()
 	if old != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseQuick)
@@ -248,7 +231,7 @@ func (r *registry) rebind(ctx context.Context, t *turn, userID int64, lim TurnLi
 		}
 		cancel()
 	}
-	return r.claim(ctx, t, lim, lingerUser, lingerAccount)
+	return r.claim(ctx, t, lim)
 }
 
 // count returns how many turns are reserved or running.
@@ -403,13 +386,24 @@ func (r *registry) running(key turnKey) (*turn, bool) {
 	return t, true
 }
 
+// linger has the cluster count t, whose claim is about to be released,
+// among the running turns for as long as its agent runs.
+func (r *registry) linger(t *turn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.agentRunning && t.lingered == nil {
+		t.lingered = t.claim.Linger()
+	}
+}
+
 // remove unregisters a finished turn: its thread is free. While its agent
-// still runs, the turn goes on counting against the limits.
+// still runs, the turn goes on counting against the limits: here, or in
+// the cluster (linger).
 func (r *registry) remove(t *turn) {
 	r.mu.Lock()
 	if r.turns[t.key] == t {
 		r.deleteLocked(t)
-		if t.agentRunning {
+		if t.agentRunning && r.cluster == nil {
 			t.lingering = true
 			r.lingerAccount[t.key.accountID]++
 			r.lingerUser[t.userID]++
@@ -429,7 +423,11 @@ func (r *registry) agentReturned(t *turn) {
 		decr(r.lingerAccount, t.key.accountID)
 		decr(r.lingerUser, t.userID)
 	}
+	returned := t.lingered
 	r.mu.Unlock()
+	if returned != nil {
+		returned()
+	}
 }
 
 // enterStream counts a stream about to be detached among what shutdown

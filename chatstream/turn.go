@@ -32,9 +32,11 @@ type turn struct {
 	// it starts. Guarded by reg.mu.
 	abortAtStart bool
 	// agentRunning: the agent has not returned; lingering: the turn is
-	// finished and unregistered but counted in reg.linger* until it does.
-	// Both guarded by reg.mu.
+	// finished and unregistered but counted in reg.linger* until it does;
+	// lingered, with a cluster, tells the cluster that it returned
+	// (ClaimedTurn.Linger). All guarded by reg.mu.
 	agentRunning, lingering bool
+	lingered                func()
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -317,6 +319,7 @@ func (t *turn) finish(o outcome) {
 	// Release and remove before the log closes, so that a client that has
 	// read __state__ can start the next turn at once, on any replica.
 	if t.claim != nil {
+		t.reg.linger(t)
 		timeout := persistTimeout
 		if err != nil {
 			timeout = releaseQuick

@@ -45,6 +45,10 @@ type claimedTurn struct {
 	gaveUp   time.Time     // when Release stopped waiting for the end
 	ended    chan struct{} // made by Release, closed by finish
 	endErr   error         // Release's result, set before ended closes
+	// The turn's agent outlives it (Linger): its end writes a row of
+	// embedkit_turn_agents (agentRow once written), deleted when the
+	// agent has returned (back).
+	linger, agentRow, back bool
 
 	relOnce sync.Once
 }
@@ -110,10 +114,15 @@ func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int6
 		return fmt.Errorf("pgcluster: claim turn: %w", err)
 	}
 	// The thread's own claim is left out: if it is live the INSERT below
-	// finds it, and if not it stops counting once taken over.
+	// finds it, and if not it stops counting once taken over. The agents
+	// of released turns that still run count too.
 	var all, mine int
-	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM embedkit_turns
-		WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)`,
+	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM (
+			SELECT user_id FROM embedkit_turns
+			WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)
+			UNION ALL
+			SELECT user_id FROM embedkit_turn_agents
+			WHERE account_id = $1 AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)) running`,
 		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease)).Scan(&all, &mine); err != nil {
 		return fmt.Errorf("pgcluster: count running turns: %w", err)
 	}
@@ -182,6 +191,43 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 		// It ended or expired meanwhile: try again.
 	}
 	return fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
+}
+
+// Linger implements [chatstream.ClaimedTurn]: the write that ends the
+// turn's claim (Release) also inserts the turn's row of lingering agents,
+// in the same transaction, so that no claim on any replica finds neither;
+// the row is renewed with the claims and deleted by the first write after
+// returned.
+func (ct *claimedTurn) Linger() (returned func()) {
+	c := ct.c
+	c.mu.Lock()
+	if !ct.released {
+		ct.linger = true
+	}
+	c.mu.Unlock()
+	return ct.agentReturned
+}
+
+// agentReturned has the next write delete the turn's row of lingering
+// agents, if written; one not written yet is not written.
+func (ct *claimedTurn) agentReturned() {
+	c := ct.c
+	c.mu.Lock()
+	if ct.back {
+		c.mu.Unlock()
+		return
+	}
+	ct.back, ct.linger = true, false
+	del := ct.agentRow
+	if del {
+		ct.agentRow = false
+		delete(c.agents, ct.id)
+		c.returned = append(c.returned, ct.id)
+	}
+	c.mu.Unlock()
+	if del {
+		signal(c.endSig)
+	}
 }
 
 // Publish implements [chatstream.ClaimedTurn]. It keeps log, not a copy:
@@ -277,11 +323,12 @@ func (ct *claimedTurn) finish(err error) {
 // its eof row and ended_at. A turn nobody watches writes no line: for end
 // (quiet) only its ended_at, unless a reader asked for its lines meanwhile.
 type pending struct {
-	ct    *claimedTurn
-	first int
-	lines []chatstream.Line
-	end   bool
-	quiet bool
+	ct       *claimedTurn
+	first    int
+	lines    []chatstream.Line
+	end      bool
+	quiet    bool
+	lingered bool // end writes its agent's row (claimedTurn.linger)
 }
 
 // flushLoop writes the buffered lines of all claims and ends the released
@@ -389,25 +436,29 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 					continue // nothing of it fits this write
 				}
 			}
-			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:to:to], end: ct.released && to == n})
+			end := ct.released && to == n
+			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:to:to], end: end, lingered: end && ct.linger})
 		case ct.released:
 			if quiet++; quiet > maxQuietEnds {
 				more = true
 				continue
 			}
-			ps = append(ps, pending{ct: ct, end: true, quiet: true})
+			ps = append(ps, pending{ct: ct, end: true, quiet: true, lingered: ct.linger})
 		}
 	}
+	returned := c.returned
+	c.returned = nil
 	c.mu.Unlock()
-	if len(ps) == 0 {
+	if len(ps) == 0 && len(returned) == 0 {
 		return false, nil
 	}
-	ended, watched, err := c.writeLines(ctx, ps)
-	if err != nil {
-		return false, err
-	}
+	ended, watched, err := c.writeLines(ctx, ps, returned)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err != nil {
+		c.returned = append(c.returned, returned...)
+		return false, err
+	}
 	for _, p := range ps {
 		if !p.quiet {
 			p.ct.written = p.first + len(p.lines)
@@ -419,6 +470,13 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 			more = true
 		case ended[p.ct.id]:
 			delete(c.claims, p.ct.id)
+			if p.ct.linger { // its row of lingering agents is written
+				p.ct.agentRow = true
+				c.agents[p.ct.id] = true
+			} else if p.lingered {
+				c.returned = append(c.returned, p.ct.id) // its agent returned meanwhile
+				more = true
+			}
 			p.ct.finish(nil)
 		default:
 			delete(c.claims, p.ct.id)
@@ -429,11 +487,12 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 }
 
 // writeLines inserts the lines of ps, and for those that end their eof
-// rows and ended_at, and notifies their readers and those waiting for
-// their end, in one implicit transaction (one round trip). ended holds the
-// ending turns whose claim was still theirs; watched the quiet ones that a
-// reader asked for meanwhile, left running.
-func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched map[string]bool, err error) {
+// rows and ended_at (and the rows of their agents that linger), deletes the
+// rows of the agents that returned, and notifies the ended turns' readers
+// and those waiting for their end, in one implicit transaction (one round
+// trip). ended holds the ending turns whose claim was still theirs;
+// watched the quiet ones that a reader asked for meanwhile, left running.
+func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []string) (ended, watched map[string]bool, err error) {
 	c.flushes.Add(1)
 	var (
 		b      pgx.Batch
@@ -446,6 +505,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 		turns  []string
 		ends   []string
 		quiet  []string
+		linger []string
 	)
 	add := func(id string, seq int, l chatstream.Line, eof bool) {
 		ids = append(ids, id)
@@ -461,6 +521,9 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 	}
 	for _, p := range ps {
 		turns = append(turns, p.ct.id)
+		if p.lingered {
+			linger = append(linger, p.ct.id)
+		}
 		if p.quiet {
 			quiet = append(quiet, p.ct.id)
 			continue
@@ -490,6 +553,16 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 				ended_at = CASE WHEN watched THEN ended_at ELSE coalesce(ended_at, statement_timestamp()) END,
 				heartbeat_at = CASE WHEN watched THEN heartbeat_at ELSE statement_timestamp() END
 			WHERE turn_id = ANY($1) RETURNING turn_id, watched`, quiet)
+	}
+	if len(linger) > 0 {
+		// After the ends, in their transaction: only turns that ended.
+		b.Queue(`INSERT INTO embedkit_turn_agents (turn_id, account_id, user_id, owner, heartbeat_at)
+			SELECT turn_id, account_id, user_id, owner, statement_timestamp() FROM embedkit_turns
+			WHERE turn_id = ANY($1) AND ended_at IS NOT NULL
+			ON CONFLICT (turn_id) DO NOTHING`, linger)
+	}
+	if len(returned) > 0 {
+		b.Queue(`DELETE FROM embedkit_turn_agents WHERE turn_id = ANY($1)`, returned)
 	}
 	if len(turns) > 0 {
 		b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
@@ -544,7 +617,10 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched 
 			}
 		}
 	}
-	if len(turns) > 0 {
+	for _, queued := range []bool{len(linger) > 0, len(returned) > 0, len(turns) > 0} {
+		if !queued {
+			continue
+		}
 		if _, err := br.Exec(); err != nil {
 			return nil, nil, err
 		}

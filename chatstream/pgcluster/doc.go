@@ -16,14 +16,17 @@
 //
 // # How it works
 //
-// New creates, if missing, two tables in the first schema of the DSN's
+// New creates, if missing, three tables in the first schema of the DSN's
 // search_path:
 //
-//	embedkit_turns       one row per thread: its last claim (turn id, owner
-//	                     replica, user, heartbeat, abort flag, end time,
-//	                     watched: a reader asked for the turn's lines)
-//	embedkit_turn_lines  the running turns' logs: (turn_id, seq) → sort,
-//	                     data; an eof row marks the end of a turn
+//	embedkit_turns        one row per thread: its last claim (turn id, owner
+//	                      replica, user, heartbeat, abort flag, end time,
+//	                      watched: a reader asked for the turn's lines)
+//	embedkit_turn_lines   the running turns' logs: (turn_id, seq) → sort,
+//	                      data; an eof row marks the end of a turn
+//	embedkit_turn_agents  the agents of ended turns that still run
+//	                      (aborted or timed out, their agent not returned
+//	                      yet): turn id, account, user, heartbeat
 //
 // Claim is one INSERT ... ON CONFLICT DO UPDATE that succeeds only when the
 // thread's last claim ended or its heartbeat is older than the lease

@@ -184,3 +184,108 @@ func TestClaimLimitsUnderRepeatableRead(t *testing.T) {
 		t.Errorf("%d claims succeeded under an account limit of 1 (errors %v)", ok, errs)
 	}
 }
+
+// claimOnce polls Claim until it succeeds (a limit that frees up later),
+// for at most 10 s, and releases the claim.
+func claimOnce(t *testing.T, what string, c *pgcluster.Cluster, chat string, user int64, lim chatstream.TurnLimits) {
+	t.Helper()
+	ctx := t.Context()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ct, err := c.Claim(ctx, key(chat), user, lim)
+		if err == nil {
+			_ = ct.Release(ctx, nil)
+			return
+		}
+		if !errors.Is(err, chatstream.ErrTurnLimit) || time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+// TestLingeringAgentCountsOnEveryReplica: a turn released while its agent
+// still runs (Linger) frees its thread at once, but counts against the
+// limits of the claims of every replica until its agent returns.
+func TestLingeringAgentCountsOnEveryReplica(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	lim := chatstream.TurnLimits{Account: 2, User: 1}
+	ct, err := a.Claim(ctx, key("c1"), 1, lim)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	returned := ct.Linger()
+	if err := ct.Release(ctx, mkLines(0, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// The thread is free: a claim of it that is under no limit succeeds.
+	free, err := b.Claim(ctx, key("c1"), 1, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatalf("Claim of the released thread: %v", err)
+	}
+	_ = free.Release(ctx, nil)
+	// The agent counts, on both replicas: the user's limit of 1 is reached,
+	// and with another user's turn the account's limit of 2.
+	for _, c := range []*pgcluster.Cluster{a, b} {
+		_, err = c.Claim(ctx, key("c2"), 1, lim)
+		wantLimit(t, "the user's turn while its lingering agent runs", err, true, 1)
+	}
+	other, err := b.Claim(ctx, key("c3"), 2, lim)
+	if err != nil {
+		t.Fatalf("Claim of another user: %v", err)
+	}
+	_, err = a.Claim(ctx, key("c4"), 3, lim)
+	wantLimit(t, "the account's third turn", err, false, 2)
+	_ = other.Release(ctx, nil)
+	// It goes on counting past its lease: the heartbeat renews it.
+	time.Sleep(time.Second)
+	_, err = b.Claim(ctx, key("c2"), 1, lim)
+	wantLimit(t, "the user's turn a lease later", err, true, 1)
+
+	returned()
+	returned() // again: nothing more
+	claimOnce(t, "the user's turn once its agent returned", b, "c2", 1, lim)
+}
+
+// TestLingeringAgentReturnedBeforeRelease: an agent that returns between
+// Linger and Release leaves nothing counted.
+func TestLingeringAgentReturnedBeforeRelease(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	lim := chatstream.TurnLimits{User: 1}
+	ct, err := a.Claim(ctx, key("c1"), 1, lim)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ct.Linger()()
+	if err := ct.Release(ctx, nil); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if ct, err := b.Claim(ctx, key("c2"), 1, lim); err != nil {
+		t.Fatalf("Claim after the agent returned: %v", err)
+	} else {
+		_ = ct.Release(ctx, nil)
+	}
+}
+
+// TestLingeringAgentOfStoppedReplica: the lingering agents of a replica
+// that stops (a crash) stop counting once their lease ran out.
+func TestLingeringAgentOfStoppedReplica(t *testing.T) {
+	t.Parallel()
+	_, a, b := replicas(t, nil, nil)
+	ctx := t.Context()
+	lim := chatstream.TurnLimits{User: 1}
+	ct, err := a.Claim(ctx, key("c1"), 1, lim)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	ct.Linger()
+	if err := ct.Release(ctx, nil); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	_, err = b.Claim(ctx, key("c2"), 1, lim)
+	wantLimit(t, "the user's turn while its lingering agent runs", err, true, 1)
+	_ = a.Close() // its agent's row stays, no longer renewed
+	claimOnce(t, "the user's turn after the other replica stopped", b, "c2", 1, lim)
+}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +61,16 @@ var schema = []string{
 	END $$`,
 	// The running turns of an account, which a claim with limits counts.
 	`CREATE INDEX IF NOT EXISTS embedkit_turns_running ON embedkit_turns (account_id, user_id) WHERE ended_at IS NULL`,
+	// The agents of released turns that still run (ClaimedTurn.Linger),
+	// which a claim with limits counts too.
+	`CREATE TABLE IF NOT EXISTS embedkit_turn_agents (
+		turn_id      text        PRIMARY KEY,
+		account_id   bigint      NOT NULL,
+		user_id      bigint      NOT NULL,
+		owner        text        NOT NULL,
+		heartbeat_at timestamptz NOT NULL DEFAULT now()
+	)`,
+	`CREATE INDEX IF NOT EXISTS embedkit_turn_agents_account ON embedkit_turn_agents (account_id, user_id)`,
 	`CREATE TABLE IF NOT EXISTS embedkit_turn_lines (
 		turn_id    text        NOT NULL,
 		seq        integer     NOT NULL,
@@ -100,7 +112,12 @@ type Cluster struct {
 	claims  map[string]*claimedTurn               // by turn id
 	threads map[chatstream.ThreadKey]*claimedTurn // the claims not released
 	waiters map[string]*waiter                    // readers waiting for lines, by turn id
-	closed  bool
+	// agents are the turn ids of this replica's rows in
+	// embedkit_turn_agents, which the heartbeat renews; returned those
+	// whose rows the next flush deletes (their agents returned).
+	agents   map[string]bool
+	returned []string
+	closed   bool
 }
 
 var _ chatstream.Cluster = (*Cluster)(nil)
@@ -148,6 +165,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 		pollSig:  make(chan struct{}, 1),
 		claims:   make(map[string]*claimedTurn),
 		threads:  make(map[chatstream.ThreadKey]*claimedTurn),
+		agents:   make(map[string]bool),
 		waiters:  make(map[string]*waiter),
 	}
 	c.wg.Add(3)
@@ -283,6 +301,7 @@ func (c *Cluster) heartbeatLoop() {
 		if ids := c.liveClaims(); len(ids) > 0 {
 			c.renew(ids)
 		}
+		c.renewAgents()
 		if time.Since(lastCleanup) >= cleanupEvery {
 			lastCleanup = time.Now()
 			c.cleanup()
@@ -327,6 +346,21 @@ func (c *Cluster) renew(ids []string) {
 	c.abortLocal(aborted)
 }
 
+// renewAgents renews this replica's rows of lingering agents, if any.
+func (c *Cluster) renewAgents() {
+	c.mu.Lock()
+	ids := slices.Collect(maps.Keys(c.agents))
+	c.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, min(opTimeout, c.cfg.lease))
+	defer cancel()
+	if _, err := c.pool.Exec(ctx, `UPDATE embedkit_turn_agents SET heartbeat_at = now() WHERE turn_id = ANY($1)`, ids); err != nil {
+		c.warn("pgcluster: heartbeat of running agents failed", err)
+	}
+}
+
 // abortLocal closes Aborted of this replica's claims among ids that are
 // not released.
 func (c *Cluster) abortLocal(ids []string) {
@@ -365,9 +399,14 @@ func (c *Cluster) cleanup() {
 			secs(c.cfg.retention), secs(c.cfg.lease)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM embedkit_turns
+		if _, err := tx.Exec(ctx, `DELETE FROM embedkit_turns
 			WHERE coalesce(ended_at, heartbeat_at) < now() - make_interval(secs => $1)`,
-			secs(c.cfg.retention+c.cfg.lease))
+			secs(c.cfg.retention+c.cfg.lease)); err != nil {
+			return err
+		}
+		// The agents of a replica that stopped renewing them (a crash).
+		_, err := tx.Exec(ctx, `DELETE FROM embedkit_turn_agents WHERE heartbeat_at < now() - make_interval(secs => $1)`,
+			secs(2*c.cfg.lease))
 		return err
 	})
 	if err != nil {
