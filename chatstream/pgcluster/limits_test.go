@@ -202,6 +202,26 @@ func claimOnce(t *testing.T, what string, c *pgcluster.Cluster, chat string, use
 	}
 }
 
+// lingered claims chat on c for user, as a turn does, and releases it
+// with its agent still running (Linger); back, if set, runs between the
+// two. It returns the agent's returned.
+func lingered(t *testing.T, c *pgcluster.Cluster, chat string, user int64, lim chatstream.TurnLimits, back bool) (returned func()) {
+	t.Helper()
+	ctx := t.Context()
+	ct, err := c.Claim(ctx, key(chat), user, lim)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	returned = ct.Linger()
+	if back {
+		returned()
+	}
+	if err := ct.Release(ctx, mkLines(0, 1)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	return returned
+}
+
 // TestLingeringAgentCountsOnEveryReplica: a turn released while its agent
 // still runs (Linger) frees its thread at once, but counts against the
 // limits of the claims of every replica until its agent returns.
@@ -210,14 +230,7 @@ func TestLingeringAgentCountsOnEveryReplica(t *testing.T) {
 	_, a, b := replicas(t, nil, nil)
 	ctx := t.Context()
 	lim := chatstream.TurnLimits{Account: 2, User: 1}
-	ct, err := a.Claim(ctx, key("c1"), 1, lim)
-	if err != nil {
-		t.Fatalf("Claim: %v", err)
-	}
-	returned := ct.Linger()
-	if err := ct.Release(ctx, mkLines(0, 1)); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
+	returned := lingered(t, a, "c1", 1, lim, false)
 	// The thread is free: a claim of it that is under no limit succeeds.
 	free, err := b.Claim(ctx, key("c1"), 1, chatstream.TurnLimits{})
 	if err != nil {
@@ -252,21 +265,13 @@ func TestLingeringAgentCountsOnEveryReplica(t *testing.T) {
 func TestLingeringAgentReturnedBeforeRelease(t *testing.T) {
 	t.Parallel()
 	_, a, b := replicas(t, nil, nil)
-	ctx := t.Context()
 	lim := chatstream.TurnLimits{User: 1}
-	ct, err := a.Claim(ctx, key("c1"), 1, lim)
+	lingered(t, a, "c1", 1, lim, true)
+	ct, err := b.Claim(t.Context(), key("c2"), 1, lim)
 	if err != nil {
-		t.Fatalf("Claim: %v", err)
-	}
-	ct.Linger()()
-	if err := ct.Release(ctx, nil); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if ct, err := b.Claim(ctx, key("c2"), 1, lim); err != nil {
 		t.Fatalf("Claim after the agent returned: %v", err)
-	} else {
-		_ = ct.Release(ctx, nil)
 	}
+	_ = ct.Release(t.Context(), nil)
 }
 
 // TestLingeringAgentOfStoppedReplica: the lingering agents of a replica
@@ -274,17 +279,9 @@ func TestLingeringAgentReturnedBeforeRelease(t *testing.T) {
 func TestLingeringAgentOfStoppedReplica(t *testing.T) {
 	t.Parallel()
 	_, a, b := replicas(t, nil, nil)
-	ctx := t.Context()
 	lim := chatstream.TurnLimits{User: 1}
-	ct, err := a.Claim(ctx, key("c1"), 1, lim)
-	if err != nil {
-		t.Fatalf("Claim: %v", err)
-	}
-	ct.Linger()
-	if err := ct.Release(ctx, nil); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	_, err = b.Claim(ctx, key("c2"), 1, lim)
+	lingered(t, a, "c1", 1, lim, false)
+	_, err := b.Claim(t.Context(), key("c2"), 1, lim)
 	wantLimit(t, "the user's turn while its lingering agent runs", err, true, 1)
 	_ = a.Close() // its agent's row stays, no longer renewed
 	claimOnce(t, "the user's turn after the other replica stopped", b, "c2", 1, lim)
