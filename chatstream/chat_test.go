@@ -872,6 +872,19 @@ func TestErrors(t *testing.T) {
 	})
 }
 
+// TestUnknownInternalUserNamesTheField: the chat's messages name the
+// fields of sessionSettings with their path, the unknown internal user's
+// too.
+func TestUnknownInternalUserNamesTheField(t *testing.T) {
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{})
+	const want = `sessionSettings.internalId: internal user "ghost@acme.test" not found`
+	r := e.Send(t, e.Request(t, http.MethodPost, streamPath(acct, agentID), apitest.AdminKey,
+		map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": "ghost@acme.test"}}))
+	if msg, _ := r.Body["error"].(string); r.Status != http.StatusBadRequest || msg != want {
+		t.Errorf("%d %s, want 400 %q", r.Status, r.Raw, want)
+	}
+}
+
 func TestEphemeralUsers(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{})

@@ -237,7 +237,7 @@ func validateSettings(s *SessionSettings, need bool) error {
 		}
 	}
 	p := s.provision(time.Time{}, 0)
-	return p.Validate("sessionSettings.")
+	return p.Validate()
 }
 
 // provision maps the settings to the shared provisioning request. Users are
@@ -245,6 +245,7 @@ func validateSettings(s *SessionSettings, need bool) error {
 // now+ttl (the request's ttl, else defaultTTL).
 func (s *SessionSettings) provision(now time.Time, defaultTTL time.Duration) provision.Request {
 	p := provision.Request{
+		Fields:          "sessionSettings.",
 		ExternalID:      s.ExternalID,
 		InternalID:      s.InternalID,
 		Email:           s.Email,
@@ -308,7 +309,7 @@ func (s *SessionSettings) checkText() error {
 		}
 	}
 	p := s.provision(time.Time{}, 0)
-	return p.CheckText("sessionSettings.")
+	return p.CheckText()
 }
 
 // validValueText reports whether the strings of an attribute value set by

@@ -125,7 +125,7 @@ func (r *SessionRequest) Validate() error {
 		return wire.BadRequest("deploymentId is required and must be a positive number")
 	}
 	p := r.provision()
-	return p.Validate("")
+	return p.Validate()
 }
 
 // checkText refuses a request with a string that is not valid UTF-8,
@@ -133,7 +133,7 @@ func (r *SessionRequest) Validate() error {
 // two externalIds that differ only in invalid bytes).
 func (r *SessionRequest) checkText() error {
 	p := r.provision()
-	return p.CheckText("")
+	return p.CheckText()
 }
 
 // provision converts the request to the shared provisioning request.

@@ -97,5 +97,6 @@ func fuzzRequest(attrs, groups string, now time.Time) (provision.Request, bool) 
 			r.Groups = strings.Split(groups, ",")
 		}
 	}
-	return r, r.Validate("sessionSettings.") == nil
+	r.Fields = "sessionSettings."
+	return r, r.Validate() == nil
 }

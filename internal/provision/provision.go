@@ -29,6 +29,10 @@ import (
 // request's sessionSettings. Pointer and "Sent" fields tell an omitted field
 // from an empty one.
 type Request struct {
+	// Fields is prepended to the field names in error messages
+	// ("sessionSettings." in chat).
+	Fields string
+
 	ExternalID  string
 	InternalID  string
 	Email       *string
@@ -154,7 +158,8 @@ func ValidEmbedTenantName(name string) bool { return tenantNameRE.MatchString(na
 // that is not valid UTF-8. Bodies decoded by the server always pass (the
 // decoder refuses such text); Go clients call it before encoding a request,
 // because encoding/json would silently replace invalid bytes with U+FFFD.
-func (r *Request) CheckText(prefix string) error {
+func (r *Request) CheckText() error {
+	prefix := r.Fields
 	bad := func(field string) error {
 		return wire.BadRequest("%s%s must be valid UTF-8", prefix, field)
 	}
@@ -205,11 +210,11 @@ func (r *Request) CheckText(prefix string) error {
 }
 
 // Validate checks the rules that need no database and returns a 400
-// *wire.Error naming the field. prefix is prepended to field names
-// ("sessionSettings." for chat). An email sent with internalId is ignored,
+// *wire.Error naming the field (after r.Fields). An email sent with internalId is ignored,
 // and so is a field it forbids sent as null (null counts as omitted).
-func (r *Request) Validate(prefix string) error {
-	if err := r.CheckText(prefix); err != nil {
+func (r *Request) Validate() error {
+	prefix := r.Fields
+	if err := r.CheckText(); err != nil {
 		return err
 	}
 	switch {
@@ -624,7 +629,7 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	if r.InternalID != "" { // read before its embed tenant is created
 		u, err := tx.UserByKey(ctx, store.UserKey{AccountID: acct.ID, InternalID: r.InternalID}, now)
 		if errors.Is(err, store.ErrNotFound) {
-			return Result{}, wire.BadRequest("internalId: internal user %q not found", r.InternalID)
+			return Result{}, wire.BadRequest("%sinternalId: internal user %q not found", r.Fields, r.InternalID)
 		}
 		if err != nil {
 			return Result{}, err

@@ -50,7 +50,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.req.Validate("")
+			err := c.req.Validate()
 			if c.msg == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)
@@ -68,7 +68,9 @@ func TestValidate(t *testing.T) {
 			if c.msg == "" {
 				continue
 			}
-			if err := c.req.Validate("sessionSettings."); err == nil || !strings.Contains(err.Error(), "sessionSettings.") {
+			r := c.req
+			r.Fields = "sessionSettings."
+			if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "sessionSettings.") {
 				t.Errorf("%s: %v lacks the prefix", c.name, err)
 			}
 		}
