@@ -830,3 +830,49 @@ func TestMemoryStoreReadBesideWriter(t *testing.T) {
 		t.Errorf("InTx = %v, its read through the store = %v after %v, want a failed read within the query timeout", err, readErr, time.Since(start))
 	}
 }
+
+// TestReapersSkipEachOthersRows: on PostgreSQL a reaper whose batch is
+// open holds its rows, and another reaper takes the other expired rows
+// at once rather than waiting for it.
+func TestReapersSkipEachOthersRows(t *testing.T) {
+	st := testdb.Open(t, testdb.Postgres) // skips without EMBEDKIT_TEST_POSTGRES_DSN
+	ctx := t.Context()
+	a, err := st.SaveAccount(ctx, store.Account{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := range 6 {
+		if _, err := st.UpsertUser(ctx, store.UserUpsert{
+			UserKey:            store.UserKey{AccountID: a.ID, ExternalID: fmt.Sprintf("u-%d", i)},
+			EphemeralExpiresAt: now.Add(time.Minute), Now: now,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(time.Hour)
+	held, release := make(chan int), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.InTx(context.WithoutCancel(ctx), func(tx store.Tx) error {
+			n, err := tx.DeleteExpired(ctx, later, 3)
+			held <- n
+			<-release
+			return err
+		})
+	}()
+	first := <-held
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	second, err := st.DeleteExpired(wctx, later, 100)
+	cancel()
+	close(release)
+	if err != nil {
+		t.Fatalf("the second reaper while the first holds its rows: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the first reaper: %v", err)
+	}
+	if first != 3 || second != 3 {
+		t.Errorf("the reapers deleted %d and %d users, want 3 and 3", first, second)
+	}
+}

@@ -401,7 +401,10 @@ func (t *txn) RevokeUserSessions(ctx context.Context, userID int64) error {
 // DeleteExpired deletes at most limit rows of each kind, chosen by a
 // subquery (PostgreSQL's DELETE has no LIMIT) and checked again by the
 // DELETE, which on PostgreSQL sees what a concurrent writer committed (a
-// user converted to persistent meanwhile stays).
+// user converted to persistent meanwhile stays). On PostgreSQL the
+// subquery skips the rows another transaction holds (FOR UPDATE SKIP
+// LOCKED): reapers on several replicas take different rows rather than
+// waiting for each other.
 func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -418,6 +421,9 @@ func (t *txn) DeleteExpired(ctx context.Context, now time.Time, limit int) (int,
 		} {
 			n, err := t.do(ctx, "delete expired", func(db *gorm.DB) *gorm.DB {
 				sub := db.Session(&gorm.Session{NewDB: true}).Model(k.model).Select(k.key).Where(k.where, n0).Limit(limit)
+				if t.s.pg {
+					sub = sub.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+				}
 				return db.Where("("+k.key+") IN (?)", sub).Where(k.where, n0).Delete(k.model)
 			})
 			if err != nil {
