@@ -9,8 +9,10 @@
 //     exchanges for a token ([EmbedSessionFromContext]);
 //   - [APIKeyOrToken] accepts either an API key or a Bearer token (the chat
 //     endpoint);
-//   - [PathValues] copies a router's path parameters (gorilla/mux's
-//     mux.Vars) into r.PathValue, which embedkit's handlers read.
+//   - [PathValues] copies a router's path parameters into r.PathValue,
+//     which embedkit's handlers read; [EncodedPathValues] does it for a
+//     router that matches the encoded path, as gorilla/mux must (below):
+//     an externalId may hold "/".
 //
 // Every error response is {"error": "<message>"}, written by package
 // [github.com/embedkit/embedkit/middleware/httperr], which host middleware

@@ -1,6 +1,6 @@
 // Package pgcluster implements [chatstream.Cluster] on PostgreSQL alone,
 // with pgx: the replicas of a server that share one database share their
-// running chat turns through two tables and LISTEN/NOTIFY, with no other
+// running chat turns through three tables and LISTEN/NOTIFY, with no other
 // infrastructure.
 //
 //	cl, err := pgcluster.New(ctx, "postgres://app@db/app?sslmode=require",

@@ -87,8 +87,9 @@ var schema = []string{
 const opTimeout = 5 * time.Second
 
 // Cluster is a [chatstream.Cluster] on PostgreSQL. It owns a connection
-// pool, one LISTEN connection and three goroutines (flusher, heartbeat,
-// poll), all stopped by [Cluster.Close]. It is safe for concurrent
+// pool, one LISTEN connection and four goroutines (flusher, heartbeat,
+// poll, and the listener unless WithListen(false)), all stopped by
+// [Cluster.Close]. It is safe for concurrent
 // use.
 type Cluster struct {
 	cfg     config
