@@ -98,8 +98,9 @@ type Cluster interface {
 	// the lease (a crash). Otherwise it returns a [*TurnElsewhereError]
 	// naming the running turn's user. It also fails, with a
 	// [*TurnLimitError], when lim is exceeded: the live claims of the
-	// account (of every process) number lim.Account already, or those of
-	// userID lim.User; a zero field is no limit. A claim whose process
+	// account (of every process), with the agents that still run after
+	// their claim was released ([ClaimedTurn.Linger]), number lim.Account
+	// already, or those of userID lim.User; a zero field is no limit. A claim whose process
 	// stopped renewing it counts no more once its lease ran out. The claim
 	// lasts until [ClaimedTurn.Release] and is renewed in the background
 	// meanwhile.

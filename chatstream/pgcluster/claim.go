@@ -30,6 +30,7 @@ type claimedTurn struct {
 	c       *Cluster
 	id      string
 	key     chatstream.ThreadKey
+	userID  int64
 	aborted context.Context // canceled by abort
 	abort   context.CancelFunc
 
@@ -45,8 +46,8 @@ type claimedTurn struct {
 	gaveUp   time.Time     // when Release stopped waiting for the end
 	ended    chan struct{} // made by Release, closed by finish
 	endErr   error         // Release's result, set before ended closes
-	// The turn's agent outlives it (Linger): its end writes a row of
-	// embedkit_turn_agents (agentRow once written), deleted when the
+	// The turn's agent outlives it (Linger): a row of embedkit_turn_agents
+	// is queued (linger), then written (agentRow), and deleted once the
 	// agent has returned (back).
 	linger, agentRow, back bool
 
@@ -58,10 +59,11 @@ type claimedTurn struct {
 // left behind by this replica (a release that failed while the database was
 // away): the caller runs no turn of the thread, so such a claim is stale.
 // With limits, the INSERT runs in a transaction that first takes an
-// advisory lock per account and counts the account's live claims, so that
-// concurrent claims on every replica cannot pass the limits together.
+// advisory lock per account and counts the account's live claims and
+// lingering agents, so that concurrent claims on every replica cannot pass
+// the limits together.
 func (c *Cluster) Claim(ctx context.Context, key chatstream.ThreadKey, userID int64, lim chatstream.TurnLimits) (chatstream.ClaimedTurn, error) {
-	ct := &claimedTurn{c: c, id: newTurnID(), key: key}
+	ct := &claimedTurn{c: c, id: newTurnID(), key: key, userID: userID}
 	ct.aborted, ct.abort = context.WithCancel(context.Background())
 	// Registered before the INSERT, so that an abort notification sent
 	// right after the commit finds it.
@@ -115,14 +117,17 @@ func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int6
 	}
 	// The thread's own claim is left out: if it is live the INSERT below
 	// finds it, and if not it stops counting once taken over. The agents
-	// of released turns that still run count too.
+	// of ended turns that still run count too, each unless its turn's
+	// claim is live and counted above (so neither counts twice).
 	var all, mine int
 	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM (
 			SELECT user_id FROM embedkit_turns
 			WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)
 			UNION ALL
-			SELECT user_id FROM embedkit_turn_agents
-			WHERE account_id = $1 AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)) running`,
+			SELECT a.user_id FROM embedkit_turn_agents a
+			WHERE a.account_id = $1 AND a.heartbeat_at >= statement_timestamp() - make_interval(secs => $4)
+				AND NOT EXISTS (SELECT 1 FROM embedkit_turns t WHERE t.turn_id = a.turn_id AND t.chat_id <> $2
+					AND t.ended_at IS NULL AND t.heartbeat_at >= statement_timestamp() - make_interval(secs => $4))) running`,
 		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease)).Scan(&all, &mine); err != nil {
 		return fmt.Errorf("pgcluster: count running turns: %w", err)
 	}
@@ -193,18 +198,23 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 	return fmt.Errorf("pgcluster: claim turn: the thread's claim changed %d times in a row", claimAttempts)
 }
 
-// Linger implements [chatstream.ClaimedTurn]: the write that ends the
-// turn's claim (Release) also inserts the turn's row of lingering agents,
-// in the same transaction, so that no claim on any replica finds neither;
-// the row is renewed with the claims and deleted by the first write after
-// returned.
+// Linger implements [chatstream.ClaimedTurn]: the next write (the one
+// that ends the turn's claim, at the latest) inserts the turn's row of
+// lingering agents from what this process knows of it, whatever becomes
+// of the claim (ended, lost to a takeover, given up). Claims count the row
+// only once the turn's own claim is no longer live, so the two never
+// count at once. The heartbeat renews the row (and writes it again if
+// another replica's cleanup deleted it while this one could not renew);
+// the first write after returned deletes it.
 func (ct *claimedTurn) Linger() (returned func()) {
 	c := ct.c
 	c.mu.Lock()
-	if !ct.released {
+	if !ct.back && !ct.linger && !ct.agentRow {
 		ct.linger = true
+		c.lingering = append(c.lingering, ct)
 	}
 	c.mu.Unlock()
+	signal(c.endSig)
 	return ct.agentReturned
 }
 
@@ -217,7 +227,7 @@ func (ct *claimedTurn) agentReturned() {
 		c.mu.Unlock()
 		return
 	}
-	ct.back, ct.linger = true, false
+	ct.back = true
 	del := ct.agentRow
 	if del {
 		ct.agentRow = false
@@ -323,12 +333,11 @@ func (ct *claimedTurn) finish(err error) {
 // its eof row and ended_at. A turn nobody watches writes no line: for end
 // (quiet) only its ended_at, unless a reader asked for its lines meanwhile.
 type pending struct {
-	ct       *claimedTurn
-	first    int
-	lines    []chatstream.Line
-	end      bool
-	quiet    bool
-	lingered bool // end writes its agent's row (claimedTurn.linger)
+	ct    *claimedTurn
+	first int
+	lines []chatstream.Line
+	end   bool
+	quiet bool
 }
 
 // flushLoop writes the buffered lines of all claims and ends the released
@@ -436,21 +445,48 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 					continue // nothing of it fits this write
 				}
 			}
-			end := ct.released && to == n
-			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:to:to], end: end, lingered: end && ct.linger})
+			ps = append(ps, pending{ct: ct, first: ct.written, lines: ct.log[ct.written:to:to], end: ct.released && to == n})
 		case ct.released:
 			if quiet++; quiet > maxQuietEnds {
 				more = true
 				continue
 			}
-			ps = append(ps, pending{ct: ct, end: true, quiet: true, lingered: ct.linger})
+			ps = append(ps, pending{ct: ct, end: true, quiet: true})
 		}
+	}
+	var lingering []*claimedTurn
+	for _, ct := range c.lingering {
+		if !ct.back {
+			lingering = append(lingering, ct)
+		}
+	}
+	c.lingering = nil
+	c.mu.Unlock()
+	// The rows of the lingering agents go first, on their own: they must
+	// not wait for ends that fail.
+	if len(lingering) > 0 {
+		if err := c.writeAgents(ctx, lingering); err != nil {
+			c.mu.Lock()
+			c.lingering = append(c.lingering, lingering...)
+			c.mu.Unlock()
+			return false, err
+		}
+	}
+	c.mu.Lock()
+	for _, ct := range lingering {
+		ct.linger = false
+		if ct.back { // its agent returned meanwhile
+			c.returned = append(c.returned, ct.id)
+			continue
+		}
+		ct.agentRow = true
+		c.agents[ct.id] = ct
 	}
 	returned := c.returned
 	c.returned = nil
 	c.mu.Unlock()
 	if len(ps) == 0 && len(returned) == 0 {
-		return false, nil
+		return more, nil
 	}
 	ended, watched, err := c.writeLines(ctx, ps, returned)
 	c.mu.Lock()
@@ -470,13 +506,6 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 			more = true
 		case ended[p.ct.id]:
 			delete(c.claims, p.ct.id)
-			if p.ct.linger { // its row of lingering agents is written
-				p.ct.agentRow = true
-				c.agents[p.ct.id] = true
-			} else if p.lingered {
-				c.returned = append(c.returned, p.ct.id) // its agent returned meanwhile
-				more = true
-			}
 			p.ct.finish(nil)
 		default:
 			delete(c.claims, p.ct.id)
@@ -487,10 +516,9 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 }
 
 // writeLines inserts the lines of ps, and for those that end their eof
-// rows and ended_at (and the rows of their agents that linger), deletes the
-// rows of the agents that returned, and notifies the ended turns' readers
-// and those waiting for their end, in one implicit transaction (one round
-// trip). ended holds the ending turns whose claim was still theirs;
+// rows and ended_at, deletes the rows of the agents that returned, and
+// notifies the ended turns' readers and those waiting for their end, in
+// one implicit transaction (one round trip). ended holds the ending turns whose claim was still theirs;
 // watched the quiet ones that a reader asked for meanwhile, left running.
 func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []string) (ended, watched map[string]bool, err error) {
 	c.flushes.Add(1)
@@ -505,7 +533,6 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 		turns  []string
 		ends   []string
 		quiet  []string
-		linger []string
 	)
 	add := func(id string, seq int, l chatstream.Line, eof bool) {
 		ids = append(ids, id)
@@ -521,9 +548,6 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 	}
 	for _, p := range ps {
 		turns = append(turns, p.ct.id)
-		if p.lingered {
-			linger = append(linger, p.ct.id)
-		}
 		if p.quiet {
 			quiet = append(quiet, p.ct.id)
 			continue
@@ -553,13 +577,6 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 				ended_at = CASE WHEN watched THEN ended_at ELSE coalesce(ended_at, statement_timestamp()) END,
 				heartbeat_at = CASE WHEN watched THEN heartbeat_at ELSE statement_timestamp() END
 			WHERE turn_id = ANY($1) RETURNING turn_id, watched`, quiet)
-	}
-	if len(linger) > 0 {
-		// After the ends, in their transaction: only turns that ended.
-		b.Queue(`INSERT INTO embedkit_turn_agents (turn_id, account_id, user_id, owner, heartbeat_at)
-			SELECT turn_id, account_id, user_id, owner, statement_timestamp() FROM embedkit_turns
-			WHERE turn_id = ANY($1) AND ended_at IS NOT NULL
-			ON CONFLICT (turn_id) DO NOTHING`, linger)
 	}
 	if len(returned) > 0 {
 		b.Queue(`DELETE FROM embedkit_turn_agents WHERE turn_id = ANY($1)`, returned)
@@ -617,7 +634,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 			}
 		}
 	}
-	for _, queued := range []bool{len(linger) > 0, len(returned) > 0, len(turns) > 0} {
+	for _, queued := range []bool{len(returned) > 0, len(turns) > 0} {
 		if !queued {
 			continue
 		}
@@ -626,4 +643,20 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 		}
 	}
 	return ended, watched, nil
+}
+
+// writeAgents writes the rows of lingering agents, or renews them where
+// they exist.
+func (c *Cluster) writeAgents(ctx context.Context, cts []*claimedTurn) error {
+	ids, accounts, users := make([]string, len(cts)), make([]int64, len(cts)), make([]int64, len(cts))
+	for i, ct := range cts {
+		ids[i], accounts[i], users[i] = ct.id, ct.key.AccountID, ct.userID
+	}
+	_, err := c.pool.Exec(ctx, `INSERT INTO embedkit_turn_agents (turn_id, account_id, user_id, owner, heartbeat_at)
+		SELECT t, a, u, $4, statement_timestamp() FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(t, a, u)
+		ON CONFLICT (turn_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at`, ids, accounts, users, c.cfg.replicaID)
+	if err != nil {
+		return fmt.Errorf("pgcluster: record running agents: %w", err)
+	}
+	return nil
 }

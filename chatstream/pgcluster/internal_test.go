@@ -1040,3 +1040,132 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
 }
+
+// agentRows counts the rows of lingering agents.
+func agentRows(t *testing.T, c *Cluster) int {
+	t.Helper()
+	var n int
+	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM embedkit_turn_agents`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wantUserLimit checks that a claim of user 7 under a per-user limit of 1
+// is refused on each of cs.
+func wantUserLimit(t *testing.T, what string, cs ...*Cluster) {
+	t.Helper()
+	for _, c := range cs {
+		ct, err := c.Claim(t.Context(), chatstream.ThreadKey{AccountID: 1, ChatID: "other"}, 7, chatstream.TurnLimits{User: 1})
+		if err == nil {
+			_ = ct.Release(t.Context(), nil)
+		}
+		if !errors.Is(err, chatstream.ErrTurnLimit) {
+			t.Errorf("%s, on %s: Claim = %v, want the user's limit", what, c.cfg.replicaID, err)
+		}
+	}
+}
+
+// TestLingerLostToTakeover: a turn whose claim was taken over (the
+// database was away longer than the lease) ends, its agent still running:
+// its end is lost, and its agent counts all the same.
+func TestLingerLostToTakeover(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{User: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Taken over, and that turn ended meanwhile.
+	if _, err := connect(t, dsn).Exec(ctx, `UPDATE embedkit_turns SET turn_id = 'taken', owner = 'b', ended_at = statement_timestamp() WHERE turn_id = $1`, ct.(*claimedTurn).id); err != nil {
+		t.Fatal(err)
+	}
+	returned := ct.Linger()
+	defer returned()
+	if err := ct.Release(ctx, nil); !errors.Is(err, chatstream.ErrTurnLost) {
+		t.Fatalf("Release = %v, want ErrTurnLost", err)
+	}
+	waitFor(t, "the agent's row", func() bool { return agentRows(t, a) == 1 })
+	wantUserLimit(t, "while the lost turn's agent runs", a, b)
+}
+
+// TestLingerGivenUpThenReclaimed: the end of a turn whose agent still runs
+// cannot be written, Release gives up and the thread is claimed again on
+// the same replica: its agent counts, before and after the end is written.
+func TestLingerGivenUpThenReclaimed(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	_, undo := failEnds(t, dsn)
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	lim := chatstream.TurnLimits{User: 1}
+	old, err := a.Claim(ctx, k, 7, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := old.Linger()
+	defer returned()
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	if err := old.Release(rctx, nil); err == nil {
+		t.Fatal("Release succeeded while ends are refused")
+	}
+	cancel()
+	waitFor(t, "the agent's row", func() bool { return agentRows(t, a) == 1 })
+	if ct, err := a.Claim(ctx, k, 7, lim); !errors.Is(err, chatstream.ErrTurnLimit) {
+		if err == nil {
+			_ = ct.Release(ctx, nil)
+		}
+		t.Errorf("the thread claimed again while the old turn's agent runs: %v, want the user's limit", err)
+	}
+	undo()
+	oldID := old.(*claimedTurn).id
+	waitFor(t, "the old end", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.claims[oldID] == nil
+	})
+	wantUserLimit(t, "once the old end is written", a, b)
+}
+
+// TestLingerRowRestoredAfterCleanup: a replica that could not renew its
+// lingering agents' rows for long enough to have another replica's
+// cleanup delete them writes them again once it can.
+func TestLingerRowRestoredAfterCleanup(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{User: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := ct.Linger()
+	defer returned()
+	if err := ct.Release(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the agent's row", func() bool { return agentRows(t, a) == 1 })
+	// Renewals missed: the row's heartbeat is 3 leases old.
+	if _, err := connect(t, dsn).Exec(ctx, `UPDATE embedkit_turn_agents SET heartbeat_at = now() - make_interval(secs => $1)`, secs(3*a.cfg.lease)); err != nil {
+		t.Fatal(err)
+	}
+	b.cleanup()
+	if n := agentRows(t, a); n != 0 {
+		t.Fatalf("%d rows after the cleanup, want 0", n)
+	}
+	a.renewAgents() // renewals work again
+	waitFor(t, "the agent's row written again", func() bool { return agentRows(t, a) == 1 })
+	wantUserLimit(t, "once the row is written again", a, b)
+	returned()
+	waitFor(t, "the row deleted once the agent returned", func() bool { return agentRows(t, a) == 0 })
+}
+
+// waitFor polls cond every 20 ms for at most 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}

@@ -113,12 +113,14 @@ type Cluster struct {
 	claims  map[string]*claimedTurn               // by turn id
 	threads map[chatstream.ThreadKey]*claimedTurn // the claims not released
 	waiters map[string]*waiter                    // readers waiting for lines, by turn id
-	// agents are the turn ids of this replica's rows in
-	// embedkit_turn_agents, which the heartbeat renews; returned those
-	// whose rows the next flush deletes (their agents returned).
-	agents   map[string]bool
-	returned []string
-	closed   bool
+	// The lingering agents (claimedTurn.Linger): those whose rows of
+	// embedkit_turn_agents the next flush writes, those written (which the
+	// heartbeat renews), and the turn ids whose rows the next flush
+	// deletes (their agents returned).
+	lingering []*claimedTurn
+	agents    map[string]*claimedTurn
+	returned  []string
+	closed    bool
 }
 
 var _ chatstream.Cluster = (*Cluster)(nil)
@@ -166,7 +168,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 		pollSig:  make(chan struct{}, 1),
 		claims:   make(map[string]*claimedTurn),
 		threads:  make(map[chatstream.ThreadKey]*claimedTurn),
-		agents:   make(map[string]bool),
+		agents:   make(map[string]*claimedTurn),
 		waiters:  make(map[string]*waiter),
 	}
 	c.wg.Add(3)
@@ -347,7 +349,9 @@ func (c *Cluster) renew(ids []string) {
 	c.abortLocal(aborted)
 }
 
-// renewAgents renews this replica's rows of lingering agents, if any.
+// renewAgents renews this replica's rows of lingering agents, if any. A
+// row that is gone (another replica's cleanup deleted it while this one
+// could not renew it) is written again by the next flush.
 func (c *Cluster) renewAgents() {
 	c.mu.Lock()
 	ids := slices.Collect(maps.Keys(c.agents))
@@ -357,9 +361,28 @@ func (c *Cluster) renewAgents() {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, min(opTimeout, c.cfg.lease))
 	defer cancel()
-	if _, err := c.pool.Exec(ctx, `UPDATE embedkit_turn_agents SET heartbeat_at = now() WHERE turn_id = ANY($1)`, ids); err != nil {
-		c.warn("pgcluster: heartbeat of running agents failed", err)
+	rows, err := c.pool.Query(ctx, `UPDATE embedkit_turn_agents SET heartbeat_at = now() WHERE turn_id = ANY($1) RETURNING turn_id`, ids)
+	var kept []string
+	if err == nil {
+		kept, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
+	if err != nil {
+		c.warn("pgcluster: heartbeat of running agents failed", err)
+		return
+	}
+	if len(kept) == len(ids) {
+		return
+	}
+	c.mu.Lock()
+	for _, id := range ids {
+		if ct := c.agents[id]; ct != nil && !slices.Contains(kept, id) {
+			delete(c.agents, id)
+			ct.agentRow, ct.linger = false, true
+			c.lingering = append(c.lingering, ct)
+		}
+	}
+	c.mu.Unlock()
+	signal(c.endSig)
 }
 
 // abortLocal closes Aborted of this replica's claims among ids that are
