@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/apitest"
+	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/internal/wire"
 )
 
@@ -67,19 +69,32 @@ func FuzzGenerateSessionHTTP(f *testing.F) {
 		`{"deploymentId":9223372036854775807,"externalId":"x"}`,
 		"{\"deploymentId\":1,\"externalId\":\"col\xfe\",\"groups\":[\"sales\xff\"]}",
 		`{"deploymentId":1,"externalId":"jane","userProfile":{"displayName":"\ud800"},"email":"` + strings.Repeat("é", 320) + `"}`,
+		`{"deploymentId":1,"externalId":"jane","userAttributes":[{"name":"region_ids","value":[1e-20000]}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
-	// A small embed-tenant limit, so that fuzzing reaches the refusal too.
-	s := apitest.New(f, apitest.Target{Backend: "sqlite", Router: apitest.ServeMux},
-		apitest.WithEmbedOptions(embedsession.WithMaxEmbedTenants(3)))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := s.Send(t, s.Request(t, "POST", embedsession.PathGenerateSession, apitest.AdminKey, data))
-		if r.Status >= 500 {
-			t.Fatalf("status %d for %q: %s", r.Status, data, r.Raw)
+	// On every backend (what one database stores, another may refuse), with
+	// a small embed-tenant limit, so that fuzzing reaches the refusal too.
+	var servers []*apitest.Server
+	for _, b := range testdb.Backends() {
+		if b == testdb.Postgres && os.Getenv(testdb.EnvPostgresDSN) == "" {
+			continue // SQLite alone, rather than the whole test skipped
 		}
-		if r.Body == nil {
-			t.Fatalf("answer is not a JSON object: %s", r.Raw)
+		servers = append(servers, apitest.New(f, apitest.Target{Backend: b, Router: apitest.ServeMux},
+			apitest.WithEmbedOptions(embedsession.WithMaxEmbedTenants(3))))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, s := range servers {
+			r := s.Send(t, s.Request(t, "POST", embedsession.PathGenerateSession, apitest.AdminKey, data))
+			if r.Status >= 500 {
+				t.Fatalf("status %d for %q: %s", r.Status, data, r.Raw)
+			}
+			if r.Body == nil {
+				t.Fatalf("answer is not a JSON object: %s", r.Raw)
+			}
+			if msg, _ := r.Body["error"].(string); r.Status >= 400 && msg == "" {
+				t.Fatalf("status %d without an error message: %s", r.Status, r.Raw)
+			}
 		}
 	})
 }

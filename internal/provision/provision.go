@@ -137,6 +137,13 @@ const (
 	MaxStringValue = 1024
 	// MaxArrayItems bounds the items of an array attribute value.
 	MaxArrayItems = 1000
+	// MaxNumber bounds the characters of a number attribute value, and of
+	// each number of a number-array value, and MaxExponent the magnitude
+	// of its exponent (every float64 can be written within both), so that
+	// every database stores it as sent (PostgreSQL's jsonb refuses a
+	// number of more than 16,383 fraction digits, such as 1e-20000).
+	MaxNumber   = 64
+	MaxExponent = 400
 	// MaxEntries bounds the entries of groups, userAttributes,
 	// groupDefinitions and userAttributeDefinitions.
 	MaxEntries = 500
@@ -437,13 +444,13 @@ func valueKind(v json.RawMessage) (store.AttributeType, error) {
 var errBadValue = errors.New("bad attribute value")
 
 // valueOverLimit checks a value that valueKind accepted against
-// MaxStringValue and MaxArrayItems. It returns the offending part ("" for
-// the value itself, "[7]" for an item) and what it must be; limit is ""
-// when the value is within the limits.
+// MaxStringValue, MaxArrayItems, MaxNumber and MaxExponent. It returns the
+// offending part ("" for the value itself, "[7]" for an item) and what it
+// must be; limit is "" when the value is within the limits.
 func valueOverLimit(v json.RawMessage) (field, limit string) {
-	if len(v) <= MaxStringValue+2 {
-		// Decoding never lengthens a string, and more than MaxArrayItems
-		// items take more bytes than this: nothing can be over a limit.
+	if len(v) <= MaxNumber && !bytes.ContainsAny(v, "eE") {
+		// A string this short, or numbers without an exponent: nothing can
+		// be over a limit.
 		return "", ""
 	}
 	s := strings.TrimSpace(string(v))
@@ -466,12 +473,37 @@ func valueOverLimit(v json.RawMessage) (field, limit string) {
 		}
 		for i, x := range xs {
 			var item string
-			if len(x) > 0 && x[0] == '"' && json.Unmarshal(x, &item) == nil && tooLong(item, MaxStringValue) {
-				return fmt.Sprintf("[%d]", i), fmt.Sprintf("must be at most %d characters", MaxStringValue)
+			switch {
+			case len(x) > 0 && x[0] == '"':
+				if json.Unmarshal(x, &item) == nil && tooLong(item, MaxStringValue) {
+					return fmt.Sprintf("[%d]", i), fmt.Sprintf("must be at most %d characters", MaxStringValue)
+				}
+			case badNumber(string(x)):
+				return fmt.Sprintf("[%d]", i), numberLimit
 			}
+		}
+	default:
+		if badNumber(s) {
+			return "", numberLimit
 		}
 	}
 	return "", ""
+}
+
+var numberLimit = fmt.Sprintf("must be a number of at most %d characters, with an exponent of at most %d in magnitude", MaxNumber, MaxExponent)
+
+// badNumber reports whether n, a JSON number, is over MaxNumber or
+// MaxExponent.
+func badNumber(n string) bool {
+	if len(n) > MaxNumber {
+		return true
+	}
+	i := strings.IndexAny(n, "eE")
+	if i < 0 {
+		return false
+	}
+	e, err := strconv.Atoi(n[i+1:])
+	return err != nil || e > MaxExponent || e < -MaxExponent
 }
 
 func fits(kind, def store.AttributeType) bool {
