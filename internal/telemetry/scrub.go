@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 )
 
@@ -17,70 +18,75 @@ const param = "sessionid"
 
 // RedactSessionID returns s with the value of every sessionId query
 // parameter replaced by [Redacted]: "/embed?sessionId=abc&x=1" becomes
-// "/embed?sessionId=REDACTED&x=1". The name matches case-insensitively,
-// when it starts s or follows a character that cannot be part of a
-// parameter name ('?', '&', ';', a space, a quote...), and also
-// percent-encoded ("sessionId%3Dabc" inside another URL's query). The
-// value ends at '&', ';', '#', a space, a quote, '<', '>', or an encoded
-// '&' ("%26"). s is returned as is when it has no such parameter.
+// "/embed?sessionId=REDACTED&x=1". A parameter is a name before '=' (or
+// "%3D", a URL inside another URL's query); it is sessionId when, decoded
+// as a query decodes it (percent-encoding, any number of times), it is
+// sessionId in any letter case, alone or after a delimiter of another
+// query ('?', '&', ';', or a JSON-escaped "\u0026"). The value ends at
+// '&', ';', '#', a space, a quote, '<', '>', or an encoded '&' ("%26").
+// s is returned as is when it has no such parameter.
 func RedactSessionID(s string) string {
-	i := indexParam(s, 0)
-	if i < 0 {
+	v := nextValue(s, 0)
+	if v < 0 {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s))
 	last := 0
-	for i >= 0 {
-		v := i + len(param) // after the name: '=' or "%3D"
-		if s[v] == '=' {
-			v++
-		} else {
-			v += 3
-		}
+	for v >= 0 {
 		end := valueEnd(s, v)
 		b.WriteString(s[last:v])
 		if end > v {
 			b.WriteString(Redacted)
 		}
 		last = end
-		i = indexParam(s, end)
+		v = nextValue(s, end)
 	}
 	b.WriteString(s[last:])
 	return b.String()
 }
 
-// indexParam returns the index of the next sessionId parameter name in s
-// at or after from, followed by '=' or "%3D", or -1.
-func indexParam(s string, from int) int {
-	for i := from; i+len(param) < len(s); i++ {
-		c := s[i]
-		if c != 's' && c != 'S' {
+// nextValue returns where the value of the next sessionId parameter in s
+// at or after from starts, or -1.
+func nextValue(s string, from int) int {
+	for j := from; j < len(s); j++ {
+		v := j + 1
+		switch {
+		case s[j] == '=':
+		case s[j] == '%' && j+2 < len(s) && s[j+1] == '3' && s[j+2]|0x20 == 'd':
+			v = j + 3
+		default:
 			continue
 		}
-		if !strings.EqualFold(s[i:i+len(param)], param) {
-			continue
+		i := j
+		for i > 0 && (isNameByte(s[i-1]) || s[i-1] == '%' || s[i-1] == '+') {
+			i--
 		}
-		if i > 0 && isNameByte(s[i-1]) && !afterEncodedDelim(s, i) {
-			continue
-		}
-		rest := s[i+len(param):]
-		if rest[0] == '=' || (len(rest) >= 3 && rest[0] == '%' && rest[1] == '3' && (rest[2] == 'D' || rest[2] == 'd')) {
-			return i
+		if j-i >= len(param) && isParam(s[i:j]) {
+			return v
 		}
 	}
 	return -1
 }
 
-// afterEncodedDelim reports whether s[:i] ends with a percent-encoded '?',
-// '&' or ';' (a parameter of a URL inside another URL's query).
-func afterEncodedDelim(s string, i int) bool {
-	if i < 3 || s[i-3] != '%' {
-		return false
-	}
-	switch strings.ToUpper(s[i-2 : i]) {
-	case "3F", "26", "3B":
-		return true
+// isParam reports whether name, a parameter's name as written, is
+// sessionId (see [RedactSessionID]).
+func isParam(name string) bool {
+	for range 4 { // decoded again and again: a name encoded that often is no accident
+		if k := strings.LastIndexAny(name, "?&;"); k >= 0 {
+			name = name[k+1:]
+		}
+		if l := strings.ToLower(name); len(l) > 5 && (strings.HasPrefix(l, "u0026") || strings.HasPrefix(l, "u003f") || strings.HasPrefix(l, "u003b")) {
+			name = name[5:] // after a JSON-escaped delimiter
+		}
+		if strings.EqualFold(name, param) {
+			return true
+		}
+		d, err := url.QueryUnescape(name)
+		if err != nil || d == name {
+			return false
+		}
+		name = d
 	}
 	return false
 }
@@ -106,7 +112,7 @@ func valueEnd(s string, from int) int {
 }
 
 // containsParam reports whether s may hold a sessionId parameter.
-func containsParam(s string) bool { return indexParam(s, 0) >= 0 }
+func containsParam(s string) bool { return nextValue(s, 0) >= 0 }
 
 // RedactingHandler returns a slog.Handler that passes records to h with
 // every ?sessionId= value scrubbed (see [RedactSessionID]) from the

@@ -33,6 +33,13 @@ func TestRedactSessionID(t *testing.T) {
 		{"/embed?sessionId=a%2Bb&y", "/embed?sessionId=REDACTED&y"},
 		{"sessionId", "sessionId"},
 		{"sessionId%3", "sessionId%3"},
+		// Names as a query decodes them.
+		{"/embed?session%49d=abc", "/embed?session%49d=REDACTED"},
+		{"/embed?%73essionId=abc&x=1", "/embed?%73essionId=REDACTED&x=1"},
+		{"/login?next=%2Fembed%3Fsession%2549d%3Dabc", "/login?next=%2Fembed%3Fsession%2549d%3DREDACTED"},
+		{`{"url":"/e?x=1\u0026sessionId=abc"}`, `{"url":"/e?x=1\u0026sessionId=REDACTED"}`},
+		{"/embed?session%49dx=abc", "/embed?session%49dx=abc"},
+		{"/embed?session%zz=abc", "/embed?session%zz=abc"},
 	} {
 		if got := telemetry.RedactSessionID(c.in); got != c.want {
 			t.Errorf("RedactSessionID(%q) = %q, want %q", c.in, got, c.want)
@@ -71,6 +78,32 @@ func FuzzRedactSessionID(f *testing.F) {
 		plain := path + rest
 		if !strings.Contains(strings.ToLower(plain), "sessionid") && telemetry.RedactSessionID(plain) != plain {
 			t.Fatalf("changed %q", plain)
+		}
+	})
+}
+
+// FuzzRedactThenParse: whatever a query holds, once redacted no sessionId
+// parameter, as url.ParseQuery (and so the Session middleware) reads it,
+// keeps a value but REDACTED, up to where the value ends in a log line.
+func FuzzRedactThenParse(f *testing.F) {
+	f.Add("sessionId=abc&x=1")
+	f.Add("session%49d=abc")
+	f.Add("%73ession%49d=a%26b")
+	f.Add("x=1&SESSIONID=abc%23d")
+	f.Fuzz(func(t *testing.T, query string) {
+		query, _, _ = strings.Cut(query, "#") // a URL's query ends there
+		got := telemetry.RedactSessionID("/e?" + query)
+		q, _ := url.ParseQuery(strings.TrimPrefix(got, "/e?"))
+		for k, vs := range q {
+			if !strings.EqualFold(k, "sessionId") {
+				continue
+			}
+			ends := func(s string) bool { return s == "" || strings.ContainsRune("&;# \t\n\r\"'<>`", rune(s[0])) }
+			for _, v := range vs {
+				if rest, ok := strings.CutPrefix(v, telemetry.Redacted); !ends(v) && (!ok || !ends(rest)) {
+					t.Fatalf("RedactSessionID(%q) = %q: %s=%q survives", "/e?"+query, got, k, v)
+				}
+			}
 		}
 	})
 }
