@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -536,8 +537,11 @@ func (otherConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("
 func (otherConn) Close() error                        { return nil }
 func (otherConn) Begin() (driver.Tx, error)           { return nil, errors.New("no") }
 
-// FuzzSQLTool runs arbitrary SQL as a German user: whatever runs never
-// returns a French row, and nothing changes the data.
+// FuzzSQLTool runs arbitrary SQL as a German user: its result is the
+// result of the same query over a copy of the data without the French rows
+// for a user without filters (row access holds whatever the query does),
+// unless the query's result varies by itself (random, the clock) or it ran
+// out of time in one of them; and nothing changes the data.
 func FuzzSQLTool(f *testing.F) {
 	for _, q := range []string{
 		"SELECT * FROM customers", "SELECT name FROM main.customers", "WITH customers AS (SELECT * FROM main.customers) SELECT name FROM customers",
@@ -547,9 +551,12 @@ func FuzzSQLTool(f *testing.F) {
 	} {
 		f.Add(q)
 	}
-	tool, rw := newTool(f, analytics.WithTimeout(200*time.Millisecond), analytics.WithMaxSteps(2000))
+	opts := []analytics.SQLOption{analytics.WithTimeout(200 * time.Millisecond), analytics.WithMaxSteps(2000)}
+	tool, rw := newTool(f, opts...)
+	germanOnly := germanOnlyTool(f, opts...)
 	f.Fuzz(func(t *testing.T, q string) {
 		res, err := tool.Run(context.Background(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		sameAsGermanRows(t, germanOnly, q, res, err)
 		if err != nil {
 			var te *analytics.ToolError
 			if !errors.As(err, &te) {
@@ -557,15 +564,69 @@ func FuzzSQLTool(f *testing.F) {
 			}
 			return
 		}
-		b, _ := json.Marshal(res.Data)
-		if strings.Contains(string(b), "SECRET") {
-			t.Fatalf("%q returned %s to a German user", q, b)
-		}
 		var n int
 		if err := rw.QueryRow("SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM customers)").Scan(&n); err != nil || n != 6 {
 			t.Fatalf("after %q: %d rows (%v), want 6", q, n, err)
 		}
 	})
+}
+
+// germanOnlyTool returns a tool over a copy of the data without the French
+// rows.
+func germanOnlyTool(t testing.TB, opts ...analytics.SQLOption) *analytics.SQLTool {
+	t.Helper()
+	tool, rw := newTool(t, opts...)
+	if _, err := rw.Exec("DELETE FROM orders WHERE customer_id IN (SELECT id FROM customers WHERE country <> 'Germany'); DELETE FROM customers WHERE country <> 'Germany'"); err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+// varies matches a query whose result may vary by itself.
+var varies = regexp.MustCompile(`(?i)random|now|current_|julianday|strftime|time|date|changes|last_insert`)
+
+// sameAsGermanRows checks that res and err, what q gave the German user,
+// are what q gives a user without filters over the German rows alone
+// (germanOnly): row access holds whatever the query does. Queries whose
+// result varies by itself, or that run out of time in either, are not
+// compared.
+func sameAsGermanRows(t *testing.T, germanOnly *analytics.SQLTool, q string, res *analytics.SQLResult, err error) {
+	t.Helper()
+	want, werr := germanOnly.Run(context.Background(), chatstream.Turn{User: internal}, analytics.SQLInput{SQLQuery: q})
+	if varies.MatchString(q) || ranOut(err) || ranOut(werr) {
+		return
+	}
+	switch {
+	case (err == nil) != (werr == nil):
+		t.Fatalf("%q: %v as the German user, %v over the German rows alone", q, err, werr)
+	case err == nil && !sameRows(res, want):
+		t.Fatalf("%q: %v as the German user, %v over the German rows alone", q, res.Data, want.Data)
+	}
+}
+
+// ranOut reports whether err is the tool's refusal of a query that ran out
+// of time or steps.
+func ranOut(err error) bool {
+	var te *analytics.ToolError
+	return errors.As(err, &te) && (strings.Contains(te.Msg, "ran longer than") || strings.Contains(te.Msg, "too complex"))
+}
+
+// sameRows reports whether a and b have the same columns and the same rows
+// in any order.
+func sameRows(a, b *analytics.SQLResult) bool {
+	key := func(r *analytics.SQLResult) ([]string, string) {
+		rows := make([]string, len(r.Data))
+		for i, row := range r.Data {
+			j, _ := json.Marshal(row)
+			rows[i] = string(j)
+		}
+		slices.Sort(rows)
+		cols, _ := json.Marshal(r.Schema)
+		return rows, string(cols)
+	}
+	ra, ca := key(a)
+	rb, cb := key(b)
+	return ca == cb && slices.Equal(ra, rb) && a.TotalRows == b.TotalRows
 }
 
 // Users with different access share the tool's connections without

@@ -370,6 +370,7 @@ func FuzzHostileSQL(f *testing.F) {
 	f.Add(uint8(1), uint8(2), uint8(3), uint8(1), uint8(1), uint8(2))
 	f.Add(uint8(2), uint8(4), uint8(5), uint8(2), uint8(3), uint8(4))
 	tool, _ := newTool(f, analytics.WithTimeout(time.Second))
+	germanOnly := germanOnlyTool(f, analytics.WithTimeout(time.Second))
 	names := []string{"customers", "orders", "json_each", "x", "sqlite_master", "main", "temp"}
 	quotes := []func(string) string{
 		func(s string) string { return s },
@@ -422,6 +423,7 @@ func FuzzHostileSQL(f *testing.F) {
 			q = fmt.Sprintf("WITH %s AS (%s) SELECT * FROM customers%s JOIN %s ON 1", qn, b, as, ref)
 		}
 		res, err := tool.Run(context.Background(), chatstream.Turn{User: german}, analytics.SQLInput{SQLQuery: q})
+		sameAsGermanRows(t, germanOnly, q, res, err)
 		if err != nil {
 			var te *analytics.ToolError
 			if !errors.As(err, &te) {
