@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -19,9 +20,17 @@ func FuzzDecodeConfig(f *testing.F) {
 	f.Add(`{"accounts":[{"name":"a","apiKeys":[{"keyHash":"` + operator.HashKey("sk-x") + `","admin":true}]}]}`)
 	f.Add(`{"accounts":[{"name":"a","userAttributes":[{"name":"c","type":"string"},{"name":"c","type":"number"}]}]}`)
 	f.Add(`{"accounts":[{"name":"a","agents":[{"id":"7","deploymentId":9}],"deployments":[{"id":1}]}]}`)
+	f.Add(`{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret-1","admin":"yes"}]}]}`)
+	f.Add(`{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret-1","key":"sk-secret-2"}]}]}`)
+	f.Add(`{"accounts":[{"name":"a","apiKeys":[{"key":"sk-secret-1"}],"x":1}]}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		cfg, err := operator.DecodeConfig(strings.NewReader(doc))
 		if err != nil {
+			for _, k := range keysIn(doc) {
+				if strings.Contains(err.Error(), k) {
+					t.Fatalf("DecodeConfig's error holds a key: %v", err)
+				}
+			}
 			return
 		}
 		ctx := context.Background()
@@ -48,4 +57,45 @@ func FuzzDecodeConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// keysIn returns the values of the fields named key (of any letter case)
+// in doc, read as far as it is JSON, that are long enough to be told from
+// the words of a message.
+func keysIn(doc string) []string {
+	dec := json.NewDecoder(strings.NewReader(doc))
+	type level struct{ object, wantKey bool }
+	var (
+		stack []level
+		field string
+		keys  []string
+	)
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		top := len(stack) - 1
+		isKey := top >= 0 && stack[top].object && stack[top].wantKey
+		if top >= 0 && stack[top].object {
+			if d, ok := tok.(json.Delim); !ok || d == '{' || d == '[' {
+				stack[top].wantKey = !stack[top].wantKey
+			}
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				stack = append(stack, level{object: v == '{', wantKey: true})
+			default:
+				stack = stack[:top]
+			}
+		case string:
+			if isKey {
+				field = v
+			} else if strings.EqualFold(field, "key") && len(v) >= 6 {
+				keys = append(keys, v)
+			}
+		}
+	}
 }
