@@ -145,8 +145,9 @@ type ClaimedTurn interface {
 	// the turn among the user's and the account's running turns, for
 	// [Cluster.Claim]'s limits on every process, from the moment Release
 	// frees its thread until returned is called (the agent returned) or
-	// this process stops renewing it for longer than the lease (a crash).
-	// returned may be called more than once, and before Release.
+	// this process stops renewing it for longer than the lease (a crash,
+	// or the Cluster closed). returned may be called more than once, and
+	// before Release.
 	Linger() (returned func())
 
 	// Release publishes final (the turn's last lines, __state__ included,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,9 +49,10 @@ type claimedTurn struct {
 	ended    chan struct{} // made by Release, closed by finish
 	endErr   error         // Release's result, set before ended closes
 	// The turn's agent outlives it (Linger): a row of embedkit_turn_agents
-	// is queued (linger), then written (agentRow), and deleted once the
-	// agent has returned (back).
-	linger, agentRow, back bool
+	// is queued (in c.lingering), written (agentRow; tried once a write was
+	// attempted, which may have committed though it failed), and deleted
+	// once the agent has returned (back).
+	agentRow, tried, back bool
 
 	relOnce sync.Once
 }
@@ -118,19 +121,24 @@ func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int6
 	// The thread's own claim is left out: if it is live the INSERT below
 	// finds it, and if not it stops counting once taken over. The agents
 	// of ended turns that still run count too, each unless its turn's
-	// claim is live and counted above (so neither counts twice).
+	// claim is live and counted above (so neither counts twice). This
+	// replica's agents whose rows are not written yet are counted from
+	// memory, and their claims and rows left out of the query.
+	pending, pendAll, pendMine := c.pendingAgents(ct.key.AccountID, userID)
 	var all, mine int
 	if err := tx.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE user_id = $3) FROM (
 			SELECT user_id FROM embedkit_turns
 			WHERE account_id = $1 AND chat_id <> $2 AND ended_at IS NULL AND heartbeat_at >= statement_timestamp() - make_interval(secs => $4)
+				AND turn_id <> ALL($5)
 			UNION ALL
 			SELECT a.user_id FROM embedkit_turn_agents a
-			WHERE a.account_id = $1 AND a.heartbeat_at >= statement_timestamp() - make_interval(secs => $4)
+			WHERE a.account_id = $1 AND a.heartbeat_at >= statement_timestamp() - make_interval(secs => $4) AND a.turn_id <> ALL($5)
 				AND NOT EXISTS (SELECT 1 FROM embedkit_turns t WHERE t.turn_id = a.turn_id AND t.chat_id <> $2
 					AND t.ended_at IS NULL AND t.heartbeat_at >= statement_timestamp() - make_interval(secs => $4))) running`,
-		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease)).Scan(&all, &mine); err != nil {
+		ct.key.AccountID, ct.key.ChatID, userID, secs(c.cfg.lease), pending).Scan(&all, &mine); err != nil {
 		return fmt.Errorf("pgcluster: count running turns: %w", err)
 	}
+	all, mine = all+pendAll, mine+pendMine
 	switch {
 	case lim.User > 0 && mine >= lim.User:
 		return &chatstream.TurnLimitError{PerUser: true, Max: lim.User}
@@ -144,6 +152,25 @@ func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int6
 		return fmt.Errorf("pgcluster: claim turn: %w", err)
 	}
 	return nil
+}
+
+// pendingAgents returns the turn ids of this replica's lingering agents
+// whose rows may not be written yet, and how many of them are of
+// accountID, and of userID.
+func (c *Cluster) pendingAgents(accountID, userID int64) (ids []string, account, user int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids = []string{} // not NULL: <> ALL(NULL) is NULL
+	for id, ct := range c.lingering {
+		ids = append(ids, id)
+		if ct.key.AccountID == accountID {
+			account++
+			if ct.userID == userID {
+				user++
+			}
+		}
+	}
+	return ids, account, user
 }
 
 // querier is a pool or a transaction.
@@ -209,9 +236,8 @@ func (c *Cluster) claim(ctx context.Context, q querier, ct *claimedTurn, userID 
 func (ct *claimedTurn) Linger() (returned func()) {
 	c := ct.c
 	c.mu.Lock()
-	if !ct.back && !ct.linger && !ct.agentRow {
-		ct.linger = true
-		c.lingering = append(c.lingering, ct)
+	if !ct.back && !ct.agentRow {
+		c.lingering[ct.id] = ct
 	}
 	c.mu.Unlock()
 	signal(c.endSig)
@@ -228,7 +254,8 @@ func (ct *claimedTurn) agentReturned() {
 		return
 	}
 	ct.back = true
-	del := ct.agentRow
+	delete(c.lingering, ct.id)
+	del := ct.agentRow || ct.tried
 	if del {
 		ct.agentRow = false
 		delete(c.agents, ct.id)
@@ -414,14 +441,16 @@ func (c *Cluster) flushLoop() {
 	}
 }
 
-// flush writes the unwritten lines of every watched claim and ends the
-// released ones, in one transaction, then wakes their Releases. The lines
-// of one write are bounded (maxWriteBytes): what does not fit, and the end
-// of its turn, goes with the next write, which the caller makes at once
-// when more is true. On failure nothing is marked written and the releases
-// wait for the next flush. A quiet end that finds its turn watched
-// meanwhile is not ended: it goes with a next write too, lines and eof row
-// included.
+// flush writes the rows of the lingering agents (and deletes those of the
+// agents that returned), then the unwritten lines of every watched claim
+// and the ends of the released ones, in one transaction, then wakes their
+// Releases. The lines of one write are bounded (maxWriteBytes): what does
+// not fit, and the end of its turn, goes with the next write, which the
+// caller makes at once when more is true. On failure nothing of that
+// transaction is marked written and the releases wait for the next flush;
+// while an agent's row cannot be written, its turn's end waits too. A
+// quiet end that finds its turn watched meanwhile is not ended: it goes
+// with a next write too, lines and eof row included.
 func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 	c.mu.Lock()
 	var ps []pending
@@ -454,45 +483,42 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 			ps = append(ps, pending{ct: ct, end: true, quiet: true})
 		}
 	}
-	var lingering []*claimedTurn
-	for _, ct := range c.lingering {
-		if !ct.back {
-			lingering = append(lingering, ct)
-		}
-	}
-	c.lingering = nil
-	c.mu.Unlock()
-	// The rows of the lingering agents go first, on their own: they must
-	// not wait for ends that fail.
-	if len(lingering) > 0 {
-		if err := c.writeAgents(ctx, lingering); err != nil {
-			c.mu.Lock()
-			c.lingering = append(c.lingering, lingering...)
-			c.mu.Unlock()
-			return false, err
-		}
-	}
-	c.mu.Lock()
+	lingering := slices.Collect(maps.Values(c.lingering))
 	for _, ct := range lingering {
-		ct.linger = false
-		if ct.back { // its agent returned meanwhile
-			c.returned = append(c.returned, ct.id)
-			continue
-		}
-		ct.agentRow = true
-		c.agents[ct.id] = ct
+		ct.tried = true
 	}
 	returned := c.returned
 	c.returned = nil
 	c.mu.Unlock()
-	if len(ps) == 0 && len(returned) == 0 {
-		return more, nil
+	// The rows of the lingering agents are written (and those of the
+	// agents that returned deleted) first, on their own, so that they wait
+	// for no end. The end of a turn whose row could not be written waits
+	// for it: its claim counts it meanwhile.
+	var agentsErr error
+	if len(lingering) > 0 || len(returned) > 0 {
+		agentsErr = c.writeAgents(ctx, lingering, returned)
 	}
-	ended, watched, err := c.writeLines(ctx, ps, returned)
+	c.mu.Lock()
+	if agentsErr != nil {
+		c.returned = append(c.returned, returned...)
+		ps = slices.DeleteFunc(ps, func(p pending) bool { return p.end && c.lingering[p.ct.id] != nil })
+	} else {
+		for _, ct := range lingering {
+			if c.lingering[ct.id] == ct { // its agent has not returned meanwhile
+				delete(c.lingering, ct.id)
+				ct.agentRow = true
+				c.agents[ct.id] = ct
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(ps) == 0 {
+		return more, agentsErr
+	}
+	ended, watched, err := c.writeLines(ctx, ps)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		c.returned = append(c.returned, returned...)
 		return false, err
 	}
 	for _, p := range ps {
@@ -512,15 +538,14 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 			p.ct.finish(fmt.Errorf("pgcluster: release turn: %w", chatstream.ErrTurnLost))
 		}
 	}
-	return more, nil
+	return more, agentsErr
 }
 
 // writeLines inserts the lines of ps, and for those that end their eof
-// rows and ended_at, deletes the rows of the agents that returned, and
-// notifies the ended turns' readers and those waiting for their end, in
-// one implicit transaction (one round trip). ended holds the ending turns whose claim was still theirs;
+// rows and ended_at, and notifies their readers and those waiting for
+// their end, in one implicit transaction (one round trip). ended holds the ending turns whose claim was still theirs;
 // watched the quiet ones that a reader asked for meanwhile, left running.
-func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []string) (ended, watched map[string]bool, err error) {
+func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched map[string]bool, err error) {
 	c.flushes.Add(1)
 	var (
 		b      pgx.Batch
@@ -578,9 +603,6 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 				heartbeat_at = CASE WHEN watched THEN heartbeat_at ELSE statement_timestamp() END
 			WHERE turn_id = ANY($1) RETURNING turn_id, watched`, quiet)
 	}
-	if len(returned) > 0 {
-		b.Queue(`DELETE FROM embedkit_turn_agents WHERE turn_id = ANY($1)`, returned)
-	}
 	if len(turns) > 0 {
 		b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, chanLines, turns)
 	}
@@ -634,10 +656,7 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 			}
 		}
 	}
-	for _, queued := range []bool{len(returned) > 0, len(turns) > 0} {
-		if !queued {
-			continue
-		}
+	if len(turns) > 0 {
 		if _, err := br.Exec(); err != nil {
 			return nil, nil, err
 		}
@@ -645,17 +664,23 @@ func (c *Cluster) writeLines(ctx context.Context, ps []pending, returned []strin
 	return ended, watched, nil
 }
 
-// writeAgents writes the rows of lingering agents, or renews them where
-// they exist.
-func (c *Cluster) writeAgents(ctx context.Context, cts []*claimedTurn) error {
-	ids, accounts, users := make([]string, len(cts)), make([]int64, len(cts)), make([]int64, len(cts))
-	for i, ct := range cts {
-		ids[i], accounts[i], users[i] = ct.id, ct.key.AccountID, ct.userID
+// writeAgents writes the rows of lingering agents (or renews them where
+// they exist) and deletes those of returned, in one implicit transaction.
+func (c *Cluster) writeAgents(ctx context.Context, cts []*claimedTurn, returned []string) error {
+	var b pgx.Batch
+	if len(cts) > 0 {
+		ids, accounts, users := make([]string, len(cts)), make([]int64, len(cts)), make([]int64, len(cts))
+		for i, ct := range cts {
+			ids[i], accounts[i], users[i] = ct.id, ct.key.AccountID, ct.userID
+		}
+		b.Queue(`INSERT INTO embedkit_turn_agents (turn_id, account_id, user_id, owner, heartbeat_at)
+			SELECT t, a, u, $4, statement_timestamp() FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(t, a, u)
+			ON CONFLICT (turn_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at`, ids, accounts, users, c.cfg.replicaID)
 	}
-	_, err := c.pool.Exec(ctx, `INSERT INTO embedkit_turn_agents (turn_id, account_id, user_id, owner, heartbeat_at)
-		SELECT t, a, u, $4, statement_timestamp() FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(t, a, u)
-		ON CONFLICT (turn_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at`, ids, accounts, users, c.cfg.replicaID)
-	if err != nil {
+	if len(returned) > 0 {
+		b.Queue(`DELETE FROM embedkit_turn_agents WHERE turn_id = ANY($1)`, returned)
+	}
+	if err := c.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("pgcluster: record running agents: %w", err)
 	}
 	return nil

@@ -35,6 +35,14 @@
 // over once their lease expires. Time is the database's clock (now()), so
 // replicas' clocks do not matter.
 //
+// A turn that ends while its agent still runs (aborted, timed out:
+// [chatstream.ClaimedTurn.Linger]) gets a row in embedkit_turn_agents,
+// written by the flusher before the turn's end, renewed by the heartbeat
+// (a second UPDATE, only while there are such rows) and deleted once the
+// agent returns; a claim with limits counts these rows with the live
+// claims, and the rows not written yet from memory. Rows of a replica that
+// stopped renewing them are deleted after twice the lease.
+//
 // Abort sets abort_requested and calls pg_notify('embedkit_abort', turn id)
 // in one statement. Every replica keeps one dedicated connection that
 // LISTENs; the owner closes the turn's [chatstream.ClaimedTurn.Aborted] as

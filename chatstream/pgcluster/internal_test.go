@@ -1169,3 +1169,88 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestLingerRowNotWritten: while the row of a lingering agent cannot be
+// written, claims on its replica count it from memory, its turn's end
+// waits for it (its claim counts it elsewhere), and other turns end.
+func TestLingerRowNotWritten(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `CREATE FUNCTION test_fail_agents() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'test: agents refused'; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TRIGGER test_fail_agents BEFORE INSERT ON embedkit_turn_agents
+		FOR EACH ROW EXECUTE FUNCTION test_fail_agents()`); err != nil {
+		t.Fatal(err)
+	}
+	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
+	lim := chatstream.TurnLimits{User: 1}
+	old, err := a.Claim(ctx, k, 7, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := old.Linger()
+	defer returned()
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if err := old.Release(rctx, nil); err == nil {
+		t.Error("Release succeeded while the agent's row cannot be written")
+	}
+	cancel()
+	// The thread is free here: the same user sends again.
+	if ct, err := a.Claim(ctx, k, 7, lim); !errors.Is(err, chatstream.ErrTurnLimit) {
+		if err == nil {
+			_ = ct.Release(ctx, nil)
+		}
+		t.Errorf("the thread claimed again while its old agent runs, its row not written: %v, want the user's limit", err)
+	}
+	wantUserLimit(t, "on the other replica, the old claim live", b)
+	// Another turn ends meanwhile.
+	other, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "x"}, 8, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx, nil); err != nil {
+		t.Errorf("another turn's Release while the agent's row cannot be written: %v", err)
+	}
+}
+
+// TestReturnedAgentRowDeletedWhileEndsFail: the row of an agent that
+// returned is deleted at once, even while ends cannot be written.
+func TestReturnedAgentRowDeletedWhileEndsFail(t *testing.T) {
+	t.Parallel()
+	dsn, a, b := twoReplicas(t)
+	ctx := t.Context()
+	returned := func() func() {
+		ct, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}, 7, chatstream.TurnLimits{User: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := ct.Linger()
+		if err := ct.Release(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}()
+	waitFor(t, "the agent's row", func() bool { return agentRows(t, a) == 1 })
+	_, undo := failEnds(t, dsn)
+	other, err := a.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "x"}, 8, chatstream.TurnLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_ = other.Release(rctx, nil) // an end that keeps failing
+		cancel()
+	}()
+	returned()
+	waitFor(t, "the returned agent's row deleted", func() bool { return agentRows(t, a) == 0 })
+	undo()
+	ct, err := b.Claim(ctx, chatstream.ThreadKey{AccountID: 1, ChatID: "c2"}, 7, chatstream.TurnLimits{User: 1})
+	if err != nil {
+		t.Fatalf("a claim of the user once its agent returned: %v", err)
+	}
+	_ = ct.Release(ctx, nil)
+}

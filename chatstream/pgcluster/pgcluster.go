@@ -114,10 +114,11 @@ type Cluster struct {
 	threads map[chatstream.ThreadKey]*claimedTurn // the claims not released
 	waiters map[string]*waiter                    // readers waiting for lines, by turn id
 	// The lingering agents (claimedTurn.Linger): those whose rows of
-	// embedkit_turn_agents the next flush writes, those written (which the
-	// heartbeat renews), and the turn ids whose rows the next flush
+	// embedkit_turn_agents are not written yet (the flush writes them, and
+	// claims here count them in memory meanwhile), those written (which
+	// the heartbeat renews), and the turn ids whose rows the next flush
 	// deletes (their agents returned).
-	lingering []*claimedTurn
+	lingering map[string]*claimedTurn
 	agents    map[string]*claimedTurn
 	returned  []string
 	closed    bool
@@ -158,18 +159,19 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Cluster, error) {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{
-		cfg:      cfg,
-		pool:     pool,
-		connCfg:  pcfg.ConnConfig,
-		ctx:      cctx,
-		cancel:   cancel,
-		flushSig: make(chan struct{}, 1),
-		endSig:   make(chan struct{}, 1),
-		pollSig:  make(chan struct{}, 1),
-		claims:   make(map[string]*claimedTurn),
-		threads:  make(map[chatstream.ThreadKey]*claimedTurn),
-		agents:   make(map[string]*claimedTurn),
-		waiters:  make(map[string]*waiter),
+		cfg:       cfg,
+		pool:      pool,
+		connCfg:   pcfg.ConnConfig,
+		ctx:       cctx,
+		cancel:    cancel,
+		flushSig:  make(chan struct{}, 1),
+		endSig:    make(chan struct{}, 1),
+		pollSig:   make(chan struct{}, 1),
+		claims:    make(map[string]*claimedTurn),
+		threads:   make(map[chatstream.ThreadKey]*claimedTurn),
+		agents:    make(map[string]*claimedTurn),
+		lingering: make(map[string]*claimedTurn),
+		waiters:   make(map[string]*waiter),
 	}
 	c.wg.Add(3)
 	go c.flushLoop()
@@ -377,8 +379,8 @@ func (c *Cluster) renewAgents() {
 	for _, id := range ids {
 		if ct := c.agents[id]; ct != nil && !slices.Contains(kept, id) {
 			delete(c.agents, id)
-			ct.agentRow, ct.linger = false, true
-			c.lingering = append(c.lingering, ct)
+			ct.agentRow = false
+			c.lingering[id] = ct
 		}
 	}
 	c.mu.Unlock()
