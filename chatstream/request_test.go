@@ -105,15 +105,18 @@ func TestUserAttributeKeysInAnyCaseAreOneKey(t *testing.T) {
 
 // TestWrongTypeInAttributeNamesIt: a wrong type inside a user attribute,
 // which decodes itself (so encoding/json's offset counts from the start
-// of the attribute), names the attribute's field, never another.
+// of the attribute), names the attribute's field with its index, never
+// another.
 func TestWrongTypeInAttributeNamesIt(t *testing.T) {
-	for _, body := range []string{
-		`{"input":"xxxxxxxxxx","sessionSettings":{"externalId":"u","userAttributes":[{"name":5}]}}`,
-		`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":"a","value":1},{"name":7}]}}`,
+	for _, c := range []struct{ body, field string }{
+		{`{"input":"xxxxxxxxxx","sessionSettings":{"externalId":"u","userAttributes":[{"name":5}]}}`, "userAttributes[0]"},
+		{`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":"a","value":1},{"name":7}]}}`, "userAttributes[1]"},
+		{`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":null,"value":1},{"name":[]}]}}`, "userAttributes[1]"},
 	} {
-		_, err := decodeChatRequest([]byte(body), true)
-		if status, msg := wire.Status(err); status != 400 || msg != "field sessionSettings.userAttributes.name has the wrong type: string expected" {
-			t.Errorf("%s: %d %q", body, status, msg)
+		_, err := decodeChatRequest([]byte(c.body), true)
+		want := "field sessionSettings." + c.field + ".name has the wrong type: string expected"
+		if status, msg := wire.Status(err); status != 400 || msg != want {
+			t.Errorf("%s: %d %q, want %q", c.body, status, msg, want)
 		}
 	}
 }

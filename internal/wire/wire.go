@@ -180,25 +180,78 @@ func DuplicateField(doc []byte, v any) (string, bool) {
 // TypeErrorField names the field of te, an error decoding doc, by its
 // path in doc with the indexes of the arrays it is in
 // ("accounts[0].apiKeys[1].admin"), where encoding/json gives the names
-// alone; te.Field when the path cannot be read, or names another field
-// (the offset of an error from a type's own UnmarshalJSON counts from the
-// start of that type's part of doc).
+// alone. When te's offset does not lead to the field (an error from a
+// type's own UnmarshalJSON counts it from the start of that type's part
+// of doc), the field is the first value at te.Field, in doc's order, of
+// another JSON type than te's; te.Field when there is none.
 func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
 	if te.Field == "" {
 		return "" // the document itself
 	}
 	// te.Offset is just past the value's first byte or its end.
 	p, isKey, ok := pathAt(doc, int(te.Offset)-1)
-	if !ok || isKey || p == "" {
-		return te.Field
-	}
 	// Without the indexes, the path is te.Field, or below it (a map's
 	// keys, which te.Field leaves out).
 	names := arrayIndex.ReplaceAllString(p, "")
-	if !strings.EqualFold(names, te.Field) && !hasPrefixFold(names, te.Field+".") {
+	if !ok || isKey || p == "" || !strings.EqualFold(names, te.Field) && !hasPrefixFold(names, te.Field+".") {
+		if p, ok := firstOfOtherType(doc, strings.Split(te.Field, "."), jsonKind(te.Type.Kind().String())); ok {
+			return shortPath(p)
+		}
 		return te.Field
 	}
 	return shortPath(p)
+}
+
+// firstOfOtherType returns the path, with array indexes, of the first value
+// of doc at the field names (in any letter case, through any arrays) whose
+// JSON type is not want.
+func firstOfOtherType(doc []byte, names []string, want string) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return "", false
+	}
+	var walk func(v any, names []string, path string) (string, bool)
+	walk = func(v any, names []string, path string) (string, bool) {
+		if len(names) == 0 { // null decodes into anything
+			return path, v != nil && valueKind(v) != want
+		}
+		switch v := v.(type) {
+		case []any:
+			for i, x := range v {
+				if p, ok := walk(x, names, path+"["+strconv.Itoa(i)+"]"); ok {
+					return p, true
+				}
+			}
+		case map[string]any:
+			for k, x := range v { // keys differing only in case are refused
+				if strings.EqualFold(k, names[0]) {
+					return walk(x, names[1:], strings.TrimPrefix(path+"."+k, "."))
+				}
+			}
+		}
+		return "", false
+	}
+	return walk(v, names, "")
+}
+
+// valueKind is the JSON type of v, decoded into an any, as jsonKind
+// names Go kinds.
+func valueKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case json.Number:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "null"
 }
 
 // arrayIndex matches an index of a field path ("[12]").
