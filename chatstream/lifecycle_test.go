@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -955,4 +956,27 @@ func TestEphemeralUsersTurnEndsAtExpiry(t *testing.T) {
 			t.Errorf("input on the expired user's chat id: %+v, want a new thread of two messages", last(after))
 		}
 	})
+}
+
+// TestEphemeralUserMadePersistentKeepsItsTurn: a turn of an ephemeral user
+// made persistent while it runs goes on past the old expiry.
+func TestEphemeralUserMadePersistentKeepsItsTurn(t *testing.T) {
+	agent := testScripts()
+	agent["long"] = &chatstreamtest.ScriptedAgent{Events: []chatstreamtest.Event{
+		chatstreamtest.Content("start "), chatstreamtest.Pause(2500 * time.Millisecond), chatstreamtest.Content("done"),
+	}}
+	e := newEnv(t, apitest.Target{Backend: testdb.SQLite, Router: apitest.ServeMux}, envOpts{agent: agent})
+	ttl := int64(1)
+	_, wait := streamUntil(t, t.Context(), e.client, chatstream.Request{Input: "long", ChatID: "kept",
+		SessionSettings: &chatstream.SessionSettings{ExternalID: "converted", EphemeralTTLSeconds: &ttl}}, isPiece("start "))
+	persistent := false
+	collect(t, e.client, chatstream.Request{Input: "echo:x", ChatID: "other",
+		SessionSettings: &chatstream.SessionSettings{ExternalID: "converted", IsEphemeral: &persistent}})
+	msgs, _, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := last(msgs).State; st == nil || st.Error != "" || !slices.ContainsFunc(msgs, isPiece("done")) {
+		t.Errorf("the turn ended with %+v, want it complete", last(msgs))
+	}
 }

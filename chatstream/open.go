@@ -400,13 +400,10 @@ func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op 
 	t.reserved = op.echo.Sort + sortBlock // stored with the echo
 	start := op.seq.start(newID())
 	info := op.info
-	timeout, cause := h.cfg.turnTimeout, errDeadline
-	if left := op.expires.Sub(h.cfg.now()); !op.expires.IsZero() && left < timeout {
-		// An ephemeral user is invisible from its expiry, with its
-		// threads: the turn ends then, as when its thread is deleted.
-		timeout, cause = max(left, 0), errThreadDeleted
+	t.begin(ctx, h.cfg.turnTimeout, errDeadline, h.agent, &info, op.user, op.echo, start)
+	if left := op.expires.Sub(h.cfg.now()); !op.expires.IsZero() && left < h.cfg.turnTimeout {
+		h.endAtExpiry(t, max(left, 0))
 	}
-	t.begin(ctx, timeout, cause, h.agent, &info, op.user, op.echo, start)
 	// Started before the first line goes out: a request that rejoins
 	// the chat once that line is read finds the turn running.
 	lw := h.newLineWriter(r, w)
@@ -416,6 +413,22 @@ func (h *Handler) startTurn(w http.ResponseWriter, r *http.Request, t *turn, op 
 		defer lw.end()
 		h.followTurn(ctx, lw, t, 0, h.cfg.cancelOnDisconnect)
 	}
+}
+
+// endAtExpiry ends t, a turn of an ephemeral user, after left, when the
+// user expires: an ephemeral user is invisible from then on, with its
+// threads, so the turn ends as when its thread is deleted; unless the user
+// was made persistent meanwhile (generate-session, or a chat request with
+// isEphemeral false).
+func (h *Handler) endAtExpiry(t *turn, left time.Duration) {
+	timer := time.AfterFunc(left, func() {
+		u, err := h.st.UserByID(t.ctx, t.userID, h.cfg.now())
+		if err == nil && !u.Ephemeral {
+			return
+		}
+		t.cancel(errThreadDeleted)
+	})
+	context.AfterFunc(t.ctx, func() { timer.Stop() })
 }
 
 // followTurn streams the turn t to lw, skipping lines whose sort is not
