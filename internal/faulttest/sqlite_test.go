@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -183,4 +184,47 @@ func TestSQLiteLockedByAnotherWriter(t *testing.T) {
 		t.Error("no request succeeded")
 	}
 	e.checkDurable(t, all)
+}
+
+// TestSQLiteRecoversFromWriteErrors: while the database file cannot be
+// written (made immutable, as a filesystem that starts refusing writes),
+// writes answer 503 and store nothing; once it can be written again the
+// server writes again, without a restart. Skipped where chattr cannot
+// make a file immutable (not root, or a filesystem without the flag).
+func TestSQLiteRecoversFromWriteErrors(t *testing.T) {
+	e := newEnv(t, envOpts{backend: testdb.SQLite, agent: testAgent,
+		storeOpts: []gormstore.Option{gormstore.WithQueryTimeout(queryTimeout)}})
+	g := &genReq{extID: "before", country: "DE", group: "sales"}
+	if e.generate(t.Context(), g); g.status != http.StatusOK {
+		t.Fatalf("warm-up: %d %q %v", g.status, g.errMsg, g.err)
+	}
+	files := []string{e.dsn, e.dsn + "-wal"}
+	chattr := func(flag string) error {
+		for _, f := range files {
+			if out, err := exec.Command("chattr", flag, f).CombinedOutput(); err != nil {
+				return fmt.Errorf("chattr %s %s: %v %s", flag, f, err, out)
+			}
+		}
+		return nil
+	}
+	if err := chattr("+i"); err != nil {
+		_ = chattr("-i")
+		t.Skip(err)
+	}
+	defer func() { _ = chattr("-i") }()
+	for i := range 3 {
+		g := &genReq{extID: fmt.Sprintf("during-%d", i), country: "FR", group: "sales"}
+		if e.generate(t.Context(), g); g.status != http.StatusServiceUnavailable || g.errMsg == "" {
+			t.Errorf("a write while the file cannot be written: %d %q %v, want 503", g.status, g.errMsg, g.err)
+		}
+	}
+	if err := chattr("-i"); err != nil {
+		t.Fatal(err)
+	}
+	e.probe(t, time.Now())
+	for i := range 3 {
+		if u := e.User(t, acct, fmt.Sprintf("during-%d", i), ""); u.Exists {
+			t.Errorf("during-%d was refused but stored", i)
+		}
+	}
 }

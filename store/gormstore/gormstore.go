@@ -328,7 +328,8 @@ func classify(err error) (kind error, retry bool) {
 		errors.As(err, new(net.Error)), // also a deadline, a closed socket and a syscall.Errno such as ECONNRESET
 		// Errors without a code: a closed pool or connection, SQLite's file.
 		slices.ContainsFunc([]string{"sql: database is closed", "conn closed", "timeout", "failed to connect", "connection refused",
-			"disk I/O error", "database or disk is full", "unable to open database file", "file is not a database"},
+			"disk I/O error", "database or disk is full", "unable to open database file", "file is not a database",
+			"attempt to write a readonly database"},
 			func(s string) bool { return strings.Contains(msg, s) }):
 		return store.ErrUnavailable, false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -144,8 +145,13 @@ func (s *Store) commit() bool {
 		cancel()
 	}
 	if err == nil {
-		defer func() { // a connection that cannot be rolled back (its BEGIN failed, or it broke) is dropped
-			if !committed && gtx.Rollback() != nil {
+		defer func() {
+			// A transaction that did not commit (its BEGIN, a savepoint or
+			// its COMMIT failed: the database broke, or its file did) is
+			// rolled back and its connection dropped: after an I/O error
+			// SQLite may leave a connection that can never write again.
+			if !committed {
+				_ = gtx.Rollback()
 				_ = gtx.Raw(func(any) error { return driver.ErrBadConn })
 				gtx.release()
 			}
@@ -198,6 +204,15 @@ func (s *Store) step(tx *gorm.DB, m *member) (o outcome, ok bool) {
 	xerr := s.group.w.end(end)
 	if xerr != nil && !o.failed() {
 		o.err = errGroupAborted
+	}
+	// A call that failed for the database's sake (an I/O error, a file
+	// that cannot be written) ends the transaction: its connection may be
+	// unable to write for good (SQLite opens a file it cannot write
+	// read-only), and commit drops it; the others run again on another.
+	if o.err != nil && !errors.Is(o.err, context.DeadlineExceeded) { // a call out of time breaks nothing
+		if kind, retry := classify(o.err); kind == store.ErrUnavailable && !retry {
+			return o, false
+		}
 	}
 	return o, xerr == nil
 }
