@@ -114,7 +114,13 @@ func (c *Cluster) claimLimited(ctx context.Context, ct *claimedTurn, userID int6
 	if err != nil {
 		return fmt.Errorf("pgcluster: claim turn: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// After a commit, nothing; after a refusal, a rollback that a
+		// database that stopped answering cannot hold for long.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = tx.Rollback(rctx)
+		cancel()
+	}()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('embedkit.turns', $1))", ct.key.AccountID); err != nil {
 		return fmt.Errorf("pgcluster: claim turn: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/embedkit/embedkit/internal/apitest"
 	"github.com/embedkit/embedkit/internal/faulttest"
 	"github.com/embedkit/embedkit/internal/testdb"
+	"github.com/embedkit/embedkit/store"
 	"github.com/embedkit/embedkit/store/gormstore"
 	"github.com/jackc/pgx/v5"
 )
@@ -444,5 +445,37 @@ func TestPostgresBlackHoleInChatOpening(t *testing.T) {
 		if after := e.User(t, acct, c.extID, ""); !reflect.DeepEqual(after, before) {
 			t.Errorf("%s: the failed request changed the stored user:\n before %+v\n after  %+v", c.name, before, after)
 		}
+	}
+}
+
+// TestClusterBlackHoleAtRefusedClaimRollback: a claim that the running-turn
+// limit refuses rolls its transaction back; when the database stops
+// answering at that moment, the request is still answered promptly.
+func TestClusterBlackHoleAtRefusedClaimRollback(t *testing.T) {
+	skipWithoutPostgres(t)
+	e := newEnv(t, envOpts{
+		cluster:   true,
+		appName:   "embedkit-claim-rollback-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		backend:   testdb.Postgres,
+		agent:     testAgent,
+		storeOpts: []gormstore.Option{gormstore.WithQueryTimeout(queryTimeout)},
+		chatOpts:  []chatstream.Option{chatstream.WithDefaultLimits(store.Limits{RunningTurnsPerUser: 1})},
+	})
+	settings := &chatstream.SessionSettings{ExternalID: "limited"}
+	e.startStream(t, chatstream.Request{Input: inputLong, ChatID: "long", SessionSettings: settings})
+	defer func() { _ = e.client.Abort(context.WithoutCancel(t.Context()), acct, agentID, "long", *settings) }()
+	e.proxy.BlackHoleOn("rollback")
+	start := time.Now()
+	_, err := collect(t, e, chatstream.Request{Input: "q", ChatID: "second", SessionSettings: settings})
+	took := time.Since(start)
+	mode := e.proxy.Mode()
+	if err := e.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if mode != faulttest.BlackHole {
+		t.Fatal("no rollback was sent; the test does not test anything")
+	}
+	if err == nil || took > 3*time.Second {
+		t.Errorf("a refused claim whose rollback was black-holed: %v after %v, want an error within about a second", err, took)
 	}
 }
