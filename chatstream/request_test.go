@@ -112,6 +112,8 @@ func TestWrongTypeInAttributeNamesIt(t *testing.T) {
 		{`{"input":"xxxxxxxxxx","sessionSettings":{"externalId":"u","userAttributes":[{"name":5}]}}`, "userAttributes[0]"},
 		{`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":"a","value":1},{"name":7}]}}`, "userAttributes[1]"},
 		{`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":null,"value":1},{"name":[]}]}}`, "userAttributes[1]"},
+		// The offset within the second entry falls on the first entry's name.
+		{`{"chatId":"abc","sessionSettings":{"externalId":"u","userAttributes":[{"name":"` + strings.Repeat("A", 300) + `"},{"value":"` + strings.Repeat("B", 180) + `","name":7}]}}`, "userAttributes[1]"},
 	} {
 		_, err := decodeChatRequest([]byte(c.body), true)
 		want := "field sessionSettings." + c.field + ".name has the wrong type: string expected"

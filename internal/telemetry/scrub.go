@@ -47,24 +47,28 @@ func RedactSessionID(s string) string {
 }
 
 // nextValue returns where the value of the next sessionId parameter in s
-// at or after from starts, or -1.
+// at or after from starts, or -1. One pass: a name is the run of name
+// bytes, '%' and '+' before an '=' or "%3D", which also ends it, so each
+// byte is read once and each name decoded once, whatever s holds.
 func nextValue(s string, from int) int {
+	start := from // of the current name
 	for j := from; j < len(s); j++ {
-		v := j + 1
-		switch {
-		case s[j] == '=':
-		case s[j] == '%' && j+2 < len(s) && s[j+1] == '3' && s[j+2]|0x20 == 'd':
+		v := -1
+		switch c := s[j]; {
+		case c == '=':
+			v = j + 1
+		case c == '%' && j+2 < len(s) && s[j+1] == '3' && s[j+2]|0x20 == 'd':
 			v = j + 3
+		case !isNameByte(c) && c != '%' && c != '+':
+			start = j + 1
+			continue
 		default:
 			continue
 		}
-		i := j
-		for i > 0 && (isNameByte(s[i-1]) || s[i-1] == '%' || s[i-1] == '+') {
-			i--
-		}
-		if j-i >= len(param) && isParam(s[i:j]) {
+		if j-start >= len(param) && isParam(s[start:j]) {
 			return v
 		}
+		start, j = v, v-1
 	}
 	return -1
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"runtime"
 	"testing"
 
 	"github.com/embedkit/embedkit/internal/telemetry"
@@ -138,6 +139,24 @@ func TestRedactingHandler(t *testing.T) {
 	for _, want := range []string{"count=7", "req.n=3", "a=b", "g.path=/embed/page", "sessionId=REDACTED"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s: %s", want, out)
+		}
+	}
+}
+
+// TestRedactSessionIDLinear: a string made of many "=" or "%3D" (any client
+// can send one in a URL) is scrubbed in one pass: the memory allocated is
+// a small multiple of its length, not its square.
+func TestRedactSessionIDLinear(t *testing.T) {
+	for _, s := range []string{
+		"/embed?x=" + strings.Repeat("%3D", 64000),
+		"/embed?" + strings.Repeat("sessionIdx%25=", 20000),
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		telemetry.RedactSessionID(s)
+		runtime.ReadMemStats(&after)
+		if got := after.TotalAlloc - before.TotalAlloc; got > 20*uint64(len(s)) {
+			t.Errorf("scrubbing %d bytes allocated %d bytes", len(s), got)
 		}
 	}
 }

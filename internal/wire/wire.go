@@ -180,13 +180,24 @@ func DuplicateField(doc []byte, v any) (string, bool) {
 // TypeErrorField names the field of te, an error decoding doc, by its
 // path in doc with the indexes of the arrays it is in
 // ("accounts[0].apiKeys[1].admin"), where encoding/json gives the names
-// alone. When te's offset does not lead to the field (an error from a
-// type's own UnmarshalJSON counts it from the start of that type's part
-// of doc), the field is the first value at te.Field, in doc's order, of
-// another JSON type than te's; te.Field when there is none.
+// alone: the first value at te.Field, in doc's order (encoding/json
+// reports the first error), of the JSON type te saw, when that is not the
+// one expected; otherwise the value at te's offset (a number out of
+// range). te.Offset alone can mislead: an error from a type's own
+// UnmarshalJSON counts it from the start of that type's part of doc.
+// te.Field when neither is found.
 func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
 	if te.Field == "" {
 		return "" // the document itself
+	}
+	seen, _, _ := strings.Cut(te.Value, " ") // "number 1.5"
+	if seen == "bool" {
+		seen = "boolean"
+	}
+	if seen != jsonKind(te.Type.Kind().String()) {
+		if p, ok := firstOfType(doc, strings.Split(te.Field, "."), seen); ok {
+			return shortPath(p)
+		}
 	}
 	// te.Offset is just past the value's first byte or its end.
 	p, isKey, ok := pathAt(doc, int(te.Offset)-1)
@@ -194,18 +205,15 @@ func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
 	// keys, which te.Field leaves out).
 	names := arrayIndex.ReplaceAllString(p, "")
 	if !ok || isKey || p == "" || !strings.EqualFold(names, te.Field) && !hasPrefixFold(names, te.Field+".") {
-		if p, ok := firstOfOtherType(doc, strings.Split(te.Field, "."), jsonKind(te.Type.Kind().String())); ok {
-			return shortPath(p)
-		}
 		return te.Field
 	}
 	return shortPath(p)
 }
 
-// firstOfOtherType returns the path, with array indexes, of the first value
-// of doc at the field names (in any letter case, through any arrays) whose
-// JSON type is not want.
-func firstOfOtherType(doc []byte, names []string, want string) (string, bool) {
+// firstOfType returns the path, with array indexes, of the first value of
+// doc at the field names (in any letter case, through any arrays) whose
+// JSON type is kind.
+func firstOfType(doc []byte, names []string, kind string) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var v any
@@ -214,8 +222,16 @@ func firstOfOtherType(doc []byte, names []string, want string) (string, bool) {
 	}
 	var walk func(v any, names []string, path string) (string, bool)
 	walk = func(v any, names []string, path string) (string, bool) {
-		if len(names) == 0 { // null decodes into anything
-			return path, v != nil && valueKind(v) != want
+		if len(names) == 0 {
+			// An item of a slice field (te.Field names the slice) first.
+			if items, ok := v.([]any); ok {
+				for i, x := range items {
+					if p, ok := walk(x, nil, path+"["+strconv.Itoa(i)+"]"); ok {
+						return p, true
+					}
+				}
+			}
+			return path, valueKind(v) == kind
 		}
 		switch v := v.(type) {
 		case []any:

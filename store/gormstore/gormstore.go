@@ -125,7 +125,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 		var ferr error // fn's, returned unchanged
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			ferr = s.run(tx, fn)
+			ferr, _ = s.run(tx, fn)
 			return ferr
 		}, &sql.TxOptions{Isolation: sql.LevelReadCommitted}) // whatever the host's default
 		return cmp.Or(ferr, wrapErr("transaction", err))

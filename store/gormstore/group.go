@@ -189,13 +189,14 @@ func (s *Store) step(tx *gorm.DB, m *member) (o outcome, ok bool) {
 	if err := s.group.w.end("SAVEPOINT embedkit_call"); err != nil {
 		return outcome{err: wrapErr("begin", err)}, false
 	}
+	var broke error // the database's own error, if a statement failed
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
 				o = outcome{panic: p}
 			}
 		}()
-		o.err = s.run(tx, m.fn)
+		o.err, broke = s.run(tx, m.fn)
 	}()
 	end := "RELEASE embedkit_call"
 	if o.failed() {
@@ -205,26 +206,28 @@ func (s *Store) step(tx *gorm.DB, m *member) (o outcome, ok bool) {
 	if xerr != nil && !o.failed() {
 		o.err = errGroupAborted
 	}
-	// A call that failed for the database's sake (an I/O error, a file
-	// that cannot be written) ends the transaction: its connection may be
-	// unable to write for good (SQLite opens a file it cannot write
+	// A statement that failed for the database's sake (an I/O error, a
+	// file that cannot be written) ends the transaction: its connection
+	// may be unable to write for good (SQLite opens a file it cannot write
 	// read-only), and commit drops it; the others run again on another.
-	if o.err != nil && !errors.Is(o.err, context.DeadlineExceeded) { // a call out of time breaks nothing
-		if kind, retry := classify(o.err); kind == store.ErrUnavailable && !retry {
+	// What the call itself returned is not judged: it may quote a client.
+	if broke != nil && !errors.Is(broke, context.DeadlineExceeded) { // a statement out of time breaks nothing
+		if kind, retry := classify(broke); kind == store.ErrUnavailable && !retry {
 			return o, false
 		}
 	}
 	return o, xerr == nil
 }
 
-// run runs fn on the transaction tx; a failed statement fails it.
-func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) error {
+// run runs fn on the transaction tx; a failed statement fails it. abort
+// is that statement's error.
+func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) (err, abort error) {
 	t := &txn{s: s, db: tx, inTx: true}
-	err := fn(t)
+	err = fn(t)
 	if t.abort != nil && (err == nil || isRetryable(t.abort)) {
 		err = t.abort
 	}
-	return err
+	return err, t.abort
 }
 
 // groupTx is the group's connection, in its transaction, as GORM's pool;

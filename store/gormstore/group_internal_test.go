@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
 )
 
@@ -294,5 +296,62 @@ func TestCloseDuringWrites(t *testing.T) {
 			t.Fatalf("round %d: %d connections of the host's pool in use after Close (writer running: %v)", round, n, writerRunning(st))
 		}
 		_ = sqlDB.Close()
+	}
+}
+
+// TestCallErrorDoesNotEndGroup: what a call returns (here a 400 that
+// quotes a client's text, "timeout") never ends its group: the calls that
+// ran before it in the group run once, and the writer keeps its
+// connection. Only a statement that failed for the database's sake ends
+// it (TestSQLiteRecoversFromWriteErrors, in internal/faulttest).
+func TestCallErrorDoesNotEndGroup(t *testing.T) {
+	st := openGroupStore(t)
+	ctx := t.Context()
+	waiting := func() int {
+		st.group.mu.Lock()
+		defer st.group.mu.Unlock()
+		return len(st.group.waiting)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	var runsA atomic.Int32
+	wg.Go(func() {
+		_ = st.InTx(ctx, func(tx store.Tx) error {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+			<-release
+			return nil
+		})
+	})
+	<-started
+	wg.Go(func() {
+		_ = st.InTx(ctx, func(tx store.Tx) error {
+			runsA.Add(1)
+			_, err := tx.SaveAccount(ctx, store.Account{Name: "a"})
+			return err
+		})
+	})
+	for waiting() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	wg.Go(func() {
+		_ = st.InTx(ctx, func(tx store.Tx) error {
+			return wire.BadRequest(`sessionSettings.internalId: internal user "timeout" not found`)
+		})
+	})
+	for waiting() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	conn := st.group.w.Conn
+	close(release)
+	wg.Wait()
+	if n := runsA.Load(); n != 1 {
+		t.Errorf("the call before the failing one ran %d times, want 1", n)
+	}
+	if st.group.w.Conn != conn {
+		t.Error("the writer's connection was dropped")
 	}
 }
