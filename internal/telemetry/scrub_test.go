@@ -5,8 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
-	"strings"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/embedkit/embedkit/internal/telemetry"
