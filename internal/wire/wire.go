@@ -180,12 +180,11 @@ func DuplicateField(doc []byte, v any) (string, bool) {
 // TypeErrorField names the field of te, an error decoding doc, by its
 // path in doc with the indexes of the arrays it is in
 // ("accounts[0].apiKeys[1].admin"), where encoding/json gives the names
-// alone: the first value at te.Field, in doc's order (encoding/json
-// reports the first error), of the JSON type te saw, when that is not the
-// one expected; otherwise the value at te's offset (a number out of
-// range). te.Offset alone can mislead: an error from a type's own
-// UnmarshalJSON counts it from the start of that type's part of doc.
-// te.Field when neither is found.
+// alone: the value at te's offset, when it lies at te.Field and is of the
+// JSON type te saw. An error from a type's own UnmarshalJSON counts its
+// offset from the start of that type's part of doc, which may lead
+// elsewhere: then the field is the first value at te.Field, in doc's
+// order, of that type. te.Field when neither is found.
 func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
 	if te.Field == "" {
 		return "" // the document itself
@@ -194,20 +193,44 @@ func TypeErrorField(doc []byte, te *json.UnmarshalTypeError) string {
 	if seen == "bool" {
 		seen = "boolean"
 	}
-	if seen != jsonKind(te.Type.Kind().String()) {
-		if p, ok := firstOfType(doc, strings.Split(te.Field, "."), seen); ok {
-			return shortPath(p)
-		}
-	}
 	// te.Offset is just past the value's first byte or its end.
-	p, isKey, ok := pathAt(doc, int(te.Offset)-1)
+	end := int(te.Offset) - 1
+	p, isKey, ok := pathAt(doc, end)
 	// Without the indexes, the path is te.Field, or below it (a map's
 	// keys, which te.Field leaves out).
 	names := arrayIndex.ReplaceAllString(p, "")
-	if !ok || isKey || p == "" || !strings.EqualFold(names, te.Field) && !hasPrefixFold(names, te.Field+".") {
-		return te.Field
+	atField := ok && !isKey && p != "" && (strings.EqualFold(names, te.Field) || hasPrefixFold(names, te.Field+"."))
+	if atField && kindEndingAt(doc, end) == seen {
+		return shortPath(p)
 	}
-	return shortPath(p)
+	if p, ok := firstOfType(doc, strings.Split(te.Field, "."), seen); ok {
+		return shortPath(p)
+	}
+	if atField {
+		return shortPath(p)
+	}
+	return te.Field
+}
+
+// kindEndingAt returns the JSON type of the value of doc whose first byte
+// (an array, an object) or last byte (the others) is at i.
+func kindEndingAt(doc []byte, i int) string {
+	if i < 0 || i >= len(doc) {
+		return ""
+	}
+	switch c := doc[i]; {
+	case c == '"':
+		return "string"
+	case c >= '0' && c <= '9':
+		return "number"
+	case c == 'e': // true, false
+		return "boolean"
+	case c == '[':
+		return "array"
+	case c == '{':
+		return "object"
+	}
+	return ""
 }
 
 // firstOfType returns the path, with array indexes, of the first value of
@@ -226,8 +249,8 @@ func firstOfType(doc []byte, names []string, kind string) (string, bool) {
 			// An item of a slice field (te.Field names the slice) first.
 			if items, ok := v.([]any); ok {
 				for i, x := range items {
-					if p, ok := walk(x, nil, path+"["+strconv.Itoa(i)+"]"); ok {
-						return p, true
+					if valueKind(x) == kind {
+						return path + "[" + strconv.Itoa(i) + "]", true
 					}
 				}
 			}

@@ -384,3 +384,35 @@ func TestIntegerRewritesBounded(t *testing.T) {
 		t.Errorf("Unmarshal = %d with v = %+v, want 400", status, v)
 	}
 }
+
+// TestTypeErrorFieldPaths: the field of a type error, with its indexes, as
+// encoding/json found it: in nested arrays, and at the first of two
+// duplicate keys.
+func TestTypeErrorFieldPaths(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		into any
+		want string
+	}{
+		{`{"s":[[1]]}`, &struct{ S string }{}, "s"},
+		{`{"na":[[1],[[2]]]}`, &struct {
+			NA [][]int `json:"na"`
+		}{}, "na[1][0]"},
+		{`{"l":[[[1]]]}`, &struct {
+			L []int `json:"l"`
+		}{}, "l[0]"},
+		{`{"items":[{"x":"bad","x":1},{"x":"y"}]}`, &struct {
+			Items []struct {
+				X int `json:"x"`
+			} `json:"items"`
+		}{}, "items[0].x"},
+	} {
+		var te *json.UnmarshalTypeError
+		if err := json.Unmarshal([]byte(c.doc), c.into); !errors.As(err, &te) {
+			t.Fatalf("%s: %v, want a type error", c.doc, err)
+		}
+		if got := wire.TypeErrorField([]byte(c.doc), te); got != c.want {
+			t.Errorf("%s: %q, want %q", c.doc, got, c.want)
+		}
+	}
+}
