@@ -549,8 +549,9 @@ func (c *Cluster) flush(ctx context.Context) (more bool, err error) {
 
 // writeLines inserts the lines of ps, and for those that end their eof
 // rows and ended_at, and notifies their readers and those waiting for
-// their end, in one implicit transaction (one round trip). ended holds the ending turns whose claim was still theirs;
-// watched the quiet ones that a reader asked for meanwhile, left running.
+// their end, in one implicit transaction (one round trip). ended holds the
+// ending turns whose claim was still theirs; watched the quiet ones that a
+// reader asked for meanwhile, left running.
 func (c *Cluster) writeLines(ctx context.Context, ps []pending) (ended, watched map[string]bool, err error) {
 	c.flushes.Add(1)
 	var (

@@ -1100,17 +1100,8 @@ func TestLingerGivenUpThenReclaimed(t *testing.T) {
 	_, undo := failEnds(t, dsn)
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
 	lim := chatstream.TurnLimits{User: 1}
-	old, err := a.Claim(ctx, k, 7, lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	returned := old.Linger()
+	old, returned := lingerGivenUp(t, a, k, lim)
 	defer returned()
-	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	if err := old.Release(rctx, nil); err == nil {
-		t.Fatal("Release succeeded while ends are refused")
-	}
-	cancel()
 	waitFor(t, "the agent's row", func() bool { return agentRows(t, a) == 1 })
 	if ct, err := a.Claim(ctx, k, 7, lim); !errors.Is(err, chatstream.ErrTurnLimit) {
 		if err == nil {
@@ -1188,17 +1179,8 @@ func TestLingerRowNotWritten(t *testing.T) {
 	}
 	k := chatstream.ThreadKey{AccountID: 1, ChatID: "c1"}
 	lim := chatstream.TurnLimits{User: 1}
-	old, err := a.Claim(ctx, k, 7, lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	returned := old.Linger()
+	_, returned := lingerGivenUp(t, a, k, lim)
 	defer returned()
-	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if err := old.Release(rctx, nil); err == nil {
-		t.Error("Release succeeded while the agent's row cannot be written")
-	}
-	cancel()
 	// The thread is free here: the same user sends again.
 	if ct, err := a.Claim(ctx, k, 7, lim); !errors.Is(err, chatstream.ErrTurnLimit) {
 		if err == nil {
@@ -1253,4 +1235,22 @@ func TestReturnedAgentRowDeletedWhileEndsFail(t *testing.T) {
 		t.Fatalf("a claim of the user once its agent returned: %v", err)
 	}
 	_ = ct.Release(ctx, nil)
+}
+
+// lingerGivenUp claims k on c for user 7 and releases it with its agent
+// still running (Linger), where the release cannot be written: Release
+// gives up after a short wait.
+func lingerGivenUp(t *testing.T, c *Cluster, k chatstream.ThreadKey, lim chatstream.TurnLimits) (chatstream.ClaimedTurn, func()) {
+	t.Helper()
+	ct, err := c.Claim(t.Context(), k, 7, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := ct.Linger()
+	rctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := ct.Release(rctx, nil); err == nil {
+		t.Error("Release succeeded while it cannot be written")
+	}
+	return ct, returned
 }

@@ -448,11 +448,6 @@ var errBadValue = errors.New("bad attribute value")
 // offending part ("" for the value itself, "[7]" for an item) and what it
 // must be; limit is "" when the value is within the limits.
 func valueOverLimit(v json.RawMessage) (field, limit string) {
-	if len(v) <= MaxNumber && !bytes.ContainsAny(v, "eE") {
-		// A string this short, or numbers without an exponent: nothing can
-		// be over a limit.
-		return "", ""
-	}
 	s := strings.TrimSpace(string(v))
 	if s == "" {
 		return "", ""
@@ -460,10 +455,14 @@ func valueOverLimit(v json.RawMessage) (field, limit string) {
 	switch s[0] {
 	case '"':
 		var x string
-		if json.Unmarshal(v, &x) == nil && tooLong(x, MaxStringValue) {
+		// Decoding never lengthens a string: a short one is within its limit.
+		if len(v) > MaxStringValue+2 && json.Unmarshal(v, &x) == nil && tooLong(x, MaxStringValue) {
 			return "", fmt.Sprintf("must be at most %d characters", MaxStringValue)
 		}
 	case '[':
+		if len(v) <= MaxNumber && !bytes.ContainsAny(v, "eE") {
+			return "", "" // short strings, numbers without an exponent
+		}
 		var xs []json.RawMessage
 		if json.Unmarshal(v, &xs) != nil {
 			return "", ""

@@ -18,6 +18,13 @@ import (
 	"github.com/embedkit/embedkit/store"
 )
 
+// waiting returns how many calls wait for st's writer.
+func waiting(st *Store) int {
+	st.group.mu.Lock()
+	defer st.group.mu.Unlock()
+	return len(st.group.waiting)
+}
+
 // TestGroupCommit holds one SQLite transaction open until ten more calls
 // wait for the writer, then checks that they shared one transaction, each
 // under its own context, and that a failing call, a panicking one and one
@@ -26,11 +33,6 @@ import (
 func TestGroupCommit(t *testing.T) {
 	st := openGroupStore(t)
 	ctx := t.Context()
-	waiting := func() int {
-		st.group.mu.Lock()
-		defer st.group.mu.Unlock()
-		return len(st.group.waiting)
-	}
 	type key struct{}
 	const n = 10
 	var (
@@ -76,7 +78,7 @@ func TestGroupCommit(t *testing.T) {
 			})
 		})
 	}
-	for waiting() < n {
+	for waiting(st) < n {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
@@ -307,11 +309,6 @@ func TestCloseDuringWrites(t *testing.T) {
 func TestCallErrorDoesNotEndGroup(t *testing.T) {
 	st := openGroupStore(t)
 	ctx := t.Context()
-	waiting := func() int {
-		st.group.mu.Lock()
-		defer st.group.mu.Unlock()
-		return len(st.group.waiting)
-	}
 	started, release := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	var runsA atomic.Int32
@@ -334,7 +331,7 @@ func TestCallErrorDoesNotEndGroup(t *testing.T) {
 			return err
 		})
 	})
-	for waiting() < 1 {
+	for waiting(st) < 1 {
 		time.Sleep(time.Millisecond)
 	}
 	wg.Go(func() {
@@ -342,7 +339,7 @@ func TestCallErrorDoesNotEndGroup(t *testing.T) {
 			return wire.BadRequest(`sessionSettings.internalId: internal user "timeout" not found`)
 		})
 	})
-	for waiting() < 2 {
+	for waiting(st) < 2 {
 		time.Sleep(time.Millisecond)
 	}
 	conn := st.group.w.Conn
