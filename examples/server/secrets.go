@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -27,11 +28,22 @@ const redacted = "xxxxx"
 // DSN or a URL in its errors, and the flag package prints the defaults,
 // which come from the environment. So everything the server writes goes
 // through one scrubber, which knows the secrets' values.
+//
+// A short secret may also be an everyday word ("admin", "postgres", a URL's
+// user name "user"), which ordinary output holds: the demo's API key
+// sk-acme-admin, the postgres:// of a database's label. Such a secret is
+// replaced only where it stands as a whole token, as a credential does in a
+// URL, a DSN, a header or a quoted string: between characters that cannot
+// continue it (see tokenChar), and not as a URL's scheme (followed by
+// "://"). A longer secret is replaced wherever it appears.
 type scrubber struct {
 	mu      sync.Mutex
-	secrets []string
-	r       *strings.Replacer
+	secrets []string // longest first, so that a secret containing another is replaced whole
 }
+
+// shortSecret is the length under which a secret is replaced only as a
+// whole token.
+const shortSecret = 16
 
 // add registers secrets, in the forms they take when printed: as given, and
 // escaped in a URL or in a quoted string.
@@ -46,25 +58,57 @@ func (s *scrubber) add(secrets ...string) {
 		s.secrets = append(s.secrets, v, url.QueryEscape(v), url.PathEscape(v),
 			url.UserPassword("", v).String()[1:], quoted[1:len(quoted)-1])
 	}
-	// Longest first, so that a secret containing another is replaced whole.
-	slices.SortFunc(s.secrets, func(a, b string) int { return len(b) - len(a) })
+	slices.SortFunc(s.secrets, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
 	s.secrets = slices.Compact(s.secrets)
-	pairs := make([]string, 0, 2*len(s.secrets))
-	for _, v := range s.secrets {
-		pairs = append(pairs, v, redacted)
-	}
-	s.r = strings.NewReplacer(pairs...)
 }
 
 // scrub returns text without the secrets.
 func (s *scrubber) scrub(text string) string {
 	s.mu.Lock()
-	r := s.r
+	secrets := s.secrets
 	s.mu.Unlock()
-	if r == nil {
+	if len(secrets) == 0 {
 		return text
 	}
-	return r.Replace(text)
+	var b strings.Builder
+	done := 0 // text[:done] is written to b
+	for i := 0; i < len(text); {
+		n := 0
+		for _, v := range secrets {
+			if strings.HasPrefix(text[i:], v) && (len(v) >= shortSecret || wholeToken(text, i, i+len(v))) {
+				n = len(v)
+				break
+			}
+		}
+		if n == 0 {
+			i++
+			continue
+		}
+		b.WriteString(text[done:i])
+		b.WriteString(redacted)
+		i += n
+		done = i
+	}
+	if done == 0 {
+		return text
+	}
+	b.WriteString(text[done:])
+	return b.String()
+}
+
+// wholeToken reports whether text[i:j] stands as a whole token: no token
+// character on either side, and not a URL's scheme.
+func wholeToken(text string, i, j int) bool {
+	return (i == 0 || !tokenChar(text[i-1])) && (j == len(text) || !tokenChar(text[j])) &&
+		!strings.HasPrefix(text[j:], "://")
+}
+
+// tokenChar reports whether c may continue a word or a credential: a
+// letter, a digit, or - _ ~ % + (and any byte of a multi-byte UTF-8
+// character). Everything else ends one: spaces, quotes and the
+// separators of URLs, DSNs and headers (: @ / ? # & = , ; . and so on).
+func tokenChar(c byte) bool {
+	return c >= 0x80 || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_~%+", c) >= 0
 }
 
 // scrubErr returns err with the secrets removed from its message; a

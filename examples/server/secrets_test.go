@@ -175,3 +175,56 @@ func TestDBLabel(t *testing.T) {
 		t.Errorf("the scrubber took a host or port for a secret: %q", sc.scrub(text))
 	}
 }
+
+// TestScrubberLeavesWords: a short secret that is also an everyday word
+// is replaced where it stands as a credential, not inside the server's
+// ordinary output (the demo's API keys, a database's label).
+func TestScrubberLeavesWords(t *testing.T) {
+	sc := &scrubber{}
+	sc.add("admin", "postgres", "user", "pw")
+	sc.add(urlSecrets("http://admin@127.0.0.1:11434/v1")...)
+	sc.add(dbSecrets("postgres://postgres:postgres@127.0.0.1:5432/test")...)
+	for _, text := range []string{
+		`demo account "acme": admin key sk-acme-admin, user key sk-acme-user`,
+		`try: curl -H 'Authorization: Api-Key sk-acme-admin' http://127.0.0.1:8080/`,
+		`listening on http://127.0.0.1:8080 (db postgres://127.0.0.1:5432/test)`,
+		`superuser administrator pwd`,
+	} {
+		// The words themselves, standing alone, are taken for the secrets.
+		want := strings.NewReplacer(" admin key", " "+redacted+" key", " user key", " "+redacted+" key").Replace(text)
+		if got := sc.scrub(text); got != want {
+			t.Errorf("scrub(%q) = %q, want %q", text, got, want)
+		}
+	}
+	for text, want := range map[string]string{
+		`parse "postgres://postgres:postgres@host/db": invalid port`: `parse "postgres://xxxxx@host/db": invalid port`,
+		`-db string (default "postgres://u:admin@h/db?password=pw")`: `-db string (default "postgres://u:xxxxx@h/db?password=xxxxx")`,
+		`host=h password=admin dbname=db`:                            `host=h password=xxxxx dbname=db`,
+		`Get "http://admin@127.0.0.1:11434/v1/chat": refused`:        `Get "http://xxxxx@127.0.0.1:11434/v1/chat": refused`,
+		`key "admin".`: `key "xxxxx".`,
+		`admin`:        `xxxxx`,
+	} {
+		if got := sc.scrub(text); got != want {
+			t.Errorf("scrub(%q) = %q, want %q", text, got, want)
+		}
+	}
+	// A long secret is replaced wherever it appears, inside a word too.
+	sc.add("Long-secret-0123456789")
+	if got := sc.scrub("xLong-secret-0123456789x"); got != "x"+redacted+"x" {
+		t.Errorf("a long secret inside a word: %q", got)
+	}
+}
+
+// TestPrintedKeysSurviveShortSecrets: with a model endpoint whose user
+// name is an everyday word, the server still prints the demo's API keys
+// and its curl line as they are.
+func TestPrintedKeysSurviveShortSecrets(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "http://admin@"+closedAddr(t)+"/v1")
+	t.Setenv("OPENAI_API_KEY", "")
+	s := startServer(t, "-db", ":memory:", "-agent", "llm", "-llm-model", "m")
+	s.shutdown(t)
+	out := s.output.String()
+	if !strings.Contains(out, "Api-Key sk-acme-admin") || !strings.Contains(out, "sk-acme-user") {
+		t.Errorf("the demo's keys are not printed as they are:\n%s", out)
+	}
+}
