@@ -483,8 +483,7 @@ func TestRefusesBadSetups(t *testing.T) {
 	if _, err := analytics.NewSQLTool(ro, bad); err == nil {
 		t.Error("a view over a missing table was accepted")
 	}
-	sql.Register("analytics-test-other", otherDriver{})
-	other, _ := sql.Open("analytics-test-other", "")
+	other := sql.OpenDB(otherConnector{})
 	defer other.Close()
 	if _, err := analytics.NewSQLTool(other, model()); err == nil || !strings.Contains(err.Error(), "SQLite") {
 		t.Errorf("another driver: %v, want a refusal naming SQLite", err)
@@ -530,6 +529,13 @@ func TestInvalidOptionsPanic(t *testing.T) {
 type otherDriver struct{}
 
 func (otherDriver) Open(string) (driver.Conn, error) { return otherConn{}, nil }
+
+// otherConnector opens otherDriver without sql.Register, which panics when
+// the test runs twice in one process (-count=2).
+type otherConnector struct{}
+
+func (otherConnector) Connect(context.Context) (driver.Conn, error) { return otherConn{}, nil }
+func (otherConnector) Driver() driver.Driver                        { return otherDriver{} }
 
 type otherConn struct{}
 
