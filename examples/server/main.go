@@ -362,8 +362,22 @@ func plural(n int, thing string) string {
 
 // isPostgres reports whether db is a PostgreSQL DSN (see openStore).
 func isPostgres(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "host=")
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return true
+	}
+	// A key=value DSN, which may name no host (PGHOST, the default socket).
+	for f := range strings.FieldsSeq(db) {
+		if k, _, ok := strings.Cut(f, "="); ok && pgKeywords[k] {
+			return true
+		}
+	}
+	return false
 }
+
+// pgKeywords are the keywords of a key=value PostgreSQL DSN that tell it
+// from a SQLite path.
+var pgKeywords = map[string]bool{"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true,
+	"password": true, "passfile": true, "sslmode": true, "service": true, "connect_timeout": true}
 
 // allowedMethods lists the methods that router serves at req's path, for
 // the Allow header of a 405.

@@ -240,6 +240,15 @@ func urlSecrets(raw string) []string {
 		}
 		out = append(out, vs...)
 	}
+	// The values also as written (%7E for ~, lower-case hex): the start-up
+	// log and the usage print the URL so.
+	for kv := range strings.SplitSeq(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(u.Scheme, "postgres") && !strings.Contains(strings.ToLower(k), "password") {
+			continue
+		}
+		out = append(out, v)
+	}
 	return out
 }
 
@@ -251,7 +260,11 @@ func urlSecrets(raw string) []string {
 // parser stops and quotes what came before.
 func rawUserinfo(raw string) []string {
 	_, rest, ok := strings.Cut(raw, "://")
-	rest, _, _ = strings.Cut(rest, "?") // an "@" of the query (user=a@b) is not the userinfo's
+	if _, err := url.Parse(raw); err == nil {
+		// An "@" of the query (user=a@b) is not the userinfo's; in a URL
+		// that does not parse it may be: a "?" in the password.
+		rest, _, _ = strings.Cut(rest, "?")
+	}
 	at := strings.LastIndex(rest, "@")
 	if !ok || at < 0 {
 		return nil
@@ -264,7 +277,7 @@ func rawUserinfo(raw string) []string {
 		out = append(out, user)
 	}
 	for _, s := range slices.Clone(out) {
-		if i := strings.IndexAny(s, "#/?"); i >= 4 { // shorter, it would blot out common words
+		if i := strings.IndexAny(s, "#/?"); i > 0 { // a short one is replaced only whole (scrubber)
 			out = append(out, s[:i])
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/internal/testdb"
@@ -29,10 +30,15 @@ const (
 	pwSlash   = "Slash/Secret-10"
 	pwTilde   = "Tilde%7ESecret-11"
 	llmPrefix = "Prefix-Secret-12"
+	pwQmark   = "Qmark?Secret-13" // a "?" keeps the URL from parsing
+	pwNoHost  = "Pw-no-host-14"   // in a key=value DSN without host=
+	pwRawQ    = "Pw%7Equery-15"   // a later query parameter, escaped as Go would not
+	llmRawQ   = "Key%7Eraw-16"
 )
 
 var allSecrets = []string{pwUserinfo, pwQuery, url.QueryEscape(pwQuery), pwKeyValue, llmUser, llmPass, llmQuery, llmKey, pgEnvPass,
-	pwHash, "Hash", pwSlash, "Slash", pwTilde, "Tilde~Secret", llmPrefix}
+	pwHash, "Hash", pwSlash, "Slash", pwTilde, "Tilde~Secret", llmPrefix, pwQmark, "Qmark", pwNoHost,
+	pwRawQ, "Pw~query-15", llmRawQ, "Key~raw-16"}
 
 func assertNoSecret(t *testing.T, what, text string) {
 	t.Helper()
@@ -68,11 +74,17 @@ func TestNoSecretInFailedStart(t *testing.T) {
 		"postgres://postgres:" + pwHash + "@" + addr + "/test",
 		"postgres://postgres:" + pwSlash + "@" + addr + "/test",
 		"postgres://postgres:" + pwTilde + "@" + addr + "/test",
+		"postgres://postgres:" + pwQmark + "@" + addr + "/test",
+		"port=" + addr[strings.LastIndex(addr, ":")+1:] + " user=postgres password=" + pwNoHost + " dbname=test sslmode=disable",
 	} {
 		var out bytes.Buffer
-		err := run(context.Background(), context.Background(), []string{"-addr", "127.0.0.1:0", "-db", dsn}, &out, &out)
+		// A DSN taken for a SQLite path would start a server: it stops
+		// at the deadline, without the error.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := run(ctx, context.Background(), []string{"-addr", "127.0.0.1:0", "-db", dsn}, &out, &out)
+		cancel()
 		if err == nil {
-			t.Fatalf("run with an unreachable database: no error")
+			t.Fatalf("run with an unreachable database %q: no error", dbLabel(dsn))
 		}
 		assertNoSecret(t, "the error", err.Error())
 		assertNoSecret(t, "the output", out.String())
@@ -89,7 +101,7 @@ func TestNoSecretInFailedStart(t *testing.T) {
 	assertNoSecret(t, "the output", llmOut.String())
 	t.Setenv("OPENAI_BASE_URL", "")
 
-	t.Setenv("EMBED_DB", "postgres://postgres:"+pwUserinfo+"@"+addr+"/test?password="+url.QueryEscape(pwQuery))
+	t.Setenv("EMBED_DB", "postgres://postgres:"+pwUserinfo+"@"+addr+"/test?password="+url.QueryEscape(pwQuery)+"&sslmode=disable&password="+pwRawQ)
 	var out bytes.Buffer
 	if err := run(context.Background(), context.Background(), []string{"-no-such-flag"}, &out, &out); err == nil {
 		t.Fatal("an unknown flag: no error")
@@ -107,7 +119,7 @@ func TestNoSecretInFailedStart(t *testing.T) {
 // checks that no secret appears in anything the server wrote.
 func TestNoSecretInOutput(t *testing.T) {
 	model := closedAddr(t) // every model request fails: its error names the URL
-	t.Setenv("OPENAI_BASE_URL", "http://"+llmUser+":"+llmPass+"@"+model+"/v1?api-key="+llmQuery)
+	t.Setenv("OPENAI_BASE_URL", "http://"+llmUser+":"+llmPass+"@"+model+"/v1?api-key="+llmQuery+"&token="+llmRawQ)
 	t.Setenv("OPENAI_API_KEY", llmKey)
 	db := ":memory:"
 	if os.Getenv(testdb.EnvPostgresDSN) != "" {
