@@ -14,7 +14,7 @@
 // Flags and their environment variables:
 //
 //	-addr         EMBED_ADDR         listen address (127.0.0.1:8080)
-//	-db           EMBED_DB           SQLite path, :memory:, or postgres:// DSN (embed.db)
+//	-db           EMBED_DB           SQLite path, :memory:, or PostgreSQL DSN (embed.db)
 //	-config       EMBED_CONFIG       bootstrap JSON file (built-in demo)
 //	-dev          EMBED_DEV          development mode: thinking is streamed (false)
 //	-agent-delay  EMBED_AGENT_DELAY  pause of the demo agent between pieces (15ms)
@@ -40,6 +40,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -111,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.addr, "addr", envOr("EMBED_ADDR", "127.0.0.1:8080"), "listen address (env EMBED_ADDR)")
-	fs.StringVar(&o.db, "db", envOr("EMBED_DB", "embed.db"), "SQLite file path, :memory:, or a postgres:// DSN (env EMBED_DB)")
+	fs.StringVar(&o.db, "db", envOr("EMBED_DB", "embed.db"), "SQLite file path, :memory:, or a PostgreSQL DSN: postgres://... or key=value (env EMBED_DB)")
 	fs.StringVar(&o.config, "config", envOr("EMBED_CONFIG", ""), "bootstrap JSON file; empty for the built-in demo (env EMBED_CONFIG)")
 	dev, err := strconv.ParseBool(envOr("EMBED_DEV", "false"))
 	if err != nil {
@@ -178,6 +179,10 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	// output, nor the error returned (see secrets.go).
 	sc := &scrubber{}
 	sc.add(envSecrets()...)
+	// The demo's lines are constants and the listen address, which hold
+	// no secret: written as they are, they stay whole when a short secret
+	// is also a word of theirs ("admin").
+	plain := stdout
 	stdout, stderr = sc.writer(stdout), sc.writer(stderr)
 	defer func() { err = sc.scrubErr(err) }()
 
@@ -298,8 +303,8 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 		fmt.Fprintf(stdout, "chat turns shared with the other replicas on this database (replica %s)\n", cluster.ReplicaID())
 	}
 	if o.config == "" {
-		fmt.Fprintln(stdout, "demo account \"acme\": admin API key sk-acme-admin, user API key sk-acme-user")
-		fmt.Fprintln(stdout, "try: curl -s -X POST http://"+ln.Addr().String()+"/api/v1/embed/generate-session -H 'Authorization: Api-Key sk-acme-admin' -H 'Content-Type: application/json' -d '{\"deploymentId\":1,\"externalId\":\"jane\"}'")
+		fmt.Fprintln(plain, "demo account \"acme\": admin API key sk-acme-admin, user API key sk-acme-user")
+		fmt.Fprintln(plain, "try: curl -s -X POST http://"+ln.Addr().String()+"/api/v1/embed/generate-session -H 'Authorization: Api-Key sk-acme-admin' -H 'Content-Type: application/json' -d '{\"deploymentId\":1,\"externalId\":\"jane\"}'")
 	}
 
 	serveErr := make(chan error, 1)
@@ -362,22 +367,13 @@ func plural(n int, thing string) string {
 
 // isPostgres reports whether db is a PostgreSQL DSN (see openStore).
 func isPostgres(db string) bool {
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-		return true
-	}
-	// A key=value DSN, which may name no host (PGHOST, the default socket).
-	for f := range strings.FieldsSeq(db) {
-		if k, _, ok := strings.Cut(f, "="); ok && pgKeywords[k] {
-			return true
-		}
-	}
-	return false
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || pgKeyValue.MatchString(db)
 }
 
-// pgKeywords are the keywords of a key=value PostgreSQL DSN that tell it
-// from a SQLite path.
-var pgKeywords = map[string]bool{"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true,
-	"password": true, "passfile": true, "sslmode": true, "service": true, "connect_timeout": true}
+// pgKeyValue matches a key=value PostgreSQL DSN, which may name no host
+// (PGHOST, the default socket), by a keyword of libpq's (spaces around
+// "=" allowed, as libpq allows them).
+var pgKeyValue = regexp.MustCompile(`(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|sslmode|service|connect_timeout)\s*=`)
 
 // allowedMethods lists the methods that router serves at req's path, for
 // the Allow header of a 405.

@@ -228,15 +228,39 @@ func TestScrubberLeavesWords(t *testing.T) {
 }
 
 // TestPrintedKeysSurviveShortSecrets: with a model endpoint whose user
-// name is an everyday word, the server still prints the demo's API keys
-// and its curl line as they are.
+// name is an everyday word, the server still prints the demo's lines (its
+// API keys, its curl line) as they are.
 func TestPrintedKeysSurviveShortSecrets(t *testing.T) {
 	t.Setenv("OPENAI_BASE_URL", "http://admin@"+closedAddr(t)+"/v1")
 	t.Setenv("OPENAI_API_KEY", "")
 	s := startServer(t, "-db", ":memory:", "-agent", "llm", "-llm-model", "m")
 	s.shutdown(t)
 	out := s.output.String()
-	if !strings.Contains(out, "Api-Key sk-acme-admin") || !strings.Contains(out, "sk-acme-user") {
-		t.Errorf("the demo's keys are not printed as they are:\n%s", out)
+	if !strings.Contains(out, `demo account "acme": admin API key sk-acme-admin, user API key sk-acme-user`+"\n") ||
+		!strings.Contains(out, "Api-Key sk-acme-admin") {
+		t.Errorf("the demo's lines are not printed as they are:\n%s", out)
+	}
+}
+
+// TestIsPostgres: a key=value DSN is PostgreSQL with or without host=
+// and with spaces around "=", as libpq reads it; SQLite paths stay SQLite.
+func TestIsPostgres(t *testing.T) {
+	for db, want := range map[string]bool{
+		"postgres://u@h/db":                      true,
+		"postgresql://u@h/db":                    true,
+		"host=h dbname=db":                       true,
+		"dbname=db user=u password=p":            true,
+		"host = 127.0.0.1 user = u password = p": true,
+		"port=5433 sslmode=disable":              true,
+		"embed.db":                               false,
+		":memory:":                               false,
+		"file:embed.db?mode=rwc&cache=shared":    false,
+		"/tmp/my data/embed.db":                  false,
+		"/var/lib/embedkit/passport=1/embed.db":  false,
+		"./reports/hosting/embed.db":             false,
+	} {
+		if got := isPostgres(db); got != want {
+			t.Errorf("isPostgres(%q) = %v, want %v", db, got, want)
+		}
 	}
 }

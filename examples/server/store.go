@@ -6,8 +6,8 @@ import (
 	"github.com/embedkit/embedkit/store/gormstore/sqlite"
 )
 
-// openStore opens the store named by -db: PostgreSQL for a postgres:// DSN
-// (or one with host=), otherwise a SQLite file or :memory:.
+// openStore opens the store named by -db: PostgreSQL for a PostgreSQL DSN
+// (see isPostgres), otherwise a SQLite file or :memory:.
 func openStore(db string) (*gormstore.Store, error) {
 	if isPostgres(db) {
 		return postgres.Open(db)
