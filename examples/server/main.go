@@ -285,6 +285,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store") // a cached "ok" would hide a server that is down
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
 	}).Methods(http.MethodGet, http.MethodHead)
 

@@ -135,6 +135,9 @@ func TestServerContract(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("Cache-Control %q, want no-store", cc)
+		}
 		if resp, _ := do(t, c, http.MethodHead, s.base+"/healthz", "", nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("HEAD: status %d", resp.StatusCode)
 		}
