@@ -222,8 +222,8 @@ func pgHost(host string, port uint16) string {
 // values of its query (an endpoint's ?api-key=, a DSN's ?password=), also
 // as written (see rawUserinfo).
 func urlSecrets(raw string) []string {
-	out := rawUserinfo(raw)
 	u, err := url.Parse(raw)
+	out := rawUserinfo(raw, err == nil)
 	if err != nil {
 		return out
 	}
@@ -234,20 +234,20 @@ func urlSecrets(raw string) []string {
 			out = append(out, u.User.Username()) // a token as the user name
 		}
 	}
-	for k, vs := range u.Query() {
+	// Each value decoded and as written (%7E for ~, lower-case hex): the
+	// start-up log and the usage print the URL so.
+	for kv := range strings.SplitSeq(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if dk, err := url.QueryUnescape(k); err == nil {
+			k = dk
+		}
 		if strings.HasPrefix(u.Scheme, "postgres") && !strings.Contains(strings.ToLower(k), "password") {
 			continue // sslmode, search_path: settings, not secrets
 		}
-		out = append(out, vs...)
-	}
-	// The values also as written (%7E for ~, lower-case hex): the start-up
-	// log and the usage print the URL so.
-	for kv := range strings.SplitSeq(u.RawQuery, "&") {
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(u.Scheme, "postgres") && !strings.Contains(strings.ToLower(k), "password") {
-			continue
-		}
 		out = append(out, v)
+		if dv, err := url.QueryUnescape(v); err == nil {
+			out = append(out, dv)
+		}
 	}
 	return out
 }
@@ -257,10 +257,11 @@ func urlSecrets(raw string) []string {
 // a password): the text between "://" and the last "@" and its part
 // after the first ":" (a user name alone, only outside PostgreSQL, where
 // it may be a token), and those cut at the first "#", "/" or "?", where a
-// parser stops and quotes what came before.
-func rawUserinfo(raw string) []string {
+// parser stops and quotes what came before. parses tells whether raw
+// parses as a URL.
+func rawUserinfo(raw string, parses bool) []string {
 	_, rest, ok := strings.Cut(raw, "://")
-	if _, err := url.Parse(raw); err == nil {
+	if parses {
 		// An "@" of the query (user=a@b) is not the userinfo's; in a URL
 		// that does not parse it may be: a "?" in the password.
 		rest, _, _ = strings.Cut(rest, "?")
