@@ -46,19 +46,22 @@ const (
 // mounted.
 type env struct {
 	*apitest.Server
-	proxy   *faulttest.Proxy // nil on SQLite
-	dsn     string           // what the store opened (the proxy's DSN on PostgreSQL)
-	appName string           // application_name of the store's PostgreSQL sessions
-	chat    *chatstream.Handler
-	client  *chatstream.Client
+	proxy      *faulttest.Proxy // nil on SQLite
+	dsn        string           // what the store opened (the proxy's DSN on PostgreSQL)
+	clusterDSN string           // what the cluster opens
+	appName    string           // application_name of the store's PostgreSQL sessions
+	chat       *chatstream.Handler
+	client     *chatstream.Client
 	// loadOK counts load's requests answered 200, as they are.
 	loadOK atomic.Int64
 }
 
 type envOpts struct {
-	backend   string
-	appName   string // PostgreSQL application_name of the store's sessions
-	cluster   bool   // chat turns shared through a pgcluster on the same DSN
+	backend string
+	appName string // PostgreSQL application_name of the store's sessions
+	// cluster shares chat turns through a pgcluster on the same database;
+	// with appName set, its sessions are named appName+"-cluster".
+	cluster   bool
 	agent     chatstream.Agent
 	storeOpts []gormstore.Option
 	chatOpts  []chatstream.Option
@@ -81,7 +84,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 			if dsn, err = faulttest.ProxiedDSN(dsn, e.proxy.Addr()); err != nil {
 				t.Fatal(err)
 			}
+			e.clusterDSN = dsn
 			if o.appName != "" {
+				e.clusterDSN = dsn + "&application_name=" + o.appName + "-cluster"
 				dsn += "&application_name=" + o.appName
 				e.appName = o.appName
 			}
@@ -108,7 +113,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		if o.cluster {
 			ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
 			defer cancel()
-			cl, err := pgcluster.New(ctx, e.dsn, pgcluster.WithLogger(log))
+			cl, err := pgcluster.New(ctx, e.clusterDSN, pgcluster.WithLogger(log))
 			if err != nil {
 				t.Fatalf("pgcluster: %v", err)
 			}

@@ -455,7 +455,7 @@ func TestClusterBlackHoleAtRefusedClaimRollback(t *testing.T) {
 	skipWithoutPostgres(t)
 	e := newEnv(t, envOpts{
 		cluster:   true,
-		appName:   "embedkit-claim-rollback-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		appName:   "embedkit-refused-claim-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		backend:   testdb.Postgres,
 		agent:     testAgent,
 		storeOpts: []gormstore.Option{gormstore.WithQueryTimeout(queryTimeout)},
@@ -464,7 +464,9 @@ func TestClusterBlackHoleAtRefusedClaimRollback(t *testing.T) {
 	settings := &chatstream.SessionSettings{ExternalID: "limited"}
 	e.startStream(t, chatstream.Request{Input: inputLong, ChatID: "long", SessionSettings: settings})
 	defer func() { _ = e.client.Abort(context.WithoutCancel(t.Context()), acct, agentID, "long", *settings) }()
-	e.proxy.BlackHoleOn("rollback")
+	// Only the claim's rollback: the store's connections may roll back
+	// first, and black-holing them would hang the claim's BEGIN instead.
+	e.proxy.BlackHoleOnApp(e.appName+"-cluster", "rollback")
 	start := time.Now()
 	_, err := collect(t, e, chatstream.Request{Input: "q", ChatID: "second", SessionSettings: settings})
 	took := time.Since(start)

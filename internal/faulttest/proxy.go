@@ -70,16 +70,24 @@ type Proxy struct {
 	held   map[net.Conn]struct{} // connections accepted while black-holing
 	closed bool
 	// trigger, when set, switches to BlackHole as soon as a client sends
-	// bytes containing it (those bytes are dropped too).
-	trigger []byte
-	wg      sync.WaitGroup
+	// bytes containing it (those bytes are dropped too); with triggerApp
+	// set, only a client whose startup message names that application.
+	trigger    []byte
+	triggerApp []byte
+	wg         sync.WaitGroup
 }
 
 // pair is one proxied connection.
 type pair struct {
 	client, server net.Conn
 	silent         bool // guarded by Proxy.mu: bytes are dropped, not forwarded
+	// head is the start of what the client sent (its startup message, which
+	// names its application), kept for BlackHoleOnApp; guarded by Proxy.mu.
+	head []byte
 }
+
+// headSize bounds pair.head: a startup message is a few hundred bytes.
+const headSize = 2 << 10
 
 // NewProxy starts a proxy to target (host:port) on 127.0.0.1:0 in
 // [Forward] mode; it is closed in t.Cleanup.
@@ -132,13 +140,25 @@ func (p *Proxy) BlackHole() {
 }
 
 // BlackHoleOn arms a trigger: the first time a client sends bytes that
-// contain pattern in any case (for example a statement's text, such as "ROLLBACK"), the
+// contain pattern in any case (for example a statement's text, such as
+// "ROLLBACK"; a connection's startup message is not matched), the
 // proxy switches to [BlackHole] before forwarding them, so the fault hits
 // exactly that statement. [Proxy.Restore] disarms it.
 func (p *Proxy) BlackHoleOn(pattern string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.trigger, p.triggerApp = bytes.ToUpper([]byte(pattern)), nil
+}
+
+// BlackHoleOnApp is [Proxy.BlackHoleOn] for the connections of one client
+// only: those whose startup message sets application_name to app (the
+// same bytes from another pool's connection pass). When several pools
+// share the proxy, this binds the fault to one pool's statement.
+func (p *Proxy) BlackHoleOnApp(app, pattern string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.trigger = bytes.ToUpper([]byte(pattern))
+	p.triggerApp = []byte("application_name\x00" + app + "\x00")
 }
 
 // Restore switches back to [Forward]. Connections left over from a black
@@ -153,7 +173,7 @@ func (p *Proxy) Restore() error {
 	}
 	prev := p.mode
 	p.mode = Forward
-	p.trigger = nil
+	p.trigger, p.triggerApp = nil, nil
 	switch prev {
 	case BlackHole:
 		for c := range p.conns {
@@ -291,8 +311,15 @@ func (p *Proxy) pipe(pr *pair, src, dst net.Conn, fromClient bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			if fromClient && p.trigger != nil && bytes.Contains(bytes.ToUpper(buf[:n]), p.trigger) {
-				p.trigger = nil
+			// The first read is the startup message, not a statement: its
+			// names (an application's, a database's) are not matched.
+			started := len(pr.head) > 0
+			if fromClient && len(pr.head) < headSize {
+				pr.head = append(pr.head, buf[:min(n, headSize-len(pr.head))]...)
+			}
+			if fromClient && started && p.trigger != nil && bytes.Contains(bytes.ToUpper(buf[:n]), p.trigger) &&
+				(p.triggerApp == nil || bytes.Contains(pr.head, p.triggerApp)) {
+				p.trigger, p.triggerApp = nil, nil
 				p.mode = BlackHole
 				for c := range p.conns {
 					c.silent = true

@@ -123,3 +123,53 @@ func TestProxiedDSN(t *testing.T) {
 		}
 	}
 }
+
+// echo sends line on c and reads it back within d.
+func echo(c net.Conn, line string, d time.Duration) error {
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
+		return err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != line+"\n" {
+		return errors.New("echo answered " + got)
+	}
+	return nil
+}
+
+// TestProxyBlackHoleOnApp: a trigger bound to one application fires on
+// that application's statement only; another connection sending the same
+// bytes first, or a new connection whose startup message holds them, is
+// forwarded.
+func TestProxyBlackHoleOnApp(t *testing.T) {
+	p := faulttest.NewProxy(t, echoServer(t))
+	startup := func(app string) string { return "startup application_name\x00" + app + "\x00 " }
+	other, claim := dial(t, p.Addr()), dial(t, p.Addr())
+	if err := echo(other, startup("store"), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(claim, startup("store-cluster"), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.BlackHoleOnApp("store-cluster", "rollback")
+	// A connection's startup message is not matched, even when it names
+	// the pattern.
+	if err := echo(dial(t, p.Addr()), startup("store-cluster")+"rollback", 2*time.Second); err != nil {
+		t.Fatalf("a startup message naming the pattern: %v, want it forwarded", err)
+	}
+	if err := echo(other, "ROLLBACK", 2*time.Second); err != nil {
+		t.Fatalf("another application's rollback: %v, want it forwarded", err)
+	}
+	if m := p.Mode(); m != faulttest.Forward {
+		t.Fatalf("mode after another application's rollback: %v, want forward", m)
+	}
+	if err := echo(claim, "rollback", 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the bound application's rollback: %v, want a timeout", err)
+	}
+	if m := p.Mode(); m != faulttest.BlackHole {
+		t.Errorf("mode after the bound application's rollback: %v, want black-hole", m)
+	}
+}
