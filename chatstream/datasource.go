@@ -18,7 +18,9 @@ type DataSource interface {
 	// (the source's own default when timeout is zero). It returns once the
 	// first row is ready or the query has failed. A query that is refused,
 	// invalid, names an unknown branch or runs out of time fails with a
-	// *[QueryError]; any other error is the source's own fault. The caller
+	// *[QueryError] (or with ctx.Err() itself, unwrapped, once ctx's
+	// deadline has passed); any other error is the source's own fault,
+	// answered 503 by the data query API. The caller
 	// reads the rows with Next and Values and must Close them; Close stops
 	// the query at once.
 	QueryData(ctx context.Context, t Turn, sqlQuery string, timeout time.Duration) (DataRows, error)

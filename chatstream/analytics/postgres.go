@@ -548,30 +548,35 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 		return nil, t.ctxOr(ctx, err)
 	}
 	c := &pgCursor{t: t, conn: conn, pc: pc, ctx: ctx, cancel: cancel, timeout: timeout}
-	fail := func(err error) (cursor, error) {
-		err = c.translate(err, true)
+	// Until the query is sent, a failure is the database's, whatever the
+	// time: running out of it while connecting or opening the transaction
+	// means the database did not answer (503 at the data query API), not
+	// that the query ran long.
+	setupFailed := func(err error) (cursor, error) {
 		c.close()
-		return nil, err
+		return nil, t.ctxOr(ctx, fmt.Errorf("analytics: PostgreSQL: %w", err))
 	}
 	if _, err := pc.Exec(ctx, "BEGIN"); err != nil {
-		return fail(err)
+		return setupFailed(err)
 	}
 	c.inTx = true
 	// Sent as a parameter whatever the pool's default_query_exec_mode: in
 	// the simple protocol pgx would write the values into the statement's
 	// text, which pg_stat_activity shows every session of the reader.
 	if _, err := pc.Exec(ctx, fmt.Sprintf("SELECT %s.embedkit_begin($1::jsonb)", quoteIdent(t.pg.cfg.Schema)), pgx.QueryExecModeExec, accessJSON(a)); err != nil {
-		return fail(err)
+		return setupFailed(err)
 	}
 	ms := max(timeout.Milliseconds(), 1)
 	if _, err := pc.Exec(ctx, fmt.Sprintf("SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = %d; SET LOCAL search_path = %s, pg_catalog",
 		ms, quoteIdent(t.pg.cfg.Schema))); err != nil {
-		return fail(err)
+		return setupFailed(err)
 	}
 	sd, err := pc.PgConn().Prepare(ctx, "", q, nil)
 	switch {
 	case err != nil:
-		return fail(err)
+		err = c.translate(err, true)
+		c.close()
+		return nil, err
 	case len(sd.Fields) == 0:
 		c.close()
 		return nil, toolErr("only a single read-only SELECT statement is allowed")
