@@ -190,7 +190,7 @@ func (t *txn) updateUser(ctx context.Context, u *upsertUser, persist bool, where
 		return db.Raw(`WITH u AS (UPDATE embedkit_users ? WHERE ? RETURNING *), s AS (INSERT INTO embedkit_sessions (hash, account_id,
 			user_id, deployment_id, embed_tenant_id, embed_tenant_name, creator_mode, created_at, expires_at, key_hash)
 			SELECT ?, u.account_id, u.id, ?, ?, ?, ?, ?, ?, ? FROM u) SELECT * FROM u`, clause.Assignments(set), where, ns.Hash, ns.Session.DeploymentID, ns.Session.EmbedTenantID, ns.Session.EmbedTenantName,
-			ns.Session.CreatorMode, nowOr(ns.Session.CreatedAt).UnixNano(), ns.Session.ExpiresAt.UnixNano(), keyHash(ns.Session.KeyHash)).Scan(&row)
+			ns.Session.CreatorMode, nowOr(ns.Session.CreatedAt).UnixNano(), ns.Session.ExpiresAt.UnixNano(), keyHash(ns.Session.KeyHash)).Find(&row)
 	})
 	if n > 0 {
 		u.out = row.user()
@@ -283,7 +283,7 @@ func (t *txn) UserByID(ctx context.Context, id int64, now time.Time) (store.User
 func (t *txn) UserData(ctx context.Context, userID int64, s store.Scope) (store.UserData, error) {
 	var rows []catalogRow
 	_, err := t.do(ctx, "user data", func(db *gorm.DB) *gorm.DB {
-		return primary(db).Raw(userData[t.s.pg], userID, s.AccountID, s.EmbedTenantID, strconv.FormatInt(s.EmbedTenantID, 10), userID, s.AccountID, s.EmbedTenantID).Scan(&rows)
+		return primary(db).Raw(userData[t.s.pg], userID, s.AccountID, s.EmbedTenantID, strconv.FormatInt(s.EmbedTenantID, 10), userID, s.AccountID, s.EmbedTenantID).Find(&rows)
 	})
 	var out store.UserData
 	for _, r := range rows {
