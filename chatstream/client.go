@@ -325,14 +325,16 @@ func decimalOf(s string) decimal {
 }
 
 // dataValue turns a decoded JSON value into the type DataRows.Values
-// gives: json.Number into int64 when it is a whole number that fits, else
+// gives: json.Number into int64 when it is a whole number that fits (but
+// -0, a float64's negative zero), else
 // float64 when that keeps every digit (0.1 does: the shortest decimal of
 // the float64 is the text's number), else the json.Number itself (such
 // as PostgreSQL's numeric with more digits than a float64 holds).
 func dataValue(v any, numeric bool) any {
 	switch x := v.(type) {
 	case json.Number:
-		if i, err := x.Int64(); err == nil {
+		// -0 is a float64's: an int64 has no negative zero.
+		if i, err := x.Int64(); err == nil && (i != 0 || x[0] != '-') {
 			return i
 		}
 		f, err := x.Float64()

@@ -163,11 +163,11 @@ func FuzzDataValues(f *testing.F) {
 }
 
 // TestDataValueNumbers: the client gives an int64 for a whole number that
-// fits, a float64 when that keeps every digit, and the json.Number
+// fits (-0 is a float64's), a float64 when that keeps every digit, and the json.Number
 // otherwise, deciding without arithmetic on huge exponents.
 func TestDataValueNumbers(t *testing.T) {
 	for in, want := range map[string]any{
-		"7": int64(7), "-0": int64(0), "0.1": 0.1, "64188.60": 64188.6, "1e-7": 1e-7, "1E+21": 1e21, "-2.5e-3": -0.0025,
+		"7": int64(7), "-0": math.Copysign(0, -1), "0.1": 0.1, "64188.60": 64188.6, "1e-7": 1e-7, "1E+21": 1e21, "-2.5e-3": -0.0025,
 		"9007199254740993.5":                 json.Number("9007199254740993.5"),
 		"123456789012345678901234567890.120": json.Number("123456789012345678901234567890.120"),
 		"1e-999999":                          json.Number("1e-999999"),
@@ -181,9 +181,9 @@ func TestDataValueNumbers(t *testing.T) {
 }
 
 // FuzzDataValueFloat: every float64, written as JSON writes it, comes
-// back as itself.
+// back as itself, negative zero included.
 func FuzzDataValueFloat(f *testing.F) {
-	for _, x := range []float64{0, 0.1, 1.5, -2.25e-300, math.MaxFloat64, 5e-324, 1e21, 123456.789} {
+	for _, x := range []float64{0, math.Copysign(0, -1), 0.1, 1.5, -2.25e-300, math.MaxFloat64, 5e-324, 1e21, 123456.789} {
 		f.Add(x)
 	}
 	f.Fuzz(func(t *testing.T, x float64) {
@@ -194,11 +194,11 @@ func FuzzDataValueFloat(f *testing.F) {
 		got := dataValue(json.Number(text), true)
 		switch g := got.(type) {
 		case int64:
-			if float64(g) != x {
+			if float64(g) != x || (x == 0 && math.Signbit(x)) {
 				t.Fatalf("%s: int64 %d, want %v", text, g, x)
 			}
 		case float64:
-			if g != x {
+			if g != x || math.Signbit(g) != math.Signbit(x) {
 				t.Fatalf("%s: %v, want %v", text, g, x)
 			}
 		default:
