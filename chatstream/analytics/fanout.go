@@ -31,6 +31,11 @@ func compileCopies(q string, views map[string]bool) (ctes, viewCopies float64) {
 	count := map[string]int{}
 	defined := map[string]int{} // definitions per name
 	refs := 0
+	// Parentheses are punctuation, never a quoted name that reads the
+	// same (")" or [)] as a column's name): taking one for the other would
+	// skip a definition and underestimate. A keyword quoted is matched
+	// too, which only adds definitions.
+	punct := func(j int, s string) bool { return j < len(toks) && !toks[j].name && toks[j].text == s }
 	for i, t := range toks {
 		if !t.name {
 			continue
@@ -40,8 +45,8 @@ func compileCopies(q string, views map[string]bool) (ctes, viewCopies float64) {
 			refs++
 		}
 		j := i + 1
-		if j < len(toks) && toks[j].text == "(" {
-			for j < len(toks) && toks[j].text != ")" {
+		if punct(j, "(") {
+			for j < len(toks) && !punct(j, ")") {
 				j++
 			}
 			j++
@@ -54,7 +59,7 @@ func compileCopies(q string, views map[string]bool) (ctes, viewCopies float64) {
 			if j < len(toks) && toks[j].text == "materialized" {
 				j++
 			}
-			if j < len(toks) && toks[j].text == "(" {
+			if punct(j, "(") {
 				defined[t.text]++
 			}
 		}

@@ -38,6 +38,17 @@ func TestCompileCopies(t *testing.T) {
 	if c, _ := compileCopies(b.String(), views); c <= maxCTECopies {
 		t.Errorf("a chain of 19 doubling links: %v copies", c)
 	}
+	// Columns named as parentheses, in every quoting, hide no link.
+	for _, col := range []string{`")"`, `[)]`, `')'`, "`)`", `"("`, `"(x"`} {
+		b.Reset()
+		b.WriteString("WITH a0(" + col + ") AS (SELECT 1)")
+		for i := 1; i <= 19; i++ {
+			b.WriteString(strings.NewReplacer("{n}", strconv.Itoa(i), "{p}", strconv.Itoa(i-1), "{c}", col).Replace(", a{n}({c}) AS NOT MATERIALIZED (SELECT x.{c} FROM a{p} x, a{p} y)"))
+		}
+		if c, _ := compileCopies(b.String(), views); c <= maxCTECopies {
+			t.Errorf("a chain of 19 doubling links with columns named %s: %v copies", col, c)
+		}
+	}
 	// Two names defined again and again in nested WITHs, each level
 	// reading the one before three times: 3^8 copies of the first.
 	if c, _ := compileCopies(nestedRedefinitions(8), views); c < 6561 {

@@ -147,6 +147,20 @@ func TestRedteamCompileCost(t *testing.T) {
 			}
 		}
 	}
+	// A column list whose names read as parentheses hides no link.
+	for _, col := range []string{`")"`, "[)]", "')'", "`)`", `"("`} {
+		q := "WITH a0(" + col + ") AS (SELECT 1)"
+		for i := 1; i <= 19; i++ {
+			q += fmt.Sprintf(", a%d(%s) AS NOT MATERIALIZED (SELECT x.%s FROM a%d x, a%d y)", i, col, col, i-1, i-1)
+		}
+		q += " SELECT count(*) FROM a19"
+		start := time.Now()
+		_, err := run(t, tool, german, q)
+		toolError(t, q, err, "too complex")
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Errorf("%s: refused after %v", q, took)
+		}
+	}
 	if res, err := run(t, tool, german, fanOut(6, func(i int) string { return fmt.Sprintf("a%d", i) }, "SELECT * FROM customers WHERE id = 1")); err != nil || res.Data[0][0] != int64(1) {
 		t.Errorf("2^6 copies: %v %v, want 1", res, err)
 	}
