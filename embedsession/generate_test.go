@@ -137,6 +137,7 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "attribute without name", body: body("keeper", obj{"userAttributes": []any{obj{"value": "x"}}}), status: 400, msg: "name"},
 			{name: "attribute without value", body: body("keeper", obj{"userAttributes": []any{obj{"name": "country"}}}), status: 400, msg: "value is required"},
 			{name: "string attribute given a number", body: body("keeper", obj{"userAttributes": attrs("country", 5)}), status: 400, msg: "country"},
+			{name: "a number past float64", body: `{"deploymentId":1,"externalId":"keeper","userAttributes":[{"name":"country","value":"DE"},{"name":"region_ids","value":1e400}]}`, status: 400, msg: "userAttributes[1].value must be a number a 64-bit float can hold (at most 1.7976931348623157e308 in magnitude)", exact: true},
 			{name: "a number no database stores as sent", body: `{"deploymentId":1,"externalId":"keeper","userAttributes":[{"name":"region_ids","value":[1e-20000]}]}`, status: 400, msg: "userAttributes[0].value[0] must be a number of at most 64 characters, with an exponent of at most 400 in magnitude", exact: true},
 			{name: "number_array attribute given strings", body: body("keeper", obj{"userAttributes": attrs("region_ids", []string{"a"})}), status: 400, msg: "region_ids"},
 			{name: "number_array attribute given a number", body: body("keeper", obj{"userAttributes": attrs("region_ids", 1)}), status: 400, msg: "region_ids"},

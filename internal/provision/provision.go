@@ -429,12 +429,9 @@ func valueKind(v json.RawMessage) (store.AttributeType, error) {
 	case '{', 't', 'f':
 		return "", errBadValue
 	default:
-		// A JSON number that fits a float64 (what decoding into a float64
-		// accepts).
+		// A JSON number; whether a float64 holds it is valueOverLimit's
+		// to say, with its own message.
 		if !json.Valid(v) {
-			return "", errBadValue
-		}
-		if _, err := strconv.ParseFloat(s, 64); err != nil {
 			return "", errBadValue
 		}
 		return store.TypeNumber, nil
@@ -477,32 +474,40 @@ func valueOverLimit(v json.RawMessage) (field, limit string) {
 				if json.Unmarshal(x, &item) == nil && tooLong(item, MaxStringValue) {
 					return fmt.Sprintf("[%d]", i), fmt.Sprintf("must be at most %d characters", MaxStringValue)
 				}
-			case badNumber(string(x)):
-				return fmt.Sprintf("[%d]", i), numberLimit
+			default:
+				if limit := numberOverLimit(string(x)); limit != "" {
+					return fmt.Sprintf("[%d]", i), limit
+				}
 			}
 		}
+	case 'n': // null
 	default:
-		if badNumber(s) {
-			return "", numberLimit
-		}
+		return "", numberOverLimit(s)
 	}
 	return "", ""
 }
 
-var numberLimit = fmt.Sprintf("must be a number of at most %d characters, with an exponent of at most %d in magnitude", MaxNumber, MaxExponent)
+var (
+	numberLimit = fmt.Sprintf("must be a number of at most %d characters, with an exponent of at most %d in magnitude", MaxNumber, MaxExponent)
+	floatLimit  = "must be a number a 64-bit float can hold (at most 1.7976931348623157e308 in magnitude)"
+)
 
-// badNumber reports whether n, a JSON number, is over MaxNumber or
-// MaxExponent.
-func badNumber(n string) bool {
+// numberOverLimit returns what n, a JSON number, must be when it is over
+// MaxNumber or MaxExponent, or beyond a float64 (1e400); "" when it is
+// within them.
+func numberOverLimit(n string) string {
 	if len(n) > MaxNumber {
-		return true
+		return numberLimit
 	}
-	i := strings.IndexAny(n, "eE")
-	if i < 0 {
-		return false
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		if e, err := strconv.Atoi(n[i+1:]); err != nil || e > MaxExponent || e < -MaxExponent {
+			return numberLimit
+		}
 	}
-	e, err := strconv.Atoi(n[i+1:])
-	return err != nil || e > MaxExponent || e < -MaxExponent
+	if _, err := strconv.ParseFloat(n, 64); err != nil {
+		return floatLimit
+	}
+	return ""
 }
 
 func fits(kind, def store.AttributeType) bool {
