@@ -259,7 +259,11 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	reaper.Start()
 	defer reaper.Close() // on an error below, before the store closes; at the end, again (it does nothing)
 
-	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/" or be a dot segment
+	// UseEncodedPath: an externalId may hold "/" or be a dot segment.
+	// SkipClean: a path with "//", "/./" or "/../" matches no route and is a
+	// JSON 404 like any other, not a 301 with an empty body to another path
+	// (DELETE .../users/a/../b is not a request about user b).
+	r := mux.NewRouter().UseEncodedPath().SkipClean(true)
 	// Unmatched paths and methods answer JSON errors like every endpoint.
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))

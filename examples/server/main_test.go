@@ -322,6 +322,19 @@ func TestServerWithConfigFile(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"error"`) {
 		t.Errorf("unknown route: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
+	// So do paths that are not clean, rather than a redirect elsewhere.
+	for _, rq := range []struct{ method, path string }{
+		{http.MethodPost, "/api/v1/embed//generate-session"},
+		{http.MethodPost, "/api/v1/embed/./generate-session"},
+		{http.MethodGet, "/api/v1/embed-tenants//groups"},
+		{http.MethodDelete, "/api/v1/embed/users/ua/../ub"},
+	} {
+		resp, b := do(t, c, rq.method, s.base+rq.path, "sk-initech", nil)
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" ||
+			string(b) != `{"error":"no such endpoint: `+rq.method+" "+rq.path+`"}`+"\n" {
+			t.Errorf("%s %s: %d %q %s, want a JSON 404", rq.method, rq.path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+	}
 	resp, _ = do(t, c, http.MethodGet, s.base+"/api/v1/embed/generate-session", "", nil)
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
 		t.Errorf("wrong method: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
