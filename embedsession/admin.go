@@ -84,8 +84,9 @@ func (h *Handler) tenantScope(ctx context.Context, r *http.Request) (store.Scope
 
 // pageParams parses ?first= and ?after=, strictly: a value that does not
 // decode is refused, not dropped (url.Values would drop the pair, and a
-// page the client did not ask for would come back). Other parameters are
-// ignored; of a repeated one the first counts.
+// page the client did not ask for would come back), and so is first or
+// after given twice (which would the client mean?). Other parameters are
+// ignored.
 func pageParams(r *http.Request) (first int, afterID int64, err error) {
 	first = DefaultPageSize
 	var seenFirst, seenAfter bool
@@ -97,14 +98,16 @@ func pageParams(r *http.Request) (first int, afterID int64, err error) {
 		case pair == "":
 		case kerr != nil:
 			return 0, 0, wire.BadRequest("the query string is not valid: %q", k)
-		case key == "first" && !seenFirst:
+		case (key == "first" && seenFirst) || (key == "after" && seenAfter):
+			return 0, 0, wire.BadRequest("%s must appear at most once in the query string", key)
+		case key == "first":
 			seenFirst = true
 			n, err := strconv.Atoi(val)
 			if verr != nil || err != nil || n < 1 || n > MaxPageSize {
 				return 0, 0, wire.BadRequest("first must be a whole number from 1 to %d", MaxPageSize)
 			}
 			first = n
-		case key == "after" && !seenAfter:
+		case key == "after":
 			seenAfter = true
 			if verr == nil {
 				afterID, err = decodeCursor(val)

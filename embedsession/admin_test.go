@@ -145,6 +145,9 @@ func TestAdminList(t *testing.T) {
 			// Pairs url.Values would drop: refused, not ignored.
 			{"first with a semicolon", "first=5000;x=1"}, {"first badly escaped", "first=%zz"}, {"first=0 badly escaped", "first=0%"},
 			{"after with a semicolon", "after=djE6NA;"}, {"after badly escaped", "after=%zz"}, {"key badly escaped", "%zz=1"},
+			// Given twice: which one would the client mean?
+			{"first twice", "first=1&first=2"}, {"first twice, the same", "first=5&x=1&first=5"}, {"first twice, escaped", "first=1&%66irst=2"},
+			{"after twice", "after=djE6NA&after=djE6NA"},
 		} {
 			t.Run("bad parameter "+c.name+" is 400", func(t *testing.T) {
 				for _, kind := range []string{"groups", "user-attributes"} {
