@@ -2,9 +2,12 @@ package telemetry
 
 import (
 	"context"
+	"encoding"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strings"
 )
 
@@ -186,9 +189,37 @@ func attrDirty(a slog.Attr) bool {
 		}
 		return false
 	case slog.KindAny:
-		return containsParam(fmt.Sprint(v.Any()))
+		_, dirty := dirtyText(v.Any())
+		return dirty
 	}
 	return false
+}
+
+// dirtyText returns the first text that a handler may write for v and
+// that holds a sessionId parameter: fmt's (the text handler's for most
+// values), a byte slice's bytes (the text handler writes them as a
+// string, the JSON handler base64-encodes them, a json.RawMessage goes
+// verbatim), MarshalText's and MarshalJSON's.
+func dirtyText(v any) (string, bool) {
+	if s := fmt.Sprint(v); containsParam(s) {
+		return s, true
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8 {
+		if s := string(rv.Bytes()); containsParam(s) {
+			return s, true
+		}
+	}
+	if m, ok := v.(encoding.TextMarshaler); ok {
+		if b, err := m.MarshalText(); err == nil && containsParam(string(b)) {
+			return string(b), true
+		}
+	}
+	if m, ok := v.(json.Marshaler); ok {
+		if b, err := m.MarshalJSON(); err == nil && containsParam(string(b)) {
+			return string(b), true
+		}
+	}
+	return "", false
 }
 
 func redactAttr(a slog.Attr) slog.Attr {
@@ -204,7 +235,7 @@ func redactAttr(a slog.Attr) slog.Attr {
 		}
 		return slog.Attr{Key: a.Key, Value: slog.GroupValue(clean...)}
 	case slog.KindAny:
-		if s := fmt.Sprint(v.Any()); containsParam(s) {
+		if s, dirty := dirtyText(v.Any()); dirty {
 			return slog.String(a.Key, RedactSessionID(s))
 		}
 	}

@@ -2,6 +2,8 @@ package telemetry_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/url"
@@ -112,6 +114,43 @@ func FuzzRedactThenParse(f *testing.F) {
 type stringer string
 
 func (s stringer) String() string { return string(s) }
+
+type textMarshaler string
+
+func (s textMarshaler) MarshalText() ([]byte, error) { return []byte(s), nil }
+
+type jsonMarshaler string
+
+func (s jsonMarshaler) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]string{"u": string(s)})
+}
+
+// TestRedactingHandlerBytes: values a handler writes otherwise than fmt
+// prints them are scrubbed too, with the text handler and the JSON one:
+// a byte slice (written as a string, or base64), a json.RawMessage
+// (verbatim), a TextMarshaler, a json.Marshaler.
+func TestRedactingHandlerBytes(t *testing.T) {
+	for _, h := range []func(*bytes.Buffer) slog.Handler{
+		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+	} {
+		var buf bytes.Buffer
+		log := telemetry.Logger(slog.New(h(&buf)))
+		log.Info("values",
+			"bytes", []byte("/embed/profile?sessionId=bytes1&tab=2"),
+			"raw", json.RawMessage(`{"referer":"https://h/embed?sessionId=raw1"}`),
+			"text", textMarshaler("/x?sessionId=text1"),
+			"json", jsonMarshaler("/x?sessionId=json1"),
+			"clean", []byte("/embed/profile"))
+		out := buf.String()
+		b64 := base64.StdEncoding.EncodeToString([]byte("/embed/profile?sessionId=bytes1&tab=2"))
+		for _, secret := range []string{"bytes1", "raw1", "text1", "json1", b64} {
+			if strings.Contains(out, secret) {
+				t.Errorf("log holds %s: %s", secret, out)
+			}
+		}
+	}
+}
 
 func TestRedactingHandler(t *testing.T) {
 	var buf bytes.Buffer
