@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,14 +179,24 @@ func dbSecrets(db string) []string {
 	if cfg, err := pgconn.ParseConfig(db); err == nil {
 		out = append(out, cfg.Password)
 	}
-	// A key=value DSN the driver cannot parse may still hold a password.
-	for _, f := range strings.Fields(db) {
-		if k, v, ok := strings.Cut(f, "="); ok && strings.Contains(strings.ToLower(k), "password") {
-			out = append(out, strings.Trim(v, `'`))
+	// A key=value DSN the driver cannot parse may still hold a password,
+	// spaces around "=" and a quoted value included (as libpq reads it,
+	// and as written).
+	for _, m := range kvPassword.FindAllStringSubmatch(db, -1) {
+		v := m[1]
+		if q, ok := strings.CutPrefix(v, "'"); ok {
+			q = strings.TrimSuffix(q, "'")
+			out = append(out, q, strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(q))
+			continue
 		}
+		out = append(out, v)
 	}
 	return append(out, os.Getenv("PGPASSWORD"))
 }
+
+// kvPassword finds a password field of a key=value DSN: its value,
+// quoted ('...' with \' and \\ escapes) or up to white space.
+var kvPassword = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)`)
 
 // dbLabel names the database of -db in the server's output: a SQLite path
 // as it is; a PostgreSQL DSN by its host, port and database alone, never

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,11 @@ func TestNoSecretInFailedStart(t *testing.T) {
 		"postgres://postgres:" + pwTilde + "@" + addr + "/test",
 		"postgres://postgres:" + pwQmark + "@" + addr + "/test",
 		"port=" + addr[strings.LastIndex(addr, ":")+1:] + " user=postgres password=" + pwNoHost + " dbname=test sslmode=disable",
+		// DSNs that do not parse, with a password spelt in ways pgx's
+		// message does not hide.
+		"host=127.0.0.1 user=postgres password = " + pwKeyValue + " dbname=test sslmode=bogus",
+		"host=127.0.0.1 user=postgres password= " + pwKeyValue + " dbname=test port=54x32",
+		`host=127.0.0.1 user=postgres password='ab\'` + pwKeyValue + ` x' dbname=test sslmode=bogus`,
 	} {
 		var out bytes.Buffer
 		// A DSN taken for a SQLite path would start a server: it stops
@@ -292,4 +298,22 @@ func FuzzScrubber(f *testing.F) {
 			t.Fatalf("a long secret %q survives inside %q", secret, other)
 		}
 	})
+}
+
+// TestDBSecretsOfDSNsThatDoNotParse: the password of a key=value DSN the
+// driver refuses is still known to the scrubber, however it is spelt.
+func TestDBSecretsOfDSNsThatDoNotParse(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"host=h password = Pw-spaced-1 sslmode=bogus":   "Pw-spaced-1",
+		"host=h password= Pw-spaced-2 port=54x32":       "Pw-spaced-2",
+		"host=h PASSWORD=Pw-upper-3 port=54x32":         "Pw-upper-3",
+		`host=h password='Pw quoted 4' port=54x32`:      "Pw quoted 4",
+		`host=h password='Pw\'escaped 5' port=54x32`:    `Pw'escaped 5`,
+		`host=h sslpassword = Pw-ssl-6 port=54x32`:      "Pw-ssl-6",
+		`host=h password='Pw unterminated 7 port=54x32`: "Pw unterminated 7 port=54x32",
+	} {
+		if got := dbSecrets(dsn); !slices.Contains(got, want) {
+			t.Errorf("dbSecrets(%q) = %q, want %q among them", dsn, got, want)
+		}
+	}
 }

@@ -8,9 +8,13 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	gormpostgres "gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -31,6 +35,14 @@ func PoolSize() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 // connection pool: [gormstore.Store.Close] closes it. GORM logs nothing.
 func Open(dsn string, opts ...gormstore.Option) (*gormstore.Store, error) {
 	db, err := gorm.Open(gormpostgres.Open(dsn), &gorm.Config{SkipDefaultTransaction: true, Logger: logger.Discard})
+	if pe, ok := errors.AsType[*pgconn.ParseConfigError](err); ok {
+		// pgx's message quotes the DSN, hiding only the spellings of a
+		// password it knows ("password = x" is not one): the reason
+		// alone, and not the error, which holds the DSN.
+		bare := *pe
+		bare.ConnString = ""
+		return nil, fmt.Errorf("gormstore/postgres: open: the DSN does not parse: %s", strings.TrimPrefix(bare.Error(), "cannot parse ``: "))
+	}
 	if err != nil {
 		// gorm.Open pings the server: it is unreachable or refuses us.
 		return nil, fmt.Errorf("gormstore/postgres: open: %w: %w", store.ErrUnavailable, err)
