@@ -346,6 +346,23 @@ func TestSession(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a partitioned cookie", func(t *testing.T) {
+		f.addSession("sid-5", now.Add(time.Minute))
+		h := middleware.Session(f, middleware.WithClock(clock), middleware.WithCookieSameSite(http.SameSiteNoneMode),
+			middleware.WithSecureCookie(true), middleware.WithPartitionedCookie(true))(http.HandlerFunc(echo))
+		sc := serve(h, req("/?sessionId=sid-5", "", "")).header.Get("Set-Cookie")
+		for _, want := range []string{"SameSite=None", "Secure", "Partitioned"} {
+			if !strings.Contains(sc, want) {
+				t.Errorf("Set-Cookie = %q, want %q in it", sc, want)
+			}
+		}
+		// Cleared alike: a browser keeps a partitioned cookie apart, and
+		// deletes it only through a Set-Cookie that says Partitioned.
+		bad := serve(h, req("/", "", "not-a-token"))
+		if sc := bad.header.Get("Set-Cookie"); !strings.Contains(sc, "Max-Age=0") || !strings.Contains(sc, "Partitioned") {
+			t.Errorf("clearing Set-Cookie = %q, want Max-Age=0 and Partitioned", sc)
+		}
+	})
 	t.Run("TLS makes the cookie Secure", func(t *testing.T) {
 		f.addSession("sid-3", now.Add(time.Minute))
 		r := req("https://example.test/?sessionId=sid-3", "", "")

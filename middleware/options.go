@@ -71,6 +71,7 @@ type options struct {
 	cookiePath string
 	cookieSite http.SameSite
 	secure     bool
+	partition  bool
 	redirect   bool
 
 	keyCacheTTL  time.Duration
@@ -201,6 +202,17 @@ func WithCookieSameSite(s http.SameSite) SessionOption {
 // request itself came over TLS (r.TLS != nil).
 func WithSecureCookie(secure bool) SessionOption {
 	return sessionOption(func(o *options) { o.secure = secure })
+}
+
+// WithPartitionedCookie marks the token cookie Partitioned (CHIPS): the
+// browser keeps it in a jar of the top-level site that embeds the page,
+// and sends it in that site's iframe even where third-party cookies are
+// blocked; another site embedding the same page gets a jar of its own.
+// For a cross-site iframe, with [WithCookieSameSite](http.SameSiteNoneMode)
+// and [WithSecureCookie] (browsers ignore a Partitioned cookie that is not
+// Secure). Default: not partitioned.
+func WithPartitionedCookie(partitioned bool) SessionOption {
+	return sessionOption(func(o *options) { o.partition = partitioned })
 }
 
 // WithRedirectAfterExchange makes [Session] answer a GET or HEAD request

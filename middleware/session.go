@@ -69,7 +69,7 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 // context. Anything else is 401.
 //
 // Options: [WithTokenTTL], [WithCookieName], [WithCookiePath],
-// [WithCookieSameSite], [WithSecureCookie], [WithRedirectAfterExchange],
+// [WithCookieSameSite], [WithSecureCookie], [WithPartitionedCookie], [WithRedirectAfterExchange],
 // [WithClock], [WithLogger].
 func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Handler {
 	o := sessionOptions(opts)
@@ -243,12 +243,13 @@ func (o *options) cookieValue(r *http.Request, st SessionStore, tok, sid string,
 // cookie returns the token cookie; an empty value deletes it.
 func (o *options) cookie(r *http.Request, value string, expires time.Time) *http.Cookie {
 	c := &http.Cookie{
-		Name:     o.cookieName,
-		Value:    value,
-		Path:     o.cookiePath,
-		HttpOnly: true,
-		SameSite: o.cookieSite,
-		Secure:   o.secure || r.TLS != nil,
+		Name:        o.cookieName,
+		Value:       value,
+		Path:        o.cookiePath,
+		HttpOnly:    true,
+		SameSite:    o.cookieSite,
+		Secure:      o.secure || r.TLS != nil,
+		Partitioned: o.partition,
 	}
 	if value == "" {
 		c.MaxAge = -1
