@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +78,39 @@ func FuzzCompileCopies(f *testing.F) {
 		c, v := compileCopies(q, map[string]bool{"x": true})
 		if c < 1 || v < 0 {
 			t.Fatalf("%q: %v %v", q, c, v)
+		}
+	})
+}
+
+// FuzzCompileCopiesChain: a chain of 10 common table expressions, each
+// read twice by the next, counts at least 2^10 copies whatever its
+// columns are named and however the name is quoted.
+func FuzzCompileCopiesChain(f *testing.F) {
+	for _, col := range []string{"x", ")", "(", "as", "a0", "-- x", "/*", "'", `"`, "`", "]"} {
+		for style := range uint8(4) {
+			f.Add(col, style)
+		}
+	}
+	f.Fuzz(func(t *testing.T, col string, style uint8) {
+		var q string
+		switch style % 4 {
+		case 0:
+			q = `"` + strings.ReplaceAll(col, `"`, `""`) + `"`
+		case 1:
+			q = "'" + strings.ReplaceAll(col, "'", "''") + "'"
+		case 2:
+			q = "`" + strings.ReplaceAll(col, "`", "``") + "`"
+		case 3:
+			q = "[" + strings.ReplaceAll(col, "]", "") + "]"
+		}
+		var b strings.Builder
+		b.WriteString("WITH a0(" + q + ") AS (SELECT 1)")
+		for i := 1; i <= 10; i++ {
+			fmt.Fprintf(&b, ", a%d(%s) AS NOT MATERIALIZED (SELECT x.%s FROM a%d x, a%d y)", i, q, q, i-1, i-1)
+		}
+		b.WriteString(" SELECT count(*) FROM a10")
+		if c, _ := compileCopies(b.String(), map[string]bool{}); c < 1024 {
+			t.Fatalf("%s: %v copies, want at least 1024", b.String(), c)
 		}
 	})
 }
