@@ -379,13 +379,17 @@ function chart(owner, spec, rows, title) {
     title: { color: fg },
     mark: { color: cssVar("--ek-accent", "#4f46e5") },
   };
-  const frame = el("iframe", "ek-chart-view");
-  // allow-scripts only: an opaque origin, no popups, no navigation of
-  // the page, no forms.
-  frame.setAttribute("sandbox", "allow-scripts");
-  frame.setAttribute("referrerpolicy", "no-referrer");
-  frame.title = "Chart" + (title ? ": " + title : "");
-  frame.src = chartURL;
+  const newFrame = () => {
+    const f = el("iframe", "ek-chart-view");
+    // allow-scripts only: an opaque origin, no popups, no navigation of
+    // the page, no forms.
+    f.setAttribute("sandbox", "allow-scripts");
+    f.setAttribute("referrerpolicy", "no-referrer");
+    f.title = "Chart" + (title ? ": " + title : "");
+    f.src = chartURL;
+    return f;
+  };
+  let frame = newFrame();
   if (!s) {
     box.dataset.state = "failed";
     box.append(el("p", "ek-tool-error", "The chart could not be drawn: its spec is too large."));
@@ -418,7 +422,19 @@ function chart(owner, spec, rows, title) {
   const stop = () => {
     clearTimeout(timer);
     charts.delete(c);
+    drawnCharts.delete(entry);
     settle();
+  };
+  // redraw takes a drawn chart out of its frame, to be drawn again in a
+  // new one when its turn in the queue comes.
+  const redraw = () => {
+    clearTimeout(timer);
+    charts.delete(c);
+    frame.remove();
+    frame = newFrame();
+    c.frame = frame;
+    box.dataset.state = "loading";
+    done = false;
   };
   // start shows the frame when the charts before it are done; false when
   // the chart's box is gone meanwhile.
@@ -449,6 +465,7 @@ function chart(owner, spec, rows, title) {
         if (m.embedkit === "chart-drawn" && box.dataset.state === "loading") {
           clearTimeout(timer);
           box.dataset.state = "drawn";
+          drawnCharts.add(entry);
           settle();
         }
         break;
@@ -467,7 +484,7 @@ function chart(owner, spec, rows, title) {
   c.onMessage = onMessage;
   c.stop = stop;
   views.set(owner, { finalize: stop });
-  const entry = { start, stop, box };
+  const entry = { start, stop, redraw, box };
   queueChart(entry);
   return box;
 }
@@ -476,11 +493,15 @@ function chart(owner, spec, rows, title) {
 // origin, so the browser runs them in one process, where a chart whose
 // spec asks for endless work would hold the others back until their
 // deadlines gave them up. The next starts once the one before is drawn
-// or given up (or its box is gone).
+// or given up (or its box is gone). A chart given up may still be
+// computing, and its process lives as long as any chart frame in it:
+// every drawn chart leaves its frame then, the browser ends the busy
+// process, and they are drawn again, first, in a new one.
 const chartQueue = [];
 const CHART_RESTART_MS = 1000;
-let chartActive = null; // the chart being drawn: { start, stop, box }
+let chartActive = null; // the chart being drawn: { start, stop, redraw, box }
 let chartPump = 0;
+const drawnCharts = new Set(); // entries whose chart is drawn, in order
 
 function queueChart(entry) {
   // A chart whose box left the page (a new chat) holds no one back.
@@ -509,8 +530,13 @@ function chartDone(entry) {
   if (i >= 0) chartQueue.splice(i, 1);
   if (chartActive !== entry) return;
   if (entry.timedOut) {
-    // Given up while it may still compute: the next frame starts once
-    // the browser has let the busy process go, not in it.
+    // Given up while it may still compute: no chart frame is left in its
+    // process, and the next frame starts once the browser has let that
+    // process go, not in it.
+    const again = [...drawnCharts].filter((e) => e.box.isConnected);
+    drawnCharts.clear();
+    for (const e of again) e.redraw();
+    chartQueue.unshift(...again);
     chartActive = null;
     clearTimeout(chartPump);
     chartPump = setTimeout(nextChart, CHART_RESTART_MS);
