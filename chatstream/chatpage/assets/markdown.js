@@ -10,12 +10,23 @@
 // whatever it holds: it uses no regular expression that can backtrack. It
 // scans each line once; a search for a closing delimiter remembers where
 // it looked, so an opener that is never closed (a thousand "[x](") costs
-// no second scan, and nesting is bounded.
+// no second scan, and nesting is bounded. The elements one message makes
+// are bounded too (MAX_ELEMENTS): past them, the rest is text.
 
 // MAX_DEPTH bounds the nesting of links and emphasis; deeper is text.
 const MAX_DEPTH = 8;
 
+// MAX_ELEMENTS bounds the elements one message makes (and a few more:
+// the block in which they run out is finished, and the rest is one
+// element): a message can be made of little else than markup ("*a* " a
+// million times over), and laying out a million elements would hold the
+// page for seconds. Past the budget the rest of the message is text, as
+// written.
+const MAX_ELEMENTS = 20000;
+let budget = MAX_ELEMENTS; // left for the message being rendered
+
 function el(tag, cls, text) {
+  budget--;
   const e = document.createElement(tag);
   if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text;
@@ -113,7 +124,7 @@ const SPECIAL = new Set(["`", "!", "[", "*", "_"]);
 
 // inline appends the inline Markdown of text to parent.
 function inline(parent, text, depth = 0) {
-  if (depth >= MAX_DEPTH) {
+  if (depth >= MAX_DEPTH || budget <= 0) {
     parent.append(text);
     return;
   }
@@ -130,6 +141,7 @@ function inline(parent, text, depth = 0) {
       i++;
       continue;
     }
+    if (budget <= 0) break; // the rest is text
     if (c === "`") {
       let j = i;
       while (s[j] === "`") j++;
@@ -213,10 +225,16 @@ function inline(parent, text, depth = 0) {
 }
 
 function lines(parent, ls) {
-  ls.forEach((l, i) => {
-    if (i > 0) parent.append(el("br"));
-    inline(parent, l);
-  });
+  for (let i = 0; i < ls.length; i++) {
+    if (i > 0) {
+      if (budget <= 0) {
+        parent.append("\n" + ls.slice(i).join("\n")); // the rest is text
+        return;
+      }
+      parent.append(el("br"));
+    }
+    inline(parent, ls[i]);
+  }
 }
 
 // indent returns the index after up to three leading white-space
@@ -280,6 +298,7 @@ function fence(line) {
 
 // renderMarkdown returns a DocumentFragment for the Markdown text.
 export function renderMarkdown(text) {
+  budget = MAX_ELEMENTS;
   const frag = document.createDocumentFragment();
   const src = String(text ?? "").split("\r\n").join("\n").split("\r").join("\n").split("\n");
   let para = [];
@@ -294,6 +313,14 @@ export function renderMarkdown(text) {
   for (let i = 0; i < src.length; i++) {
     const line = src[i];
     let m;
+    if (budget <= 0) {
+      // The rest of the message, as written, in one element.
+      flush();
+      const rest = el("p", "ek-md-rest");
+      rest.textContent = src.slice(i).join("\n");
+      frag.append(rest);
+      break;
+    }
     if ((m = fence(line)) !== null) {
       flush();
       const code = [];
@@ -321,6 +348,10 @@ export function renderMarkdown(text) {
       let item = null;
       for (; i < src.length; i++) {
         const l = src[i];
+        if (budget <= 0) {
+          i--; // the rest is text, as the loop above writes it
+          break;
+        }
         const text = ordered ? numbered(l)?.[1] : bullet(l);
         if (text !== undefined && text !== null) {
           item = el("li");
