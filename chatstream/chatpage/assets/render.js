@@ -380,14 +380,14 @@ function chart(owner, spec, rows, title) {
     mark: { color: cssVar("--ek-accent", "#4f46e5") },
   };
   const newFrame = () => {
-    const f = el("iframe", "ek-chart-view");
+    const frame = el("iframe", "ek-chart-view");
     // allow-scripts only: an opaque origin, no popups, no navigation of
     // the page, no forms.
-    f.setAttribute("sandbox", "allow-scripts");
-    f.setAttribute("referrerpolicy", "no-referrer");
-    f.title = "Chart" + (title ? ": " + title : "");
-    f.src = chartURL;
-    return f;
+    frame.setAttribute("sandbox", "allow-scripts");
+    frame.setAttribute("referrerpolicy", "no-referrer");
+    frame.title = "Chart" + (title ? ": " + title : "");
+    frame.src = chartURL;
+    return frame;
   };
   let frame = newFrame();
   if (!s) {
