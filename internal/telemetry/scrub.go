@@ -210,16 +210,27 @@ func dirtyText(v any) (string, bool) {
 		}
 	}
 	if m, ok := v.(encoding.TextMarshaler); ok {
-		if b, err := m.MarshalText(); err == nil && containsParam(string(b)) {
+		if b, err := marshal(m.MarshalText); err == nil && containsParam(string(b)) {
 			return string(b), true
 		}
 	}
 	if m, ok := v.(json.Marshaler); ok {
-		if b, err := m.MarshalJSON(); err == nil && containsParam(string(b)) {
+		if b, err := marshal(m.MarshalJSON); err == nil && containsParam(string(b)) {
 			return string(b), true
 		}
 	}
 	return "", false
+}
+
+// marshal calls f, taking a panic (a method on a nil pointer) for an
+// error, as fmt does with String: logging never panics here.
+func marshal(f func() ([]byte, error)) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("telemetry: marshal panicked: %v", r)
+		}
+	}()
+	return f()
 }
 
 func redactAttr(a slog.Attr) slog.Attr {

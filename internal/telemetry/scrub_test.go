@@ -121,6 +121,10 @@ func (s textMarshaler) MarshalText() ([]byte, error) { return []byte(s), nil }
 
 type jsonMarshaler string
 
+type ptrMarshaler struct{ s string }
+
+func (p *ptrMarshaler) MarshalText() ([]byte, error) { return []byte(p.s), nil }
+
 func (s jsonMarshaler) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]string{"u": string(s)})
 }
@@ -136,7 +140,9 @@ func TestRedactingHandlerBytes(t *testing.T) {
 	} {
 		var buf bytes.Buffer
 		log := telemetry.Logger(slog.New(h(&buf)))
+		var nilMarshaler *ptrMarshaler
 		log.Info("values",
+			"nil", nilMarshaler, // its methods panic: logged without panicking here
 			"bytes", []byte("/embed/profile?sessionId=bytes1&tab=2"),
 			"raw", json.RawMessage(`{"referer":"https://h/embed?sessionId=raw1"}`),
 			"text", textMarshaler("/x?sessionId=text1"),
