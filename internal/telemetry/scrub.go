@@ -199,10 +199,14 @@ func attrDirty(a slog.Attr) bool {
 // that holds a sessionId parameter: fmt's (the text handler's for most
 // values), a byte slice's bytes (the text handler writes them as a
 // string, the JSON handler base64-encodes them, a json.RawMessage goes
-// verbatim), MarshalText's and MarshalJSON's.
+// verbatim), MarshalText's, and JSON's (the JSON handler's, with a
+// json.RawMessage nested in a struct or a slice written verbatim).
 func dirtyText(v any) (string, bool) {
 	if s := fmt.Sprint(v); containsParam(s) {
 		return s, true
+	}
+	if b, err := marshal(func() ([]byte, error) { return json.Marshal(v) }); err == nil && containsParam(string(b)) {
+		return string(b), true
 	}
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8 {
 		if s := string(rv.Bytes()); containsParam(s) {
@@ -211,11 +215,6 @@ func dirtyText(v any) (string, bool) {
 	}
 	if m, ok := v.(encoding.TextMarshaler); ok {
 		if b, err := marshal(m.MarshalText); err == nil && containsParam(string(b)) {
-			return string(b), true
-		}
-	}
-	if m, ok := v.(json.Marshaler); ok {
-		if b, err := marshal(m.MarshalJSON); err == nil && containsParam(string(b)) {
 			return string(b), true
 		}
 	}

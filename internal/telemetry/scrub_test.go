@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embedkit/embedkit/internal/telemetry"
 )
@@ -147,10 +148,13 @@ func TestRedactingHandlerBytes(t *testing.T) {
 			"raw", json.RawMessage(`{"referer":"https://h/embed?sessionId=raw1"}`),
 			"text", textMarshaler("/x?sessionId=text1"),
 			"json", jsonMarshaler("/x?sessionId=json1"),
+			"nested", struct{ Body json.RawMessage }{json.RawMessage(`{"u":"/x?sessionId=nested1"}`)},
+			"list", []json.RawMessage{json.RawMessage(`"/x?sessionId=list1"`)},
+			"time", (*time.Time)(nil),
 			"clean", []byte("/embed/profile"))
 		out := buf.String()
 		b64 := base64.StdEncoding.EncodeToString([]byte("/embed/profile?sessionId=bytes1&tab=2"))
-		for _, secret := range []string{"bytes1", "raw1", "text1", "json1", b64} {
+		for _, secret := range []string{"bytes1", "raw1", "text1", "json1", "nested1", "list1", b64} {
 			if strings.Contains(out, secret) {
 				t.Errorf("log holds %s: %s", secret, out)
 			}
