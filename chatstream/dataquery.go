@@ -273,22 +273,22 @@ func (h *Handler) dataTurn(ctx context.Context, c caller, req DataRequest) (t Tu
 var errDryRun = errors.New("chatstream: dry run")
 
 // queryFailure maps an error of a data source to the answer: a
-// *[QueryError] is a 400 with its message, and so is ctx's own deadline
-// error returned as it is (a source that hands back ctx.Err() when the
-// query runs out of time); the client going away is its own error;
-// anything else is the source's fault, a database that cannot be reached
-// or failed (503, its cause logged, never sent), even when the time ran
-// out meanwhile: a database that does not answer a connection is not a
-// query that ran long.
+// *[QueryError] is a 400 with its message, and so is any other error once
+// the handler's time has run out (a source that hands back its context's
+// error), unless it is [ErrSourceUnavailable]: a database that did not
+// answer before the query was sent is not a query that ran long; the
+// client going away is its own error; anything else is the source's
+// fault, a database that cannot be reached or failed (503, its cause
+// logged, never sent).
 func (h *Handler) queryFailure(ctx context.Context, err error) error {
 	if qe, ok := errors.AsType[*QueryError](err); ok {
 		return wire.Errorf(http.StatusBadRequest, "%s", qe.Msg)
 	}
 	switch cerr := ctx.Err(); {
-	case errors.Is(cerr, context.DeadlineExceeded) && err == cerr: // ctx's own error, not one wrapping it
-		return wire.Errorf(http.StatusBadRequest, "the query ran longer than %s and was stopped", h.cfg.dataTimeout)
 	case cerr != nil && !errors.Is(cerr, context.DeadlineExceeded):
 		return cerr
+	case cerr != nil && !errors.Is(err, ErrSourceUnavailable):
+		return wire.Errorf(http.StatusBadRequest, "the query ran longer than %s and was stopped", h.cfg.dataTimeout)
 	}
 	return &wire.Error{Status: http.StatusServiceUnavailable, Message: "the data source is temporarily unavailable", Err: fmt.Errorf("chatstream: data query: %w", err)}
 }

@@ -67,6 +67,12 @@ func (f *fakeSource) QueryData(ctx context.Context, t chatstream.Turn, q string,
 	case q == "stall":
 		<-ctx.Done()
 		return nil, ctx.Err()
+	case q == "stall wrapped":
+		<-ctx.Done()
+		return nil, fmt.Errorf("run query: %w", ctx.Err())
+	case q == "unanswered":
+		<-ctx.Done()
+		return nil, fmt.Errorf("connect: %w: %w", chatstream.ErrSourceUnavailable, ctx.Err())
 	case q == "hostile":
 		rows.hostile, rows.n = true, 1
 	case len(f) >= 2 && f[0] == "rows":
@@ -349,6 +355,8 @@ func TestDataQueryErrors(t *testing.T) {
 			{"refused query", "", adminAuth, dataBody("refuse"), 400, "only a single read-only SELECT statement is allowed"},
 			{"unknown branch", "", adminAuth, map[string]any{"sqlQuery": "rows 1", "sessionSettings": settings, "activeBranchName": "nope"}, 400, `branch "nope" not found`},
 			{"no first row in time", "", adminAuth, dataBody("stall"), 400, "the query ran longer than 300ms and was stopped"},
+			{"no first row in time, the error wrapped", "", adminAuth, dataBody("stall wrapped"), 400, "the query ran longer than 300ms and was stopped"},
+			{"the database did not answer in time", "", adminAuth, dataBody("unanswered"), 503, "the data source is temporarily unavailable"},
 			{"source fault", "", adminAuth, dataBody("boom"), 503, "the data source is temporarily unavailable"},
 			{"no sqlQuery", "", adminAuth, map[string]any{"sessionSettings": settings}, 400, "sqlQuery is required"},
 			{"blank sqlQuery", "", adminAuth, map[string]any{"sqlQuery": "  \n", "sessionSettings": settings}, 400, "sqlQuery is required"},

@@ -2,6 +2,7 @@ package chatstream
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -18,9 +19,10 @@ type DataSource interface {
 	// (the source's own default when timeout is zero). It returns once the
 	// first row is ready or the query has failed. A query that is refused,
 	// invalid, names an unknown branch or runs out of time fails with a
-	// *[QueryError] (or with ctx.Err() itself, unwrapped, once ctx's
-	// deadline has passed); any other error is the source's own fault,
-	// answered 503 by the data query API. The caller
+	// *[QueryError] (an error once ctx's deadline has passed is taken for
+	// running out of time too, unless it wraps [ErrSourceUnavailable]);
+	// any other error is the source's own fault, answered 503 by the data
+	// query API. The caller
 	// reads the rows with Next and Values and must Close them; Close stops
 	// the query at once.
 	QueryData(ctx context.Context, t Turn, sqlQuery string, timeout time.Duration) (DataRows, error)
@@ -52,6 +54,12 @@ type DataColumn struct {
 	// ColumnType is string, number, time or boolean.
 	ColumnType string `json:"column_type"`
 }
+
+// ErrSourceUnavailable marks a [DataSource] error as the database's: it
+// did not answer or refused before the query was sent. The data query API
+// answers it 503, even when the request's time ran out meanwhile (the
+// query never ran, so it did not run long).
+var ErrSourceUnavailable = errors.New("chatstream: the data source is unavailable")
 
 // QueryError is a query failure that may be shown to the user who asked:
 // the query was refused, is invalid, names an unknown branch or ran out of

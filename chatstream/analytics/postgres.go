@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/embedkit/embedkit/chatstream"
 )
 
 // PostgresConfig names the PostgreSQL objects of the analytics tools.
@@ -493,7 +495,7 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 func (t *SQLTool) pgConn(ctx context.Context) (*sql.Conn, *pgx.Conn, error) {
 	conn, err := t.db.Conn(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("analytics: connect: %w", err)
+		return nil, nil, fmt.Errorf("analytics: connect: %w: %w", chatstream.ErrSourceUnavailable, err)
 	}
 	var pc *pgx.Conn
 	err = conn.Raw(func(dc any) error {
@@ -554,7 +556,7 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 	// that the query ran long.
 	setupFailed := func(err error) (cursor, error) {
 		c.close()
-		return nil, t.ctxOr(ctx, fmt.Errorf("analytics: PostgreSQL: %w", err))
+		return nil, t.ctxOr(ctx, fmt.Errorf("analytics: PostgreSQL: %w: %w", chatstream.ErrSourceUnavailable, err))
 	}
 	if _, err := pc.Exec(ctx, "BEGIN"); err != nil {
 		return setupFailed(err)
