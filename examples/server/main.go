@@ -40,6 +40,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -259,15 +260,12 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	reaper.Start()
 	defer reaper.Close() // on an error below, before the store closes; at the end, again (it does nothing)
 
-	// UseEncodedPath: an externalId may hold "/" or be a dot segment.
-	// SkipClean: a path with "//", "/./" or "/../" matches no route and is a
-	// JSON 404 like any other, not a 301 with an empty body to another path
-	// (DELETE .../users/a/../b is not a request about user b).
-	r := mux.NewRouter().UseEncodedPath().SkipClean(true)
+	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/" or be a dot segment
 	// Unmatched paths and methods answer JSON errors like every endpoint.
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httperr.Write(w, r, nil, httperr.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
+	r.NotFoundHandler = notFound
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", strings.Join(allowedMethods(r, req), ", "))
 		httperr.Write(w, req, nil, httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", req.Method, req.URL.Path))
@@ -294,7 +292,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) (err
 	}).Methods(http.MethodGet, http.MethodHead)
 
 	srv := &http.Server{
-		Handler:           http.MaxBytesHandler(r, 1<<20),
+		Handler:           http.MaxBytesHandler(cleanPathsOnly(r, notFound), 1<<20),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// Chat streams last up to the turn deadline (5 minutes).
@@ -379,6 +377,26 @@ func isPostgres(db string) bool {
 // (PGHOST, the default socket), by a keyword of libpq's (spaces around
 // "=" allowed, as libpq allows them).
 var pgKeyValue = regexp.MustCompile(`(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|sslmode|service|connect_timeout)\s*=`)
+
+// cleanPathsOnly sends a request whose path is not clean ("//", "/./",
+// "/../") to notFound: a JSON 404 like any unknown path, not the router's
+// 301 with an empty body to another path (DELETE .../users/a/../b is not
+// a request about user b), nor a file server's own cleaning. The path is
+// read escaped, so an id sent as %2E%2E or a%2Fb stays one segment.
+func cleanPathsOnly(next, notFound http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		c := path.Clean(p)
+		if strings.HasSuffix(p, "/") && c != "/" {
+			c += "/"
+		}
+		if p != c {
+			notFound.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // allowedMethods lists the methods that router serves at req's path, for
 // the Allow header of a 405.

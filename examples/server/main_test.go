@@ -520,3 +520,21 @@ func TestNewSessionIDBeatsEarlierCookie(t *testing.T) {
 		t.Errorf("kim's used sessionId with ana's cookie: %d %s, want 401", st, b)
 	}
 }
+
+// TestUncleanPathsAreNotFound: with the demo host's static files mounted,
+// a path that is not clean is the JSON 404 of any unknown path, not a file
+// served under a cleaned path or a redirect.
+func TestUncleanPathsAreNotFound(t *testing.T) {
+	s := startServer(t, "-db", ":memory:")
+	c := http.DefaultClient
+	if resp, b := do(t, c, http.MethodGet, s.base+"/demo/demo.js", "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /demo/demo.js: %d %s", resp.StatusCode, b)
+	}
+	for _, p := range []string{"/demo//demo.js", "/demo/./index.html", "/demo/avatars/../demo.js", "/demo/../healthz", "//healthz", "/embed/chat/./assets/chat.js"} {
+		resp, b := do(t, c, http.MethodGet, s.base+p, "", nil)
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" ||
+			string(b) != `{"error":"no such endpoint: GET `+p+`"}`+"\n" {
+			t.Errorf("GET %s: %d %q %s, want a JSON 404", p, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+	}
+}
