@@ -20,8 +20,9 @@ const MAX_DEPTH = 8;
 // the block in which they run out is finished, and the rest is one
 // element): a message can be made of little else than markup ("*a* " a
 // million times over), and laying out a million elements would hold the
-// page for seconds. Past the budget the rest of the message is text, as
-// written.
+// page for seconds. Past the budget the rest of the message is plain
+// text: its markup as written, its line breaks as spaces (laying out
+// half a million short lines would hold the page too).
 const MAX_ELEMENTS = 20000;
 let budget = MAX_ELEMENTS; // left for the message being rendered
 
@@ -228,7 +229,7 @@ function lines(parent, ls) {
   for (let i = 0; i < ls.length; i++) {
     if (i > 0) {
       if (budget <= 0) {
-        parent.append("\n" + ls.slice(i).join("\n")); // the rest is text
+        parent.append("\n" + ls.slice(i).join("\n")); // the rest is plain text
         return;
       }
       parent.append(el("br"));
@@ -314,7 +315,7 @@ export function renderMarkdown(text) {
     const line = src[i];
     let m;
     if (budget <= 0) {
-      // The rest of the message, as written, in one element.
+      // The rest of the message, plain, in one element.
       flush();
       const rest = el("p", "ek-md-rest");
       rest.textContent = src.slice(i).join("\n");
