@@ -82,8 +82,11 @@ type pair struct {
 	client, server net.Conn
 	silent         bool // guarded by Proxy.mu: bytes are dropped, not forwarded
 	// head is the start of what the client sent (its startup message, which
-	// names its application), kept for BlackHoleOnApp; guarded by Proxy.mu.
-	head []byte
+	// names its application), kept for BlackHoleOnApp; started is set once
+	// head holds the startup message (after an SSLRequest, if any). Both
+	// guarded by Proxy.mu.
+	head    []byte
+	started bool
 }
 
 // headSize bounds pair.head: a startup message is a few hundred bytes.
@@ -311,11 +314,14 @@ func (p *Proxy) pipe(pr *pair, src, dst net.Conn, fromClient bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			// The first read is the startup message, not a statement: its
-			// names (an application's, a database's) are not matched.
-			started := len(pr.head) > 0
+			// The startup message is not a statement: its names (an
+			// application's, a database's) are not matched, nor is
+			// anything sent before it (an SSLRequest). Every startup
+			// message names its user.
+			started := pr.started
 			if fromClient && len(pr.head) < headSize {
 				pr.head = append(pr.head, buf[:min(n, headSize-len(pr.head))]...)
+				pr.started = bytes.Contains(pr.head, []byte("user\x00"))
 			}
 			if fromClient && started && p.trigger != nil && bytes.Contains(bytes.ToUpper(buf[:n]), p.trigger) &&
 				(p.triggerApp == nil || bytes.Contains(pr.head, p.triggerApp)) {

@@ -146,7 +146,7 @@ func echo(c net.Conn, line string, d time.Duration) error {
 // forwarded.
 func TestProxyBlackHoleOnApp(t *testing.T) {
 	p := faulttest.NewProxy(t, echoServer(t))
-	startup := func(app string) string { return "startup application_name\x00" + app + "\x00 " }
+	startup := func(app string) string { return "startup user\x00u\x00application_name\x00" + app + "\x00 " }
 	other, claim := dial(t, p.Addr()), dial(t, p.Addr())
 	if err := echo(other, startup("store"), 2*time.Second); err != nil {
 		t.Fatal(err)
@@ -156,9 +156,16 @@ func TestProxyBlackHoleOnApp(t *testing.T) {
 	}
 	p.BlackHoleOnApp("store-cluster", "rollback")
 	// A connection's startup message is not matched, even when it names
-	// the pattern.
+	// the pattern, nor after an SSLRequest.
 	if err := echo(dial(t, p.Addr()), startup("store-cluster")+"rollback", 2*time.Second); err != nil {
 		t.Fatalf("a startup message naming the pattern: %v, want it forwarded", err)
+	}
+	ssl := dial(t, p.Addr())
+	if err := echo(ssl, "\x00\x00\x00\x08\x04\xd2\x16\x2f", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(ssl, startup("store-cluster")+"rollback", 2*time.Second); err != nil {
+		t.Fatalf("a startup message after an SSLRequest naming the pattern: %v, want it forwarded", err)
 	}
 	if err := echo(other, "ROLLBACK", 2*time.Second); err != nil {
 		t.Fatalf("another application's rollback: %v, want it forwarded", err)
