@@ -1,7 +1,6 @@
 package demoagent
 
 import (
-	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/json"
@@ -13,12 +12,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/chatstream/analytics"
+	"github.com/embedkit/embedkit/internal/testdb"
 )
 
 // TestPostgresSameAnswers loads the sample data set into PostgreSQL (two
@@ -113,14 +112,7 @@ func postgresDemo(t testing.TB) (*sql.DB, analytics.PostgresConfig) {
 	tag := strings.ToLower(rand.Text()[:10])
 	cfg := analytics.PostgresConfig{Schema: "ek_demo_tool_" + tag, Owner: "ek_demo_owner_" + tag, Reader: "ek_demo_reader_" + tag}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, q := range []string{"DROP SCHEMA IF EXISTS " + cfg.Schema + " CASCADE", "DROP OWNED BY " + cfg.Owner + ", " + cfg.Reader + ", " + cfg.Owner + "_functions",
-			"DROP ROLE IF EXISTS " + cfg.Owner, "DROP ROLE IF EXISTS " + cfg.Reader, "DROP ROLE IF EXISTS " + cfg.Owner + "_functions"} {
-			if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
-				t.Errorf("%s: %v", q, err)
-			}
-		}
+		testdb.DropAnalytics(t, admin, cfg.Schema, cfg.Owner, cfg.Reader)
 		admin.Close()
 	})
 	var wg sync.WaitGroup

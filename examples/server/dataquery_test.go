@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/csv"
@@ -169,14 +168,7 @@ func dropAnalytics(t *testing.T, dsn string) {
 		return
 	}
 	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, q := range []string{"DROP SCHEMA IF EXISTS " + schema + " CASCADE", "DROP OWNED BY " + schema + "_owner, " + schema + "_reader, " + schema + "_owner_functions",
-		"DROP ROLE IF EXISTS " + schema + "_owner", "DROP ROLE IF EXISTS " + schema + "_reader", "DROP ROLE IF EXISTS " + schema + "_owner_functions"} {
-		if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
-			t.Errorf("%s: %v", q, err)
-		}
-	}
+	testdb.DropAnalytics(t, admin, schema, schema+"_owner", schema+"_reader")
 }
 
 // TestLLMAgentOnPostgres runs -agent llm with -db postgres: the model's

@@ -1,7 +1,6 @@
 package faulttest_test
 
 import (
-	"context"
 	"crypto/rand"
 	"database/sql"
 	"net/http"
@@ -36,14 +35,7 @@ func TestDataQueryAnalyticsDatabaseDown(t *testing.T) {
 	tag := strings.ToLower(rand.Text()[:10])
 	cfg := analytics.PostgresConfig{Schema: "ek_fault_" + tag, Owner: "ek_fault_owner_" + tag, Reader: "ek_fault_reader_" + tag}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, q := range []string{"DROP SCHEMA IF EXISTS " + cfg.Schema + " CASCADE", "DROP OWNED BY " + cfg.Owner + ", " + cfg.Reader + ", " + cfg.Owner + "_functions",
-			"DROP ROLE IF EXISTS " + cfg.Owner, "DROP ROLE IF EXISTS " + cfg.Reader, "DROP ROLE IF EXISTS " + cfg.Owner + "_functions"} {
-			if _, err := admin.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "does not exist") {
-				t.Errorf("%s: %v", q, err)
-			}
-		}
+		testdb.DropAnalytics(t, admin, cfg.Schema, cfg.Owner, cfg.Reader)
 		admin.Close()
 	})
 	if err := demoagent.SetupPostgres(t.Context(), admin, cfg); err != nil {
