@@ -136,6 +136,15 @@ const cspProbe = `document.addEventListener("securitypolicyviolation", (e) => {
   (w.__cspViolations = w.__cspViolations || []).push(location.pathname + ": " + e.violatedDirective + " " + e.blockedURI);
 });`
 
+// openWithoutSession opens the chat page at base with no session, and
+// waits until the page has started and said so: a page whose renderers a
+// test then drives.
+func (tb *tab) openWithoutSession(base string) {
+	tb.t.Helper()
+	tb.run(chromedp.Navigate(base + "/embed/chat"))
+	tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
+}
+
 func (b *browser) newTab(t *testing.T, base string) *tab {
 	ctx, cancel := chromedp.NewContext(b.ctx)
 	b.mu.Lock()
@@ -884,8 +893,7 @@ func TestBrowser(t *testing.T) {
 		tb := b.newTab(t, s.base)
 		// The shell loads with no session at all; the page then reports
 		// the missing session, and the test drives its renderers.
-		tb.run(chromedp.Navigate(s.base + "/embed/chat"))
-		tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
+		tb.openWithoutSession(s.base)
 		var got struct {
 			Images, Scripts int
 			Links           []string
@@ -1058,9 +1066,8 @@ func TestBrowser(t *testing.T) {
 			srv := httptest.NewServer(mux)
 			defer srv.Close()
 			tb := b.newTab(t, srv.URL)
-			tb.run(chromedp.Navigate(srv.URL + "/embed/chat"))
 			// The chat runs with or without the chart libraries.
-			tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
+			tb.openWithoutSession(srv.URL)
 			var drawn bool
 			tb.eval(cdnChartJS, &drawn)
 			if tampered {

@@ -4,8 +4,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // TestBrowserEndlessChartLeavesOtherChartsDrawn: a chart whose spec asks
@@ -23,8 +21,7 @@ func TestBrowserEndlessChartLeavesOtherChartsDrawn(t *testing.T) {
 	s := startServer(t, "-db", ":memory:", "-vega-dir", dir)
 	b := newBrowser(t)
 	tb := b.newTab(t, s.base)
-	tb.run(chromedp.Navigate(s.base + "/embed/chat"))
-	tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
+	tb.openWithoutSession(s.base)
 	const draw = `(async (specs) => {
   const { renderTool } = await import("/embed/chat/assets/render.js");
   const enc = { x: { field: "k", type: "quantitative" }, y: { field: "v", type: "quantitative" } };

@@ -3,9 +3,6 @@ package main
 import (
 	"os"
 	"testing"
-	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // TestBrowserMarkdownElementBudget: a message made of little else than
@@ -20,8 +17,7 @@ func TestBrowserMarkdownElementBudget(t *testing.T) {
 	s := startServer(t, "-db", ":memory:")
 	b := newBrowser(t)
 	tb := b.newTab(t, s.base)
-	tb.run(chromedp.Navigate(s.base + "/embed/chat"))
-	tb.waitFor("the page to start", `document.getElementById("ek-notice").textContent.includes("This chat has no session")`, 20*time.Second)
+	tb.openWithoutSession(s.base)
 	var got []struct {
 		Name               string
 		Elements, TextLen  int
