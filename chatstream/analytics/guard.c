@@ -45,6 +45,7 @@ extern void sqlite3_result_int(sqlite3_context *, int);
 extern void sqlite3_result_text(sqlite3_context *, const char *, int, void (*)(void *));
 extern void sqlite3_result_value(sqlite3_context *, sqlite3_value *);
 extern void sqlite3_result_error_code(sqlite3_context *, int);
+extern void sqlite3_result_error(sqlite3_context *, const char *, int);
 extern void sqlite3_result_error_toobig(sqlite3_context *);
 extern void sqlite3_result_error_nomem(sqlite3_context *);
 extern void *sqlite3_malloc64(unsigned long long);
@@ -269,13 +270,207 @@ static void trim_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { tr
 static void ltrim_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { trim_any(ctx, argc, argv, 1); }
 static void rtrim_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { trim_any(ctx, argc, argv, 2); }
 
+// LIKE and GLOB, as SQLite's (patternCompare and likeFunc of its func.c,
+// in the public domain, kept line for line), with their work charged: a
+// pattern of '%' and '_' takes time proportional to its length times the
+// string's, inside one instruction, and a row of many such matches runs
+// without a jump at which the progress handler could stop it.
+
+struct match_info {
+	unsigned char all, one, set, nocase; // "*" or "%", "?" or "_", "[" or 0
+};
+static const struct match_info glob_info = {'*', '?', '[', 0};
+static const struct match_info like_info = {'%', '_', 0, 1};
+
+enum { MATCH, NOMATCH, NOWILDCARDMATCH, STOPPED };
+
+static const unsigned char utf8_trans1[] = {
+	0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+	0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+	0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+	0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x00, 0x01, 0x02, 0x03, 0x00, 0x01, 0x00, 0x00,
+};
+
+// utf8_read reads one character of a NUL-terminated string, as SQLite's
+// sqlite3Utf8Read (a malformed sequence reads as U+FFFD).
+static unsigned int utf8_read(const unsigned char **pz) {
+	unsigned int c = *((*pz)++);
+	if (c >= 0xc0) {
+		c = utf8_trans1[c - 0xc0];
+		while ((**pz & 0xc0) == 0x80) c = (c << 6) + (0x3f & *((*pz)++));
+		if (c < 0x80 || (c & 0xFFFFF800) == 0xD800 || (c & 0xFFFFFFFE) == 0xFFFE) c = 0xFFFD;
+	}
+	return c;
+}
+#define UTF8_READ(A) (A[0] < 0x80 ? *(A++) : utf8_read(&A))
+#define SKIP_UTF8(z) { if (*(z++) >= 0xc0) { while ((*z & 0xc0) == 0x80) z++; } }
+
+static unsigned int ascii_lower(unsigned int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+static unsigned int ascii_upper(unsigned int c) { return c >= 'a' && c <= 'z' ? c - 32 : c; }
+
+// CHARGE adds n units of work and returns STOPPED (the function's result
+// set to SQLITE_INTERRUPT) once the budget is used up or the query was
+// interrupted.
+#define CHARGE(n) do { *work += (n); if (spend(ctx, work)) return STOPPED; } while (0)
+
+static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned char *zPattern,
+	const unsigned char *zString, const struct match_info *pInfo, unsigned int matchOther) {
+	unsigned int c, c2;
+	unsigned int matchOne = pInfo->one, matchAll = pInfo->all;
+	unsigned char noCase = pInfo->nocase;
+	const unsigned char *zEscaped = 0;
+	CHARGE(1);
+	while ((c = UTF8_READ(zPattern)) != 0) {
+		CHARGE(1);
+		if (c == matchAll) {
+			while ((c = UTF8_READ(zPattern)) == matchAll || (c == matchOne && matchOne != 0)) {
+				CHARGE(1);
+				if (c == matchOne && utf8_read(&zString) == 0) return NOWILDCARDMATCH;
+			}
+			if (c == 0) {
+				return MATCH;
+			} else if (c == matchOther) {
+				if (pInfo->set == 0) {
+					c = utf8_read(&zPattern);
+					if (c == 0) return NOWILDCARDMATCH;
+				} else {
+					while (*zString) {
+						int bMatch = pattern_compare(ctx, work, &zPattern[-1], zString, pInfo, matchOther);
+						if (bMatch != NOMATCH) return bMatch;
+						SKIP_UTF8(zString);
+					}
+					return NOWILDCARDMATCH;
+				}
+			}
+			if (c < 0x80) {
+				char zStop[3];
+				int bMatch;
+				if (noCase) {
+					zStop[0] = (char)ascii_upper(c);
+					zStop[1] = (char)ascii_lower(c);
+					zStop[2] = 0;
+				} else {
+					zStop[0] = (char)c;
+					zStop[1] = 0;
+				}
+				while (1) {
+					size_t skip = strcspn((const char *)zString, zStop);
+					zString += skip;
+					CHARGE((long long)skip + 1);
+					if (zString[0] == 0) break;
+					zString++;
+					bMatch = pattern_compare(ctx, work, zPattern, zString, pInfo, matchOther);
+					if (bMatch != NOMATCH) return bMatch;
+				}
+			} else {
+				int bMatch;
+				while ((c2 = UTF8_READ(zString)) != 0) {
+					CHARGE(1);
+					if (c2 != c) continue;
+					bMatch = pattern_compare(ctx, work, zPattern, zString, pInfo, matchOther);
+					if (bMatch != NOMATCH) return bMatch;
+				}
+			}
+			return NOWILDCARDMATCH;
+		}
+		if (c == matchOther) {
+			if (pInfo->set == 0) {
+				c = utf8_read(&zPattern);
+				if (c == 0) return NOMATCH;
+				zEscaped = zPattern;
+			} else {
+				unsigned int prior_c = 0;
+				int seen = 0, invert = 0;
+				c = utf8_read(&zString);
+				if (c == 0) return NOMATCH;
+				c2 = utf8_read(&zPattern);
+				if (c2 == '^') {
+					invert = 1;
+					c2 = utf8_read(&zPattern);
+				}
+				if (c2 == ']') {
+					if (c == ']') seen = 1;
+					c2 = utf8_read(&zPattern);
+				}
+				while (c2 && c2 != ']') {
+					CHARGE(1);
+					if (c2 == '-' && zPattern[0] != ']' && zPattern[0] != 0 && prior_c > 0) {
+						c2 = utf8_read(&zPattern);
+						if (c >= prior_c && c <= c2) seen = 1;
+						prior_c = 0;
+					} else {
+						if (c == c2) seen = 1;
+						prior_c = c2;
+					}
+					c2 = utf8_read(&zPattern);
+				}
+				if (c2 == 0 || (seen ^ invert) == 0) return NOMATCH;
+				continue;
+			}
+		}
+		c2 = UTF8_READ(zString);
+		if (c == c2) continue;
+		if (noCase && ascii_lower(c) == ascii_lower(c2) && c < 0x80 && c2 < 0x80) continue;
+		if (c == matchOne && zPattern != zEscaped && c2 != 0) continue;
+		return NOMATCH;
+	}
+	return *zString == 0 ? MATCH : NOMATCH;
+}
+
+static int utf8_char_len(const unsigned char *z) {
+	int r = 0;
+	while (*z != 0) {
+		SKIP_UTF8(z);
+		r++;
+	}
+	return r;
+}
+
+// like_any is SQLite's likeFunc: X LIKE P ESCAPE E calls like(P, X, E),
+// X GLOB P calls glob(P, X).
+static void like_any(sqlite3_context *ctx, int argc, sqlite3_value **argv, const struct match_info *info) {
+	struct match_info backup;
+	unsigned int escape;
+	if (sqlite3_value_bytes(argv[0]) > ANALYTICS_MAX_PATTERN_BYTES) {
+		sqlite3_result_error(ctx, "LIKE or GLOB pattern too complex", -1);
+		return;
+	}
+	if (argc == 3) {
+		const unsigned char *zEsc = sqlite3_value_text(argv[2]);
+		if (zEsc == 0) return;
+		if (utf8_char_len(zEsc) != 1) {
+			sqlite3_result_error(ctx, "ESCAPE expression must be a single character", -1);
+			return;
+		}
+		escape = utf8_read(&zEsc);
+		if (escape == info->all || escape == info->one) {
+			backup = *info;
+			if (escape == backup.all) backup.all = 0;
+			if (escape == backup.one) backup.one = 0;
+			info = &backup;
+		}
+	} else {
+		escape = info->set;
+	}
+	const unsigned char *zB = sqlite3_value_text(argv[0]), *zA = sqlite3_value_text(argv[1]);
+	if (zA && zB) {
+		long long work = 0;
+		int r = pattern_compare(ctx, &work, zB, zA, info, escape);
+		if (r != STOPPED) sqlite3_result_int(ctx, r == MATCH);
+	}
+}
+
+static void like_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { like_any(ctx, argc, argv, &like_info); }
+static void glob_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { like_any(ctx, argc, argv, &glob_info); }
+
 int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b) {
 	sqlite3_set_authorizer(db, authorize, (void *)handle);
 	sqlite3_progress_handler(db, ANALYTICS_PROGRESS_STEPS, progress, b);
 	// A single instruction can build or scan a large value (zeroblob,
 	// printf, LIKE), which the progress handler cannot interrupt: bound
 	// values, patterns and statements, and replace the built-in functions
-	// whose work grows faster than their input by ones that charge it.
+	// whose work grows faster than their input, or with a pattern, by ones
+	// that charge it.
 	sqlite3_limit(db, 0 /* SQLITE_LIMIT_LENGTH */, ANALYTICS_MAX_VALUE_BYTES);
 	sqlite3_limit(db, 1 /* SQLITE_LIMIT_SQL_LENGTH */, 1 << 20);
 	sqlite3_limit(db, 8 /* SQLITE_LIMIT_LIKE_PATTERN_LENGTH */, ANALYTICS_MAX_PATTERN_BYTES);
@@ -283,6 +478,9 @@ int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b)
 	int f = SQLITE_UTF8 | SQLITE_DETERMINISTIC, rc = 0;
 	rc |= sqlite3_create_function_v2(db, "instr", 2, f, b, instr_func, NULL, NULL, NULL);
 	rc |= sqlite3_create_function_v2(db, "replace", 3, f, b, replace_func, NULL, NULL, NULL);
+	rc |= sqlite3_create_function_v2(db, "like", 2, f, b, like_func, NULL, NULL, NULL);
+	rc |= sqlite3_create_function_v2(db, "like", 3, f, b, like_func, NULL, NULL, NULL);
+	rc |= sqlite3_create_function_v2(db, "glob", 2, f, b, glob_func, NULL, NULL, NULL);
 	for (int n = 1; n <= 2; n++) {
 		rc |= sqlite3_create_function_v2(db, "trim", n, f, b, trim_func, NULL, NULL, NULL);
 		rc |= sqlite3_create_function_v2(db, "ltrim", n, f, b, ltrim_func, NULL, NULL, NULL);

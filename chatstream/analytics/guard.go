@@ -108,9 +108,9 @@ func (v *sqliteViews) setup(m *Model) []string {
 
 // functions are the SQL functions a query may call: SQLite's built-in
 // functions whose work is proportional to the size of their arguments
-// (instr, replace and the trims are guard.c's, which charge their work;
-// LIKE and GLOB patterns are bounded). Any other function, such as
-// load_extension or json_patch, is refused.
+// (instr, replace, the trims, LIKE and GLOB are guard.c's, which charge
+// their work). Any other function, such as load_extension or json_patch,
+// is refused.
 var functions = map[string]bool{}
 
 func init() {

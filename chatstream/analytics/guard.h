@@ -12,9 +12,10 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 // connection.
 #define ANALYTICS_MAX_VALUE_BYTES (1 << 20)
 
-// The longest LIKE or GLOB pattern. SQLite matches a pattern in time
-// proportional to the pattern's length times the string's, inside one
-// instruction: both are bounded so that one match ends quickly.
+// The longest LIKE or GLOB pattern. A match takes time proportional to the
+// pattern's length times the string's, inside one instruction; guard.c's
+// LIKE and GLOB charge it to the budget, and the bound keeps their
+// recursion shallow.
 #define ANALYTICS_MAX_PATTERN_BYTES 100
 
 // The most SQLite's memory in use may grow while one query runs, checked
