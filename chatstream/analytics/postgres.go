@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +71,20 @@ var beyondTransaction = []string{
 	"pg_try_advisory_lock", "pg_try_advisory_lock_shared", "pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared",
 	"pg_logical_emit_message", "pg_cancel_backend", "pg_terminate_backend",
 }
+
+// uninterruptible names the functions of pg_catalog that evaluate XPath
+// in libxml2, which never checks PostgreSQL's interrupts: neither
+// statement_timeout nor a cancel request (nor pg_terminate_backend) stops
+// one, so a query of a few nested count()s over a few hundred nodes runs
+// for minutes or days past its timeout, keeping its backend, a core and a
+// connection slot, and a user repeating it takes every connection of the
+// server. Revoked and checked with beyondTransaction; XMLTABLE, syntax
+// rather than a function, is refused by its plan (xmlTablePlanned).
+var uninterruptible = []string{"xpath", "xpath_exists", "xmlexists"}
+
+// revokedFunctions are the names of pg_catalog's functions the reader must
+// not execute.
+var revokedFunctions = append(slices.Clone(beyondTransaction), uninterruptible...)
 
 // readerTempFileLimit bounds the temporary files of one of the reader's
 // queries (a sort or hash that spills to disk); set by SetupPostgres when it
@@ -247,7 +262,7 @@ func confineReader(ctx context.Context, tx *sql.Tx, cfg PostgresConfig) error {
 		return out, rows.Close()
 	}
 	fns, err := column(`SELECT 'pg_catalog.' || p.oid::regprocedure::text FROM pg_proc p
-		WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)`, beyondTransaction)
+		WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)`, revokedFunctions)
 	if err != nil {
 		return err
 	}
@@ -461,12 +476,12 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 	var reach string
 	err = pc.QueryRow(ctx, `SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text), '')
 		FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)
-		AND has_function_privilege(p.oid, 'EXECUTE')`, beyondTransaction).Scan(&reach)
+		AND has_function_privilege(p.oid, 'EXECUTE')`, revokedFunctions).Scan(&reach)
 	if err != nil {
 		return nil, fmt.Errorf("analytics: check the reader role: %w", err)
 	}
 	if reach != "" {
-		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q can execute %s, whose effects outlive its query's transaction or reach other sessions; "+
+		return nil, fmt.Errorf("analytics: NewPostgresSQLTool: the reader role %q can execute %s, whose effects outlive its query's transaction or reach other sessions, or which nothing interrupts; "+
 			"revoke EXECUTE on them from PUBLIC as a superuser (SetupPostgres does when it runs as one; see docs/analytics-tools.md)", t.pg.cfg.Reader, reach)
 	}
 	// Settings only a superuser changes, so that no query undoes them:
@@ -590,6 +605,10 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 		c.close()
 		return nil, toolErr("EXPLAIN is not allowed; send a single SELECT")
 	}
+	if err := c.refuseXMLTable(q); err != nil {
+		c.close()
+		return nil, err
+	}
 	for _, f := range sd.Fields {
 		c.cols = append(c.cols, f.Name)
 		c.oids = append(c.oids, f.DataTypeOID)
@@ -597,8 +616,62 @@ func (t *SQLTool) openPostgres(ctx context.Context, cancel context.CancelFunc, t
 	c.vals = make([]any, len(c.cols))
 	// Cancellation and the timeout stop the statement at once.
 	c.closing.stop = context.AfterFunc(ctx, c.interrupt)
-	c.rr = pc.PgConn().ExecPrepared(ctx, "", nil, nil, nil)
+	// Parsed again: the plan's EXPLAIN took the unnamed statement.
+	c.rr = pc.PgConn().ExecParams(ctx, q, nil, nil, nil, nil)
 	return c, nil
+}
+
+// refuseXMLTable refuses q when its plan runs XMLTABLE, whose XPath
+// libxml2 evaluates without checking PostgreSQL's interrupts (see
+// uninterruptible): XMLTABLE is syntax, not a function whose EXECUTE can be
+// revoked, so the plan says whether q runs it, whatever q's spelling. The
+// plan is made without running q (EXPLAIN without ANALYZE), under the
+// query's timeout; a statement that cannot be explained returns no rows
+// of a SELECT.
+func (c *pgCursor) refuseXMLTable(q string) error {
+	res := c.pc.PgConn().ExecParams(c.ctx, "EXPLAIN (FORMAT JSON) "+q, nil, nil, nil, nil).Read()
+	if res.Err != nil {
+		var pe *pgconn.PgError
+		if errors.As(res.Err, &pe) && pe.Code == "42601" { // syntax_error: SHOW, for one
+			return toolErr("only a single read-only SELECT statement is allowed")
+		}
+		return c.translate(res.Err, true)
+	}
+	if len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+		return fmt.Errorf("analytics: PostgreSQL: EXPLAIN returned %d rows", len(res.Rows))
+	}
+	var plan any
+	if err := json.Unmarshal(res.Rows[0][0], &plan); err != nil {
+		return fmt.Errorf("analytics: PostgreSQL: EXPLAIN: %w", err)
+	}
+	if xmlTablePlanned(plan) {
+		return toolErr("XMLTABLE is not allowed: PostgreSQL cannot stop its XPath at the timeout")
+	}
+	return nil
+}
+
+// xmlTablePlanned reports whether a plan of EXPLAIN (FORMAT JSON) holds a
+// table function scan other than JSON_TABLE's (jsonpath checks for
+// interrupts), at any depth: subplans, CTEs and InitPlans included.
+func xmlTablePlanned(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		if v["Node Type"] == "Table Function Scan" && v["Table Function Name"] != "json_table" {
+			return true
+		}
+		for _, e := range v {
+			if xmlTablePlanned(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if xmlTablePlanned(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pgCursor is a query running in a transaction of the reader role.
@@ -781,6 +854,9 @@ func (c *pgCursor) translate(err error, compile bool) error {
 	case "57014": // query_canceled: statement_timeout
 		return toolErr("the query ran longer than %s and was stopped", c.timeout)
 	case "42501": // insufficient_privilege
+		if fn, ok := strings.CutPrefix(pe.Message, "permission denied for function "); ok {
+			return toolErr("the query may not call the function %s", fn)
+		}
 		return toolErr("the query may read only the views of the data model (%s)", c.t.modelViews())
 	case "25006", "55000": // read_only_sql_transaction; object_not_in_prerequisite_state: a write through a view that is not updatable
 		return toolErr("only a single read-only SELECT statement is allowed")

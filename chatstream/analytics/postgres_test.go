@@ -377,6 +377,65 @@ func TestPostgresReaderConfined(t *testing.T) {
 	}
 }
 
+// TestPostgresXPathRefused: nothing interrupts XPath in libxml2 (not
+// statement_timeout, a cancel request or pg_terminate_backend), so a
+// query of nested count()s over a few hundred nodes ran for minutes past
+// its timeout, keeping a backend and a connection slot, and repeated it
+// took every connection of the server. The reader executes none of the
+// XPath functions, and a query whose plan runs XMLTABLE, however spelled,
+// is refused before it runs.
+func TestPostgresXPathRefused(t *testing.T) {
+	f := newPGFixture(t)
+	tool := f.tool(t, analytics.WithTimeout(300*time.Millisecond))
+	const doc = "xmlparse(document ('<r>' || repeat('<a/>', 450) || '</r>'))"
+	const path = "'count(//a[count(//a[count(//a)>0])>0])'"
+	for _, q := range []string{
+		"SELECT xpath(" + path + ", " + doc + ")",
+		"SELECT pg_catalog.xpath(" + path + ", " + doc + ", '{}')",
+		"SELECT xpath_exists(" + path + ", " + doc + ")",
+		"SELECT XMLEXISTS(" + path + " PASSING " + doc + ")",
+		"SELECT \"xmlexists\"(" + path + ", " + doc + ")",
+	} {
+		_, err := run(t, tool, german, q)
+		toolError(t, q, err, "may not call the function")
+	}
+	for _, q := range []string{
+		"SELECT * FROM XMLTABLE('/r' PASSING " + doc + " COLUMNS n float8 PATH " + path + ")",
+		"WITH x AS (SELECT * FROM XMLTABLE('/r' PASSING " + doc + " COLUMNS n float8 PATH " + path + ")) SELECT * FROM x",
+		"SELECT (SELECT n FROM XMLTABLE('/r' PASSING " + doc + " COLUMNS n float8 PATH " + path + ")) FROM customers",
+		"SELECT c.name, x.n FROM customers c, LATERAL XMLTABLE('/r' PASSING xmlparse(document ('<r>' || c.name || '</r>')) COLUMNS n text PATH " + path + ") x",
+		"SELECT 1 WHERE EXISTS (SELECT 1 FROM xmltable('/r' PASSING '<r/>' COLUMNS n int PATH '1'))",
+	} {
+		start := time.Now()
+		_, err := run(t, tool, german, q)
+		toolError(t, q, err, "XMLTABLE is not allowed")
+		if took := time.Since(start); took > 5*time.Second { // 12 s past its timeout before
+			t.Errorf("%s: refused after %v", q, took)
+		}
+	}
+	// XML without XPath runs, and SHOW, which cannot be explained, is
+	// refused as before.
+	if res, err := run(t, tool, german, "SELECT xmlelement(name a, 'x')::text"); err != nil || res.Data[0][0] != "<a>x</a>" {
+		t.Errorf("xmlelement: %v %v", res, err)
+	}
+	_, err := run(t, tool, german, "SHOW search_path")
+	toolError(t, "SHOW", err, "only a single read-only SELECT statement is allowed")
+	// A reader that can execute one of them is refused.
+	if _, err := f.admin.ExecContext(t.Context(), "GRANT EXECUTE ON FUNCTION xpath(text, xml, text[]) TO "+f.cfg.Reader); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", f.reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "xpath(text,xml,text[])") {
+		t.Errorf("NewPostgresSQLTool with a reader that can execute xpath: %v, want a refusal naming it", err)
+	}
+	// SetupPostgres takes it back.
+	f.tool(t)
+}
+
 // TestPostgresAccessNotInActivity: the user's filter values reach
 // PostgreSQL as a parameter, whatever the pool's query mode (the simple
 // protocol, as behind PgBouncer, would write them into the statement's
