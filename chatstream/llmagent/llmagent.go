@@ -429,7 +429,14 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 					return res, &errEmit{err}
 				}
 			}
-			for _, text := range []string{d.Content, d.Refusal} {
+			text, thought := contentOf(d)
+			if thought != "" {
+				res.streamed = true
+				if err := tr.e.Thinking(thought); err != nil {
+					return res, &errEmit{err}
+				}
+			}
+			for _, text := range []string{text, stringField(d.JSON.Refusal.Raw(), d.Refusal)} {
 				if text == "" {
 					continue
 				}
@@ -497,9 +504,10 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 			continue
 		}
 		// Each call is answered by its id: one the endpoint left out or
-		// gave twice gets one of its own.
+		// gave twice gets one of its own, in the form every endpoint
+		// accepts (see callID).
 		for n := 0; p.id == "" || ids[p.id]; n++ {
-			p.id = fmt.Sprintf("call_%d_%d", i, n)
+			p.id = callID('c', i*100+n)
 		}
 		ids[p.id] = true
 		res.calls = append(res.calls, *p)
@@ -511,6 +519,64 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 // run: a model that asks for more in one response gets the first ones
 // (each a query of up to its timeout) and can ask again in the next round.
 const maxCallsPerResponse = 16
+
+// callID returns an id of the agent's own for a tool call: 9 letters and
+// digits, the only form Mistral's API (and the chat templates of its
+// models on other servers) accepts, which every other endpoint accepts too.
+func callID(kind byte, n int) string {
+	return fmt.Sprintf("%c%08d", kind, n%100_000_000)
+}
+
+// contentOf returns the text and the reasoning of a delta's content. The
+// OpenAI API sends content as a string; Mistral's reasoning models send a
+// list of parts, {"type": "text", "text": …} and {"type": "thinking",
+// "thinking": [{"type": "text", "text": …}]}, which the SDK hands over as
+// raw JSON: the text parts are the text, the thinking parts the
+// reasoning, and any other part or form is dropped, never shown as JSON.
+func contentOf(d openai.ChatCompletionChunkChoiceDelta) (text, thinking string) {
+	raw := strings.TrimSpace(d.JSON.Content.Raw())
+	if !strings.HasPrefix(raw, "[") {
+		return stringField(raw, d.Content), ""
+	}
+	var parts []contentPart
+	if json.Unmarshal([]byte(raw), &parts) != nil {
+		return "", ""
+	}
+	var t, th strings.Builder
+	for _, p := range parts {
+		switch p.Type {
+		case "text":
+			t.WriteString(p.Text)
+		case "thinking":
+			for _, q := range p.Thinking {
+				if q.Type == "text" {
+					th.WriteString(q.Text)
+				}
+			}
+		}
+	}
+	return t.String(), th.String()
+}
+
+// contentPart is one part of a content list (see contentOf).
+type contentPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Thinking []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"thinking"`
+}
+
+// stringField returns s, the SDK's value of a string field whose raw JSON
+// is raw, when the endpoint sent a string there (the SDK hands a value of
+// another type over as its JSON).
+func stringField(raw, s string) string {
+	if !strings.HasPrefix(strings.TrimSpace(raw), `"`) {
+		return ""
+	}
+	return s
+}
 
 // reasoningOf returns the reasoning text of a delta: the non-standard
 // "reasoning_content" (DeepSeek, vLLM) or "reasoning" (Ollama, OpenRouter)
@@ -668,11 +734,13 @@ func describe(err error) string {
 	err = withoutURL(err)
 	if apiErr, ok := errors.AsType[*openai.Error](err); ok {
 		s := apiErr.Error()
+		// Cut as an error event's are: the body is the endpoint's, and may
+		// echo what the request held.
 		if apiErr.Type != "" {
-			s += " type=" + apiErr.Type
+			s += " type=" + short(apiErr.Type)
 		}
 		if apiErr.Code != "" {
-			s += " code=" + apiErr.Code
+			s += " code=" + short(apiErr.Code)
 		}
 		return s
 	}

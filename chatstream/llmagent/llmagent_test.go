@@ -250,6 +250,44 @@ func TestReasoningBecomesThinking(t *testing.T) {
 	}
 }
 
+// TestContentParts: Mistral's reasoning models stream content as a list
+// of parts, which the SDK hands over as raw JSON: the text parts are the
+// answer, the thinking parts thinking (shown only in development mode),
+// anything else dropped; none is shown as JSON.
+func TestContentParts(t *testing.T) {
+	parts := func(p ...any) string { return chunk(map[string]any{"content": p}, nil) }
+	f := newFake(t, reply{chunks: []string{role(),
+		parts(map[string]any{"type": "thinking", "thinking": []any{map[string]any{"type": "text", "text": "Plan: "}, map[string]any{"type": "other", "text": "x"}}}),
+		parts(map[string]any{"type": "thinking", "thinking": []any{map[string]any{"type": "text", "text": "read the filter."}}}),
+		parts(map[string]any{"type": "text", "text": "Revenue "}, map[string]any{"type": "image_url", "image_url": "http://x"}),
+		parts(map[string]any{"type": "text", "text": "is 42."}),
+		chunk(map[string]any{"content": map[string]any{"type": "text", "text": "an object"}, "refusal": []any{"a list"}}, nil),
+		finish("stop")}})
+	a, _ := newAgent(t, f, nil)
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Text() != "Revenue is 42." {
+		t.Errorf("content %q, want the text parts only", rec.Text())
+	}
+	var thinking string
+	for _, e := range rec.Events() {
+		if e.Kind == chatstreamtest.KindThinking {
+			thinking += e.Text
+		}
+	}
+	if thinking != "Plan: read the filter." {
+		t.Errorf("thinking %q", thinking)
+	}
+	// And what goes back to the model as history is the text.
+	f.reset(say("ok"))
+	if _, err := answer(t, a, chatstream.Turn{Input: "again", History: []chatstream.Message{
+		{ID: "u1", Role: "user", Content: "q", Sort: 1}, {ID: "a1", Role: "assistant", Content: rec.Text(), Sort: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestFinishReasons(t *testing.T) {
 	for _, tc := range []struct {
 		reason, want string
@@ -323,6 +361,9 @@ func TestErrorStatuses(t *testing.T) {
 		{"404 with a string error is not retried", []reply{{status: 404, body: `{"error":"model not found"}`}, say("never")}, 1, false, "404 Not Found"},
 		{"429 with a string error and a long Retry-After fails at once", []reply{{status: 429, body: `{"error":"rate limited"}`, header: map[string]string{"Retry-After": "60"}}, say("ok")}, 1, false, "429"},
 		{"500 with a body past the cap", []reply{{status: 500, body: strings.Repeat("x", 8<<20)}, say("ok")}, 2, true, "500 Internal Server Error"},
+		// The body's type and code are cut, as an error event's are: they
+		// are the endpoint's, and may echo what the request held.
+		{"401 with a long type and code", []reply{{status: 401, body: `{"error":{"message":"m","type":"` + strings.Repeat("T", 20000) + `","code":"` + strings.Repeat("C", 64) + ` ` + testKey + `"}}`}}, 1, false, "type=" + strings.Repeat("T", 64) + "… code=" + strings.Repeat("C", 64) + "…"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, tc.replies...)
@@ -339,6 +380,9 @@ func TestErrorStatuses(t *testing.T) {
 				t.Errorf("no error; content %q", rec.Text())
 			}
 			l := logs.String()
+			if len(l) > 4096 {
+				t.Errorf("log of %d bytes", len(l))
+			}
 			if !strings.Contains(l, tc.logHas) {
 				t.Errorf("log lacks %q:\n%s", tc.logHas, l)
 			}
@@ -525,6 +569,12 @@ func TestHistoryBecomesModelMessages(t *testing.T) {
 	call := ms[2]["tool_calls"].([]any)[0].(map[string]any)
 	if fn := call["function"].(map[string]any); fn["name"] != "svcSqlApi" || fn["arguments"] != `{"sqlQuery":"SELECT 42"}` {
 		t.Errorf("call = %v", call)
+	}
+	// The only form of id Mistral's API accepts (400 "Tool call id was …
+	// but must be a-z, A-Z, 0-9, with a length of 9" otherwise, and every
+	// later turn of the thread failed), and every other endpoint accepts.
+	if id, _ := call["id"].(string); !regexp.MustCompile(`^[a-zA-Z0-9]{9}$`).MatchString(id) {
+		t.Errorf("the history's call id %q is not 9 letters and digits", id)
 	}
 	if ms[3]["tool_call_id"] != call["id"] || ms[3]["content"] != result {
 		t.Errorf("tool message = %v", ms[3])
@@ -897,7 +947,7 @@ func TestWrongCallsSentBackValid(t *testing.T) {
 			toolStart(0, "c1", "svcMeta", `{"q":"rev`), // cut by the output limit
 			toolStart(1, "c1", "", `{}`),               // no name, the id again
 			toolStart(2, "", "svc Meta!", `[1]`),       // no id, an invalid name, not an object
-			toolStart(3, "call_2_0", "svcMeta", `{}`),  // the id the agent would give the call before
+			toolStart(3, "c00000200", "svcMeta", `{}`), // the id the agent would give the call before
 			finish("length")}},
 		say("Done."))
 	meta := &fakeTool{name: "svcMeta", result: map[string]any{"cubes": []any{}}}
@@ -920,6 +970,9 @@ func TestWrongCallsSentBackValid(t *testing.T) {
 		var obj map[string]any
 		if id == "" || ids[id] || !regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`).MatchString(name) || json.Unmarshal([]byte(args), &obj) != nil {
 			t.Errorf("call %d sent back as %v", i, c)
+		}
+		if (i == 1 || i == 2) && !regexp.MustCompile(`^[a-zA-Z0-9]{9}$`).MatchString(id) { // the agent's own (see TestHistoryBecomesModelMessages)
+			t.Errorf("call %d got the id %q, not 9 letters and digits", i, id)
 		}
 		ids[id] = true
 		if ms[3+i]["tool_call_id"] != id {

@@ -118,7 +118,7 @@ func historyGroups(h []chatstream.Message) [][]msg {
 			if m.ToolCall.Result == nil {
 				continue
 			}
-			id := fmt.Sprintf("call_h%d", i)
+			id := callID('h', i)
 			args := m.ToolCall.Input
 			if args == "" {
 				args = "{}"
