@@ -99,20 +99,29 @@ func Example() {
 	// 3 messages in the history
 }
 
-// Example_gorilla mounts the chat routes on a gorilla/mux router; the
-// PathValues middleware copies mux.Vars into r.PathValue.
+// Example_gorilla mounts the chat routes on gorilla/mux as the README's
+// step 4 does: on a router of embedkit's own that matches the encoded path
+// (a path parameter may hold an escaped "/"), with
+// middleware.EncodedPathValues copying mux.Vars, decoded, into
+// r.PathValue, behind a ServeMux that sends the prefix to it. The host's own router is left as it was, so its routes keep
+// their decoded mux.Vars.
 func Example_gorilla() {
 	st, err := sqlite.Open("embed.db")
 	if err != nil {
 		log.Fatal(err)
 	}
 	h := chatstream.NewHandler(st, revenueAgent, chatstream.WithDevelopment(true))
-	r := mux.NewRouter()
-	r.Use(middleware.PathValues(mux.Vars))
+	host := mux.NewRouter()               // the host's router, with its own routes
+	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+	front := http.NewServeMux()
+	front.Handle("/analytics/", r)
+	front.Handle("/", host)
+	api := r.PathPrefix("/analytics").Subrouter()
+	api.Use(middleware.EncodedPathValues(mux.Vars))
 	for _, rt := range h.Routes() {
-		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
-	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: r}
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: front}
 	// On SIGTERM: h.Shutdown(ctx) first (running turns finish until ctx
 	// ends, the rest are aborted, so their streams end), then
 	// srv.Shutdown(ctx), which waits for open requests.

@@ -22,13 +22,23 @@
 //		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
 //	}
 //
-// or on gorilla/mux, whose path parameters the handlers read through
-// middleware.PathValues:
+// or on gorilla/mux. An externalId in a path may hold "/" or be "..", so
+// the routes need a router that matches the encoded path, with
+// middleware.EncodedPathValues to hand the handlers the decoded
+// parameters. UseEncodedPath on the host's own router would hand its
+// routes' mux.Vars escaped, so the routes go on a router of embedkit's own
+// that a ServeMux in front sends the prefix to (the README's "Add embedkit
+// to your server", step 4):
 //
-//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
-//	r.Use(middleware.EncodedPathValues(mux.Vars))
+//	host := mux.NewRouter()               // the host's router, unchanged
+//	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+//	front := http.NewServeMux()           // what the server serves
+//	front.Handle("/analytics/", r)
+//	front.Handle("/", host)
+//	api := r.PathPrefix("/analytics").Subrouter()
+//	api.Use(middleware.EncodedPathValues(mux.Vars))
 //	for _, rt := range h.Routes() {
-//		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+//		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 //
 // A session records the embed tenant it was generated for; without

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -57,8 +58,12 @@ func Example_serveMux() {
 	// Output: 200 hello jane
 }
 
-// Example_gorilla mounts the embed-session API on a gorilla/mux router; the
-// handlers read path parameters through middleware.PathValues.
+// Example_gorilla mounts the embed-session API on gorilla/mux as the
+// README's step 4 does: on a router of embedkit's own that matches the
+// encoded path, since an externalId may hold "/" or be "..", with
+// middleware.EncodedPathValues, behind a ServeMux that sends the prefix to
+// it. The host's own router is left as it was, so its routes keep their
+// decoded mux.Vars.
 func Example_gorilla() {
 	st, err := sqlite.Open(":memory:")
 	if err != nil {
@@ -70,15 +75,23 @@ func Example_gorilla() {
 	}
 
 	h := embedsession.NewHandler(st)
-	r := mux.NewRouter()
-	r.Use(middleware.PathValues(mux.Vars))
+	host := mux.NewRouter() // the host's router, with its own routes
+	host.HandleFunc("/products/{name}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "product %s", mux.Vars(r)["name"])
+	})
+	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+	front := http.NewServeMux()
+	front.Handle("/analytics/", r)
+	front.Handle("/", host)
+	api := r.PathPrefix("/analytics").Subrouter()
+	api.Use(middleware.EncodedPathValues(mux.Vars))
 	for _, rt := range h.Routes() {
-		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 	}
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(front)
 	defer srv.Close()
 
-	c := embedsession.NewClient(srv.URL, "sk-acme-admin")
+	c := embedsession.NewClient(srv.URL+"/analytics", "sk-acme-admin")
 	ctx := context.Background()
 	_, err = c.GenerateSession(ctx, embedsession.SessionRequest{
 		DeploymentID:     1,
@@ -96,7 +109,28 @@ func Example_gorilla() {
 		log.Fatal(err)
 	}
 	fmt.Println(len(page.Items), page.Items[0].Name, page.PageInfo.HasNextPage)
-	// Output: 1 analysts false
+
+	// An externalId with "/" or a dot segment is one path segment (the
+	// client escapes it); the admin endpoints reach exactly that user.
+	for _, id := range []string{"a/b", ".."} {
+		if _, err := c.GenerateSession(ctx, embedsession.SessionRequest{DeploymentID: 1, ExternalID: id}); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%q: revoke %v, delete %v\n", id, c.RevokeUserSessions(ctx, id), c.DeleteUser(ctx, id))
+	}
+
+	resp, err := http.Get(srv.URL + "/products/caf%C3%A9")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Println(string(b))
+	// Output:
+	// 1 analysts false
+	// "a/b": revoke <nil>, delete <nil>
+	// "..": revoke <nil>, delete <nil>
+	// product café
 }
 
 // ExampleClient provisions a user with a profile, attributes and groups,
