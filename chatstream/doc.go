@@ -19,11 +19,19 @@
 //		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
 //	}
 //
-//	// gorilla/mux: copy mux.Vars into r.PathValue once
-//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
-//	r.Use(middleware.EncodedPathValues(mux.Vars))
+//	// gorilla/mux: a router of embedkit's own that matches the encoded
+//	// path, behind a ServeMux that sends it the prefix, so that the host's
+//	// router keeps its decoded mux.Vars (the README's "Add embedkit to
+//	// your server", step 4)
+//	host := mux.NewRouter()               // the host's router, unchanged
+//	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+//	front := http.NewServeMux()           // what the server serves
+//	front.Handle("/analytics/", r)
+//	front.Handle("/", host)
+//	api := r.PathPrefix("/analytics").Subrouter()
+//	api.Use(middleware.EncodedPathValues(mux.Vars))
 //	for _, rt := range h.Routes() {
-//		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+//		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 //
 // Streams last as long as turns: leave http.Server.WriteTimeout at zero (or

@@ -25,7 +25,8 @@ const (
 
 // Route is one endpoint of the handler: mount Handler for Method and Pattern
 // on any router that fills r.PathValue (http.ServeMux does; for gorilla/mux
-// use middleware.EncodedPathValues(mux.Vars) with UseEncodedPath).
+// use middleware.EncodedPathValues(mux.Vars) with UseEncodedPath, on a
+// router of embedkit's own: see the package documentation).
 type Route struct {
 	Method  string
 	Pattern string

@@ -41,7 +41,8 @@ func NewHandler(st store.Store, opts ...Option) *Handler {
 // Route is one endpoint: mount Handler for Method and Pattern on a router.
 // Pattern uses {name} wildcards, which http.ServeMux and gorilla/mux both
 // understand; the handlers read them with r.PathValue (on gorilla/mux add
-// middleware.EncodedPathValues(mux.Vars) with UseEncodedPath).
+// middleware.EncodedPathValues(mux.Vars) with UseEncodedPath, on a router of
+// embedkit's own: see [Handler.Routes]).
 type Route struct {
 	Method  string
 	Pattern string
@@ -77,12 +78,20 @@ const (
 //		sm.Handle(rt.Method+" "+rt.Pattern, rt.Handler)
 //	}
 //
-// or on gorilla/mux:
+// or on gorilla/mux, on a router of embedkit's own that matches the
+// encoded path (an externalId may hold "/"), behind a ServeMux that sends
+// it the prefix, so that the host's router keeps its decoded mux.Vars (the
+// README's "Add embedkit to your server", step 4):
 //
-//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
-//	r.Use(middleware.EncodedPathValues(mux.Vars))
+//	host := mux.NewRouter()               // the host's router, unchanged
+//	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+//	front := http.NewServeMux()           // what the server serves
+//	front.Handle("/analytics/", r)
+//	front.Handle("/", host)
+//	api := r.PathPrefix("/analytics").Subrouter()
+//	api.Use(middleware.EncodedPathValues(mux.Vars))
 //	for _, rt := range h.Routes() {
-//		r.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+//		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
 //	}
 func (h *Handler) Routes() []Route {
 	mo := []middleware.APIKeyOption{middleware.WithClock(h.o.now),

@@ -20,13 +20,27 @@
 // response or a log line. A page behind [Session] reads the user's
 // attributes and groups with [EmbedSession.AttributesAndGroups].
 //
-// Mounting on gorilla/mux:
+// Mounting on gorilla/mux: the host's embed pages stay on the host's own
+// router behind [Session], which reads no path parameters; embedkit's
+// handlers go on a router of embedkit's own that matches the encoded path,
+// with [EncodedPathValues], behind a ServeMux that sends it their prefix.
+// UseEncodedPath on the host's router would hand its routes' mux.Vars
+// escaped (the README's "Add embedkit to your server", step 4):
 //
-//	r := mux.NewRouter().UseEncodedPath() // an externalId may hold "/"
-//	r.Use(middleware.EncodedPathValues(mux.Vars))
-//	embed := r.PathPrefix("/embed").Subrouter()
+//	host := mux.NewRouter() // the host's router, unchanged
+//	embed := host.PathPrefix("/embed").Subrouter()
 //	embed.Use(middleware.Session(st))
 //	embed.HandleFunc("/whoami", whoami)
+//
+//	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+//	front := http.NewServeMux()           // what the server serves
+//	front.Handle("/analytics/", r)
+//	front.Handle("/", host)
+//	api := r.PathPrefix("/analytics").Subrouter()
+//	api.Use(middleware.EncodedPathValues(mux.Vars))
+//	for _, rt := range h.Routes() { // embedsession's and chatstream's
+//		api.Handle(rt.Pattern, rt.Handler).Methods(rt.Method)
+//	}
 //
 // and on http.ServeMux:
 //

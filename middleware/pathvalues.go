@@ -29,8 +29,14 @@ func PathValues(vars func(*http.Request) map[string]string) func(http.Handler) h
 // unescapes each value; one that does not unescape is left out, and the
 // handler answers 404.
 //
-//	r := mux.NewRouter().UseEncodedPath()
-//	r.Use(middleware.EncodedPathValues(mux.Vars))
+// UseEncodedPath on the host's own router would hand its routes' mux.Vars
+// escaped, so embedkit's routes go on a router of their own, which a
+// ServeMux in front sends their prefix to (the README's "Add embedkit to
+// your server", step 4):
+//
+//	r := mux.NewRouter().UseEncodedPath() // embedkit's routes only
+//	api := r.PathPrefix("/analytics").Subrouter()
+//	api.Use(middleware.EncodedPathValues(mux.Vars))
 func EncodedPathValues(vars func(*http.Request) map[string]string) func(http.Handler) http.Handler {
 	return PathValues(func(r *http.Request) map[string]string {
 		escaped := vars(r)
