@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/lru"
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/internal/wire"
@@ -66,8 +67,12 @@ type agentKey struct {
 //
 // Its options are the functions of this package returning [Option] or
 // [SharedOption]; an invalid option value panics when its With function is
-// called.
+// called. A nil st or agent (or a nil pointer or func in it, as an ignored
+// Open error leaves) panics here, rather than failing every request or
+// turn.
 func NewHandler(st store.Store, agent Agent, opts ...Option) *Handler {
+	nilarg.Check("chatstream: NewHandler", "store", st)
+	nilarg.Check("chatstream: NewHandler", "agent", agent)
 	cfg := newConfig(opts)
 	tel := telemetry.New(scope, cfg.tp, cfg.mp)
 	data, _ := agent.(DataAgent)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -251,11 +252,13 @@ func WithMaxTurnBytes(n int) Option {
 // turns stopped by Shutdown can still release their claims. A request's
 // calls to the cluster are bounded by 5 seconds (then 503). Default: no
 // cluster, a single process (what SQLite deployments need; leave the option
-// out). cl must not be nil; WithCluster panics otherwise.
+// out). cl must not be nil, nor a nil *pgcluster.Cluster (an ignored error
+// of pgcluster.New); WithCluster panics otherwise.
 func WithCluster(cl Cluster) Option {
 	if cl == nil {
 		panic("chatstream: WithCluster: cluster must not be nil, got nil (leave the option out for a single process)")
 	}
+	nilarg.Check("chatstream: WithCluster", "cluster", cl)
 	return handlerOption(func(c *config) { c.cluster = cl })
 }
 

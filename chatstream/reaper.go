@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/embedkit/embedkit/internal/nilarg"
 )
 
 // ExpiredDeleter is what a [Reaper] uses. Every store.Store implements
@@ -40,8 +42,10 @@ type Reaper struct {
 // NewReaper returns a reaper that runs every interval ([DefaultReapInterval]
 // when interval ≤ 0). It does nothing until [Reaper.Start].
 //
-// Its options are [WithReapBatch], [WithClock] and [WithLogger].
+// Its options are [WithReapBatch], [WithClock] and [WithLogger]. A nil st
+// (or a nil pointer in it) panics here rather than in every reap.
 func NewReaper(st ExpiredDeleter, interval time.Duration, opts ...ReaperOption) *Reaper {
+	nilarg.Check("chatstream: NewReaper", "store", st)
 	if interval <= 0 {
 		interval = DefaultReapInterval
 	}

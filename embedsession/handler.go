@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/embedkit/embedkit/internal/lru"
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/provision"
 	"github.com/embedkit/embedkit/internal/telemetry"
 	"github.com/embedkit/embedkit/middleware"
@@ -29,8 +30,11 @@ type tenantKey struct {
 	name      string
 }
 
-// NewHandler returns a Handler serving from st.
+// NewHandler returns a Handler serving from st. A nil st (or a nil
+// pointer in it, as an ignored Open error leaves) panics here rather than
+// in every request.
 func NewHandler(st store.Store, opts ...Option) *Handler {
+	nilarg.Check("embedsession: NewHandler", "store", st)
 	o := newOptions(opts)
 	return &Handler{st: st, o: o, tel: telemetry.New(scope, o.tp, o.mp),
 		deployments: lru.New[[2]int64, struct{}](o.cacheSize),

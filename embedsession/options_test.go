@@ -6,13 +6,19 @@ import (
 
 	"github.com/embedkit/embedkit/embedsession"
 	"github.com/embedkit/embedkit/internal/optiontest"
+	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // TestInvalidOptionsPanic checks that every invalid option value panics,
 // when its With function is called, with a message naming the package, the
-// option and the value.
+// option and the value, and that NewHandler panics on a nil store, a nil
+// interface or a nil pointer in one.
 func TestInvalidOptionsPanic(t *testing.T) {
 	optiontest.Panics(t, map[string]func(){
+		"embedsession: NewHandler: store must not be nil, got nil": func() { embedsession.NewHandler(nil) },
+		"embedsession: NewHandler: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)": func() {
+			embedsession.NewHandler((*gormstore.Store)(nil))
+		},
 		"embedsession: WithSessionTTL: duration must be positive, got 0s":                                               func() { embedsession.WithSessionTTL(0) },
 		"embedsession: WithTokenTTL: duration must be positive, got -1s":                                                func() { embedsession.WithTokenTTL(-time.Second) },
 		"embedsession: WithMaxEmbedTenants: count must be positive, got 0":                                              func() { embedsession.WithMaxEmbedTenants(0) },

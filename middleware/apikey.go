@@ -7,6 +7,7 @@ import (
 
 	"github.com/embedkit/embedkit/internal/authn"
 	"github.com/embedkit/embedkit/internal/keyrevoke"
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -26,8 +27,10 @@ type APIKeyStore interface {
 // echoed or logged. With [Optional], a request without an Authorization
 // header passes through unauthenticated.
 //
-// Options: [Optional], [WithKeyCache], [WithClock], [WithLogger].
+// Options: [Optional], [WithKeyCache], [WithClock], [WithLogger]. A nil st
+// (or a nil pointer in it) panics here rather than in every request.
 func APIKey(st APIKeyStore, opts ...APIKeyOption) func(http.Handler) http.Handler {
+	nilarg.Check("middleware: APIKey", "store", st)
 	o := apiKeyOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/authn"
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/store"
@@ -70,8 +71,10 @@ var errNoSession = &wire.Error{Status: http.StatusUnauthorized, Message: "missin
 //
 // Options: [WithTokenTTL], [WithCookieName], [WithCookiePath],
 // [WithCookieSameSite], [WithSecureCookie], [WithPartitionedCookie], [WithRedirectAfterExchange],
-// [WithClock], [WithLogger].
+// [WithClock], [WithLogger]. A nil st (or a nil pointer in it) panics here
+// rather than in every request.
 func Session(st SessionStore, opts ...SessionOption) func(http.Handler) http.Handler {
+	nilarg.Check("middleware: Session", "store", st)
 	o := sessionOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -281,8 +284,10 @@ func resolveToken(ctx context.Context, st SessionStore, tok string, now time.Tim
 // endpoint uses it so that pages inside an embed can call it without the API
 // key.
 //
-// Options: [WithKeyCache], [WithClock], [WithLogger].
+// Options: [WithKeyCache], [WithClock], [WithLogger]. A nil st (or a nil
+// pointer in it) panics here rather than in every request.
 func APIKeyOrToken(st AuthStore, opts ...APIKeyOrTokenOption) func(http.Handler) http.Handler {
+	nilarg.Check("middleware: APIKeyOrToken", "store", st)
 	o := apiKeyOrTokenOptions(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

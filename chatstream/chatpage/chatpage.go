@@ -26,6 +26,7 @@ import (
 
 	"github.com/embedkit/embedkit/chatstream"
 	"github.com/embedkit/embedkit/embedsession"
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/wire"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
@@ -96,12 +97,10 @@ const DefaultPath = "/embed/chat"
 //
 // New opens nothing (the chart libraries of [WithVega] are read by
 // [LoadVega]); its options are checked when their With functions are
-// called, and a nil store or agent panics, as http.Handle does for a nil
-// handler.
+// called, and a nil store (or a nil pointer in it, as an ignored Open
+// error leaves) or agent panics, as http.Handle does for a nil handler.
 func New(st Store, agent AgentFunc, opts ...Option) *Handler {
-	if st == nil {
-		panic("chatpage: New: store must not be nil, got nil")
-	}
+	nilarg.Check("chatpage: New", "store", st)
 	if agent == nil {
 		panic("chatpage: New: agent must not be nil, got nil (FixedAgent chooses one agent id)")
 	}

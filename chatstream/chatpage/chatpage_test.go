@@ -20,6 +20,7 @@ import (
 	"github.com/embedkit/embedkit/internal/optiontest"
 	"github.com/embedkit/embedkit/middleware"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
 	"github.com/embedkit/embedkit/store/memstore"
 )
 
@@ -324,7 +325,10 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"chatpage: WithSessionOptions: options must not be nil, got nil at index 0":                                    func() { chatpage.WithSessionOptions(nil) },
 		"chatpage: WithLogger: logger must not be nil, got nil (leave the option out for slog.Default())":              func() { chatpage.WithLogger(nil) },
 		"chatpage: New: store must not be nil, got nil":                                                                func() { chatpage.New(nil, chatpage.FixedAgent("7")) },
-		"chatpage: New: agent must not be nil, got nil (FixedAgent chooses one agent id)":                              func() { chatpage.New(st, nil) },
+		"chatpage: New: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)": func() {
+			chatpage.New((*gormstore.Store)(nil), chatpage.FixedAgent("7"))
+		},
+		"chatpage: New: agent must not be nil, got nil (FixedAgent chooses one agent id)": func() { chatpage.New(st, nil) },
 	})
 }
 

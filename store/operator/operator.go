@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/embedkit/embedkit/internal/keyrevoke"
+	"github.com/embedkit/embedkit/internal/nilarg"
 	"github.com/embedkit/embedkit/internal/secret"
 	"github.com/embedkit/embedkit/store"
 )
@@ -21,8 +22,13 @@ type Operator struct {
 	st store.Store
 }
 
-// New returns an Operator working on st.
-func New(st store.Store) *Operator { return &Operator{st: st} }
+// New returns an Operator working on st. A nil st (or a nil pointer in
+// it, as an ignored Open error leaves) panics here rather than in the
+// first method called.
+func New(st store.Store) *Operator {
+	nilarg.Check("operator: New", "store", st)
+	return &Operator{st: st}
+}
 
 // KeyInfo describes a stored API key without its secret.
 type KeyInfo struct {

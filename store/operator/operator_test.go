@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embedkit/embedkit/internal/optiontest"
 	"github.com/embedkit/embedkit/internal/testdb"
 	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
 	"github.com/embedkit/embedkit/store/memstore"
 	"github.com/embedkit/embedkit/store/operator"
 )
@@ -262,5 +264,17 @@ func TestApplyAgentNeedsDeployment(t *testing.T) {
 		if err := operator.New(st).Apply(ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestNewNilStorePanics: New panics on a nil store, a nil interface or a
+// nil pointer in one (an ignored Open error), rather than in the first
+// method called.
+func TestNewNilStorePanics(t *testing.T) {
+	optiontest.Panics(t, map[string]func(){
+		"operator: New: store must not be nil, got nil": func() { operator.New(nil) },
+		"operator: New: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)": func() {
+			operator.New((*gormstore.Store)(nil))
+		},
 	})
 }
