@@ -38,6 +38,7 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"chatstream: NewHandler: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)":      func() { chatstream.NewHandler((*gormstore.Store)(nil), agent) },
 		"chatstream: NewHandler: agent must not be nil, got nil":                                                                                    func() { chatstream.NewHandler(st, nil) },
 		"chatstream: NewHandler: agent must not be nil, got (chatstream.AgentFunc)(nil) (was the error of the function that returned it ignored?)":  func() { chatstream.NewHandler(st, chatstream.AgentFunc(nil)) },
+		"chatstream: NewReaper: interval must not be negative, got -1s (0 for DefaultReapInterval)":                                                 func() { chatstream.NewReaper(st, -time.Second) },
 		"chatstream: NewReaper: store must not be nil, got nil":                                                                                     func() { chatstream.NewReaper(nil, time.Minute) },
 		"chatstream: NewReaper: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)":       func() { chatstream.NewReaper((*gormstore.Store)(nil), time.Minute) },
 		"chatstream: WithCluster: cluster must not be nil, got (*pgcluster.Cluster)(nil) (was the error of the function that returned it ignored?)": func() { chatstream.WithCluster((*pgcluster.Cluster)(nil)) },

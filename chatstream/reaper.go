@@ -2,6 +2,7 @@ package chatstream
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -39,14 +40,20 @@ type Reaper struct {
 	done    chan struct{}
 }
 
-// NewReaper returns a reaper that runs every interval ([DefaultReapInterval]
-// when interval ≤ 0). It does nothing until [Reaper.Start].
+// NewReaper returns a reaper that runs every interval. An interval of 0
+// stands for [DefaultReapInterval], since a positional argument cannot be
+// left out the way an option can; a negative one cannot be meant and
+// panics, as an invalid option value does, rather than being replaced by
+// the default. It does nothing until [Reaper.Start].
 //
 // Its options are [WithReapBatch], [WithClock] and [WithLogger]. A nil st
 // (or a nil pointer in it) panics here rather than in every reap.
 func NewReaper(st ExpiredDeleter, interval time.Duration, opts ...ReaperOption) *Reaper {
 	nilarg.Check("chatstream: NewReaper", "store", st)
-	if interval <= 0 {
+	if interval < 0 {
+		panic(fmt.Sprintf("chatstream: NewReaper: interval must not be negative, got %v (0 for DefaultReapInterval)", interval))
+	}
+	if interval == 0 {
 		interval = DefaultReapInterval
 	}
 	return &Reaper{st: st, interval: interval, cfg: newReaperConfig(opts)}
