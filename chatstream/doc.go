@@ -5,9 +5,10 @@
 //
 // # Mounting
 //
-// [NewHandler] takes a store and an agent; [Handler.Routes] returns the two
-// endpoints with authentication applied (Authorization: Api-Key <key>, or
-// Bearer <token> of an embed session):
+// [NewHandler] takes a store and an agent; [Handler.Routes] returns the
+// three endpoints, stream-chat-state, abort and the data query API (/sql),
+// with authentication applied (Authorization: Api-Key <key>, or Bearer
+// <token> of an embed session):
 //
 //	h := chatstream.NewHandler(st, myAgent, chatstream.WithTurnTimeout(2*time.Minute))
 //	// at shutdown, before srv.Shutdown (which waits for open streams):

@@ -34,9 +34,11 @@ type Route struct {
 	Handler http.Handler
 }
 
-// Handler serves the chat API: stream-chat-state and abort. It owns a
-// registry of running turns; call [Handler.Shutdown] (or [Handler.Close])
-// when the server stops. A Handler is safe for concurrent use.
+// Handler serves the chat API, stream-chat-state and abort, and the data
+// query API (POST .../agents/{agentId}/sql); [Handler.Routes] returns the
+// three. It owns a registry of running turns; call [Handler.Shutdown] (or
+// [Handler.Close]) when the server stops. A Handler is safe for concurrent
+// use.
 type Handler struct {
 	st    store.Store
 	agent instrumented

@@ -53,7 +53,9 @@ type SessionSettings struct {
 	// ExternalID is the external user's id: lowercase, without spaces.
 	// Exactly one of ExternalID and InternalID is set.
 	ExternalID string `json:"externalId,omitempty"`
-	// InternalID is the email address of an existing internal user.
+	// InternalID is the username of an existing internal user of the
+	// account (operator.InternalUser.Username, often an email address);
+	// no such user is a 400.
 	InternalID string `json:"internalId,omitempty"`
 	// Email is the user's email address.
 	Email *string `json:"email,omitempty"`

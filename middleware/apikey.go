@@ -27,8 +27,9 @@ type APIKeyStore interface {
 // echoed or logged. With [Optional], a request without an Authorization
 // header passes through unauthenticated.
 //
-// Options: [Optional], [WithKeyCache], [WithClock], [WithLogger]. A nil st
-// (or a nil pointer in it) panics here rather than in every request.
+// Options: [Optional], [WithKeyCache], [WithKeyCacheSize], [WithClock],
+// [WithLogger]. A nil st (or a nil pointer in it) panics here rather than in
+// every request.
 func APIKey(st APIKeyStore, opts ...APIKeyOption) func(http.Handler) http.Handler {
 	nilarg.Check("middleware: APIKey", "store", st)
 	o := apiKeyOptions(opts)

@@ -284,8 +284,8 @@ func resolveToken(ctx context.Context, st SessionStore, tok string, now time.Tim
 // endpoint uses it so that pages inside an embed can call it without the API
 // key.
 //
-// Options: [WithKeyCache], [WithClock], [WithLogger]. A nil st (or a nil
-// pointer in it) panics here rather than in every request.
+// Options: [WithKeyCache], [WithKeyCacheSize], [WithClock], [WithLogger]. A
+// nil st (or a nil pointer in it) panics here rather than in every request.
 func APIKeyOrToken(st AuthStore, opts ...APIKeyOrTokenOption) func(http.Handler) http.Handler {
 	nilarg.Check("middleware: APIKeyOrToken", "store", st)
 	o := apiKeyOrTokenOptions(opts)
