@@ -10,9 +10,11 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/embedkit/embedkit/internal/provision"
@@ -168,17 +170,28 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
 		hd.Set("Content-Disposition", `attachment; filename="result.csv"`)
 		hd.Set("Trailer", TrailerTotalRows+", "+TrailerTruncated)
 	}
-	out.header(rows.Columns())
+	cols := rows.Columns()
+	out.header(cols)
 	if !out.send() {
 		return
 	}
 	total, truncated := 0, false
+	// ragged is the fault of a source whose row does not fit the columns:
+	// written as it is, it would shift the values under the wrong names
+	// (a CSV record longer than its header), so the stream ends there, as
+	// on any fault of the source.
+	var ragged error
 	for ; more; more = rows.Next() {
 		if total == h.cfg.dataRowLimit {
 			truncated = true
 			break
 		}
-		out.row(rows.Values())
+		vals := rows.Values()
+		if len(vals) != len(cols) {
+			ragged = fmt.Errorf("chatstream: data query: the data source gave row %d with %d values for %d columns", total+1, len(vals), len(cols))
+			break
+		}
+		out.row(vals)
 		total++
 		if out.rows == dataBatchRows || len(out.buf) >= dataBatchBytes {
 			if !out.send() {
@@ -186,11 +199,18 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if err := rows.Err(); err != nil && !truncated {
+	err = ragged
+	if err == nil && !truncated {
+		err = rows.Err()
+	}
+	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away
 		}
-		status, msg := wire.Status(h.queryFailure(ctx, err))
+		status, msg := http.StatusInternalServerError, ""
+		if ragged == nil {
+			status, msg = wire.Status(h.queryFailure(ctx, err))
+		}
 		if status >= http.StatusInternalServerError {
 			msg = "the query failed"
 			if h.cfg.log != nil {
@@ -456,20 +476,14 @@ func (s *dataStream) send() bool {
 
 // appendJSONValue appends v, a value of [DataRows.Values], as JSON. A
 // number that is not finite, which JSON cannot hold, is the string "NaN",
-// "Infinity" or "-Infinity" (as PostgreSQL's to_json writes it).
+// "Infinity" or "-Infinity" (as PostgreSQL's to_json writes it); a
+// time.Time is a string (see [appendTime]).
 func appendJSONValue(b []byte, v any) []byte {
 	switch x := v.(type) {
 	case nil:
 		return append(b, "null"...)
 	case string:
 		return appendJSONString(b, x)
-	case int64:
-		return strconv.AppendInt(b, x, 10)
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return appendJSONString(b, nonFinite(x))
-		}
-		return appendFloat(b, x)
 	case json.Number:
 		if isJSONNumber(string(x)) {
 			return append(b, x...)
@@ -477,10 +491,82 @@ func appendJSONValue(b []byte, v any) []byte {
 		return appendJSONString(b, string(x))
 	case bool:
 		return strconv.AppendBool(b, x)
+	case time.Time:
+		b = append(b, '"')
+		b = appendTime(b, x)
+		return append(b, '"')
+	}
+	if f, ok := nonFiniteValue(v); ok {
+		return appendJSONString(b, nonFinite(f))
+	}
+	if nb, ok := appendNumber(b, v); ok {
+		return nb
 	}
 	// Not a type of the DataRows contract: its text, rather than a broken
 	// line.
 	return appendJSONString(b, fmt.Sprint(v))
+}
+
+// appendNumber appends v as JSON writes a number when v is of one of Go's
+// integer or floating-point types, or of a type defined on one (a host's
+// own source may hand int, int32, uint or float32 as readily as int64 and
+// float64); ok is false otherwise. v must be finite (see
+// [nonFiniteValue]).
+func appendNumber(b []byte, v any) (_ []byte, ok bool) {
+	switch x := v.(type) {
+	case int64:
+		return strconv.AppendInt(b, x, 10), true
+	case float64:
+		return appendFloat(b, x, 64), true
+	case int:
+		return strconv.AppendInt(b, int64(x), 10), true
+	case int32:
+		return strconv.AppendInt(b, int64(x), 10), true
+	case float32:
+		return appendFloat(b, float64(x), 32), true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, rv.Int(), 10), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.AppendUint(b, rv.Uint(), 10), true
+	case reflect.Float32:
+		return appendFloat(b, rv.Float(), 32), true
+	case reflect.Float64:
+		return appendFloat(b, rv.Float(), 64), true
+	}
+	return b, false
+}
+
+// nonFiniteValue returns v as a float64 when it is a floating-point value
+// that is not finite (NaN, ±Inf), which no number can be written as.
+func nonFiniteValue(v any) (float64, bool) {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case int64, int:
+		return 0, false
+	default:
+		rv := reflect.ValueOf(v)
+		if k := rv.Kind(); k != reflect.Float32 && k != reflect.Float64 {
+			return 0, false
+		}
+		f = rv.Float()
+	}
+	return f, math.IsNaN(f) || math.IsInf(f, 0)
+}
+
+// dataTimeLayout is RFC 3339 with all nine digits of the nanoseconds,
+// trailing zeros kept: every time is one width, so that a column of them
+// sorts as its texts do (time.RFC3339Nano drops the zeros, and
+// "09.5Z" sorts before "09Z").
+const dataTimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// appendTime appends t in UTC, whatever the source's location, so that
+// one instant is one text, in [dataTimeLayout].
+func appendTime(b []byte, t time.Time) []byte {
+	return t.UTC().AppendFormat(b, dataTimeLayout)
 }
 
 // isJSONNumber reports whether s is a number as JSON writes it:
@@ -536,15 +622,18 @@ func nonFinite(f float64) string {
 	return "-Infinity"
 }
 
-// appendFloat appends a finite f as encoding/json writes a float64: the
-// shortest decimal that reads back as f, in exponent form only for very
-// large or small magnitudes.
-func appendFloat(b []byte, f float64) []byte {
+// appendFloat appends a finite f as encoding/json writes a float of bits
+// (32 or 64) bits: the shortest decimal that reads back as f at that
+// precision (a float32 0.1 is 0.1, not 0.10000000149011612), in exponent
+// form only for very large or small magnitudes.
+func appendFloat(b []byte, f float64, bits int) []byte {
 	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
+	if abs := math.Abs(f); abs != 0 {
+		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+			format = 'e'
+		}
 	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
+	b = strconv.AppendFloat(b, f, format, -1, bits)
 	if format == 'e' {
 		// e-07 is e-7, as in encoding/json.
 		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
@@ -611,10 +700,11 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // appendCSVValue appends v, a value of [DataRows.Values], as a CSV field:
-// null is an empty field; numbers and booleans as in JSON (a number that
-// is not finite as NaN, Infinity or -Infinity). In a column of numbers, a
-// text that is a number (its digits beyond a float64's range) is written
-// as a number: no formula is a number.
+// null is an empty field; numbers and booleans as in JSON, unquoted (a
+// number that is not finite as NaN, Infinity or -Infinity); a time.Time
+// as the text of the JSON form. In a column of numbers, a text that is a
+// number (its digits beyond a float64's range) is written as a number: no
+// formula is a number.
 func appendCSVValue(b []byte, v any, number bool) []byte {
 	switch x := v.(type) {
 	case nil:
@@ -624,13 +714,6 @@ func appendCSVValue(b []byte, v any, number bool) []byte {
 			return append(b, x...)
 		}
 		return appendCSVField(b, x)
-	case int64:
-		return strconv.AppendInt(b, x, 10)
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return append(b, nonFinite(x)...)
-		}
-		return appendFloat(b, x)
 	case json.Number:
 		if isJSONNumber(string(x)) {
 			return append(b, x...)
@@ -638,6 +721,14 @@ func appendCSVValue(b []byte, v any, number bool) []byte {
 		return appendCSVField(b, string(x))
 	case bool:
 		return strconv.AppendBool(b, x)
+	case time.Time:
+		return appendCSVField(b, string(appendTime(nil, x)))
+	}
+	if f, ok := nonFiniteValue(v); ok {
+		return append(b, nonFinite(f)...)
+	}
+	if nb, ok := appendNumber(b, v); ok {
+		return nb
 	}
 	return appendCSVField(b, fmt.Sprint(v))
 }

@@ -30,6 +30,9 @@ import (
 //	rows N            N rows of dataColumns
 //	rows N fail K     the rows end with a timeout error after K rows
 //	rows N wait K     after K rows, wait until the request's context ends
+//	rows N ragged K   row K (from 0) holds one value more than the columns
+//	rows N short K    row K (from 0) holds one value fewer
+//	typed             one row of goValues: Go types a host's source may give
 //	hostile           one row of values that need escaping
 //	refuse            a refused query (a *QueryError before the first row)
 //	boom              a fault of the source (not a QueryError)
@@ -58,7 +61,7 @@ func (f *fakeSource) QueryData(ctx context.Context, t chatstream.Turn, q string,
 	if b := t.ActiveBranchName; b != "" && !slices.Contains(t.Branches, b) {
 		return nil, &chatstream.QueryError{Msg: fmt.Sprintf("branch %q not found", b)}
 	}
-	rows := &fakeRows{ctx: ctx, src: f, fail: -1, wait: -1}
+	rows := &fakeRows{ctx: ctx, src: f, fail: -1, wait: -1, ragged: -1}
 	switch f := strings.Fields(q); {
 	case q == "refuse":
 		return nil, &chatstream.QueryError{Msg: "only a single read-only SELECT statement is allowed"}
@@ -75,13 +78,20 @@ func (f *fakeSource) QueryData(ctx context.Context, t chatstream.Turn, q string,
 		return nil, fmt.Errorf("connect: %w: %w", chatstream.ErrSourceUnavailable, ctx.Err())
 	case q == "hostile":
 		rows.hostile, rows.n = true, 1
+	case q == "typed":
+		rows.typed, rows.n = true, 1
 	case len(f) >= 2 && f[0] == "rows":
 		rows.n, _ = strconv.Atoi(f[1])
 		if len(f) == 4 {
 			k, _ := strconv.Atoi(f[3])
-			if f[2] == "fail" {
+			switch f[2] {
+			case "fail":
 				rows.fail = k
-			} else {
+			case "ragged":
+				rows.ragged, rows.extra = k, 1
+			case "short":
+				rows.ragged, rows.extra = k, -1
+			default:
 				rows.wait = k
 			}
 		}
@@ -115,18 +125,49 @@ var hostileValues = []any{
 	json.Number("123456789012345678901234567890.120"), json.Number("=1+1"), // a JSON number, a text that is not one
 }
 
+// cents is a host's own numeric type: a type defined on int64.
+type cents int64
+
+// goValues are the values of the typed query: numbers of every Go integer
+// and float type, and times, as a host's own DataSource may give them.
+var goValues = []any{
+	int(-1), int8(-8), int16(-16), int32(-32), int64(-64),
+	uint(1), uint8(8), uint16(16), uint32(32), uint64(math.MaxUint64), uintptr(7),
+	float32(0.1), float32(1e-7), float32(math.Inf(-1)), float64(2.5), cents(1999),
+	time.Date(2024, 3, 5, 14, 7, 9, 123456789, time.FixedZone("CET", 3600)),
+	time.Date(2024, 3, 5, 14, 7, 9, 0, time.UTC),
+}
+
+// goColumns are the typed query's columns.
+var goColumns = func() []chatstream.DataColumn {
+	cols := make([]chatstream.DataColumn, len(goValues))
+	for i, v := range goValues {
+		cols[i] = chatstream.DataColumn{Name: fmt.Sprintf("c%d", i), ColumnType: "number"}
+		if _, ok := v.(time.Time); ok {
+			cols[i].ColumnType = "time"
+		}
+	}
+	return cols
+}()
+
 type fakeRows struct {
 	ctx        context.Context
 	src        *fakeSource
 	n, i       int
 	fail, wait int
-	hostile    bool
-	vals       []any
-	err        error
-	closed     bool
+	// ragged is the row that holds extra values more than the columns.
+	ragged, extra int
+	hostile       bool
+	typed         bool
+	vals          []any
+	err           error
+	closed        bool
 }
 
 func (r *fakeRows) Columns() []chatstream.DataColumn {
+	if r.typed {
+		return goColumns
+	}
 	if r.hostile {
 		cols := make([]chatstream.DataColumn, len(hostileValues))
 		for i := range cols {
@@ -157,10 +198,20 @@ func (r *fakeRows) Next() bool {
 		r.err = r.ctx.Err()
 		return false
 	}
-	if r.hostile {
+	switch {
+	case r.hostile:
 		r.vals = hostileValues
-	} else {
+	case r.typed:
+		r.vals = goValues
+	default:
 		r.vals = []any{int64(r.i), fmt.Sprintf("name %d", r.i), float64(r.i) / 2, r.i%2 == 0, nil}
+		if r.i == r.ragged {
+			if r.extra > 0 {
+				r.vals = append(r.vals, "extra")
+			} else {
+				r.vals = r.vals[:len(r.vals)-1]
+			}
+		}
 	}
 	r.i++
 	return true
@@ -457,6 +508,95 @@ func TestDataQueryFailsAfterFirstRow(t *testing.T) {
 		}
 		if qe, ok := errors.AsType[*chatstream.QueryError](rerr); !ok || n != 1200 || qe.Msg != "the query ran longer than 5s and was stopped" {
 			t.Errorf("client: %d rows, then %v", n, rerr)
+		}
+		if n := src.openRows(); n != 0 {
+			t.Errorf("%d rows left open", n)
+		}
+	})
+}
+
+// TestDataQueryGoValues: a host's own DataSource may give a number as any
+// Go integer or float type (or one defined on them) and a time as a
+// time.Time. Numbers are JSON numbers, unquoted in CSV as int64 and
+// float64 are, a float32 at its own precision (0.1, not
+// 0.10000000149011612); a time is RFC 3339 in UTC with nine digits of
+// nanoseconds, a string in both forms.
+func TestDataQueryGoValues(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newDataEnv(t, tg, &fakeSource{})
+		const want = `[-1,-8,-16,-32,-64,1,8,16,32,18446744073709551615,7,0.1,1e-7,"-Infinity",2.5,1999,` +
+			`"2024-03-05T13:07:09.123456789Z","2024-03-05T14:07:09.000000000Z"]`
+		r := postData(t, e, adminAuth, "", dataBody("typed"))
+		if r.resp.StatusCode != 200 || len(r.lines) != 3 {
+			t.Fatalf("status %d:\n%s", r.resp.StatusCode, r.raw)
+		}
+		if got := strings.Split(string(r.raw), "\n")[1]; got != `{"data":[`+want+`]}` {
+			t.Errorf("data line = %s\nwant        {\"data\":[%s]}", got, want)
+		}
+
+		r = postData(t, e, adminAuth, "text/csv", dataBody("typed"))
+		records := strings.Split(string(r.raw), "\r\n")
+		if r.resp.StatusCode != 200 || len(records) != 3 {
+			t.Fatalf("CSV: status %d:\n%s", r.resp.StatusCode, r.raw)
+		}
+		const wantCSV = `-1,-8,-16,-32,-64,1,8,16,32,18446744073709551615,7,0.1,1e-7,-Infinity,2.5,1999,` +
+			`"2024-03-05T13:07:09.123456789Z","2024-03-05T14:07:09.000000000Z"`
+		if records[1] != wantCSV {
+			t.Errorf("CSV record = %s\nwant         %s", records[1], wantCSV)
+		}
+		// The time reads back as the instant the source gave.
+		res, err := e.dataClient(adminAuth).QueryData(t.Context(), acct, agentID7, dataRequest("typed"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for row, err := range res.Rows() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := row[16].(string)
+			if got, err := time.Parse(time.RFC3339Nano, s); err != nil || !got.Equal(goValues[16].(time.Time)) {
+				t.Errorf("time %q: %v, %v", s, got, err)
+			}
+		}
+	})
+}
+
+// TestDataQueryRowLength: a row of a host's DataSource with more or fewer
+// values than its columns is a fault of the source. It ends the stream
+// as a fault after the first row does (the error line in NDJSON, a cut
+// file in CSV), whether it is the first row or a later one, rather than
+// writing values under the wrong columns; the rows sent before it stand.
+func TestDataQueryRowLength(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		src := &fakeSource{}
+		log := new(logbuf.Buffer)
+		e := newDataEnv(t, tg, src, chatstream.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+		for _, q := range []string{"rows 5 ragged 3", "rows 5 short 3", "rows 5 ragged 0"} {
+			sent := int(q[len(q)-1] - '0')
+			r := postData(t, e, adminAuth, "", dataBody(q))
+			if r.resp.StatusCode != 200 || r.err != nil {
+				t.Fatalf("%s: status %d, read error %v", q, r.resp.StatusCode, r.err)
+			}
+			n := 0
+			for _, l := range r.lines {
+				if d, ok := l["data"].([]any); ok {
+					n += len(d)
+				}
+			}
+			if last := jsonOf(t, r.lines[len(r.lines)-1]); last != `{"error":"the query failed"}` || n != sent {
+				t.Errorf("%s: %d rows, then %s; want %d rows, then the error line", q, n, last, sent)
+			}
+
+			r = postData(t, e, adminAuth, "text/csv", dataBody(q))
+			if r.resp.StatusCode != 200 || !errors.Is(r.err, io.ErrUnexpectedEOF) {
+				t.Errorf("%s: CSV: status %d, read error %v, want io.ErrUnexpectedEOF", q, r.resp.StatusCode, r.err)
+			}
+			if got := strings.Count(string(r.raw), "\r\n"); got != 1+sent || strings.Contains(string(r.raw), "extra") {
+				t.Errorf("%s: CSV of %d records, want the header and %d rows:\n%s", q, got, sent, r.raw)
+			}
+		}
+		if !strings.Contains(log.String(), "row 4 with 6 values for 5 columns") {
+			t.Errorf("the fault is not logged:\n%s", log.String())
 		}
 		if n := src.openRows(); n != 0 {
 			t.Errorf("%d rows left open", n)

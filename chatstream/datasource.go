@@ -11,7 +11,9 @@ import (
 // (POST .../agents/{agentId}/sql) are the same source, so a query gives the
 // same rows, under the same row access, in both.
 //
-// analytics.SQLTool implements it for SQLite and PostgreSQL.
+// analytics.SQLTool implements it for SQLite and PostgreSQL; a host may
+// write its own over any database (see [DataRows.Values] for the values it
+// may give).
 type DataSource interface {
 	// QueryData runs sqlQuery for the user of t (t.User, t.ActiveBranchName
 	// and t.Branches are used) with the tool's rules and row access, but
@@ -35,10 +37,28 @@ type DataRows interface {
 	Columns() []DataColumn
 	// Next advances to the next row; false at the end or on error (see Err).
 	Next() bool
-	// Values returns the current row: each value a string, float64, int64,
-	// json.Number (a decimal kept exact, such as PostgreSQL's numeric), bool
-	// or nil. A json.Number that is not a JSON number is written as a
-	// string. The slice is valid until the next call of Next.
+	// Values returns the current row, one value per column of Columns,
+	// in order. Each value is nil, a string, a bool, a number or a
+	// time.Time, which the data query API writes so:
+	//   - a number of any Go integer or floating-point type (int, int8 to
+	//     int64, uint, uint8 to uint64, uintptr, float32, float64, or a
+	//     type defined on one of them) is a JSON number, unquoted in CSV;
+	//     a float32 is written at its own precision (0.1, not
+	//     0.10000000149011612); a NaN or an infinity, which JSON cannot
+	//     hold, is NaN, Infinity or -Infinity (a JSON string, unquoted in
+	//     CSV);
+	//   - a json.Number (a decimal kept exact, such as PostgreSQL's
+	//     numeric) is written as it is; one that is not a JSON number is
+	//     written as a string;
+	//   - a time.Time is a text (a JSON string, quoted in CSV): RFC 3339 in
+	//     UTC, whatever its location, with the nine digits of its
+	//     nanoseconds ("2024-03-05T13:07:09.120000000Z"), so that every
+	//     time has one width and, from year 0 to 9999, times sort as
+	//     their texts do.
+	// Any other type is written as its fmt.Sprint text, a string. A row
+	// with more or fewer values than Columns is a fault of the source: the
+	// data query API ends its answer there, as when Err reports an error
+	// after the first row. The slice is valid until the next call of Next.
 	Values() []any
 	// Err is the error that ended the rows, if any (a *[QueryError] for a
 	// timeout).
