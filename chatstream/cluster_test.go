@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -477,7 +476,7 @@ func TestClusterNoGoroutineLeak(t *testing.T) {
 	round(0)
 	idle()
 	time.Sleep(100 * time.Millisecond)
-	base := runtime.NumGoroutine()
+	base, _ := goroutines()
 	for i := 1; i <= 3; i++ {
 		round(i)
 	}

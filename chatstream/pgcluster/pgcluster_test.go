@@ -1083,8 +1083,12 @@ func TestFirstNextOfDeadTurnIsTurnLost(t *testing.T) {
 // the rounds.
 func TestEndWithBacklogBeyondOneRead(t *testing.T) {
 	t.Parallel()
-	_, a, b := replicas(t, []pgcluster.Option{pgcluster.WithPublishInterval(time.Hour)},
-		[]pgcluster.Option{pgcluster.WithPollInterval(time.Millisecond), pgcluster.WithListen(false)})
+	// A lease of its own: under load the owner's heartbeat and its end of
+	// 1,500 lines can take longer than fast's 500 ms, and B would rightly
+	// take the turn for lost; this test is about the backlog, not expiry.
+	lease := []pgcluster.Option{pgcluster.WithLeaseTimeout(10 * time.Second), pgcluster.WithHeartbeat(time.Second)}
+	_, a, b := replicas(t, append([]pgcluster.Option{pgcluster.WithPublishInterval(time.Hour)}, lease...),
+		append([]pgcluster.Option{pgcluster.WithPollInterval(time.Millisecond), pgcluster.WithListen(false)}, lease...))
 	const rounds, lines = 30, 1500 // more than one read returns (1000)
 	for i := range rounds {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
