@@ -114,6 +114,14 @@ static int spend(sqlite3_context *ctx, long long *work) {
 	return 0;
 }
 
+// carry returns the query's work not yet charged (less than a progress
+// call's worth), which every function adds to: a call that does less than
+// spend charges at once would otherwise drop its work, and a row of many
+// such calls, computed without a jump, would never be charged or stopped.
+static long long *carry(sqlite3_context *ctx) {
+	return &((struct analytics_budget *)sqlite3_user_data(ctx))->carry;
+}
+
 // instr(X, Y), as SQLite's, with its work charged: the 1-based position of
 // the first Y in X (in characters for text, bytes for blobs), 0 if none.
 static void instr_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -138,12 +146,12 @@ static void instr_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 		sqlite3_result_error_nomem(ctx);
 		return;
 	}
-	long long work = 0;
+	long long *work = carry(ctx);
 	int pos = 1;
 	for (int i = 0; i + nn <= nh; i++) {
 		if (text && (h[i] & 0xc0) == 0x80) continue;
-		work += nn;
-		if (spend(ctx, &work)) return;
+		*work += nn;
+		if (spend(ctx, work)) return;
 		if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) {
 			sqlite3_result_int(ctx, pos);
 			return;
@@ -170,10 +178,10 @@ static void replace_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 	if (rep == NULL) return;
 	int nr = sqlite3_value_bytes(argv[2]);
 	// First pass: the output's size.
-	long long out = 0, work = 0;
+	long long out = 0, *work = carry(ctx);
 	for (int i = 0; i < ns;) {
-		work += np;
-		if (spend(ctx, &work)) return;
+		*work += np;
+		if (spend(ctx, work)) return;
 		if (i + np <= ns && s[i] == pat[0] && memcmp(s + i, pat, np) == 0) {
 			out += nr;
 			i += np;
@@ -193,8 +201,8 @@ static void replace_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 	}
 	long long j = 0;
 	for (int i = 0; i < ns;) {
-		work += np;
-		if (spend(ctx, &work)) {
+		*work += np;
+		if (spend(ctx, work)) {
 			sqlite3_free(z);
 			return;
 		}
@@ -242,13 +250,13 @@ static void trim_any(sqlite3_context *ctx, int argc, sqlite3_value **argv, int f
 		if (set == NULL) return;
 		nset = sqlite3_value_bytes(argv[1]);
 	}
-	long long work = 0;
+	long long *work = carry(ctx);
 	if (nset > 0) {
 		if (flags & 1) {
 			while (n > 0) {
 				int k = utf8len(z, n);
-				if (!in_set(z, k, set, nset, &work)) break;
-				if (spend(ctx, &work)) return;
+				if (!in_set(z, k, set, nset, work)) break;
+				if (spend(ctx, work)) return;
 				z += k;
 				n -= k;
 			}
@@ -257,8 +265,8 @@ static void trim_any(sqlite3_context *ctx, int argc, sqlite3_value **argv, int f
 			while (n > 0) {
 				int k = 1;
 				while (k < n && (z[n - k] & 0xc0) == 0x80) k++;
-				if (!in_set(z + n - k, k, set, nset, &work)) break;
-				if (spend(ctx, &work)) return;
+				if (!in_set(z + n - k, k, set, nset, work)) break;
+				if (spend(ctx, work)) return;
 				n -= k;
 			}
 		}
@@ -313,6 +321,12 @@ static unsigned int ascii_upper(unsigned int c) { return c >= 'a' && c <= 'z' ? 
 // interrupted.
 #define CHARGE(n) do { *work += (n); if (spend(ctx, work)) return STOPPED; } while (0)
 
+// S_READ reads the string's next character into c and S_SKIP skips it,
+// each adding the bytes it took to the work: a malformed character (a
+// lead byte and a run of continuation bytes) can be any length.
+#define S_READ(c) do { const unsigned char *s0_ = zString; c = UTF8_READ(zString); *work += zString - s0_; } while (0)
+#define S_SKIP() do { const unsigned char *s0_ = zString; SKIP_UTF8(zString); *work += zString - s0_; } while (0)
+
 static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned char *zPattern,
 	const unsigned char *zString, const struct match_info *pInfo, unsigned int matchOther) {
 	unsigned int c, c2;
@@ -325,7 +339,10 @@ static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned
 		if (c == matchAll) {
 			while ((c = UTF8_READ(zPattern)) == matchAll || (c == matchOne && matchOne != 0)) {
 				CHARGE(1);
-				if (c == matchOne && utf8_read(&zString) == 0) return NOWILDCARDMATCH;
+				if (c == matchOne) {
+					S_READ(c2);
+					if (c2 == 0) return NOWILDCARDMATCH;
+				}
 			}
 			if (c == 0) {
 				return MATCH;
@@ -337,7 +354,8 @@ static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned
 					while (*zString) {
 						int bMatch = pattern_compare(ctx, work, &zPattern[-1], zString, pInfo, matchOther);
 						if (bMatch != NOMATCH) return bMatch;
-						SKIP_UTF8(zString);
+						S_SKIP();
+						CHARGE(1);
 					}
 					return NOWILDCARDMATCH;
 				}
@@ -364,7 +382,9 @@ static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned
 				}
 			} else {
 				int bMatch;
-				while ((c2 = UTF8_READ(zString)) != 0) {
+				while (1) {
+					S_READ(c2);
+					if (c2 == 0) break;
 					CHARGE(1);
 					if (c2 != c) continue;
 					bMatch = pattern_compare(ctx, work, zPattern, zString, pInfo, matchOther);
@@ -381,7 +401,7 @@ static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned
 			} else {
 				unsigned int prior_c = 0;
 				int seen = 0, invert = 0;
-				c = utf8_read(&zString);
+				S_READ(c);
 				if (c == 0) return NOMATCH;
 				c2 = utf8_read(&zPattern);
 				if (c2 == '^') {
@@ -408,7 +428,7 @@ static int pattern_compare(sqlite3_context *ctx, long long *work, const unsigned
 				continue;
 			}
 		}
-		c2 = UTF8_READ(zString);
+		S_READ(c2);
 		if (c == c2) continue;
 		if (noCase && ascii_lower(c) == ascii_lower(c2) && c < 0x80 && c2 < 0x80) continue;
 		if (c == matchOne && zPattern != zEscaped && c2 != 0) continue;
@@ -454,8 +474,8 @@ static void like_any(sqlite3_context *ctx, int argc, sqlite3_value **argv, const
 	}
 	const unsigned char *zB = sqlite3_value_text(argv[0]), *zA = sqlite3_value_text(argv[1]);
 	if (zA && zB) {
-		long long work = 0;
-		int r = pattern_compare(ctx, &work, zB, zA, info, escape);
+		long long *work = carry(ctx);
+		int r = pattern_compare(ctx, work, zB, zA, info, escape);
 		if (r != STOPPED) sqlite3_result_int(ctx, r == MATCH);
 	}
 }

@@ -189,6 +189,7 @@ func (g *guard) begin(a Access, steps int64) {
 	g.budget.remaining = C.long(min(steps, maxCLong))
 	g.budget.mem0 = C.analytics_memory_used()
 	g.budget.over_memory = 0
+	g.budget.carry = 0
 	g.budget.active = 1
 }
 

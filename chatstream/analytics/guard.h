@@ -38,6 +38,7 @@ struct analytics_budget {
 	long remaining;  // progress calls left before the statement is interrupted
 	long long mem0;  // SQLite's memory in use when the query began
 	int over_memory; // set when the query was interrupted for its memory
+	long long carry; // work of guard.c's functions not charged yet
 };
 
 // One column of a result row: type is SQLite's fundamental type

@@ -159,8 +159,12 @@ func TestBoundedCost(t *testing.T) {
 		// progress handler would be called.
 		"a row of LIKEs": "WITH s(x, p) AS (SELECT " + mb + ", '%" + strings.Repeat("a_", 49) + "b') SELECT " + strings.Repeat("(x LIKE p) + ", 19) + "(x LIKE p) FROM s",
 		"a row of GLOBs": "WITH s(x, p) AS (SELECT " + mb + ", '*" + strings.Repeat("a?", 49) + "b') SELECT " + strings.Repeat("(x GLOB p) + ", 19) + "(x GLOB p) FROM s",
-		"recursion":      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-		"cross join":     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) SELECT count(*) FROM c a, c b",
+		// Each match below what is charged at once, and each of its
+		// characters a lead byte and 1,099 continuation bytes.
+		"a row of small LIKEs": "WITH s(x, p) AS (SELECT replace(printf('%.*c', 900, 'q'), 'q', 'é' || CAST(unhex('C3' || replace(printf('%.*c', 1099, 'q'), 'q', '80')) AS TEXT)), '%" +
+			strings.Repeat("é_", 32) + "b') SELECT " + strings.Repeat("(x LIKE p) + ", 199) + "(x LIKE p) FROM s",
+		"recursion":  "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+		"cross join": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) SELECT count(*) FROM c a, c b",
 	}
 	// The work budget stops the string functions quickly, although their
 	// work is done inside one instruction; with an unbounded budget, the
