@@ -1,12 +1,14 @@
 package analytics
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -79,12 +81,18 @@ var beyondTransaction = []string{
 // for minutes or days past its timeout, keeping its backend, a core and a
 // connection slot, and a user repeating it takes every connection of the
 // server. Revoked and checked with beyondTransaction; XMLTABLE, syntax
-// rather than a function, is refused by its plan (xmlTablePlanned).
+// rather than a function, is refused by its plan (refuseXMLTable).
 var uninterruptible = []string{"xpath", "xpath_exists", "xmlexists"}
+
+// runsQueryText names the functions of pg_catalog that run SQL text given
+// as an argument, whose plan the tool never sees: an XMLTABLE inside one
+// would run past the timeout as above. (ts_rewrite's form of three
+// tsqueries, which runs nothing, goes with the one that does.)
+var runsQueryText = []string{"query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "ts_stat", "ts_rewrite"}
 
 // revokedFunctions are the names of pg_catalog's functions the reader must
 // not execute.
-var revokedFunctions = append(slices.Clone(beyondTransaction), uninterruptible...)
+var revokedFunctions = slices.Concat(beyondTransaction, uninterruptible, runsQueryText)
 
 // readerTempFileLimit bounds the temporary files of one of the reader's
 // queries (a sort or hash that spills to disk); set by SetupPostgres when it
@@ -635,16 +643,17 @@ func (c *pgCursor) refuseXMLTable(q string) error {
 		if errors.As(res.Err, &pe) && pe.Code == "42601" { // syntax_error: SHOW, for one
 			return toolErr("only a single read-only SELECT statement is allowed")
 		}
-		return c.translate(res.Err, true)
+		// Planning folds constants: 1/0 fails here, as the query would.
+		return c.translate(res.Err, false)
 	}
 	if len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
 		return fmt.Errorf("analytics: PostgreSQL: EXPLAIN returned %d rows", len(res.Rows))
 	}
-	var plan any
-	if err := json.Unmarshal(res.Rows[0][0], &plan); err != nil {
+	xml, err := xmlTablePlanned(res.Rows[0][0])
+	if err != nil {
 		return fmt.Errorf("analytics: PostgreSQL: EXPLAIN: %w", err)
 	}
-	if xmlTablePlanned(plan) {
+	if xml {
 		return toolErr("XMLTABLE is not allowed: PostgreSQL cannot stop its XPath at the timeout")
 	}
 	return nil
@@ -652,26 +661,54 @@ func (c *pgCursor) refuseXMLTable(q string) error {
 
 // xmlTablePlanned reports whether a plan of EXPLAIN (FORMAT JSON) holds a
 // table function scan other than JSON_TABLE's (jsonpath checks for
-// interrupts), at any depth: subplans, CTEs and InitPlans included.
-func xmlTablePlanned(v any) bool {
-	switch v := v.(type) {
-	case map[string]any:
-		if v["Node Type"] == "Table Function Scan" && v["Table Function Name"] != "json_table" {
-			return true
+// interrupts), at any depth: subplans, CTEs and InitPlans included. It
+// reads the plan as tokens, holding none of it: the plan of a query of
+// many branches can be large. Only the values of the two keys count, and a
+// query names no key.
+func xmlTablePlanned(plan []byte) (bool, error) {
+	dec := json.NewDecoder(bytes.NewReader(plan))
+	scans, jsonTables := 0, 0
+	key, isKey := "", false // the last key read, and whether the next string is one
+	var inObject []bool
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF && len(inObject) == 0 {
+			return scans > jsonTables, nil
 		}
-		for _, e := range v {
-			if xmlTablePlanned(e) {
-				return true
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return false, err
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				inObject = append(inObject, true)
+			case '[':
+				inObject = append(inObject, false)
+			default:
+				inObject = inObject[:len(inObject)-1]
+			}
+			isKey = len(inObject) > 0 && inObject[len(inObject)-1] && (t == '{' || t == '}' || t == ']')
+			continue
+		case string:
+			if isKey {
+				key, isKey = t, false
+				continue
+			}
+			switch {
+			case key == "Node Type" && t == "Table Function Scan":
+				scans++
+			case key == "Table Function Name" && t == "json_table":
+				jsonTables++
 			}
 		}
-	case []any:
-		for _, e := range v {
-			if xmlTablePlanned(e) {
-				return true
-			}
-		}
+		// A value read: in an object, a key comes next.
+		isKey = len(inObject) > 0 && inObject[len(inObject)-1]
+		key = ""
 	}
-	return false
 }
 
 // pgCursor is a query running in a transaction of the reader role.

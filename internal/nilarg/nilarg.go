@@ -30,7 +30,7 @@ func Is(v any) bool {
 // NewHandler") and name the argument:
 //
 //	chatstream: NewHandler: store must not be nil, got nil
-//	chatstream: NewHandler: store must not be nil, got (*gormstore.Store)(nil) (was the error of its Open ignored?)
+//	chatstream: NewHandler: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)
 func Check(fn, name string, v any) {
 	if !Is(v) {
 		return
