@@ -2,6 +2,7 @@ package chatstream_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,17 +30,18 @@ import (
 func detachedStreams() int { return goroutinesIn("chatstream.(*Handler).followTurn.func1") }
 
 // goroutinesIn counts the goroutines with fn in their stacks.
-func goroutinesIn(fn string) int {
+func goroutinesIn(fn string) int { return bytes.Count(stacks(), []byte(fn)) }
+
+// stacks returns the stacks of every goroutine.
+func stacks() []byte {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return buf[:n]
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	return strings.Count(string(buf), fn)
 }
 
 // waitDetached waits until detachedStreams is want (bounded) and returns it.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,15 +30,7 @@ import (
 // connection until that connection is used again or closed. At most one
 // per connection of a pool, owned by the pool: not a leak.
 func goroutines() (int, []byte) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	buf := stacks()
 	count := 0
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
 		if len(g) > 0 && !bytes.Contains(g, []byte("bgreader.(*BGReader).bgRead")) {
