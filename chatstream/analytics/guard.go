@@ -106,6 +106,16 @@ func (v *sqliteViews) setup(m *Model) []string {
 	return out
 }
 
+// maxFunctionCalls bounds the function calls a query compiles (each place
+// a function is called, in every copy of a common table expression).
+// SQLite computes a row's expressions without a jump, where its progress
+// handler and interrupts are checked, and a call of a built-in function
+// over a 1 MiB value is a millisecond or two that nothing charges or
+// stops: a row of 1,800 calls (the most 16 KiB of SQL holds) ran 2 to 3 s
+// past a 100 ms timeout. With this bound such a row is at most a fraction
+// of a second; queries a model writes call far fewer.
+const maxFunctionCalls = 256
+
 // functions are the SQL functions a query may call: SQLite's built-in
 // functions whose work is proportional to the size of their arguments
 // (instr, replace, the trims, LIKE and GLOB are guard.c's, which charge
@@ -153,6 +163,7 @@ type guard struct {
 	active bool
 	access Access
 	denied string // why the authorizer denied something, safe to show
+	calls  int    // the query's function calls compiled (maxFunctionCalls)
 
 	// stopped is set when the query is interrupted (timeout, cancellation).
 	// sqlite3_interrupt does not reach the compiler, whose work can grow
@@ -184,7 +195,7 @@ func (g *guard) release() {
 // begin activates the guard for one query of a user with access a, allowing
 // at most steps thousand virtual machine instructions.
 func (g *guard) begin(a Access, steps int64) {
-	g.access, g.denied, g.active = a, "", true
+	g.access, g.denied, g.active, g.calls = a, "", true, 0
 	g.stopped.Store(false)
 	g.budget.remaining = C.long(min(steps, maxCLong))
 	g.budget.mem0 = C.analytics_memory_used()
@@ -238,6 +249,9 @@ func analyticsAuthorize(h C.uintptr_t, op C.int, a1, a2, a3, a4 *C.char) C.int {
 				return authOK
 			}
 		} else if functions[name] {
+			if g.calls++; g.calls > maxFunctionCalls {
+				return g.deny(fmt.Sprintf("the query calls functions in more than %d places; compute less in one query", maxFunctionCalls))
+			}
 			return authOK
 		}
 		return g.deny(fmt.Sprintf("the function %s is not available", name))

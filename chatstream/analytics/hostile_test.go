@@ -365,6 +365,27 @@ func TestCancelInsideARow(t *testing.T) {
 	}
 }
 
+// TestFunctionCallsBounded: a row's expressions run without a jump, where
+// SQLite checks interrupts, and a built-in function over a 1 MiB value
+// takes a millisecond or two that nothing charges: a row of 1,800 such
+// calls ran 2 to 3 s past a 100 ms timeout. A query compiles at most 256
+// function calls.
+func TestFunctionCallsBounded(t *testing.T) {
+	tool, _ := newTool(t, analytics.WithTimeout(100*time.Millisecond))
+	row := func(n int) string {
+		return "WITH s(x) AS (SELECT printf('%.*c', 1000000, 'a')) SELECT " + strings.Repeat("length(upper(x)) + ", n-1) + "length(upper(x)) FROM s"
+	}
+	start := time.Now()
+	_, err := run(t, tool, german, row(600))
+	toolError(t, "a row of 1,200 calls", err, "the query calls functions in more than 256 places")
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("refused after %v", took)
+	}
+	if res, err := run(t, tool, german, "SELECT "+strings.Repeat("abs(-1) + ", 99)+"abs(-1)"); err != nil || res.Data[0][0] != int64(100) {
+		t.Errorf("100 calls: %v %v", res, err)
+	}
+}
+
 // TestWrappedFunctionsAgree: instr, replace, the trims, LIKE and GLOB
 // behave as SQLite's own.
 func TestWrappedFunctionsAgree(t *testing.T) {

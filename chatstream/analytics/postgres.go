@@ -81,8 +81,13 @@ var beyondTransaction = []string{
 // for minutes or days past its timeout, keeping its backend, a core and a
 // connection slot, and a user repeating it takes every connection of the
 // server. Revoked and checked with beyondTransaction; XMLTABLE, syntax
-// rather than a function, is refused by its plan (refuseXMLTable).
-var uninterruptible = []string{"xpath", "xpath_exists", "xmlexists"}
+// rather than a function, is refused by its plan (refuseXMLTable). The
+// functions that parse text as XML (xml(text), the cast from text, and
+// xml_is_well_formed*) go with them: parsing ignores interrupts too, in
+// time linear in what a query built (XMLPARSE, syntax, still parses: see
+// docs/analytics-tools.md).
+var uninterruptible = []string{"xpath", "xpath_exists", "xmlexists",
+	"xml", "xml_is_well_formed", "xml_is_well_formed_document", "xml_is_well_formed_content"}
 
 // runsQueryText names the functions of pg_catalog that run SQL text given
 // as an argument, whose plan the tool never sees: an XMLTABLE inside one

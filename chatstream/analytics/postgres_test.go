@@ -395,6 +395,10 @@ func TestPostgresXPathRefused(t *testing.T) {
 		"SELECT xpath_exists(" + path + ", " + doc + ")",
 		"SELECT XMLEXISTS(" + path + " PASSING " + doc + ")",
 		"SELECT \"xmlexists\"(" + path + ", " + doc + ")",
+		// Parsing ignores interrupts too.
+		"SELECT xml_is_well_formed(repeat('<a/>', 3))",
+		"SELECT xml_is_well_formed_document(repeat('<a/>', 3))",
+		"SELECT CAST(repeat('<a/>', 3) AS xml)::text",
 		// Functions that run SQL text, whose plan the tool never sees.
 		"SELECT query_to_xml('SELECT * FROM XMLTABLE(''/r'' PASSING ''<r/>'' COLUMNS n int PATH ''1'')', true, false, '')::text",
 		"SELECT query_to_xml_and_xmlschema('SELECT 1', true, false, '')::text",
