@@ -95,6 +95,12 @@ var uninterruptible = []string{"xpath", "xpath_exists", "xmlexists",
 // tsqueries, which runs nothing, goes with the one that does.)
 var runsQueryText = []string{"query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "ts_stat", "ts_rewrite"}
 
+// extensionLibraries are the libraries of extensions whose functions the
+// reader must not execute: xml2's evaluate XPath and run SQL text
+// (xpath_table), dblink's reach other databases. A host that installs one
+// revokes them itself; NewPostgresSQLTool checks.
+var extensionLibraries = []string{"$libdir/pgxml", "$libdir/dblink"}
+
 // revokedFunctions are the names of pg_catalog's functions the reader must
 // not execute.
 var revokedFunctions = slices.Concat(beyondTransaction, uninterruptible, runsQueryText)
@@ -488,8 +494,8 @@ func NewPostgresSQLTool(db *sql.DB, m *Model, cfg PostgresConfig, opts ...SQLOpt
 	}
 	var reach string
 	err = pc.QueryRow(ctx, `SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text), '')
-		FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1)
-		AND has_function_privilege(p.oid, 'EXECUTE')`, revokedFunctions).Scan(&reach)
+		FROM pg_proc p WHERE (p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($1) OR p.probin = ANY($2))
+		AND has_function_privilege(p.oid, 'EXECUTE')`, revokedFunctions, extensionLibraries).Scan(&reach)
 	if err != nil {
 		return nil, fmt.Errorf("analytics: check the reader role: %w", err)
 	}

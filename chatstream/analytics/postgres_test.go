@@ -32,10 +32,21 @@ type pgFixture struct {
 
 func newPGFixture(t testing.TB) *pgFixture {
 	t.Helper()
+	return newPGFixtureOn(t, testDSN(t))
+}
+
+// testDSN returns the test database's DSN, or skips t.
+func testDSN(t testing.TB) string {
 	dsn := os.Getenv("EMBEDKIT_TEST_POSTGRES_DSN")
 	if dsn == "" {
 		t.Skip("EMBEDKIT_TEST_POSTGRES_DSN not set; skipping PostgreSQL tests")
 	}
+	return dsn
+}
+
+// newPGFixtureOn is newPGFixture in the database of dsn.
+func newPGFixtureOn(t testing.TB, dsn string) *pgFixture {
+	t.Helper()
 	admin, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -447,6 +458,58 @@ func TestPostgresXPathRefused(t *testing.T) {
 	}
 	// SetupPostgres takes it back.
 	f.tool(t)
+}
+
+// TestPostgresExtensionsChecked: a reader that can execute a function of
+// xml2 (XPath and SQL text, as the revoked functions of pg_catalog) or of
+// dblink is refused, in a database of its own (an extension is the
+// database's).
+func TestPostgresExtensionsChecked(t *testing.T) {
+	dsn := testDSN(t)
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "ek_ext_" + strings.ToLower(rand.Text()[:10])
+	if _, err := admin.ExecContext(t.Context(), "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after the fixture's own (its roles, its connections)
+		defer admin.Close()
+		if _, err := admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop the test's database: %v", err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	f := newPGFixtureOn(t, u.String())
+	for _, ext := range []string{"xml2", "dblink"} {
+		if _, err := f.admin.ExecContext(t.Context(), "CREATE EXTENSION IF NOT EXISTS "+ext+" SCHEMA "+f.data); err != nil {
+			t.Skipf("%s is not installed here: %v", ext, err)
+		}
+	}
+	if err := analytics.SetupPostgres(t.Context(), f.admin, f.model, f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", f.reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = analytics.NewPostgresSQLTool(db, f.model, f.cfg)
+	if err == nil || !strings.Contains(err.Error(), "xpath_table(") || !strings.Contains(err.Error(), "dblink(") {
+		t.Errorf("NewPostgresSQLTool with a reader that can execute xml2 and dblink: %v, want a refusal naming their functions", err)
+	}
+	if _, err := f.admin.ExecContext(t.Context(), "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA "+f.data+" FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err != nil {
+		t.Errorf("after the host revoked them: %v", err)
+	}
 }
 
 // TestPostgresAccessNotInActivity: the user's filter values reach
