@@ -66,6 +66,12 @@ FROM main.orders o JOIN main.customers c ON c.id = o.customer_id`,
 // on it for the tool.
 func openDB(t testing.TB) (rw, ro *sql.DB) {
 	t.Helper()
+	return openDBWith(t, "")
+}
+
+// openDBWith is openDB, the read-only pool's DSN ending with params.
+func openDBWith(t testing.TB, params string) (rw, ro *sql.DB) {
+	t.Helper()
 	name := "file:/analytics-" + rand.Text() + "?vfs=memdb"
 	rw, err := sql.Open("sqlite3", name)
 	if err != nil {
@@ -82,7 +88,7 @@ func openDB(t testing.TB) (rw, ro *sql.DB) {
 	if _, err := pin.ExecContext(context.Background(), fixtureSQL); err != nil {
 		t.Fatal(err)
 	}
-	ro, err = sql.Open("sqlite3", name+"&mode=ro")
+	ro, err = sql.Open("sqlite3", name+"&mode=ro"+params)
 	if err != nil {
 		t.Fatal(err)
 	}

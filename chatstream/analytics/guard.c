@@ -289,6 +289,7 @@ struct match_info {
 };
 static const struct match_info glob_info = {'*', '?', '[', 0};
 static const struct match_info like_info = {'%', '_', 0, 1};
+static const struct match_info like_cs_info = {'%', '_', 0, 0}; // PRAGMA case_sensitive_like
 
 enum { MATCH, NOMATCH, NOWILDCARDMATCH, STOPPED };
 
@@ -481,6 +482,7 @@ static void like_any(sqlite3_context *ctx, int argc, sqlite3_value **argv, const
 }
 
 static void like_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { like_any(ctx, argc, argv, &like_info); }
+static void like_cs_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { like_any(ctx, argc, argv, &like_cs_info); }
 static void glob_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) { like_any(ctx, argc, argv, &glob_info); }
 
 int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b) {
@@ -496,10 +498,19 @@ int analytics_install(sqlite3 *db, uintptr_t handle, struct analytics_budget *b)
 	sqlite3_limit(db, 8 /* SQLITE_LIMIT_LIKE_PATTERN_LENGTH */, ANALYTICS_MAX_PATTERN_BYTES);
 	sqlite3_test_control(15 /* SQLITE_TESTCTRL_OPTIMIZATIONS */, db, 0x1 /* SQLITE_QueryFlattener */);
 	int f = SQLITE_UTF8 | SQLITE_DETERMINISTIC, rc = 0;
+	// LIKE as the connection's own: case-sensitive when it was opened so
+	// (PRAGMA case_sensitive_like, go-sqlite3's _cslike).
+	int nocase = 1;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT 'a' LIKE 'A'", -1, &st, NULL) == 0 && sqlite3_step(st) == SQLITE_ROW) {
+		nocase = sqlite3_column_int(st, 0);
+	}
+	sqlite3_finalize(st);
+	void (*like)(sqlite3_context *, int, sqlite3_value **) = nocase ? like_func : like_cs_func;
 	rc |= sqlite3_create_function_v2(db, "instr", 2, f, b, instr_func, NULL, NULL, NULL);
 	rc |= sqlite3_create_function_v2(db, "replace", 3, f, b, replace_func, NULL, NULL, NULL);
-	rc |= sqlite3_create_function_v2(db, "like", 2, f, b, like_func, NULL, NULL, NULL);
-	rc |= sqlite3_create_function_v2(db, "like", 3, f, b, like_func, NULL, NULL, NULL);
+	rc |= sqlite3_create_function_v2(db, "like", 2, f, b, like, NULL, NULL, NULL);
+	rc |= sqlite3_create_function_v2(db, "like", 3, f, b, like, NULL, NULL, NULL);
 	rc |= sqlite3_create_function_v2(db, "glob", 2, f, b, glob_func, NULL, NULL, NULL);
 	for (int n = 1; n <= 2; n++) {
 		rc |= sqlite3_create_function_v2(db, "trim", n, f, b, trim_func, NULL, NULL, NULL);

@@ -502,6 +502,22 @@ func FuzzHostileSQL(f *testing.F) {
 	})
 }
 
+// TestCaseSensitiveLike: on a connection opened with case_sensitive_like
+// (go-sqlite3's _cslike), the tool's LIKE is case-sensitive, as the
+// connection's own.
+func TestCaseSensitiveLike(t *testing.T) {
+	_, ro := openDBWith(t, "&_cslike=1")
+	tool, err := analytics.NewSQLTool(ro, model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]int64{"SELECT 'ABC' LIKE 'abc'": 0, "SELECT 'ABC' LIKE 'ABC'": 1, "SELECT 'ABC' LIKE 'a%' ESCAPE '!'": 0} {
+		if res, err := run(t, tool, german, q); err != nil || res.Data[0][0] != want {
+			t.Errorf("%s: %v %v, want %d", q, res, err, want)
+		}
+	}
+}
+
 // FuzzLikeAgrees: LIKE (with and without ESCAPE) and GLOB, which guard.c
 // replaces by versions that charge their work, answer as SQLite's own for
 // any bytes (malformed UTF-8 and NULs included).
