@@ -496,65 +496,68 @@ func appendJSONValue(b []byte, v any) []byte {
 		b = appendTime(b, x)
 		return append(b, '"')
 	}
-	if f, ok := nonFiniteValue(v); ok {
-		return appendJSONString(b, nonFinite(f))
-	}
-	if nb, ok := appendNumber(b, v); ok {
-		return nb
+	if n, ok := numberOf(v); ok {
+		if nb, finite := n.append(b); finite {
+			return nb
+		}
+		return appendJSONString(b, nonFinite(n.f))
 	}
 	// Not a type of the DataRows contract: its text, rather than a broken
 	// line.
 	return appendJSONString(b, fmt.Sprint(v))
 }
 
-// appendNumber appends v as JSON writes a number when v is of one of Go's
-// integer or floating-point types, or of a type defined on one (a host's
-// own source may hand int, int32, uint or float32 as readily as int64 and
-// float64); ok is false otherwise. v must be finite (see
-// [nonFiniteValue]).
-func appendNumber(b []byte, v any) (_ []byte, ok bool) {
+// number is a value of one of Go's integer or floating-point types, or of
+// a type defined on one: a host's own source may hand int, int32, uint or
+// float32 as readily as int64 and float64.
+type number struct {
+	kind byte // 'i', 'u' or 'f'
+	i    int64
+	u    uint64
+	f    float64
+	bits int // of a float: 32 or 64
+}
+
+// numberOf returns v as a number; ok is false when it is not one.
+func numberOf(v any) (_ number, ok bool) {
 	switch x := v.(type) {
 	case int64:
-		return strconv.AppendInt(b, x, 10), true
+		return number{kind: 'i', i: x}, true
 	case float64:
-		return appendFloat(b, x, 64), true
+		return number{kind: 'f', f: x, bits: 64}, true
 	case int:
-		return strconv.AppendInt(b, int64(x), 10), true
+		return number{kind: 'i', i: int64(x)}, true
 	case int32:
-		return strconv.AppendInt(b, int64(x), 10), true
+		return number{kind: 'i', i: int64(x)}, true
 	case float32:
-		return appendFloat(b, float64(x), 32), true
+		return number{kind: 'f', f: float64(x), bits: 32}, true
 	}
 	switch rv := reflect.ValueOf(v); rv.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.AppendInt(b, rv.Int(), 10), true
+		return number{kind: 'i', i: rv.Int()}, true
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return strconv.AppendUint(b, rv.Uint(), 10), true
+		return number{kind: 'u', u: rv.Uint()}, true
 	case reflect.Float32:
-		return appendFloat(b, rv.Float(), 32), true
+		return number{kind: 'f', f: rv.Float(), bits: 32}, true
 	case reflect.Float64:
-		return appendFloat(b, rv.Float(), 64), true
+		return number{kind: 'f', f: rv.Float(), bits: 64}, true
 	}
-	return b, false
+	return number{}, false
 }
 
-// nonFiniteValue returns v as a float64 when it is a floating-point value
-// that is not finite (NaN, ±Inf), which no number can be written as.
-func nonFiniteValue(v any) (float64, bool) {
-	var f float64
-	switch x := v.(type) {
-	case float64:
-		f = x
-	case int64, int:
-		return 0, false
-	default:
-		rv := reflect.ValueOf(v)
-		if k := rv.Kind(); k != reflect.Float32 && k != reflect.Float64 {
-			return 0, false
-		}
-		f = rv.Float()
+// append appends n as JSON writes a number; finite is false, and nothing
+// appended, for a float that is not finite (NaN, ±Inf), which no number
+// can be written as.
+func (n number) append(b []byte) (_ []byte, finite bool) {
+	switch {
+	case n.kind == 'i':
+		return strconv.AppendInt(b, n.i, 10), true
+	case n.kind == 'u':
+		return strconv.AppendUint(b, n.u, 10), true
+	case math.IsNaN(n.f) || math.IsInf(n.f, 0):
+		return b, false
 	}
-	return f, math.IsNaN(f) || math.IsInf(f, 0)
+	return appendFloat(b, n.f, n.bits), true
 }
 
 // dataTimeLayout is RFC 3339 with all nine digits of the nanoseconds,
@@ -724,11 +727,11 @@ func appendCSVValue(b []byte, v any, number bool) []byte {
 	case time.Time:
 		return appendCSVField(b, string(appendTime(nil, x)))
 	}
-	if f, ok := nonFiniteValue(v); ok {
-		return append(b, nonFinite(f)...)
-	}
-	if nb, ok := appendNumber(b, v); ok {
-		return nb
+	if n, ok := numberOf(v); ok {
+		if nb, finite := n.append(b); finite {
+			return nb
+		}
+		return append(b, nonFinite(n.f)...)
 	}
 	return appendCSVField(b, fmt.Sprint(v))
 }
