@@ -101,16 +101,23 @@ func (f *pgFixture) tool(t testing.TB, opts ...analytics.SQLOption) *analytics.S
 	if err := analytics.SetupPostgres(context.Background(), f.admin, f.model, f.cfg); err != nil {
 		t.Fatalf("SetupPostgres: %v", err)
 	}
+	tool, err := analytics.NewPostgresSQLTool(f.readerPool(t), f.model, f.cfg, opts...)
+	if err != nil {
+		t.Fatalf("NewPostgresSQLTool: %v", err)
+	}
+	return tool
+}
+
+// readerPool opens a pool that logs in as the reader, closed in
+// t.Cleanup.
+func (f *pgFixture) readerPool(t testing.TB) *sql.DB {
+	t.Helper()
 	db, err := sql.Open("pgx", f.reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	tool, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg, opts...)
-	if err != nil {
-		t.Fatalf("NewPostgresSQLTool: %v", err)
-	}
-	return tool
+	return db
 }
 
 // hostilePostgres is the attack suite in PostgreSQL's dialect; DATA stands
@@ -313,8 +320,7 @@ func TestSetupPostgresConcurrently(t *testing.T) {
 	if _, err := f.admin.Exec("GRANT USAGE ON SCHEMA " + f.data + " TO " + f.cfg.Reader + "; GRANT SELECT ON " + f.data + ".customers TO " + f.cfg.Reader); err != nil {
 		t.Fatal(err)
 	}
-	db, _ := sql.Open("pgx", f.reader)
-	defer db.Close()
+	db := f.readerPool(t)
 	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "can read") {
 		t.Errorf("a reader that can read customers: %v", err)
 	}
@@ -375,11 +381,7 @@ func TestPostgresReaderConfined(t *testing.T) {
 	if _, err := f.admin.ExecContext(ctx, "GRANT EXECUTE ON FUNCTION pg_advisory_lock(bigint) TO "+f.cfg.Reader); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("pgx", f.reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := f.readerPool(t)
 	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "pg_advisory_lock(bigint)") {
 		t.Errorf("NewPostgresSQLTool with a reader that can take advisory locks: %v, want a refusal naming the function", err)
 	}
@@ -448,11 +450,7 @@ func TestPostgresXPathRefused(t *testing.T) {
 	if _, err := f.admin.ExecContext(t.Context(), "GRANT EXECUTE ON FUNCTION xpath(text, xml, text[]) TO "+f.cfg.Reader); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("pgx", f.reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := f.readerPool(t)
 	if _, err := analytics.NewPostgresSQLTool(db, f.model, f.cfg); err == nil || !strings.Contains(err.Error(), "xpath(text,xml,text[])") {
 		t.Errorf("NewPostgresSQLTool with a reader that can execute xpath: %v, want a refusal naming it", err)
 	}
@@ -495,11 +493,7 @@ func TestPostgresExtensionsChecked(t *testing.T) {
 	if err := analytics.SetupPostgres(t.Context(), f.admin, f.model, f.cfg); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("pgx", f.reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := f.readerPool(t)
 	_, err = analytics.NewPostgresSQLTool(db, f.model, f.cfg)
 	if err == nil || !strings.Contains(err.Error(), "xpath_table(") || !strings.Contains(err.Error(), "dblink(") {
 		t.Errorf("NewPostgresSQLTool with a reader that can execute xml2 and dblink: %v, want a refusal naming their functions", err)

@@ -11,10 +11,10 @@ import (
 	"reflect"
 )
 
-// Is reports whether v is nil or holds a nil pointer or func: a
+// isNil reports whether v is nil or holds a nil pointer or func: a
 // *gormstore.Store left nil by an ignored Open error, or an AgentFunc(nil),
 // is not a nil interface but fails on its first method call all the same.
-func Is(v any) bool {
+func isNil(v any) bool {
 	if v == nil {
 		return true
 	}
@@ -25,14 +25,14 @@ func Is(v any) bool {
 	return false
 }
 
-// Check panics when v is nil (see [Is]), with the message of an invalid
+// Check panics when v is nil (see isNil), with the message of an invalid
 // argument, fn naming the package and the function ("chatstream:
 // NewHandler") and name the argument:
 //
 //	chatstream: NewHandler: store must not be nil, got nil
 //	chatstream: NewHandler: store must not be nil, got (*gormstore.Store)(nil) (was the error of the function that returned it ignored?)
 func Check(fn, name string, v any) {
-	if !Is(v) {
+	if !isNil(v) {
 		return
 	}
 	if v == nil {
