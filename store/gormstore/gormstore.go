@@ -72,7 +72,7 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	if !s.pg { // the writer keeps a connection when the pool has two more
 		n := s.sqlDB.Stats().MaxOpenConnections
-		s.group = &group{w: groupTx{stmts: map[string]*sql.Stmt{}}, keep: n == 0 || n > 2}
+		s.group = &group{keep: n == 0 || n > 2}
 	}
 	// A session of its own: no Where or Scopes leak between host and store.
 	s.txn = txn{s: s, db: db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})}

@@ -235,47 +235,20 @@ func (s *Store) run(tx *gorm.DB, fn func(store.Tx) error) (err, abort error) {
 // leaves its statements on it). A started statement is not interrupted by
 // its context (interrupting SQLite rolls back the whole transaction, which
 // other calls share); a call whose context ended fails before its next.
-type groupTx struct {
-	*sql.Conn
-	stmts map[string]*sql.Stmt // prepared on Conn: SQLite spends more preparing most statements than running them
-}
+type groupTx struct{ *sql.Conn }
 
-// maxStmts bounds the statements kept prepared: texts vary with the
-// number of values of an IN list or a batch insert.
-const maxStmts = 64
-
-// stmt returns q prepared on the connection, cached (at most maxStmts texts, then afresh).
-func (t *groupTx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if st, ok := t.stmts[q]; ok {
-		return st, nil
-	}
-	if len(t.stmts) >= maxStmts {
-		t.closeStmts() // a statement in use is closed when its rows are
-	}
-	st, err := t.Conn.PrepareContext(context.Background(), q)
-	if err == nil {
-		t.stmts[q] = st
-	}
-	return st, err
-}
-
-func (t *groupTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	st, err := t.stmt(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(context.WithoutCancel(ctx), args...)
+	return t.Conn.ExecContext(context.WithoutCancel(ctx), q, args...)
 }
 
 func (t *groupTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	st, err := t.stmt(ctx, q)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return st.QueryContext(context.WithoutCancel(ctx), args...)
+	return t.Conn.QueryContext(context.WithoutCancel(ctx), q, args...)
 }
 
 func (t *groupTx) Commit() error   { return t.end("COMMIT") }
@@ -286,15 +259,7 @@ func (t *groupTx) end(q string) error {
 	return err
 }
 
-func (t *groupTx) closeStmts() {
-	for q, st := range t.stmts {
-		_ = st.Close()
-		delete(t.stmts, q)
-	}
-}
-
 func (t *groupTx) release() {
-	t.closeStmts()
 	if t.Conn != nil {
 		_ = t.Conn.Close()
 		t.Conn = nil

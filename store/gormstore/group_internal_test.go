@@ -149,7 +149,7 @@ func TestGroupWriterEnds(t *testing.T) {
 }
 
 // TestGroupWriterKeepsConnection checks that between its runs the writer
-// keeps its connection and statements when the pool has room for two
+// keeps its connection when the pool has room for two
 // more, and gives it back to a pool of two.
 func TestGroupWriterKeepsConnection(t *testing.T) {
 	for _, pool := range []int{0, 5, 2} {
@@ -163,12 +163,12 @@ func TestGroupWriterKeepsConnection(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			st.group.mu.Lock()
-			conn, stmts := st.group.w.Conn, len(st.group.w.stmts)
+			conn := st.group.w.Conn
 			st.group.mu.Unlock()
 			switch keep := pool != 2; {
-			case keep && (conn == nil || stmts == 0 || i == 1 && conn != first):
-				t.Errorf("pool %d, run %d: connection %v (the first's: %v), %d statements, want it kept", pool, i, conn != nil, conn == first, stmts)
-			case !keep && (conn != nil || stmts != 0 || st.sqlDB.Stats().InUse != 0):
+			case keep && (conn == nil || i == 1 && conn != first):
+				t.Errorf("pool %d, run %d: connection %v (the first's: %v), want it kept", pool, i, conn != nil, conn == first)
+			case !keep && (conn != nil || st.sqlDB.Stats().InUse != 0):
 				t.Errorf("pool %d, run %d: the idle writer holds its connection", pool, i)
 			}
 			first = conn
@@ -176,14 +176,12 @@ func TestGroupWriterKeepsConnection(t *testing.T) {
 	}
 }
 
-// TestGroupKeepsStatements checks that the writer keeps its connection
-// and its prepared statements from one transaction to the next, and gives
-// both back when it ends.
-func TestGroupKeepsStatements(t *testing.T) {
+// TestGroupKeepsConnection checks that the writer keeps its connection
+// from one transaction to the next, and gives it back when it ends.
+func TestGroupKeepsConnection(t *testing.T) {
 	st := openGroupStore(t)
 	w := &st.group.w
 	var conn *sql.Conn
-	kept := 0
 	for i := range 3 {
 		m := &member{ctx: t.Context(), done: make(chan outcome, 1), fn: func(tx store.Tx) error {
 			_, err := tx.SaveAccount(t.Context(), store.Account{Name: fmt.Sprint("a", i)})
@@ -196,17 +194,14 @@ func TestGroupKeepsStatements(t *testing.T) {
 		if o := <-m.done; o.err != nil {
 			t.Fatal(o.err)
 		}
-		if i > 0 && (w.Conn != conn || len(w.stmts) != kept) {
-			t.Fatalf("transaction %d: connection kept %v, %d statements prepared, want the same %d", i, w.Conn == conn, len(w.stmts), kept)
+		if i > 0 && w.Conn != conn {
+			t.Fatalf("transaction %d: connection not kept", i)
 		}
-		conn, kept = w.Conn, len(w.stmts)
-	}
-	if kept < 4 { // BEGIN, SAVEPOINT, the upsert, RELEASE, COMMIT
-		t.Errorf("%d statements kept prepared, want at least 4", kept)
+		conn = w.Conn
 	}
 	w.release()
-	if n := st.sqlDB.Stats().InUse; n != 0 || len(w.stmts) != 0 {
-		t.Errorf("after release: %d connections in use, %d statements, want none", n, len(w.stmts))
+	if n := st.sqlDB.Stats().InUse; n != 0 {
+		t.Errorf("after release: %d connections in use, want none", n)
 	}
 }
 
@@ -235,30 +230,6 @@ func openGroupStore(t *testing.T, pool ...int) *Store {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
-}
-
-// TestGroupStatementsBounded runs more distinct statement texts in one
-// transaction than the writer keeps prepared, and checks that it keeps at
-// most maxStmts of them at any time.
-func TestGroupStatementsBounded(t *testing.T) {
-	st := openGroupStore(t)
-	ctx := t.Context()
-	err := st.InTx(ctx, func(tx store.Tx) error {
-		var names []string
-		for i := range maxStmts + 10 {
-			names = append(names, fmt.Sprint("a", i)) // an IN list one longer: a text of its own
-			if _, err := tx.Lookup(ctx, store.Lookup{Scope: store.TenantWide(1), AttrNames: names}); err != nil {
-				return err
-			}
-			if n := len(tx.(*txn).db.Statement.ConnPool.(*groupTx).stmts); n > maxStmts {
-				t.Fatalf("after %d texts, %d statements kept, want at most %d", i+1, n, maxStmts)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestCloseDuringWrites closes a store on a host's pool (left open) while

@@ -87,5 +87,5 @@ func Dialector(path string) gorm.Dialector {
 	if query != "" {
 		params = append([]string{query}, params...)
 	}
-	return gormsqlite.Open(p + "?" + strings.Join(params, "&"))
+	return gormsqlite.New(gormsqlite.Config{DriverName: driverName, DSN: p + "?" + strings.Join(params, "&")})
 }
