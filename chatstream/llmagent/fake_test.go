@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ type reply struct {
 	body   string            // error body
 	header map[string]string // extra response headers
 
-	chunks []string      // chunk JSON objects
+	chunks []string      // chunk JSON objects; one starting with ':' is sent as an SSE comment
 	delay  time.Duration // before each chunk
 	cut    bool          // drop the connection after the chunks
 	hang   bool          // after the chunks, wait until the client goes away
@@ -119,7 +120,11 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		if gone() {
 			return
 		}
-		fmt.Fprintf(w, "data: %s\n\n", c)
+		if strings.HasPrefix(c, ":") {
+			fmt.Fprintf(w, "%s\n\n", c) // an SSE comment
+		} else {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
 		flush()
 	}
 	if rp.hang {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -400,8 +401,18 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 	defer cancel(nil)
 	idle := time.AfterFunc(a.cfg.idleTimeout, func() { cancel(errIdle) })
 	defer idle.Stop()
+	// Silence is no bytes at all: an endpoint that keeps a slow stream
+	// open with SSE comments (": keep-alive", which the SDK skips) is not
+	// silent.
+	heard := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		resp, err := next(r)
+		if resp != nil && resp.Body != nil {
+			resp.Body = &activityBody{ReadCloser: resp.Body, heard: func() { idle.Reset(a.cfg.idleTimeout) }}
+		}
+		return resp, err
+	})
 
-	s := a.client.Chat.Completions.NewStreaming(reqCtx, params, option.WithMaxRetries(0))
+	s := a.client.Chat.Completions.NewStreaming(reqCtx, params, option.WithMaxRetries(0), heard)
 	defer s.Close()
 	var (
 		pending []*call // by index
@@ -409,7 +420,6 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 		content strings.Builder
 	)
 	for s.Next() {
-		idle.Reset(a.cfg.idleTimeout)
 		ch := s.Current()
 		if res.model == "" && len(ch.Model) <= maxToolName {
 			res.model = ch.Model // the model that answered, for telemetry
@@ -745,4 +755,18 @@ func describe(err error) string {
 		return s
 	}
 	return err.Error()
+}
+
+// activityBody reports every read of a response body that got bytes.
+type activityBody struct {
+	io.ReadCloser
+	heard func()
+}
+
+func (b *activityBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.heard()
+	}
+	return n, err
 }

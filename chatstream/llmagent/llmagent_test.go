@@ -475,6 +475,22 @@ func TestSilentStreamTimesOut(t *testing.T) {
 	}
 }
 
+// TestKeepAliveIsNotSilence: an endpoint that keeps a slow stream open
+// with SSE comments, as some do while a model thinks, is not silent,
+// though no event comes for longer than the idle timeout.
+func TestKeepAliveIsNotSilence(t *testing.T) {
+	chunks := []string{role()}
+	for range 12 {
+		chunks = append(chunks, ": keep-alive")
+	}
+	f := newFake(t, reply{chunks: append(chunks, text("thought it over"), finish("stop")), delay: 50 * time.Millisecond})
+	a, _ := newAgent(t, f, nil, llmagent.WithIdleTimeout(300*time.Millisecond))
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil || rec.Text() != "thought it over" || len(f.reqs()) != 1 {
+		t.Errorf("got %q, %v after %d requests", rec.Text(), err, len(f.reqs()))
+	}
+}
+
 func TestAbortCancelsTheRequest(t *testing.T) {
 	f := newFake(t, reply{chunks: []string{role(), text("first")}, hang: true})
 	a, _ := newAgent(t, f, nil)

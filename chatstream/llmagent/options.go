@@ -135,9 +135,10 @@ func WithRetryDelay(d time.Duration) Option {
 	return func(c *config) { c.retryDelay = d }
 }
 
-// WithIdleTimeout sets the longest the agent waits for the next piece of a
+// WithIdleTimeout sets the longest the agent waits for the next bytes of a
 // model stream (or for its response headers) before it gives the request
-// up as failed. Default: [DefaultIdleTimeout] (60s). d must be positive;
+// up as failed; SSE comments, which some endpoints send to keep a slow
+// stream open, count. Default: [DefaultIdleTimeout] (60s). d must be positive;
 // WithIdleTimeout panics otherwise.
 func WithIdleTimeout(d time.Duration) Option {
 	if d <= 0 {
