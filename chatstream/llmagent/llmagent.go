@@ -483,6 +483,9 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				if n := tc.Function.Name; n != "" && n != p.name && len(p.name)+len(n) <= maxToolName {
 					p.name += n
 				}
+				if x := strings.TrimSpace(tc.JSON.ExtraFields["extra_content"].Raw()); strings.HasPrefix(x, "{") && len(x) <= maxToolArgs && json.Valid([]byte(x)) {
+					p.extra = x
+				}
 				if a := tc.Function.Arguments; len(p.args)+len(a) <= maxToolArgs {
 					p.args += a
 				} else {

@@ -172,6 +172,38 @@ func TestToolCallArgumentsSplitAcrossChunks(t *testing.T) {
 	}
 }
 
+// TestThoughtSignatureSentBack: a tool call's "extra_content", where
+// Gemini's OpenAI-compatible API puts the thought signature it requires
+// back with the call, returns with the call in the turn's next request;
+// a call without one gets none.
+func TestThoughtSignatureSentBack(t *testing.T) {
+	signed := chunk(map[string]any{"tool_calls": []any{map[string]any{
+		"index": 0, "id": "call_a", "type": "function", "function": map[string]any{"name": "svcMeta", "arguments": `{"q":"orders"}`},
+		"extra_content": map[string]any{"google": map[string]any{"thought_signature": "c2lnLUE="}},
+	}}}, nil)
+	f := newFake(t,
+		reply{chunks: []string{role(), signed, toolStart(1, "call_b", "svcMeta", `{"q":"users"}`), finish("tool_calls")}},
+		say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: map[string]any{"ok": true}}
+	a, _ := newAgent(t, f, []llmagent.Tool{meta})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	ms := messages(t, f, 1)
+	calls := ms[2]["tool_calls"].([]any)
+	if len(calls) != 2 {
+		t.Fatalf("assistant tool calls = %v", calls)
+	}
+	first, second := calls[0].(map[string]any), calls[1].(map[string]any)
+	sig, _ := first["extra_content"].(map[string]any)["google"].(map[string]any)
+	if first["id"] != "call_a" || sig["thought_signature"] != "c2lnLUE=" {
+		t.Errorf("first call = %v, want its extra_content back", first)
+	}
+	if _, ok := second["extra_content"]; ok || second["id"] != "call_b" {
+		t.Errorf("second call = %v, want no extra_content", second)
+	}
+}
+
 func TestSeveralToolCallsInOneResponse(t *testing.T) {
 	f := newFake(t,
 		reply{chunks: []string{role(),

@@ -26,6 +26,11 @@ type msg struct {
 type call struct {
 	id, name, args string
 	tooLong        bool
+	// extra is the call's "extra_content" object, sent back with it as
+	// received: Gemini's OpenAI-compatible API puts a thought signature
+	// there, and refuses a later request of the turn whose tool calls lack
+	// theirs.
+	extra string
 }
 
 // Bounds on a tool call the model streams: a tool's name is at most 64
@@ -160,14 +165,16 @@ func toParams(ms []msg) []openai.ChatCompletionMessageParamUnion {
 				if c.tooLong || !json.Valid([]byte(args)) || !strings.HasPrefix(args, "{") {
 					args = "{}"
 				}
-				p.ToolCalls = append(p.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID: c.id,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-							Name: name, Arguments: args,
-						},
+				fn := &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: c.id,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name: name, Arguments: args,
 					},
-				})
+				}
+				if c.extra != "" {
+					fn.SetExtraFields(map[string]any{"extra_content": json.RawMessage(c.extra)})
+				}
+				p.ToolCalls = append(p.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: fn})
 			}
 			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &p})
 		}
