@@ -315,6 +315,9 @@ func (t *SQLTool) sqliteConn(ctx context.Context) (*sql.Conn, *guard, error) {
 	}
 	var g *guard
 	err = conn.Raw(func(dc any) error {
+		if u, ok := dc.(interface{ Unwrap() *sqlite3.SQLiteConn }); ok {
+			dc = u.Unwrap() // a wrapping driver's, such as the store's sqlite.Dialector
+		}
 		sc, ok := dc.(*sqlite3.SQLiteConn)
 		if !ok {
 			return fmt.Errorf("analytics: NewSQLTool supports SQLite through github.com/mattn/go-sqlite3 only (NewPostgresSQLTool is for PostgreSQL), not %T", dc)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mattn/go-sqlite3"
 )
@@ -26,19 +27,37 @@ func (stmtCachingDriver) Open(dsn string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{SQLiteConn: c.(*sqlite3.SQLiteConn), stmts: map[string]*stmt{}}, nil
+	return &conn{SQLiteConn: c.(*sqlite3.SQLiteConn), stmts: map[string]*stmt{}, schema: schemaChanges.Load()}, nil
 }
 
-// maxStmts bounds the statements a connection keeps: texts vary with the
-// number of values of an IN list or a batch insert.
-const maxStmts = 64
+const (
+	// maxStmts bounds the statements a connection keeps: texts vary with
+	// the number of values of an IN list or a batch insert.
+	maxStmts = 64
+	// maxKeptArgs bounds the text and blob bytes a kept statement is run
+	// with: SQLite keeps a statement's last bindings, copies, until it is
+	// run again.
+	maxKeptArgs = 64 << 10
+)
+
+// schemaChanges counts the statements of this process, on any connection,
+// that may have changed a schema (CREATE, ALTER, DROP). SQLite prepares a
+// statement whose schema changed again when it steps it, but go-sqlite3
+// reads its columns before: a kept SELECT * would name the old ones for
+// one run. A connection drops its kept statements when the count moved,
+// and reloads its copy of the schema (go-sqlite3's own connections name
+// the old columns once after another connection changed them; these do
+// not, when that connection is of this process).
+var schemaChanges atomic.Uint64
 
 // conn is a go-sqlite3 connection whose QueryContext and ExecContext run
 // a single statement on one kept prepared for its text. database/sql uses
-// a connection from one goroutine at a time, so the map needs no lock.
+// a connection from one goroutine at a time (and closes rows under the
+// same lock), so the map needs no lock of its own.
 type conn struct {
 	*sqlite3.SQLiteConn
-	stmts map[string]*stmt
+	stmts  map[string]*stmt
+	schema uint64 // schemaChanges when the kept statements were checked
 }
 
 // stmt is a kept statement; busy while rows read from it are open, when a
@@ -46,20 +65,43 @@ type conn struct {
 // statement under the open rows).
 type stmt struct {
 	*sqlite3.SQLiteStmt
+	rows bool // it returns rows: an exec would leave it running
 	busy bool
 }
 
+// Unwrap returns the go-sqlite3 connection, for code that registers
+// functions or hooks on it (the analytics tool's guard).
+func (c *conn) Unwrap() *sqlite3.SQLiteConn { return c.SQLiteConn }
+
 // kept returns q's kept statement, or nil when q runs as go-sqlite3 runs
 // it: a text that may hold several statements or none (a ';' or a comment,
-// even in a literal), one whose statement is busy, or arguments that are
-// named or more or fewer than its parameters (go-sqlite3 then fails or
-// ignores the extra ones; a kept statement would keep an earlier binding).
+// even in a literal), one that may change a schema, one whose statement is
+// busy, arguments that are named or more or fewer than its parameters
+// (go-sqlite3 then fails or ignores the extra ones; a kept statement would
+// keep an earlier binding), or large ones.
 func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*stmt, error) {
-	if strings.Contains(q, ";") || strings.Contains(q, "--") || strings.Contains(q, "/*") || strings.TrimSpace(q) == "" {
+	if n := schemaChanges.Load(); n != c.schema {
+		c.drop(false)
+		c.schema = n
+		// The connection's own copy of the schema may be as old: a
+		// statement prepared on it now would name the old columns too.
+		// A statement that reads the schema checks its cookie, and reloads it.
+		if _, err := c.SQLiteConn.ExecContext(ctx, "SELECT count(*) FROM sqlite_schema", nil); err != nil {
+			return nil, err
+		}
+	}
+	if strings.Contains(q, ";") || strings.Contains(q, "--") || strings.Contains(q, "/*") || strings.TrimSpace(q) == "" || changesSchema(q) {
 		return nil, nil
 	}
+	size := 0
 	for _, a := range args {
-		if a.Name != "" {
+		switch v := a.Value.(type) {
+		case string:
+			size += len(v)
+		case []byte:
+			size += len(v)
+		}
+		if a.Name != "" || size > maxKeptArgs {
 			return nil, nil
 		}
 	}
@@ -71,23 +113,54 @@ func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*s
 		return s, nil
 	}
 	if len(c.stmts) >= maxStmts {
-		for k, s := range c.stmts {
-			if !s.busy { // a busy one is read from still; it is closed with the connection
-				_ = s.Close()
-				delete(c.stmts, k)
-			}
-		}
+		c.drop(false)
 	}
 	ds, err := c.SQLiteConn.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	s = &stmt{SQLiteStmt: ds.(*sqlite3.SQLiteStmt)}
+	// Whether it returns rows: its columns, read without a step.
+	r, err := s.Query(nil)
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	s.rows = len(r.Columns()) > 0
+	_ = r.Close()
 	c.stmts[q] = s
 	if s.NumInput() != len(args) {
 		return nil, nil
 	}
 	return s, nil
+}
+
+// changesSchema reports whether q begins with CREATE, ALTER or DROP.
+func changesSchema(q string) bool {
+	w, _, _ := strings.Cut(strings.TrimLeft(q, " \t\r\n("), " ")
+	return strings.EqualFold(w, "CREATE") || strings.EqualFold(w, "ALTER") || strings.EqualFold(w, "DROP")
+}
+
+// schemaChanged counts q when any of its statements may have changed a
+// schema.
+func schemaChanged(q string) {
+	for part := range strings.SplitSeq(q, ";") {
+		if changesSchema(part) {
+			schemaChanges.Add(1)
+			return
+		}
+	}
+}
+
+// drop closes the kept statements, all of them or those not busy (a busy
+// one is read from still; it is closed with the connection).
+func (c *conn) drop(all bool) {
+	for k, s := range c.stmts {
+		if all || !s.busy {
+			_ = s.Close()
+			delete(c.stmts, k)
+		}
+	}
 }
 
 func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
@@ -96,6 +169,7 @@ func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedVa
 		return nil, err
 	}
 	if s == nil {
+		defer schemaChanged(q)
 		return c.SQLiteConn.QueryContext(ctx, q, args)
 	}
 	r, err := s.QueryContext(ctx, args)
@@ -111,17 +185,15 @@ func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedVal
 	if err != nil {
 		return nil, err
 	}
-	if s == nil {
+	if s == nil || s.rows { // go-sqlite3 finalizes such a statement after its one step
+		defer schemaChanged(q)
 		return c.SQLiteConn.ExecContext(ctx, q, args)
 	}
 	return s.ExecContext(ctx, args)
 }
 
 func (c *conn) Close() error {
-	for k, s := range c.stmts {
-		_ = s.Close()
-		delete(c.stmts, k)
-	}
+	c.drop(true)
 	return c.SQLiteConn.Close()
 }
 

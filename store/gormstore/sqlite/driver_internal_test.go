@@ -161,3 +161,135 @@ func TestStatementError(t *testing.T) {
 		}
 	}
 }
+
+// twoConns opens two connections of the driver on a file database of the
+// test's own, with a table t (a, b, c) of one row.
+func twoConns(t *testing.T) (*sql.DB, *sql.Conn, *sql.Conn) {
+	t.Helper()
+	db, err := sql.Open(driverName, "file:"+filepath.Join(t.TempDir(), "r.db")+"?_journal_mode=WAL&_busy_timeout=200&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := t.Context()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE t (a INTEGER, b TEXT, c TEXT); INSERT INTO t VALUES (1, 'bee', 'sea')"); err != nil {
+		t.Fatal(err)
+	}
+	var cs [2]*sql.Conn
+	for i := range cs {
+		if cs[i], err = db.Conn(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs[i].Close() })
+	}
+	return db, cs[0], cs[1]
+}
+
+// TestExecOfRows: a statement that returns rows, run as an exec (INSERT
+// ... RETURNING, a SELECT), ends as with go-sqlite3's own: its write
+// commits, a transaction around it commits, and the connection's snapshot
+// is not pinned.
+func TestExecOfRows(t *testing.T) {
+	db, c1, c2 := twoConns(t)
+	ctx := t.Context()
+	count := func(c *sql.Conn) (n int) {
+		t.Helper()
+		if err := c.QueryRowContext(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for i := range 2 { // the second time on a kept statement, were it kept
+		if _, err := c1.ExecContext(ctx, "INSERT INTO t (a) VALUES (?) RETURNING a", 2); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(c2); n != 2+i {
+			t.Fatalf("the other connection sees %d rows, want %d: the insert did not commit", n, 2+i)
+		}
+	}
+	if _, err := c2.ExecContext(ctx, "INSERT INTO t (a) VALUES (3)"); err != nil {
+		t.Fatalf("the other connection's write: %v", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO t (a) VALUES (?) RETURNING a", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit after an exec of INSERT ... RETURNING: %v", err)
+	}
+	if _, err := c1.ExecContext(ctx, "SELECT a FROM t"); err != nil {
+		t.Fatal(err)
+	}
+	before := count(c1)
+	if _, err := c2.ExecContext(ctx, "INSERT INTO t (a) VALUES (5)"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(c1); n != before+1 {
+		t.Errorf("after an exec of a SELECT the connection sees %d rows, want %d", n, before+1)
+	}
+}
+
+// TestSchemaChange: a kept SELECT * names the table's columns after they
+// changed, on the same connection and on another.
+func TestSchemaChange(t *testing.T) {
+	_, c1, c2 := twoConns(t)
+	ctx := t.Context()
+	cols := func() string {
+		t.Helper()
+		r, err := c1.QueryContext(ctx, "SELECT * FROM t LIMIT 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		cs, _ := r.Columns()
+		vals := make([]any, len(cs))
+		ptrs := make([]any, len(cs))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if !r.Next() {
+			t.Fatal("no row", r.Err())
+		}
+		if err := r.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(cs, vals)
+	}
+	cols()
+	for _, step := range []struct {
+		on   *sql.Conn
+		ddl  string
+		want string
+	}{
+		{c1, "ALTER TABLE t DROP COLUMN b", "[a c] [1 sea]"},
+		{c2, "ALTER TABLE t ADD COLUMN d TEXT DEFAULT 'dee'", "[a c d] [1 sea dee]"},
+		{c2, "  alter TABLE t DROP COLUMN c", "[a d] [1 dee]"},
+	} {
+		if _, err := step.on.ExecContext(ctx, step.ddl); err != nil {
+			t.Fatal(err)
+		}
+		if got := cols(); got != step.want {
+			t.Errorf("after %q: %s, want %s", step.ddl, got, step.want)
+		}
+	}
+}
+
+// TestLargeArgumentsNotKept: a statement run with large text or blob
+// arguments is not kept, so SQLite does not hold their copies after it.
+func TestLargeArgumentsNotKept(t *testing.T) {
+	c, raw := openConn(t)
+	ctx := t.Context()
+	const q = "SELECT length(?)"
+	for _, size := range []int{maxKeptArgs + 1, 10} {
+		var n int
+		if err := c.QueryRowContext(ctx, q, make([]byte, size)).Scan(&n); err != nil || n != size {
+			t.Fatalf("length %d (%v), want %d", n, err, size)
+		}
+		if _, kept := raw().stmts[q]; kept != (size == 10) {
+			t.Errorf("%d bytes bound: kept %v", size, kept)
+		}
+	}
+}
