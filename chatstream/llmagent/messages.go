@@ -48,7 +48,7 @@ func estimate(n int) int { return (n + 3) / 4 }
 func (m msg) tokens() int {
 	n := len(m.content) + len(m.callID)
 	for _, c := range m.calls {
-		n += len(c.id) + len(c.name) + len(c.args)
+		n += len(c.id) + len(c.name) + len(c.args) + len(c.extra)
 	}
 	return 4 + estimate(n)
 }

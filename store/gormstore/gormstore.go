@@ -75,7 +75,10 @@ func OpenDB(db *gorm.DB, opts ...Option) (*Store, error) {
 		s.group = &group{keep: n == 0 || n > 2}
 	}
 	// A session of its own: no Where or Scopes leak between host and store.
-	s.txn = txn{s: s, db: db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true})}
+	// Its queries name their columns (QueryFields), not SELECT *: SQLite's
+	// driver of the sqlite package keeps only statements whose columns
+	// cannot change under them.
+	s.txn = txn{s: s, db: db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true, QueryFields: true})}
 	var fk int // deletions rely on them: a revoked key's sessions and tokens, a user's threads
 	if !s.pg && (s.db.Raw("PRAGMA foreign_keys").Scan(&fk).Error != nil || fk != 1) {
 		return nil, errors.New("gormstore: OpenDB: SQLite's foreign keys are off: open db with _foreign_keys=on in its DSN, as the sqlite sub-package does")

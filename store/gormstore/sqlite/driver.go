@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"strings"
-	"sync/atomic"
 
 	"github.com/mattn/go-sqlite3"
 )
@@ -27,7 +26,7 @@ func (stmtCachingDriver) Open(dsn string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{SQLiteConn: c.(*sqlite3.SQLiteConn), stmts: map[string]*stmt{}, schema: schemaChanges.Load()}, nil
+	return &conn{SQLiteConn: c.(*sqlite3.SQLiteConn), stmts: map[string]*stmt{}}, nil
 }
 
 const (
@@ -40,24 +39,13 @@ const (
 	maxKeptArgs = 64 << 10
 )
 
-// schemaChanges counts the statements of this process, on any connection,
-// that may have changed a schema (CREATE, ALTER, DROP). SQLite prepares a
-// statement whose schema changed again when it steps it, but go-sqlite3
-// reads its columns before: a kept SELECT * would name the old ones for
-// one run. A connection drops its kept statements when the count moved,
-// and reloads its copy of the schema (go-sqlite3's own connections name
-// the old columns once after another connection changed them; these do
-// not, when that connection is of this process).
-var schemaChanges atomic.Uint64
-
 // conn is a go-sqlite3 connection whose QueryContext and ExecContext run
 // a single statement on one kept prepared for its text. database/sql uses
 // a connection from one goroutine at a time (and closes rows under the
 // same lock), so the map needs no lock of its own.
 type conn struct {
 	*sqlite3.SQLiteConn
-	stmts  map[string]*stmt
-	schema uint64 // schemaChanges when the kept statements were checked
+	stmts map[string]*stmt
 }
 
 // stmt is a kept statement; busy while rows read from it are open, when a
@@ -74,23 +62,19 @@ type stmt struct {
 func (c *conn) Unwrap() *sqlite3.SQLiteConn { return c.SQLiteConn }
 
 // kept returns q's kept statement, or nil when q runs as go-sqlite3 runs
-// it: a text that may hold several statements or none (a ';' or a comment,
-// even in a literal), one that may change a schema, one whose statement is
-// busy, arguments that are named or more or fewer than its parameters
-// (go-sqlite3 then fails or ignores the extra ones; a kept statement would
-// keep an earlier binding), or large ones.
+// it, prepared anew:
+//   - a text that may hold several statements or none (a ';' or a
+//     comment, even in a literal);
+//   - a text whose result columns a schema change could change (a '*'
+//     that is not count(*)): SQLite prepares an expired statement again
+//     when it steps it, but go-sqlite3 reads its columns before, so a kept
+//     SELECT * would name the old ones for a run;
+//   - a statement whose rows are being read, arguments that are named or
+//     more or fewer than its parameters (go-sqlite3 then fails or ignores
+//     the extra ones; a kept statement would keep an earlier binding), or
+//     large ones (SQLite keeps a copy of a statement's last bindings).
 func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*stmt, error) {
-	if n := schemaChanges.Load(); n != c.schema {
-		c.drop(false)
-		c.schema = n
-		// The connection's own copy of the schema may be as old: a
-		// statement prepared on it now would name the old columns too.
-		// A statement that reads the schema checks its cookie, and reloads it.
-		if _, err := c.SQLiteConn.ExecContext(ctx, "SELECT count(*) FROM sqlite_schema", nil); err != nil {
-			return nil, err
-		}
-	}
-	if strings.Contains(q, ";") || strings.Contains(q, "--") || strings.Contains(q, "/*") || strings.TrimSpace(q) == "" || changesSchema(q) {
+	if strings.Contains(q, ";") || strings.Contains(q, "--") || strings.Contains(q, "/*") || strings.TrimSpace(q) == "" || star(q) {
 		return nil, nil
 	}
 	size := 0
@@ -135,21 +119,15 @@ func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*s
 	return s, nil
 }
 
-// changesSchema reports whether q begins with CREATE, ALTER or DROP.
-func changesSchema(q string) bool {
-	w, _, _ := strings.Cut(strings.TrimLeft(q, " \t\r\n("), " ")
-	return strings.EqualFold(w, "CREATE") || strings.EqualFold(w, "ALTER") || strings.EqualFold(w, "DROP")
-}
-
-// schemaChanged counts q when any of its statements may have changed a
-// schema.
-func schemaChanged(q string) {
-	for part := range strings.SplitSeq(q, ";") {
-		if changesSchema(part) {
-			schemaChanges.Add(1)
-			return
+// star reports whether q has a '*' other than count(*)'s.
+func star(q string) bool {
+	for i := strings.IndexByte(q, '*'); i >= 0; i = strings.IndexByte(q, '*') {
+		if !strings.HasSuffix(strings.TrimRight(q[:i], " "), "(") {
+			return true
 		}
+		q = q[i+1:]
 	}
+	return false
 }
 
 // drop closes the kept statements, all of them or those not busy (a busy
@@ -169,7 +147,6 @@ func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedVa
 		return nil, err
 	}
 	if s == nil {
-		defer schemaChanged(q)
 		return c.SQLiteConn.QueryContext(ctx, q, args)
 	}
 	r, err := s.QueryContext(ctx, args)
@@ -186,7 +163,6 @@ func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedVal
 		return nil, err
 	}
 	if s == nil || s.rows { // go-sqlite3 finalizes such a statement after its one step
-		defer schemaChanged(q)
 		return c.SQLiteConn.ExecContext(ctx, q, args)
 	}
 	return s.ExecContext(ctx, args)

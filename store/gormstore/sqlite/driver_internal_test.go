@@ -3,10 +3,18 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/embedkit/embedkit/store"
+	"github.com/embedkit/embedkit/store/gormstore"
 )
 
 // openConn opens one connection of the driver on a file database of the
@@ -232,14 +240,17 @@ func TestExecOfRows(t *testing.T) {
 	}
 }
 
-// TestSchemaChange: a kept SELECT * names the table's columns after they
-// changed, on the same connection and on another.
+// TestSchemaChange: a query whose columns a schema change could change
+// (SELECT *) is not kept, and names the table's columns after they
+// changed, as go-sqlite3's own does (at once on the same connection, from
+// the second run after another connection changed them); one that names
+// its columns is kept and reads them as before.
 func TestSchemaChange(t *testing.T) {
 	_, c1, c2 := twoConns(t)
 	ctx := t.Context()
-	cols := func() string {
+	read := func(q string) string {
 		t.Helper()
-		r, err := c1.QueryContext(ctx, "SELECT * FROM t LIMIT 1")
+		r, err := c1.QueryContext(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +269,9 @@ func TestSchemaChange(t *testing.T) {
 		}
 		return fmt.Sprint(cs, vals)
 	}
-	cols()
+	const all, named = "SELECT * FROM t LIMIT 1", "SELECT a, c FROM t LIMIT 1"
+	read(all)
+	read(named)
 	for _, step := range []struct {
 		on   *sql.Conn
 		ddl  string
@@ -266,14 +279,39 @@ func TestSchemaChange(t *testing.T) {
 	}{
 		{c1, "ALTER TABLE t DROP COLUMN b", "[a c] [1 sea]"},
 		{c2, "ALTER TABLE t ADD COLUMN d TEXT DEFAULT 'dee'", "[a c d] [1 sea dee]"},
-		{c2, "  alter TABLE t DROP COLUMN c", "[a d] [1 dee]"},
+		{c2, "CREATE TEMP VIEW t AS SELECT 7 AS a, 'z' AS c", "[a c d] [1 sea dee]"}, // another connection's temp view
+		{c1, "CREATE TEMP VIEW t AS SELECT 7 AS a, 'z' AS c", "[a c] [7 z]"},
 	} {
 		if _, err := step.on.ExecContext(ctx, step.ddl); err != nil {
 			t.Fatal(err)
 		}
-		if got := cols(); got != step.want {
+		if step.on == c2 {
+			read(all) // go-sqlite3's own connection names the old columns once after another changed them
+		}
+		if got := read(all); got != step.want {
 			t.Errorf("after %q: %s, want %s", step.ddl, got, step.want)
 		}
+	}
+	if got := read(named); got != "[a c] [7 z]" {
+		t.Errorf("the named columns: %s, want [a c] [7 z]", got)
+	}
+	var dc *conn
+	_ = c1.Raw(func(d any) error { dc = d.(*conn); return nil })
+	if _, ok := dc.stmts[all]; ok {
+		t.Error("SELECT * kept")
+	}
+	if _, ok := dc.stmts[named]; !ok {
+		t.Error("the named columns' query not kept")
+	}
+	if _, ok := dc.stmts["SELECT count(*) FROM t"]; ok {
+		t.Error("count(*) kept before it ran")
+	}
+	var n int
+	if err := c1.QueryRowContext(ctx, "SELECT count( * ) FROM t").Scan(&n); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	if _, ok := dc.stmts["SELECT count( * ) FROM t"]; !ok {
+		t.Error("count( * ) not kept")
 	}
 }
 
@@ -291,5 +329,52 @@ func TestLargeArgumentsNotKept(t *testing.T) {
 		if _, kept := raw().stmts[q]; kept != (size == 10) {
 			t.Errorf("%d bytes bound: kept %v", size, kept)
 		}
+	}
+}
+
+// TestStoreStatementsKept: the store's reads name their columns, so the
+// connections keep them: after a read of a user, a connection holds its
+// statement, and no kept text has a '*' but count(*)'s.
+func TestStoreStatementsKept(t *testing.T) {
+	db, err := gorm.Open(Dialector(filepath.Join(t.TempDir(), "s.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	sqlDB.SetMaxOpenConns(1) // every statement on one connection
+	st, err := gormstore.OpenDB(db, gormstore.WithCloseDB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ctx := t.Context()
+	for range 2 {
+		if _, err := st.UserByKey(ctx, store.UserKey{AccountID: 1, ExternalID: "nobody"}, time.Now()); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("UserByKey: %v, want not found", err)
+		}
+	}
+	c, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var texts []string
+	_ = c.Raw(func(d any) error {
+		for q := range d.(*conn).stmts {
+			texts = append(texts, q)
+		}
+		return nil
+	})
+	users := 0
+	for _, q := range texts {
+		if star(q) {
+			t.Errorf("kept %q", q)
+		}
+		if strings.HasPrefix(q, "SELECT") && strings.Contains(q, "FROM `embedkit_users`") {
+			users++
+		}
+	}
+	if users == 0 {
+		t.Errorf("no statement of the users' table kept among %q", texts)
 	}
 }
