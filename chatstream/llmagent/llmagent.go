@@ -483,7 +483,12 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				if n := tc.Function.Name; n != "" && n != p.name && len(p.name)+len(n) <= maxToolName {
 					p.name += n
 				}
-				if x := strings.TrimSpace(tc.JSON.ExtraFields["extra_content"].Raw()); strings.HasPrefix(x, "{") && len(x) <= maxToolArgs && json.Valid([]byte(x)) {
+				if x := strings.TrimSpace(tc.JSON.ExtraFields["extra_content"].Raw()); len(x) > maxToolArgs {
+					// Not sent back: an endpoint that needs it (Gemini's
+					// thought signature) refuses the next request.
+					tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: a tool call's extra_content is too long to send back",
+						slog.String("account", tr.t.AccountName), slog.String("agent", tr.t.AgentID), slog.Int("bytes", len(x)))
+				} else if strings.HasPrefix(x, "{") && json.Valid([]byte(x)) {
 					p.extra = x
 				}
 				if a := tc.Function.Arguments; len(p.args)+len(a) <= maxToolArgs {

@@ -204,6 +204,27 @@ func TestThoughtSignatureSentBack(t *testing.T) {
 	}
 }
 
+// TestThoughtSignatureTooLong: an extra_content over the bound is not
+// sent back, and the agent says so in its log.
+func TestThoughtSignatureTooLong(t *testing.T) {
+	long := chunk(map[string]any{"tool_calls": []any{map[string]any{
+		"index": 0, "id": "call_a", "type": "function", "function": map[string]any{"name": "svcMeta", "arguments": `{}`},
+		"extra_content": map[string]any{"google": map[string]any{"thought_signature": strings.Repeat("A", 70<<10)}},
+	}}}, nil)
+	f := newFake(t, reply{chunks: []string{role(), long, finish("tool_calls")}}, say("Done."))
+	a, logs := newAgent(t, f, []llmagent.Tool{&fakeTool{name: "svcMeta", result: map[string]any{"ok": true}}})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	call := messages(t, f, 1)[2]["tool_calls"].([]any)[0].(map[string]any)
+	if _, ok := call["extra_content"]; ok {
+		t.Error("an extra_content over the bound sent back")
+	}
+	if !strings.Contains(logs.String(), "extra_content is too long") {
+		t.Errorf("log = %s", logs.String())
+	}
+}
+
 func TestSeveralToolCallsInOneResponse(t *testing.T) {
 	f := newFake(t,
 		reply{chunks: []string{role(),
