@@ -465,11 +465,14 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 					pending = append(pending, nil)
 				}
 				p := pending[tc.Index]
-				if p != nil && tc.ID != "" && p.id != "" && tc.ID != p.id && tc.Function.Name != "" {
-					// Another call (a new id with a name) at the same index:
-					// some endpoints send every parallel call at index 0.
-					// A new id without a name continues the call: others
-					// change the id between the chunks of one call.
+				if p != nil && tc.Function.Name != "" && p.name != "" &&
+					(tc.ID != "" && p.id != "" && tc.ID != p.id || tc.ID == "" && complete(p.args)) {
+					// Another call at the same index: some endpoints send
+					// every parallel call at index 0. It has a name, and a
+					// new id or, without one, follows a call whose
+					// arguments are complete. A new id without a name
+					// continues the call: others change the id between the
+					// chunks of one call.
 					earlier = append(earlier, p)
 					p = nil
 				}
@@ -763,6 +766,12 @@ func describe(err error) string {
 		return s
 	}
 	return err.Error()
+}
+
+// complete reports whether args is a whole JSON object.
+func complete(args string) bool {
+	args = strings.TrimSpace(args)
+	return strings.HasPrefix(args, "{") && json.Valid([]byte(args))
 }
 
 // activityBody reports every read of a response body that got bytes.

@@ -909,6 +909,34 @@ func TestParallelCallsSharingAnIndex(t *testing.T) {
 	}
 }
 
+// TestParallelCallsWithoutIDs: endpoints that send every parallel call at
+// index 0 and without ids (each whole in its chunk) get each call run on
+// its own; a call whose arguments come in pieces, its name repeated, stays
+// one call.
+func TestParallelCallsWithoutIDs(t *testing.T) {
+	noID := func(name, args string) string {
+		return chunk(map[string]any{"tool_calls": []any{map[string]any{
+			"index": 0, "type": "function", "function": map[string]any{"name": name, "arguments": args},
+		}}}, nil)
+	}
+	f := newFake(t,
+		reply{chunks: []string{role(),
+			noID("svcMeta", `{"q":"revenue"}`),
+			noID("svcSqlApi", `{"q":`), noID("svcSqlApi", `"select 1"}`),
+			noID("svcMeta", `{"q":"orders"}`),
+			finish("tool_calls")}},
+		say("Done."))
+	meta := &fakeTool{name: "svcMeta", result: 1}
+	sql := &fakeTool{name: "svcSqlApi", result: 2}
+	a, _ := newAgent(t, f, []llmagent.Tool{meta, sql})
+	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	if m, q := meta.called(), sql.called(); len(m) != 2 || m[0] != `{"q":"revenue"}` || m[1] != `{"q":"orders"}` || len(q) != 1 || q[0] != `{"q":"select 1"}` {
+		t.Errorf("svcMeta ran with %v, svcSqlApi with %v; want two calls and one", m, q)
+	}
+}
+
 // TestModelOutputBounded: what the agent reads of the endpoint is bounded:
 // tool arguments past 64 KiB are a tool error (the tool does not run, and
 // the stream carries at most the bound), and an answer past 16 MiB fails
