@@ -466,13 +466,16 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				}
 				p := pending[tc.Index]
 				if p != nil && tc.Function.Name != "" && p.name != "" &&
-					(tc.ID != "" && p.id != "" && tc.ID != p.id || tc.ID == "" && complete(p.args)) {
+					(tc.ID != "" && p.id != "" && tc.ID != p.id ||
+						tc.ID == "" && complete(p.args) && (startsObject(tc.Function.Arguments) || tc.Function.Name != p.name)) {
 					// Another call at the same index: some endpoints send
 					// every parallel call at index 0. It has a name, and a
 					// new id or, without one, follows a call whose
-					// arguments are complete. A new id without a name
-					// continues the call: others change the id between the
-					// chunks of one call.
+					// arguments are complete and opens arguments of its
+					// own or names another tool (others repeat the name,
+					// with empty or null arguments, in a call's last
+					// chunk). A new id without a name continues the call:
+					// others change the id between the chunks of one call.
 					earlier = append(earlier, p)
 					p = nil
 				}
@@ -489,8 +492,11 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				if x := strings.TrimSpace(tc.JSON.ExtraFields["extra_content"].Raw()); len(x) > maxToolArgs {
 					// Not sent back: an endpoint that needs it (Gemini's
 					// thought signature) refuses the next request.
-					tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: a tool call's extra_content is too long to send back",
-						slog.String("account", tr.t.AccountName), slog.String("agent", tr.t.AgentID), slog.Int("bytes", len(x)))
+					if !p.extraTooLong {
+						p.extraTooLong = true
+						tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: a tool call's extra_content is longer than 64 KiB: not sent back",
+							slog.String("account", tr.t.AccountName), slog.String("agent", tr.t.AgentID), slog.Int("bytes", len(x)))
+					}
 				} else if strings.HasPrefix(x, "{") && json.Valid([]byte(x)) {
 					p.extra = x
 				}
@@ -771,7 +777,12 @@ func describe(err error) string {
 // complete reports whether args is a whole JSON object.
 func complete(args string) bool {
 	args = strings.TrimSpace(args)
-	return strings.HasPrefix(args, "{") && json.Valid([]byte(args))
+	return strings.HasPrefix(args, "{") && strings.HasSuffix(args, "}") && json.Valid([]byte(args))
+}
+
+// startsObject reports whether a chunk's arguments open a JSON object.
+func startsObject(args string) bool {
+	return strings.HasPrefix(strings.TrimSpace(args), "{")
 }
 
 // activityBody reports every read of a response body that got bytes.

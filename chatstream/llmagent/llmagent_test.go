@@ -220,7 +220,7 @@ func TestThoughtSignatureTooLong(t *testing.T) {
 	if _, ok := call["extra_content"]; ok {
 		t.Error("an extra_content over the bound sent back")
 	}
-	if !strings.Contains(logs.String(), "extra_content is too long") {
+	if !strings.Contains(logs.String(), "extra_content is longer than 64 KiB") {
 		t.Errorf("log = %s", logs.String())
 	}
 }
@@ -934,6 +934,36 @@ func TestParallelCallsWithoutIDs(t *testing.T) {
 	}
 	if m, q := meta.called(), sql.called(); len(m) != 2 || m[0] != `{"q":"revenue"}` || m[1] != `{"q":"orders"}` || len(q) != 1 || q[0] != `{"q":"select 1"}` {
 		t.Errorf("svcMeta ran with %v, svcSqlApi with %v; want two calls and one", m, q)
+	}
+}
+
+// TestCallsLastChunkRepeatsItsName: endpoints that repeat a call's name,
+// with empty or null arguments and no id, in its last chunk (or in every
+// chunk) get the call run once.
+func TestCallsLastChunkRepeatsItsName(t *testing.T) {
+	call := func(id, name any, args any) string {
+		tc := map[string]any{"index": 0, "type": "function", "function": map[string]any{"name": name, "arguments": args}}
+		if id != nil {
+			tc["id"] = id
+		}
+		return chunk(map[string]any{"tool_calls": []any{tc}}, nil)
+	}
+	for name, chunks := range map[string][]string{
+		"empty arguments": {call("call_a", "svcMeta", ""), call(nil, nil, `{"q":`), call(nil, nil, `"revenue"}`), call(nil, "svcMeta", "")},
+		"null arguments":  {call("call_a", "svcMeta", ""), call(nil, nil, `{"q":"revenue"}`), call(nil, "svcMeta", nil)},
+		"name every time": {call(nil, "svcMeta", `{"q":`), call(nil, "svcMeta", `"revenue"}`), call(nil, "svcMeta", "")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFake(t, reply{chunks: append(append([]string{role()}, chunks...), finish("tool_calls"))}, say("Done."))
+			meta := &fakeTool{name: "svcMeta", result: 1}
+			a, _ := newAgent(t, f, []llmagent.Tool{meta})
+			if _, err := answer(t, a, chatstream.Turn{}); err != nil {
+				t.Fatal(err)
+			}
+			if m := meta.called(); len(m) != 1 || m[0] != `{"q":"revenue"}` {
+				t.Errorf("svcMeta ran with %q; want once", m)
+			}
+		})
 	}
 }
 

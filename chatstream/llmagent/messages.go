@@ -30,7 +30,8 @@ type call struct {
 	// received: Gemini's OpenAI-compatible API puts a thought signature
 	// there, and refuses a later request of the turn whose tool calls lack
 	// theirs.
-	extra string
+	extra        string
+	extraTooLong bool // an extra_content over the bound came (logged once)
 }
 
 // Bounds on a tool call the model streams: a tool's name is at most 64
