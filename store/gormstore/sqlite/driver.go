@@ -74,9 +74,6 @@ func (c *conn) Unwrap() *sqlite3.SQLiteConn { return c.SQLiteConn }
 //     the extra ones; a kept statement would keep an earlier binding), or
 //     large ones (SQLite keeps a copy of a statement's last bindings).
 func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*stmt, error) {
-	if strings.Contains(q, ";") || strings.Contains(q, "--") || strings.Contains(q, "/*") || strings.TrimSpace(q) == "" || star(q) {
-		return nil, nil
-	}
 	size := 0
 	for _, a := range args {
 		switch v := a.Value.(type) {
@@ -95,6 +92,8 @@ func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*s
 		return nil, nil
 	case ok:
 		return s, nil
+	case !keepable(q): // checked once per text kept: a kept text passed
+		return nil, nil
 	}
 	if len(c.stmts) >= maxStmts {
 		c.drop(false)
@@ -117,6 +116,12 @@ func (c *conn) kept(ctx context.Context, q string, args []driver.NamedValue) (*s
 		return nil, nil
 	}
 	return s, nil
+}
+
+// keepable reports whether q's statement may be kept: one statement (no
+// ';' or comment) whose result columns no schema change can change.
+func keepable(q string) bool {
+	return !strings.Contains(q, ";") && !strings.Contains(q, "--") && !strings.Contains(q, "/*") && strings.TrimSpace(q) != "" && !star(q)
 }
 
 // star reports whether q has a '*' other than count(*)'s.
