@@ -467,7 +467,7 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				p := pending[tc.Index]
 				if p != nil && tc.Function.Name != "" && p.name != "" &&
 					(tc.ID != "" && p.id != "" && tc.ID != p.id ||
-						tc.ID == "" && complete(p.args) && (startsObject(tc.Function.Arguments) || tc.Function.Name != p.name)) {
+						tc.ID == "" && (startsObject(tc.Function.Arguments) || tc.Function.Name != p.name) && complete(p.args)) {
 					// Another call at the same index: some endpoints send
 					// every parallel call at index 0. It has a name, and a
 					// new id or, without one, follows a call whose
