@@ -1,9 +1,7 @@
 package chatstream
 
 import (
-	"bytes"
 	"encoding/json"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -205,22 +203,15 @@ func decodeAbortRequest(body []byte, needSettings bool) (AbortRequest, error) {
 // specified": the body's sessionSettings.roles, which embedkit has no use
 // for otherwise (unknown fields are ignored), is a 400 next to internalId;
 // null counts as omitted, as for the other fields internalId forbids. The
-// key matches as encoding/json matches the other fields: in any case, and
-// after its escapes are decoded ("ROLES", "\u0072oles").
+// key matches as the other fields do: exactly, after its escapes are
+// decoded ("\u0072oles"; "ROLES" is another, unknown field), and any
+// occurrence that is not null counts.
 func refuseRoles(body []byte, s *SessionSettings) error {
 	if s == nil || s.InternalID == "" {
 		return nil
 	}
-	var raw struct {
-		SessionSettings map[string]json.RawMessage `json:"sessionSettings"`
-	}
-	if json.Unmarshal(body, &raw) != nil {
-		return nil
-	}
-	for k, v := range raw.SessionSettings {
-		if strings.EqualFold(k, "roles") && string(bytes.TrimSpace(v)) != "null" {
-			return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
-		}
+	if wire.HasKey(wire.Member(body, "sessionSettings"), "roles") {
+		return wire.BadRequest("sessionSettings.roles is not allowed with internalId: the internal user's existing permissions apply")
 	}
 	return nil
 }

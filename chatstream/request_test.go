@@ -2,6 +2,7 @@ package chatstream
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -84,22 +85,27 @@ func TestValidChatID(t *testing.T) {
 	}
 }
 
-// TestUserAttributeKeysInAnyCaseAreOneKey: an entry of
-// sessionSettings.userAttributes is decoded (UserAttribute.UnmarshalJSON)
-// into a struct, where encoding/json folds letter case: "name" and "NAME"
-// are one field, the last winning, so the body is refused.
-func TestUserAttributeKeysInAnyCaseAreOneKey(t *testing.T) {
+// TestUserAttributeKeysNameFieldsExactly: an entry of
+// sessionSettings.userAttributes decodes itself (UserAttribute.UnmarshalJSON)
+// through encoding/json, which folds letter case; "NAME" and "Value" are
+// unknown fields all the same, ignored rather than read into name or value.
+func TestUserAttributeKeysNameFieldsExactly(t *testing.T) {
 	for _, body := range []string{
 		`{"input":"x","sessionSettings":{"externalId":"u","userAttributes":[{"name":"region","NAME":"tier","value":"eu"}]}}`,
-		`{"input":"x","sessionSettings":{"externalId":"u","userAttributes":[{"name":"region","value":"eu","Value":"us"}]}}`,
+		`{"input":"x","sessionSettings":{"externalId":"u","userAttributes":[{"NAME":"tier","name":"region","value":"eu","Value":"us"}]}}`,
 	} {
 		req, err := decodeChatRequest([]byte(body), true)
-		if err == nil {
-			a := req.SessionSettings.UserAttributes[0]
-			t.Errorf("%s: accepted, decoded as name %q value %s", body, a.Name, a.Value)
-		} else if !strings.Contains(err.Error(), "appears more than once") {
+		if err != nil {
 			t.Errorf("%s: %v", body, err)
+			continue
 		}
+		if a := req.SessionSettings.UserAttributes[0]; a.Name != "region" || string(a.Value.(json.RawMessage)) != `"eu"` {
+			t.Errorf("%s: decoded as name %q value %s", body, a.Name, a.Value)
+		}
+	}
+	body := `{"input":"x","sessionSettings":{"externalId":"u","userAttributes":[{"name":"region","value":"eu","value":"us"}]}}`
+	if _, err := decodeChatRequest([]byte(body), true); err == nil || !strings.Contains(err.Error(), "field sessionSettings.userAttributes[0].value appears more than once") {
+		t.Errorf("%s: %v", body, err)
 	}
 }
 

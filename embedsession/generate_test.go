@@ -90,8 +90,8 @@ func TestGenerateSessionRejects(t *testing.T) {
 			{name: "malformed JSON is 400", body: `{"deploymentId": 1,`, status: 400, msg: "malformed JSON"},
 			{name: "non-object body is 400", body: `[1,2]`, status: 400, msg: "JSON object"},
 			{name: "empty body is 400", body: ``, status: 400, msg: "JSON object"},
-			{name: "a repeated key is 400 naming it", body: `{"deploymentId":1,"externalId":"keeper","externalID":"other"}`, status: 400, msg: "field externalID appears more than once (keys differing only in case count as one)", exact: true},
-			{name: "a securityContext key given twice is 400", body: `{"deploymentId":1,"externalId":"keeper","securityContext":{"region":"eu","region":"us"}}`, status: 400, msg: "field securityContext.region appears more than once (keys differing only in case count as one)", exact: true},
+			{name: "a repeated key is 400 naming it", body: `{"deploymentId":1,"externalId":"keeper","externalId":"other"}`, status: 400, msg: "field externalId appears more than once", exact: true},
+			{name: "a securityContext key given twice is 400", body: `{"deploymentId":1,"externalId":"keeper","securityContext":{"region":"eu","region":"us"}}`, status: 400, msg: "field securityContext.region appears more than once", exact: true},
 			{name: "trailing data is 400", body: `{"deploymentId":1,"externalId":"keeper"} {}`, status: 400, msg: "single JSON object"},
 			{name: "body over 1 MiB is 413", body: `{"deploymentId":1,"externalId":"keeper","email":"` + long + `"}`, status: 413, msg: "too large"},
 			// wrong JSON types name the field
@@ -348,9 +348,16 @@ func TestGenerateSessionProvisions(t *testing.T) {
 			if g := user(t, "grp").Groups; !reflect.DeepEqual(g, []string{"sales"}) {
 				t.Fatalf("replaced: %v", g)
 			}
-			s.GenerateSession(t, body("grp", obj{"groups": []string{"sales", "sales"}}))
+			if status, out := s.Do(t, "POST", gen, apitest.UserKey, body("grp", obj{"groups": []string{"marketing", "sales", "marketing"}})); status != 400 || out["error"] != `groups has duplicate name "marketing"` {
+				t.Fatalf("repeated name: %d %v", status, out)
+			}
 			if g := user(t, "grp").Groups; !reflect.DeepEqual(g, []string{"sales"}) {
-				t.Fatalf("repeated name: %v", g)
+				t.Fatalf("a refused request changed the memberships: %v", g)
+			}
+			// Keys name fields exactly: "Groups" is an unknown field, ignored.
+			s.GenerateSession(t, body("grp", obj{"Groups": []string{}, "GROUPS": 5}))
+			if g := user(t, "grp").Groups; !reflect.DeepEqual(g, []string{"sales"}) {
+				t.Fatalf("a field's name in another case was read: %v", g)
 			}
 			s.GenerateSession(t, body("grp", obj{"groups": []string{}}))
 			if g := user(t, "grp").Groups; len(g) != 0 {

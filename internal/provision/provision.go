@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -325,7 +326,12 @@ func (r *Request) Validate() error {
 		if g == "" || tooLong(g, MaxName) {
 			return wire.BadRequest("%sgroups[%d] must be 1 to %d characters", prefix, i, MaxName)
 		}
+		if seen[g] {
+			return wire.BadRequest("%sgroups has duplicate name %q", prefix, g)
+		}
+		seen[g] = true
 	}
+	clear(seen)
 	for i, d := range r.GroupDefinitions {
 		if tooLong(d.Name, MaxName) {
 			return wire.BadRequest("%sgroupDefinitions[%d].name must be at most %d characters", prefix, i, MaxName)
@@ -379,12 +385,36 @@ func (r *Request) Validate() error {
 	return nil
 }
 
+// validPictureURL reports whether s is an absolute http(s) URL whose host
+// is a name (RFC 3986's reg-name, with non-ASCII letters as in an IRI) or
+// a bracketed IPv6 address without a zone, and whose port, if any, is at
+// most 65535. Go's url.Parse alone takes an empty host (":80") and a host
+// with '<', '>' or '"', which no browser loads.
 func validPictureURL(s string) bool {
 	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || u.Opaque != "" {
+	if err != nil || u.Opaque != "" || u.Scheme != "http" && u.Scheme != "https" {
 		return false
 	}
-	return u.Scheme == "http" || u.Scheme == "https"
+	host := u.Hostname()
+	if host == "" {
+		return false
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n > 65535 {
+			return false
+		}
+	}
+	if strings.HasPrefix(u.Host, "[") {
+		ip, err := netip.ParseAddr(host)
+		return err == nil && ip.Is6() && ip.Zone() == ""
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if c < utf8.RuneSelf && !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~!$&'()*+,;=", c) >= 0) {
+			return false
+		}
+	}
+	return utf8.ValidString(host)
 }
 
 // valueKind returns the attribute type a JSON value fits, "" for null.

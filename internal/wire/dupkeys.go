@@ -11,43 +11,68 @@ import (
 	"unsafe"
 )
 
-// duplicateKey returns the path ("userProfile.displayName", "groups[2].name")
-// of the first key of doc, a valid JSON text decoded into a value of type
-// t, that its object holds already. In an object decoded into a struct,
-// keys that differ only in letter case count as one: encoding/json reads
-// them into one field, the last one winning, so a body that says two
-// things at once would mean whatever its last word is. Elsewhere (a map,
-// a json.RawMessage passed on as it is, a field the type does not have)
-// only equal keys are one: "Region" and "region" are two keys of a
-// security context. Such a body is refused. The walk is one pass over the
-// bytes; a key is unescaped only when it holds an escape.
-func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
+// keyReport is what scanKeys finds in a document's keys.
+type keyReport struct {
+	// dup is the path ("userProfile.displayName", "groups[2].name") of the
+	// first key that its object holds twice; "" for none.
+	dup string
+	// miscased holds the offsets of the opening quotes of the keys that
+	// name a struct field only in another letter case ("externalID" for
+	// externalId), in document order; miscasedPath is the first one's path.
+	miscased     []int
+	miscasedPath string
+}
+
+// scanKeys walks the keys of doc, a valid JSON text decoded into a value
+// of type t. Keys name fields exactly, as in JSON: a key that matches a
+// struct field only in another letter case is an unknown field, which
+// encoding/json would nevertheless read into that field; scanKeys reports
+// it so that the caller can drop it. An object decoded into a struct that
+// holds one of its fields twice, and an object kept as it is or decoded
+// into a map (a securityContext) that holds a key twice, would say two
+// things at once, the last word silently winning: the first such key is
+// reported. Unknown fields, values included, are not looked at. The walk
+// is one pass over the bytes; a key is unescaped only when it holds an
+// escape.
+func scanKeys(doc []byte, t reflect.Type) keyReport {
 	type frame struct {
-		typ   reflect.Type        // what the container decodes into; nil: kept as it is, or ignored
-		array bool                //
-		index int                 // the current element (arrays)
-		key   string              // the current key (objects)
-		first int                 // where the object's keys start in keys
-		seen  map[string]struct{} // its keys, once there are many
+		typ     reflect.Type        // what the container decodes into; nil: kept as it is, or ignored
+		ignored bool                // an unknown field's value, or inside one
+		array   bool                //
+		index   int                 // the current element (arrays)
+		key     string              // the current key (objects)
+		first   int                 // where the object's keys start in keys
+		seen    map[string]struct{} // its keys, once there are many
 	}
 	var (
+		rep   keyReport
 		stack []frame
-		// The keys of the open objects, folded where a struct's, each
-		// object's after its parent's (an inner object ends before its
-		// parent's next key). An unescaped key is a view of doc, which
-		// outlives the walk: no copy.
-		keys []string // as written: a struct's compare with strings.EqualFold, encoding/json's folding
+		// The checked keys of the open objects, each object's after its
+		// parent's (an inner object ends before its parent's next key). An
+		// unescaped key is a view of doc, which outlives the walk: no copy.
+		keys []string
 	)
-	next := t // the type of the value that comes next
+	path := func() string {
+		segs := make([]pathSeg, 0, len(stack))
+		for _, f := range stack {
+			if f.array {
+				segs = append(segs, pathSeg{index: f.index, isIdx: true})
+			} else {
+				segs = append(segs, pathSeg{key: f.key})
+			}
+		}
+		return joinPath(segs) // a copy: no view of doc
+	}
+	next, nextIgnored := t, false // the value that comes next
 	wantKey := false
 	for i := 0; i < len(doc); i++ {
 		switch c := doc[i]; c {
 		case '{':
-			stack = append(stack, frame{typ: container(next, reflect.Struct, reflect.Map), first: len(keys)})
+			stack = append(stack, frame{typ: container(next, reflect.Struct, reflect.Map), ignored: nextIgnored, first: len(keys)})
 			wantKey = true
 		case '[':
 			typ := container(next, reflect.Slice, reflect.Array)
-			stack = append(stack, frame{typ: typ, array: true})
+			stack = append(stack, frame{typ: typ, ignored: nextIgnored, array: true})
 			next = elem(typ)
 			wantKey = false
 		case '}', ']':
@@ -60,7 +85,7 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 			top := &stack[len(stack)-1]
 			if top.array {
 				top.index++
-				next = elem(top.typ)
+				next, nextIgnored = elem(top.typ), top.ignored
 			} else {
 				wantKey = true
 			}
@@ -77,64 +102,130 @@ func duplicateKey(doc []byte, t reflect.Type) (string, bool) {
 				continue
 			}
 			wantKey = false
+			top := &stack[len(stack)-1]
+			if top.ignored {
+				next, nextIgnored = nil, true
+				continue
+			}
 			var key string
 			if escaped {
 				_ = json.Unmarshal(doc[start:i+1], &key)
 			} else if i > start+1 {
 				key = unsafe.String(&doc[start+1], i-start-1)
 			}
-			top := &stack[len(stack)-1]
 			top.key = key
-			fold := false
 			switch {
 			case top.typ == nil:
-				next = nil
+				next, nextIgnored = nil, false
 			case top.typ.Kind() == reflect.Struct:
-				fold = true
-				next = fieldOf(top.typ, key)
+				fs := fieldsOf(top.typ)
+				f, ok := fs.exact[key]
+				if !ok {
+					if _, folds := fs.folded[foldKey(key)]; folds {
+						if rep.miscased == nil {
+							rep.miscasedPath = path()
+						}
+						rep.miscased = append(rep.miscased, start)
+					}
+					next, nextIgnored = nil, true // unknown: ignored
+					continue
+				}
+				next, nextIgnored = f, false
 			default: // a map
-				next = top.typ.Elem()
+				next, nextIgnored = top.typ.Elem(), false
+			}
+			if rep.dup != "" {
+				continue
 			}
 			dup := false
 			if top.seen != nil {
-				k := key
-				if fold {
-					k = foldKey(key)
-				}
-				_, dup = top.seen[k]
-				top.seen[k] = struct{}{}
+				_, dup = top.seen[key]
+				top.seen[key] = struct{}{}
 			} else {
-				if fold {
-					dup = slices.ContainsFunc(keys[top.first:], func(k string) bool { return strings.EqualFold(k, key) })
-				} else {
-					dup = slices.Contains(keys[top.first:], key)
-				}
+				dup = slices.Contains(keys[top.first:], key)
 				if keys = append(keys, key); len(keys)-top.first > 32 {
 					// Many keys: a set keeps the walk linear.
 					top.seen = make(map[string]struct{}, 2*(len(keys)-top.first))
 					for _, k := range keys[top.first:] {
-						if fold {
-							k = foldKey(k)
-						}
 						top.seen[k] = struct{}{}
 					}
 				}
 			}
 			if dup {
-				segs := make([]pathSeg, 0, len(stack))
-				for _, f := range stack {
-					if f.array {
-						segs = append(segs, pathSeg{index: f.index, isIdx: true})
-					} else {
-						segs = append(segs, pathSeg{key: f.key})
-					}
-				}
-				return joinPath(segs), true // a copy: no view of doc
+				rep.dup = path()
 			}
 		}
 	}
-	return "", false
+	return rep
 }
+
+// dropMembers returns a copy of doc, a valid JSON text, without the
+// object members whose keys' opening quotes are at starts (in document
+// order, none inside another's value), each with the comma that
+// separated it from a neighbour.
+func dropMembers(doc []byte, starts []int) []byte {
+	doc = slices.Clone(doc)
+	for i := len(starts) - 1; i >= 0; i-- {
+		s := starts[i]
+		e := skipSpace(doc, skipValue(doc, s)) // past the key, at the colon
+		e = skipValue(doc, skipSpace(doc, e+1))
+		if j := skipSpace(doc, e); doc[j] == ',' {
+			e = j + 1
+		} else { // the object's last member: the comma before it goes
+			k := s - 1
+			for isSpace(doc[k]) {
+				k--
+			}
+			if doc[k] == ',' {
+				s = k
+			}
+		}
+		doc = append(doc[:s], doc[e:]...)
+	}
+	return doc
+}
+
+// skipValue returns the offset just past the JSON value of doc that
+// starts at i.
+func skipValue(doc []byte, i int) int {
+	depth := 0
+	for ; i < len(doc); i++ {
+		switch doc[i] {
+		case '"':
+			for i++; doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+			if depth < 0 {
+				return i
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+func skipSpace(doc []byte, i int) int {
+	for i < len(doc) && isSpace(doc[i]) {
+		i++
+	}
+	return i
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
@@ -171,17 +262,6 @@ func elem(t reflect.Type) reflect.Type {
 		return nil
 	}
 	return t.Elem()
-}
-
-// fieldOf returns the type of struct type t's field that encoding/json
-// decodes key into (nil for none): its exact name first, as most keys
-// are written, then its folded name.
-func fieldOf(t reflect.Type, key string) reflect.Type {
-	fs := fieldsOf(t)
-	if f, ok := fs.exact[key]; ok {
-		return f
-	}
-	return fs.folded[foldKey(key)]
 }
 
 // fields are a struct type's fields by JSON name: as named, and folded.

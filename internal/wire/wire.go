@@ -107,11 +107,14 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 
 // Unmarshal decodes a JSON object in body into v with the error rules of
 // [DecodeJSON]: a 400 *Error for a body that is not one JSON object, for a
-// known field of the wrong type, for a key its object holds already (in
-// any letter case where it names a struct's field), and for text that is
-// not valid UTF-8 (raw invalid bytes, or a \u escape of an unpaired
-// surrogate, in any string or key) or holds NUL; such text is refused,
-// never replaced.
+// known field of the wrong type, for a known field its object holds
+// already (or a key that an object kept as it is, or decoded into a map,
+// holds already), and for text that is not valid UTF-8 (raw invalid
+// bytes, or a \u escape of an unpaired surrogate, in any string or key) or
+// holds NUL; such text is refused, never replaced. Keys name fields
+// exactly, as in JSON: unknown fields, among them a field's name in
+// another letter case ("externalID"), are ignored with their values,
+// where encoding/json alone would read "externalID" into externalId.
 func Unmarshal(body []byte, v any) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
@@ -136,6 +139,15 @@ func Unmarshal(body []byte, v any) error {
 	// 1.0 or 1e3: an integer field that gets one is decoded again with that
 	// number (and no other) written as an integer. A fraction still fails.
 	doc := trimmed
+	if json.Valid(doc) {
+		rep := scanKeys(doc, reflect.TypeOf(v))
+		if rep.dup != "" {
+			return BadRequest("field %s appears more than once", shortPath(rep.dup))
+		}
+		if rep.miscased != nil {
+			doc = dropMembers(doc, rep.miscased)
+		}
+	} // else the decoder says what is wrong
 	var dec *json.Decoder
 	for rewrites := 0; ; rewrites++ {
 		dec = json.NewDecoder(bytes.NewReader(doc))
@@ -160,21 +172,25 @@ func Unmarshal(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return BadRequest("request body must hold a single JSON object")
 	}
-	if path, ok := duplicateKey(doc, reflect.TypeOf(v)); ok {
-		return BadRequest("field %s appears more than once (keys differing only in case count as one)", shortPath(path))
-	}
 	return nil
 }
 
-// DuplicateField reports the first key that an object of doc, a JSON
-// document that decodes into v, holds twice (in any letter case where it
-// names a field of v's struct), as a path such as accounts[0].apiKeys.
+// DuplicateField reports the first known field (or key of an object kept
+// as it is or decoded into a map) that an object of doc, a valid JSON
+// document that decodes into v, holds twice, as a path such as
+// accounts[0].apiKeys.
 func DuplicateField(doc []byte, v any) (string, bool) {
-	path, ok := duplicateKey(doc, reflect.TypeOf(v))
-	if !ok {
-		return "", false
-	}
-	return shortPath(path), true
+	rep := scanKeys(doc, reflect.TypeOf(v))
+	return shortPath(rep.dup), rep.dup != ""
+}
+
+// MiscasedField reports the first key of doc, a valid JSON document that
+// decodes into v, that names a field of v's structs only in another letter
+// case ("apikeys" for apiKeys), as a path such as accounts[0].apikeys:
+// an unknown field, which encoding/json would read into that field.
+func MiscasedField(doc []byte, v any) (string, bool) {
+	rep := scanKeys(doc, reflect.TypeOf(v))
+	return shortPath(rep.miscasedPath), rep.miscased != nil
 }
 
 // TypeErrorField names the field of te, an error decoding doc, by its
@@ -234,7 +250,7 @@ func kindEndingAt(doc []byte, i int) string {
 }
 
 // firstOfType returns the path, with array indexes, of the first value of
-// doc at the field names (in any letter case, through any arrays) whose
+// doc at the field names (through any arrays) whose
 // JSON type is kind.
 func firstOfType(doc []byte, names []string, kind string) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
@@ -264,8 +280,8 @@ func firstOfType(doc []byte, names []string, kind string) (string, bool) {
 				}
 			}
 		case map[string]any:
-			for k, x := range v { // keys differing only in case are refused
-				if strings.EqualFold(k, names[0]) {
+			for k, x := range v { // a known field is there once, named exactly
+				if k == names[0] {
 					return walk(x, names[1:], strings.TrimPrefix(path+"."+k, "."))
 				}
 			}
@@ -383,13 +399,13 @@ func wholeNumberAt(doc []byte, te *json.UnmarshalTypeError) ([]byte, bool) {
 	return append(out, doc[end:]...), true
 }
 
-// HasKey reports whether the top-level JSON object body has key (in any
-// case and spelling, as encoding/json matches names) with a non-null value,
+// HasKey reports whether the top-level JSON object body has key (as
+// written or spelled with escapes; keys name fields exactly) with a non-null value,
 // so that "chatId": "" is told from an omitted chatId. Every occurrence
 // counts, in document order, as when encoding/json decodes the body: a null
 // leaves a field as it is, so one non-null occurrence sets it. key is ASCII.
 func HasKey(body []byte, key string) bool {
-	if !containsFold(body, key) && !bytes.Contains(body, []byte(`\u`)) {
+	if !bytes.Contains(body, []byte(key)) && !bytes.Contains(body, []byte(`\u`)) {
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -405,25 +421,36 @@ func HasKey(body []byte, key string) bool {
 		if err := dec.Decode(&v); err != nil {
 			return false
 		}
-		if k, _ := tok.(string); strings.EqualFold(k, key) && string(v) != "null" {
+		if k, _ := tok.(string); k == key && string(v) != "null" {
 			return true
 		}
 	}
 	return false
 }
 
-// containsFold reports whether b holds the ASCII string s in any case.
-func containsFold(b []byte, s string) bool {
-	if s == "" || bytes.Contains(b, []byte(s)) {
-		return true
+// Member returns the value of key (as written or spelled with escapes) in
+// the top-level JSON object body, its last occurrence; nil when it has
+// none, or body is not an object.
+func Member(body []byte, key string) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
 	}
-	first := s[0] | 0x20
-	for i := 0; i+len(s) <= len(b); i++ {
-		if b[i]|0x20 == first && bytes.EqualFold(b[i:i+len(s)], []byte(s)) {
-			return true
+	var found json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if k, _ := tok.(string); k == key {
+			found = v
 		}
 	}
-	return false
+	return found
 }
 
 // NULField returns the path of the first string or key of doc, a JSON

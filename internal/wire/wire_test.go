@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -70,7 +71,9 @@ type target struct {
 
 // selfDecoding decodes itself: encoding/json's offset of a type error
 // inside it counts from the start of its own part of the document.
-type selfDecoding struct{ On bool }
+type selfDecoding struct {
+	On bool `json:"on"`
+}
 
 func (s *selfDecoding) UnmarshalJSON(b []byte) error {
 	var v struct {
@@ -149,11 +152,20 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var v target
 		err := wire.Unmarshal(b, &v)
-		exact, folded, foldedTop := duplicates(b)
-		if err == nil && (exact || foldedTop) {
-			t.Fatalf("Unmarshal(%q) accepted an object that repeats a key", b)
-		}
+		exact, top := duplicates(b)
 		if err == nil {
+			// Known fields name target's fields exactly: one given twice is
+			// refused, one in another letter case is ignored.
+			seen := map[string]bool{}
+			for _, k := range top {
+				if targetFields[k] && seen[k] {
+					t.Fatalf("Unmarshal(%q) accepted an object that repeats the field %s", b, k)
+				}
+				seen[k] = true
+			}
+			if v.Name != nil && !seen["name"] || v.Count != 0 && !seen["count"] || v.Tags != nil && !seen["tags"] {
+				t.Fatalf("Unmarshal(%q) = %+v: read a key that is not a field's exact name", b, v)
+			}
 			// Nothing was replaced: a decoded string holds U+FFFD only
 			// when the body spelled it (raw or as \ufffd).
 			strs := v.Tags
@@ -174,18 +186,21 @@ func FuzzUnmarshal(f *testing.F) {
 		if status, _ := wire.Status(err); status != 400 {
 			t.Fatalf("Unmarshal(%q) = %v: status %d, want 400", b, err, status)
 		}
-		// Refused for a duplicate key only when an object holds two keys
-		// that encoding/json takes for one.
-		if _, msg := wire.Status(err); strings.Contains(msg, "appears more than once") && !folded {
+		// Refused for a duplicate key only when an object holds two equal
+		// keys.
+		if _, msg := wire.Status(err); strings.Contains(msg, "appears more than once") && !exact {
 			t.Fatalf("Unmarshal(%q) = %q, but no object repeats a key", b, msg)
 		}
 	})
 }
 
+// targetFields are the JSON names of target's fields.
+var targetFields = map[string]bool{"name": true, "count": true, "tags": true, "inner": true, "m": true, "raw": true, "list": true, "self": true, "embedded": true}
+
 // duplicates reports, with encoding/json's tokens, whether an object of
-// the JSON text b holds two equal keys, two keys equal under case folding,
-// and two such keys in the top-level object (target's fields).
-func duplicates(b []byte) (exact, folded, foldedTop bool) {
+// the JSON text b holds two equal keys, and the keys of the top-level
+// object (target's fields), unescaped.
+func duplicates(b []byte) (exact bool, topKeys []string) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	type frame struct {
 		obj     bool
@@ -216,14 +231,11 @@ func duplicates(b []byte) (exact, folded, foldedTop bool) {
 			continue
 		case string:
 			if top != nil && top.obj && top.wantKey {
-				for _, k := range top.keys {
-					exact = exact || k == x
-					if strings.EqualFold(k, x) {
-						folded = true
-						foldedTop = foldedTop || len(stack) == 1
-					}
-				}
+				exact = exact || slices.Contains(top.keys, x)
 				top.keys = append(top.keys, x)
+				if len(stack) == 1 {
+					topKeys = append(topKeys, x)
+				}
 				top.wantKey = false
 				continue
 			}
@@ -239,23 +251,29 @@ func duplicates(b []byte) (exact, folded, foldedTop bool) {
 // different objects, and equal texts that are values, are not.
 func TestDuplicateKeysAreRefused(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"name":"a","name":"b"}`:                   "field name appears more than once (keys differing only in case count as one)",
-		`{"name":"a","NAME":"b"}`:                   "field NAME appears more than once (keys differing only in case count as one)",
-		`{"name":"a","\u006eame":"b"}`:              "field name appears more than once (keys differing only in case count as one)",
-		`{"inner":{"on":true,"On":false}}`:          "field inner.On appears more than once (keys differing only in case count as one)",
-		`{"x":[{"a":1},{"a":1,"b":{"k":1,"k":2}}]}`: "field x[1].b.k appears more than once (keys differing only in case count as one)",
-		// Outside the struct's fields (an unknown field, a map, a raw
-		// value), keys that differ in case are two keys.
-		`{"x":[{"a":1},{"a":1,"b":{"k":1,"K":2}}]}`:                         "",
+		`{"name":"a","name":"b"}`:                       "field name appears more than once",
+		`{"name":"a","\u006eame":"b"}`:                  "field name appears more than once",
+		`{"inner":{"on":true,"on":false}}`:              "field inner.on appears more than once",
+		`{"list":[{"On":true},{"On":true,"On":false}]}`: "field list[1].On appears more than once",
+		`{"m":{"a":1,"a":2}}`:                           "field m.a appears more than once",
+		`{"raw":{"a":1,"a":2}}`:                         "field raw.a appears more than once",
+		`{"raw":[{"x":{"k":1,"k":2}}]}`:                 "field raw[0].x.k appears more than once",
+		`{"embedded":1,"embedded":2}`:                   "field embedded appears more than once",
+		// Keys name fields exactly: a field's name in another letter case
+		// is an unknown field, ignored with its value, as are unknown
+		// fields given twice and whatever is inside them.
+		`{"name":"a","NAME":"b"}`:                   "",
+		`{"inner":{"on":true,"On":false}}`:          "",
+		`{"list":[{"On":true,"ON":false}]}`:         "",
+		`{"embedded":1,"EMBEDDED":2}`:               "",
+		`{"":1,"":2}`:                               "",
+		`{"x":[{"a":1},{"a":1,"b":{"k":1,"k":2}}]}`: "",
+		`{"foo":1,"Foo":2,"foo":3}`:                 "",
+		// In a map or a raw value, keys that differ in case are two keys.
 		`{"m":{"Region":1,"region":2},"raw":{"Region":"eu","region":"EU"}}`: "",
-		`{"m":{"a":1,"a":2}}`:                                    "field m.a appears more than once (keys differing only in case count as one)",
-		`{"raw":{"a":1,"a":2}}`:                                  "field raw.a appears more than once (keys differing only in case count as one)",
-		`{"list":[{"on":true,"ON":false}]}`:                      "field list[0].ON appears more than once (keys differing only in case count as one)",
-		`{"embedded":1,"EMBEDDED":2}`:                            "field EMBEDDED appears more than once (keys differing only in case count as one)",
-		`{"":1,"":2}`:                                            "field  appears more than once (keys differing only in case count as one)",
-		`{"name":"a","tags":["name","name"],"inner":{"name":1}}`: "",
-		`{"a":{"k":1},"b":{"k":1},"c":[{"k":1},{"k":1}]}`:        "",
-		`{"name":"x\"name\":","count":1}`:                        "",
+		`{"name":"a","tags":["name","name"],"inner":{"name":1}}`:            "",
+		`{"a":{"k":1},"b":{"k":1},"c":[{"k":1},{"k":1}]}`:                   "",
+		`{"name":"x\"name\":","count":1}`:                                   "",
 	} {
 		var v target
 		err := wire.Unmarshal([]byte(body), &v)
@@ -273,14 +291,54 @@ func TestDuplicateKeysAreRefused(t *testing.T) {
 	}
 	// Many keys: the walk stays linear, and finds the duplicate at the end.
 	var b strings.Builder
-	b.WriteString(`{"name":"x"`)
+	b.WriteString(`{"name":"x","m":{"k":0`)
 	for i := range 100000 {
 		fmt.Fprintf(&b, `,"k%d":1`, i)
 	}
-	b.WriteString(`,"K99999":2}`)
+	b.WriteString(`,"k99999":2}}`)
 	var v target
-	if _, msg := wire.Status(wire.Unmarshal([]byte(b.String()), &v)); !strings.Contains(msg, "K99999 appears more than once") {
+	if _, msg := wire.Status(wire.Unmarshal([]byte(b.String()), &v)); msg != "field m.k99999 appears more than once" {
 		t.Errorf("100,000 keys: %q", msg)
+	}
+}
+
+// TestMiscasedKeysAreIgnored: a key that names a field only in another
+// letter case is an unknown field: its value is neither read nor checked,
+// wherever it stands in its object.
+func TestMiscasedKeysAreIgnored(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"NAME":"b"}`:                             "<nil> 0",
+		`{"name":"a","NAME":5}`:                    "a 0",
+		`{"NAME":5,"name":"a"}`:                    "a 0",
+		`{"Name":[1,{"x":"}"}], "count":2 }`:       "<nil> 2",
+		`{"count":2, "Count":"x", "COUNT":{} }`:    "<nil> 2",
+		`{"inner":{"ON":"x","on":true},"Count":1}`: "<nil> 0 true",
+		`{"list":[{"on":"x"},{"On":true,"oN":1}]}`: "<nil> 0 [false true]",
+		`{"\u004eame":"b","name":"a"}`:             "a 0",
+	} {
+		var v target
+		if err := wire.Unmarshal([]byte(body), &v); err != nil {
+			t.Errorf("Unmarshal(%s): %v", body, err)
+			continue
+		}
+		got := "<nil>"
+		if v.Name != nil {
+			got = *v.Name
+		}
+		got += fmt.Sprintf(" %d", v.Count)
+		if v.Inner != nil {
+			got += fmt.Sprintf(" %v", v.Inner.On)
+		}
+		if v.List != nil {
+			var ons []bool
+			for _, l := range v.List {
+				ons = append(ons, l.On)
+			}
+			got += fmt.Sprintf(" %v", ons)
+		}
+		if got != want {
+			t.Errorf("Unmarshal(%s) = %s, want %s", body, got, want)
+		}
 	}
 }
 
@@ -320,16 +378,15 @@ func TestNULIsRefused(t *testing.T) {
 func TestHasKey(t *testing.T) {
 	for body, want := range map[string]bool{
 		`{"chatId":""}`:   true,
-		`{"ChatID":""}`:   true,
+		`{"ChatID":""}`:   false, // keys name fields exactly
 		`{"chatId":null}`: false,
 		`{"other":1}`:     false,
 		`{"x":"chatId"}`:  false,
 		`{`:               false,
 		// Every occurrence counts, as in encoding/json, where a null
 		// leaves the field as the earlier one set it.
-		`{"chatid":"","ChatID":null}`:    true,
 		`{"chatId":"","chatId":null}`:    true,
-		`{"chatId":null,"CHATID":null}`:  false,
+		`{"chatId":null,"CHATID":""}`:    false,
 		`{"\u0063hatId":""}`:             true,
 		`{"chatId\u0000":""}`:            false,
 		`{"x":{"chatId":""},"chatI":""}`: false,

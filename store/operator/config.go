@@ -159,7 +159,8 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // DecodeConfig reads a Config from JSON, strictly, and checks it with
-// [Config.Validate]: an unknown field, a value of the wrong JSON type,
+// [Config.Validate]: an unknown field (keys name fields exactly: "Name" is
+// not "name"), a value of the wrong JSON type,
 // malformed JSON, anything after the document (other than white space), a
 // document that is not an object and a key given twice in one object are
 // errors that name the field or the line, so that a typo does not silently
@@ -189,9 +190,14 @@ func DecodeConfig(r io.Reader) (Config, error) {
 		// Every backend refuses it alike: PostgreSQL's text cannot hold it.
 		return Config{}, fmt.Errorf("operator: config: field %s must not contain the NUL character (\\u0000)", field)
 	}
+	if field, ok := wire.MiscasedField(data, &c); ok {
+		// Keys name fields exactly; encoding/json would have read it into
+		// the field of that name in another letter case.
+		return Config{}, fmt.Errorf("operator: config: unknown field %q", field)
+	}
 	if field, ok := wire.DuplicateField(data, &c); ok {
 		// The last one would win silently: a second "apiKeys" drops the first's keys.
-		return Config{}, fmt.Errorf("operator: config: field %s appears more than once (keys differing only in case count as one)", field)
+		return Config{}, fmt.Errorf("operator: config: field %s appears more than once", field)
 	}
 	return c, c.Validate()
 }
