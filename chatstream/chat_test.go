@@ -623,6 +623,25 @@ func TestSessionToken(t *testing.T) {
 		if _, err := collectErr(ctx, c, chatstream.Request{Input: "echo:x", ChatID: id, SessionSettings: ext("tok-user")}); err != nil {
 			t.Errorf("matching sessionSettings: %v", err)
 		}
+		// Its other fields are validated, names included, but not applied.
+		for _, s := range []chatstream.SessionSettings{
+			{ExternalID: "tok-user", Groups: []string{"nope"}},
+			{ExternalID: "tok-user", UserAttributes: []chatstream.UserAttribute{{Name: "nope", Value: "x"}}},
+			{ExternalID: "tok-user", UserAttributes: []chatstream.UserAttribute{{Name: "country", Value: []int{1}}}},
+		} {
+			for _, r := range []chatstream.Request{{Input: "echo:x", ChatID: id, SessionSettings: &s}, {ChatID: id, SessionSettings: &s}, {SessionSettings: &s}} {
+				if _, err := collectErr(ctx, c, r); apiStatus(err) != 400 {
+					t.Errorf("token, %+v: %v, want 400", r, err)
+				}
+			}
+		}
+		known := chatstream.SessionSettings{ExternalID: "tok-user", Groups: []string{"sales"}, UserAttributes: []chatstream.UserAttribute{{Name: "country", Value: "FR"}}}
+		if _, err := collectErr(ctx, c, chatstream.Request{Input: "echo:x", SessionSettings: &known}); err != nil {
+			t.Errorf("token, known names: %v", err)
+		}
+		if u := e.User(t, apitest.Account, "tok-user", ""); u.Attributes["country"] != `"DE"` || len(u.Groups) != 0 {
+			t.Errorf("a token's sessionSettings were applied: %+v", u)
+		}
 		// Another user: 403.
 		if _, err := collectErr(ctx, c, chatstream.Request{Input: "echo:x", SessionSettings: ext("someone-else")}); apiStatus(err) != 403 {
 			t.Errorf("mismatched sessionSettings: %v, want 403", err)
@@ -834,6 +853,9 @@ func TestErrors(t *testing.T) {
 			{"unknown internal user", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"internalId": "ghost@acme.test"}}, 400},
 			{"unknown attribute", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "userAttributes": []any{map[string]any{"name": "nope", "value": "DE"}}}}, 400},
 			{"unknown group", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "groups": []any{"nope"}}}, 400},
+			{"unknown attribute without input", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"chatId": "owned", "sessionSettings": map[string]any{"externalId": "owner", "userAttributes": []any{map[string]any{"name": "nope", "value": "DE"}}}}, 400},
+			{"unknown group without input or chat", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"sessionSettings": map[string]any{"externalId": "owner", "groups": []any{"nope"}}}, 400},
+			{"attribute of another type without input", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"chatId": "owned", "sessionSettings": map[string]any{"externalId": "owner", "userAttributes": []any{map[string]any{"name": "country", "value": []any{1}}}}}, 400},
 			{"group named twice", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "groups": []any{"sales", "sales"}}}, 400},
 			{"miscased key ignored, known one given twice", streamPath(acct, agentID), apitest.AdminKey, `{"input":"x","sessionSettings":{"externalId":"a","Groups":5,"groups":["sales"],"groups":["sales"]}}`, 400},
 			{"ttl zero", streamPath(acct, agentID), apitest.AdminKey, map[string]any{"input": "x", "sessionSettings": map[string]any{"externalId": "a", "ephemeralTtlSeconds": 0}}, 400},

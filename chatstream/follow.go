@@ -17,6 +17,14 @@ import (
 // running turn rejoined.
 func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, req chatRequest) {
 	ctx := r.Context()
+	var err error
+	if req.SessionSettings.namesAny() {
+		onOwnStack(func() { err = h.checkNames(ctx, c, req.SessionSettings, h.cfg.now()) })
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
 	lw := h.newLineWriter(r, w)
 	defer lw.end()
 	if req.ChatID == "" {
@@ -27,10 +35,7 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request, c caller, r
 		lw.send(stateMessage(id, 0, nil, h.cfg.dev))
 		return
 	}
-	var (
-		th  store.Thread
-		err error
-	)
+	var th store.Thread
 	// On a goroutine of its own, as for an opening (serveStream): this
 	// request may follow a running turn for long.
 	onOwnStack(func() { th, err = h.threadOf(ctx, c, req.ChatID, req.SessionSettings) })

@@ -185,6 +185,9 @@ func (h *Handler) readHeldUser(ctx context.Context, c caller, u *foundUser) erro
 // creates it with them (update).
 func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim store.Limits, now time.Time) (foundUser, error) {
 	if c.es != nil {
+		if err := h.checkNames(ctx, c, req.SessionSettings, now); err != nil {
+			return foundUser{}, err
+		}
 		return foundUser{user: c.es.User, scope: c.es.Session.Scope()}, nil
 	}
 	p := req.SessionSettings.provision(now, h.cfg.ephemeralTTL)
@@ -212,6 +215,26 @@ func (h *Handler) findUser(ctx context.Context, c caller, req chatRequest, lim s
 	// A new user (or one a concurrent request creates meanwhile, on which
 	// the opening then writes the request's values).
 	return foundUser{externalID: p.ExternalID, update: run, gen: gen}, nil
+}
+
+// checkNames checks the attribute and group names of sessionSettings that
+// are validated but not applied (with a session's token, or without
+// input) as an opening that applies them would: a name the applicable
+// catalog lacks is 400 whatever the caller's credentials.
+func (h *Handler) checkNames(ctx context.Context, c caller, s *SessionSettings, now time.Time) error {
+	if !s.namesAny() {
+		return nil
+	}
+	scope := store.TenantWide(c.acct.ID)
+	if c.es != nil {
+		scope = c.es.Session.Scope()
+	}
+	return provision.CheckNames(ctx, h.st, scope, s.provision(now, h.cfg.ephemeralTTL))
+}
+
+// namesAny reports whether s names attributes or groups.
+func (s *SessionSettings) namesAny() bool {
+	return s != nil && len(s.UserAttributes)+len(s.Groups) > 0
 }
 
 // maxUserReads bounds the turns reading their user at once, so that the

@@ -738,13 +738,11 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 			res.Found = &found
 		}
 	}
-	attrs := make(map[string]store.Attribute, len(found.Attributes))
-	for _, a := range found.Attributes {
-		attrs[a.Name] = a
-	}
 	for _, d := range r.AttributeDefinitions {
-		if a, ok := attrs[d.Name]; ok && a.Type != d.Type {
-			return Result{}, wire.Errorf(http.StatusConflict, "cannot change type")
+		for _, a := range found.Attributes {
+			if a.Name == d.Name && a.Type != d.Type {
+				return Result{}, wire.Errorf(http.StatusConflict, "cannot change type")
+			}
 		}
 	}
 
@@ -763,38 +761,12 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	if string(up.SecurityContext) == "null" {
 		up.SecurityContext = json.RawMessage("{}")
 	}
-	for _, in := range r.Attributes {
-		def, ok := attrs[in.Name]
-		if !ok {
-			return Result{}, wire.BadRequest("User attributes not found")
-		}
-		kind, _ := valueKind(in.Value) // validated
-		v := store.AttributeValue{AttributeID: def.ID}
-		if kind != "" {
-			if !fits(kind, def.Type) {
-				return Result{}, wire.BadRequest("the value of attribute %q must be of type %s", in.Name, def.Type)
-			}
-			v.Value = compact(in.Value)
-		}
-		up.Attributes = append(up.Attributes, v)
+	var err error
+	if up.Attributes, up.Groups, err = resolve(r, found, groupNames); err != nil {
+		return Result{}, err
 	}
 	if r.GroupsSent {
-		up.SetGroups, up.GroupScope, up.Groups = true, res.Scope, []int64{}
-		byName := make(map[string]int64, len(found.Groups))
-		for _, g := range found.Groups {
-			byName[g.Name] = g.ID
-		}
-		var missing []string
-		for _, n := range look.GroupNames {
-			if id, ok := byName[n]; ok {
-				up.Groups = append(up.Groups, id)
-			} else {
-				missing = append(missing, n)
-			}
-		}
-		if len(missing) > 0 {
-			return Result{}, wire.BadRequest("Groups with names %s not found", strings.Join(missing, ", "))
-		}
+		up.SetGroups, up.GroupScope = true, res.Scope
 	}
 
 	up.Session = r.session(res)
@@ -811,6 +783,68 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 	}
 	res.User = u
 	return res, nil
+}
+
+// resolve checks the attribute values and group names of r against
+// found, the definitions of r's scope that it names, and returns the
+// values and the ids of the groups (not nil when r sends groups) to store.
+func resolve(r Request, found store.LookupResult, groupNames []string) (vals []store.AttributeValue, groups []int64, err error) {
+	attrs := make(map[string]store.Attribute, len(found.Attributes))
+	for _, a := range found.Attributes {
+		attrs[a.Name] = a
+	}
+	for _, in := range r.Attributes {
+		def, ok := attrs[in.Name]
+		if !ok {
+			return nil, nil, wire.BadRequest("User attributes not found")
+		}
+		kind, _ := valueKind(in.Value) // validated
+		v := store.AttributeValue{AttributeID: def.ID}
+		if kind != "" {
+			if !fits(kind, def.Type) {
+				return nil, nil, wire.BadRequest("the value of attribute %q must be of type %s", in.Name, def.Type)
+			}
+			v.Value = compact(in.Value)
+		}
+		vals = append(vals, v)
+	}
+	if !r.GroupsSent {
+		return vals, nil, nil
+	}
+	groups = []int64{}
+	byName := make(map[string]int64, len(found.Groups))
+	for _, g := range found.Groups {
+		byName[g.Name] = g.ID
+	}
+	var missing []string
+	for _, n := range groupNames {
+		if id, ok := byName[n]; ok {
+			groups = append(groups, id)
+		} else {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, nil, wire.BadRequest("Groups with names %s not found", strings.Join(missing, ", "))
+	}
+	return vals, groups, nil
+}
+
+// CheckNames checks, with the messages Apply gives, that the attributes
+// and groups r names exist in scope and that r's values fit their types,
+// and writes nothing: for sessionSettings that are validated but not
+// applied (those of a session's own token, of a request without input).
+func CheckNames(ctx context.Context, rd store.Tx, scope store.Scope, r Request) error {
+	attrNames, groupNames := r.names()
+	if attrNames == nil && groupNames == nil {
+		return nil
+	}
+	found, err := rd.Lookup(ctx, store.Lookup{Scope: scope, AttrNames: attrNames, GroupNames: groupNames})
+	if err != nil {
+		return err
+	}
+	_, _, err = resolve(r, found, groupNames)
+	return err
 }
 
 // names are the attribute and group names r refers to, each once (nil:
