@@ -56,6 +56,9 @@ type User struct {
 	ExternalID string // set for external users
 	InternalID string // set for internal users
 	Email      string
+	// DisplayName is the name the embedding application gave the user
+	// (userProfile.displayName), "" when none: a prompt may greet them.
+	DisplayName string
 	// Attributes maps attribute names to their values: string, float64,
 	// []string or []float64.
 	Attributes map[string]any

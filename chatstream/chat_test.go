@@ -675,6 +675,29 @@ func TestSessionToken(t *testing.T) {
 	})
 }
 
+// TestTurnDisplayName: the agent sees the display name the application
+// gave the user (decisions §11: it may reach the model).
+func TestTurnDisplayName(t *testing.T) {
+	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
+		e := newEnv(t, tg, envOpts{agent: chatstream.AgentFunc(func(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
+			return e.Content("name:" + t.User.DisplayName)
+		})})
+		sid := e.GenerateSession(t, map[string]any{"deploymentId": 1, "externalId": "named", "userProfile": map[string]any{"displayName": "Jane Doe"}})
+		c := chatstream.NewClient(e.URL, chatstream.WithBearerToken(e.Token(t, sid)), chatstream.WithHTTPClient(e.Client()))
+		msgs, err := collectErr(t.Context(), c, chatstream.Request{Input: "who"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fa, _ := conv(msgs).FinalAnswer(); fa.Content != "name:Jane Doe" {
+			t.Errorf("agent saw %q", fa.Content)
+		}
+		msgs = collect(t, e.client, chatstream.Request{Input: "who", SessionSettings: ext("named")})
+		if fa, _ := conv(msgs).FinalAnswer(); fa.Content != "name:Jane Doe" {
+			t.Errorf("with an API key, agent saw %q", fa.Content)
+		}
+	})
+}
+
 // attrAgent answers with the user's identity as the agent sees it.
 var attrAgent = chatstream.AgentFunc(func(ctx context.Context, t chatstream.Turn, e chatstream.Emitter) error {
 	return e.Content(fmt.Sprintf("%s|%v|%v|%s|%v|%s", t.User.ExternalID, t.User.Attributes["country"], t.User.Groups,

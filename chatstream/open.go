@@ -515,7 +515,7 @@ func toStored(msgs []Message) ([]store.ThreadMessage, error) {
 
 // turnUser builds the agent's view of the user.
 func turnUser(u store.User, data store.UserData) User {
-	tu := User{ExternalID: u.ExternalID, InternalID: u.InternalID, Email: u.Email, SecurityContext: u.SecurityContext}
+	tu := User{ExternalID: u.ExternalID, InternalID: u.InternalID, Email: u.Email, DisplayName: u.DisplayName, SecurityContext: u.SecurityContext}
 	if len(data.Attributes) > 0 {
 		tu.Attributes = make(map[string]any, len(data.Attributes))
 		for _, a := range data.Attributes {

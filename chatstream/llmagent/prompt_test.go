@@ -27,4 +27,9 @@ func TestDefaultSystemPromptNamesNoSecret(t *testing.T) {
 			t.Errorf("prompt names %q: %s", leak, p)
 		}
 	}
+	// The display name reaches the model (decisions §11), quoted.
+	u.DisplayName = `Hans "Q" Müller`
+	if p := llmagent.DefaultSystemPrompt(chatstream.Turn{User: u}); !strings.Contains(p, `The user's display name is "Hans \"Q\" Müller"`) {
+		t.Errorf("prompt does not give the display name: %s", p)
+	}
 }

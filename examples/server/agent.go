@@ -167,6 +167,7 @@ func systemPrompt(m *analytics.Model, t chatstream.Turn, now time.Time) string {
 	b.WriteString(m.Describe())
 	b.WriteString("\n")
 	b.WriteString(m.UserContext(t))
+	b.WriteString(llmagent.DisplayName(t.User))
 	if t.ActiveBranchName != "" && !t.IsDefaultBranch {
 		fmt.Fprintf(&b, " Queries run on the development branch %q.", t.ActiveBranchName)
 	}
