@@ -48,7 +48,7 @@ type Request struct {
 
 // SessionSettings is the identity part of a chat or abort request.
 type SessionSettings struct {
-	// ExternalID is the external user's id: lowercase, without spaces.
+	// ExternalID is the external user's id: lowercase and trimmed.
 	// Exactly one of ExternalID and InternalID is set.
 	ExternalID string `json:"externalId,omitempty"`
 	// InternalID is the username of an existing internal user of the

@@ -37,10 +37,21 @@ func TestTextThatNoBackendStores(t *testing.T) {
 				t.Errorf("DELETE %s: %d %v, want 404", path, status, out)
 			}
 		}
-		for _, id := range []string{"a\u00a0b", "a\u2003b", "a\u000bb", "a\u0085b"} {
-			if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, body(id, nil)); status != http.StatusBadRequest {
-				t.Errorf("externalId %q: %d %v, want 400", id, status, out)
+		// Lowercase and trimmed, the spec's rule: inner spaces are part of
+		// an id; control characters are not.
+		for id, want := range map[string]int{"john doe": 200, "a\u00a0b": 200, "a\u2003b": 200, "a\u000bb": 400, "a\u0085b": 400, "a\tb": 400, "\u2003a": 400} {
+			if status, out := s.Do(t, http.MethodPost, gen, apitest.AdminKey, body(id, nil)); status != want {
+				t.Errorf("externalId %q: %d %v, want %d", id, status, out, want)
 			}
+		}
+		// Such an id names its user in the admin paths, percent-encoded.
+		for _, path := range []string{"/api/v1/embed/users/john%20doe/sessions", "/api/v1/embed/users/john%20doe"} {
+			if status, out := s.Do(t, http.MethodDelete, path, apitest.AdminKey, nil); status != http.StatusNoContent {
+				t.Errorf("DELETE %s: %d %v, want 204", path, status, out)
+			}
+		}
+		if u := s.User(t, apitest.Account, "john doe", ""); u.Exists {
+			t.Error("john doe was not deleted")
 		}
 		// A name too long to be stored is refused before it is looked up.
 		long := strings.Repeat("g", 100000)
