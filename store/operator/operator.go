@@ -226,6 +226,18 @@ func saveKey(ctx context.Context, tx store.Tx, accountID int64, k APIKey, origin
 	if err != nil {
 		return err
 	}
+	if origin == store.OriginAPI {
+		// A key the configuration listed stays the configuration's: the Go
+		// API may change its flag and name, and dropping it from the
+		// configuration still revokes it (the JSON is authoritative for
+		// the keys it once listed).
+		old, _, err := tx.APIKeyByHash(ctx, h)
+		if err == nil && old.AccountID == accountID && old.Origin == store.OriginConfig {
+			origin = store.OriginConfig
+		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
 	err = tx.SaveAPIKey(ctx, store.APIKey{Hash: h, AccountID: accountID, Admin: k.Admin, Origin: origin, Name: k.Name, CreatedAt: now})
 	if errors.Is(err, store.ErrConflict) {
 		// Never name the key: the error may be logged.
@@ -316,9 +328,10 @@ func (o *Operator) CreateAPIKey(ctx context.Context, account string, spec APIKey
 
 // AddAPIKey stores a key the host made, given as Key or KeyHash, for the
 // account, or updates its admin flag and name when the account has it
-// already. The key is then managed by the Go API (origin api): the bootstrap
-// configuration no longer removes it. A key of another account is an error
-// wrapping [store.ErrConflict].
+// already. A new key is managed by the Go API (origin api): the bootstrap
+// configuration never removes it. A key the configuration lists stays the
+// configuration's: dropping it from the configuration still revokes it. A
+// key of another account is an error wrapping [store.ErrConflict].
 func (o *Operator) AddAPIKey(ctx context.Context, account string, spec APIKey) (KeyInfo, error) {
 	h, err := spec.hash()
 	if err != nil {

@@ -121,6 +121,11 @@ func TestRevokeByConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A listed key relabelled through the Go API stays the
+			// configuration's.
+			if _, err := operator.New(st1).AddAPIKey(context.Background(), apitest.Account, operator.APIKey{Key: "sk-acme-temp", Name: "frontend"}); err != nil {
+				t.Fatal(err)
+			}
 			for _, k := range []string{"sk-acme-temp", "sk-acme-hashed", goKey} {
 				if got := generate(t, s1, k); got != 200 {
 					t.Fatalf("first start, a listed key: %d, want 200", got)
