@@ -325,11 +325,17 @@ func TestThreadLimits(t *testing.T) {
 		if r := send(t, e, "u", "big", "echo:x"); r.Status != http.StatusOK {
 			t.Fatalf("first turn: %d %s", r.Status, r.Raw)
 		}
-		setBytes(size() + 1) // one byte left: still allowed
+		setBytes(size() + 4096) // room for the input: allowed
 		if r := send(t, e, "u", "big", "echo:x"); r.Status != http.StatusOK {
 			t.Fatalf("below threadBytes: %d %s", r.Status, r.Raw)
 		}
 		n := size()
+		setBytes(n + 100) // room, but not for this input
+		r = send(t, e, "u", "big", "echo:"+strings.Repeat("y", 200))
+		wantRefused(t, "an input that does not fit", r, http.StatusConflict, "thread is full: start a new chat")
+		if size() != n {
+			t.Errorf("the refused turn changed the thread")
+		}
 		setBytes(n) // at the limit
 		r = send(t, e, "u", "big", "echo:x")
 		wantRefused(t, "at threadBytes", r, http.StatusConflict, "thread is full: start a new chat")
@@ -378,13 +384,16 @@ func TestLimitsAcrossReplicas(t *testing.T) {
 	})
 }
 
-// TestThreadBytesCapsTheTurn: a turn whose answer would take the thread far
-// past threadBytes is cut like a too-long answer, so that the thread stays
-// near its limit.
+// TestThreadBytesCapsTheTurn: an input that does not fit in threadBytes is
+// refused, and a turn whose answer would take the thread past threadBytes
+// is cut like a too-long answer, so that the thread stays near its limit.
 func TestThreadBytesCapsTheTurn(t *testing.T) {
 	apitest.Run(t, false, func(t *testing.T, tg apitest.Target) {
 		e := newEnv(t, tg, envOpts{cfg: withLimits(store.Limits{ThreadBytes: 4096})})
-		long := "echo:" + strings.Repeat("x", 8000)
+		r := send(t, e, "u", "long", "echo:"+strings.Repeat("x", 8000))
+		wantRefused(t, "an input larger than threadBytes", r, http.StatusConflict, "thread is full: start a new chat")
+		wantNoChat(t, e, "long")
+		long := "echo:" + strings.Repeat("x", 3000)
 		msgs := collect(t, e.client, chatstream.Request{Input: long, ChatID: "long", SessionSettings: ext("u")})
 		if st := last(msgs).State; st == nil || st.Error == "" {
 			t.Fatalf("a turn past threadBytes ends with %+v, want state.error", st)
@@ -397,12 +406,11 @@ func TestThreadBytesCapsTheTurn(t *testing.T) {
 		for _, m := range stored {
 			n += len(m.Body)
 		}
-		// The input itself is stored whole (its own limit applies).
-		if n > 4096+len(long)+1024 {
+		if n > 4096+512 {
 			t.Errorf("the thread stores %d bytes", n)
 		}
-		r := send(t, e, "u", "long", "echo:x")
-		wantRefused(t, "the next turn", r, http.StatusConflict, "thread is full: start a new chat")
+		r = send(t, e, "u", "long", "echo:"+strings.Repeat("y", 1000))
+		wantRefused(t, "a next input that does not fit", r, http.StatusConflict, "thread is full: start a new chat")
 	})
 }
 

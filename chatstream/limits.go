@@ -15,12 +15,13 @@ var (
 )
 
 // threadRoom returns errThreadTurns or errThreadBytes when a thread whose stored messages are
-// msgs (decoded: history) has lim.ThreadTurns turns (user messages) or
-// lim.ThreadBytes bytes of stored messages already; non-positive limits are
+// msgs (decoded: history) has lim.ThreadTurns turns (user messages)
+// already, or when the next turn's user echo, of echoSize bytes stored,
+// does not fit in what is left of lim.ThreadBytes; non-positive limits are
 // off. Otherwise it caps the encoded stream of the next turn (turnCap,
 // [WithMaxTurnBytes]) so that its stored messages, about half of its
-// stream, stay within what is left of lim.ThreadBytes.
-func threadRoom(msgs []store.ThreadMessage, history []Message, lim store.Limits, turnCap int) (int, error) {
+// stream, stay within what is left of lim.ThreadBytes after the echo.
+func threadRoom(msgs []store.ThreadMessage, history []Message, lim store.Limits, turnCap, echoSize int) (int, error) {
 	if lim.ThreadTurns <= 0 && lim.ThreadBytes <= 0 {
 		return turnCap, nil
 	}
@@ -37,6 +38,7 @@ func threadRoom(msgs []store.ThreadMessage, history []Message, lim store.Limits,
 	if lim.ThreadTurns > 0 && turns >= lim.ThreadTurns {
 		return 0, errThreadTurns
 	}
+	size += int64(echoSize)
 	if lim.ThreadBytes > 0 && size >= lim.ThreadBytes {
 		return 0, errThreadBytes
 	}

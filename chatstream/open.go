@@ -349,12 +349,11 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 		}
 		var (
 			history []Message
-			maxSize int
+			msgs    []store.ThreadMessage
 		)
 		isNew := errors.Is(err, store.ErrNotFound)
 		switch {
 		case isNew:
-			maxSize, _ = threadRoom(nil, nil, lim, h.cfg.maxTurnBytes) // an empty thread has room
 			// Its lines sort above the __state__ that handed its id out
 			// (emptyStateSort), so that state never ties with the echo.
 			th = store.Thread{AccountID: c.acct.ID, ChatID: chatID, AgentID: c.agent.ID, UserID: user.ID, LastSort: emptyStateSort, CreatedAt: now, UpdatedAt: now}
@@ -365,20 +364,20 @@ func (h *Handler) openStream(ctx context.Context, c caller, req chatRequest, cha
 		case th.UserID != user.ID:
 			return errNotOwner
 		default:
-			msgs, err := tx.Messages(ctx, c.acct.ID, chatID)
-			if err != nil {
+			if msgs, err = tx.Messages(ctx, c.acct.ID, chatID); err != nil {
 				return err
 			}
 			var last int64
 			history, last = decodeHistory(msgs)
-			if maxSize, err = threadRoom(msgs, history, lim, h.cfg.maxTurnBytes); err != nil {
-				return err
-			}
 			th.LastSort = max(th.LastSort, last)
 		}
 		seq := newSequence(chatID, h.cfg.dev, th.LastSort, history)
 		echo := seq.echo(newID(), req.Input)
 		stored, err := toStored([]Message{echo})
+		if err != nil {
+			return err
+		}
+		maxSize, err := threadRoom(msgs, history, lim, h.cfg.maxTurnBytes, len(stored[0].Body))
 		if err != nil {
 			return err
 		}
