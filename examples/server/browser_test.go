@@ -678,8 +678,8 @@ func TestBrowser(t *testing.T) {
 			} `json:"msgs"`
 		}
 		var cacheJSON, final, token string
-		tb.eval(chat(`w.sessionStorage.getItem("embedkit.chat")`), &cacheJSON)
-		tb.eval(chat(`w.sessionStorage.getItem("embedkit.token")`), &token)
+		tb.eval(chat(`w.sessionStorage.getItem("embedkit.chat." + w.location.hash.slice(4))`), &cacheJSON)
+		tb.eval(chat(`w.sessionStorage.getItem("embedkit.token." + w.location.hash.slice(4))`), &token)
 		tb.eval(chat(jsFinal), &final)
 		if err := json.Unmarshal([]byte(cacheJSON), &cache); err != nil {
 			t.Fatal(err)
@@ -747,7 +747,7 @@ func TestBrowser(t *testing.T) {
 			t.Error("the chat still takes questions after the session expired")
 		}
 		var token string
-		tb.eval(chat(`w.sessionStorage.getItem("embedkit.token") || ""`), &token)
+		tb.eval(chat(`w.sessionStorage.getItem("embedkit.token." + w.location.hash.slice(4)) || ""`), &token)
 		if token != "" {
 			t.Error("the expired token is still in sessionStorage")
 		}
@@ -767,7 +767,7 @@ func TestBrowser(t *testing.T) {
 		// request needed.
 		tb2 := b.newTab(t, s.base)
 		tb2.open("ana")
-		tb2.eval(chat(`(w.sessionStorage.setItem("embedkit.tokenExpiresAt", new Date(Date.now() + 1500).toISOString()), w.location.reload(), true)`), nil)
+		tb2.eval(chat(`(w.sessionStorage.setItem("embedkit.tokenExpiresAt." + w.location.hash.slice(4), new Date(Date.now() + 1500).toISOString()), w.location.reload(), true)`), nil)
 		tb2.waitFor("the host to get embedkit:session-expired at expiry", `document.body.dataset.sessionExpired === "true"`, 20*time.Second)
 		tb2.noProblems()
 	})
@@ -848,7 +848,7 @@ func TestBrowser(t *testing.T) {
 			Disabled                  bool
 		}
 		tb.eval(chat(`({ notice: d.getElementById("ek-notice").textContent, name: d.getElementById("ek-name").textContent,
-			token: w.sessionStorage.getItem("embedkit.token") || "", chat: w.sessionStorage.getItem("embedkit.chat") || "",
+			token: w.sessionStorage.getItem("embedkit.token." + w.location.hash.slice(4)) || "", chat: w.sessionStorage.getItem("embedkit.chat." + w.location.hash.slice(4)) || "",
 			messages: d.querySelectorAll(".ek-msg").length, disabled: d.getElementById("ek-input").disabled })`), &got)
 		if !strings.Contains(got.Notice, "This chat link could not be opened") {
 			t.Errorf("notice %q", got.Notice)
@@ -1050,6 +1050,56 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("the chat has cookies %q", cookies)
 		}
 		frame.noProblems()
+		tb.noProblems()
+	})
+
+	t.Run("two embeds in one tab keep their own users across a reload", func(t *testing.T) {
+		// Frames of one origin in one tab share sessionStorage: a reloaded
+		// frame must find its own token and chat, not the other's.
+		ctx := context.Background()
+		c := embedsession.NewClient(s.base, "sk-acme-admin")
+		sids := map[string]string{}
+		for id, user := range map[string][2]string{"a": {"two-alice", "Alice Two"}, "b": {"two-bob", "Bob Two"}} {
+			name := user[1]
+			sid, err := c.GenerateSession(ctx, embedsession.SessionRequest{DeploymentID: 1, ExternalID: user[0],
+				UserProfile:    &embedsession.UserProfile{DisplayName: &name},
+				UserAttributes: []embedsession.UserAttribute{{Name: "country", Value: embedsession.Value("France")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sids[id] = sid
+		}
+		host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprintf(w, `<!doctype html><title>two embeds</title>`+
+				`<iframe style="width:700px;height:600px" src="%[1]s/embed/chat?frame=a&sessionId=%[2]s"></iframe>`+
+				`<iframe style="width:700px;height:600px" src="%[1]s/embed/chat?frame=b&sessionId=%[3]s"></iframe>`, s.base, sids["a"], sids["b"])
+		}))
+		defer host.Close()
+		tb := b.newTab(t, s.base)
+		tb.run(chromedp.Navigate(strings.Replace(host.URL, "127.0.0.1", "localhost", 1)))
+		ready := self(`d.body && d.body.dataset.ready === "true"`)
+		a, bf := tb.frameTab("frame=a"), tb.frameTab("frame=b")
+		a.waitFor("frame a", ready, 30*time.Second)
+		bf.waitFor("frame b", ready, 30*time.Second)
+		a.ask2("revenue by country")
+		a.waitFor("a's answer", self(jsIdle+` && d.querySelector(".ek-table")`), 60*time.Second)
+		bf.ask2("orders by month")
+		bf.waitFor("b's answer", self(jsIdle+` && d.querySelector(".ek-assistant")`), 60*time.Second)
+		a.eval(self(`(w.location.reload(), true)`), nil)
+		time.Sleep(300 * time.Millisecond)
+		a = tb.frameTab("frame=a")
+		a.waitFor("frame a after its reload", self(`d.body && d.body.dataset.ready === "true" && d.querySelector(".ek-user-text")`), 30*time.Second)
+		var got struct {
+			Name      string   `json:"name"`
+			Questions []string `json:"questions"`
+		}
+		a.eval(self(`({ name: d.getElementById("ek-name").textContent, questions: [...d.querySelectorAll(".ek-user-text")].map((p) => p.textContent) })`), &got)
+		if got.Name != "Alice Two" || len(got.Questions) != 1 || got.Questions[0] != "revenue by country" {
+			t.Errorf("frame a after its reload: %+v, want Alice Two with her own question", got)
+		}
+		a.noProblems()
+		bf.noProblems()
 		tb.noProblems()
 	})
 

@@ -256,7 +256,7 @@ func TestChatPageFailures(t *testing.T) {
 			Busy     bool
 		}
 		tb.eval(chat(`({ notice: d.getElementById("ek-notice").textContent, messages: d.querySelectorAll(".ek-msg").length,
-			stored: JSON.parse(w.sessionStorage.getItem("embedkit.chat") || "{}").chatId || "", busy: !d.getElementById("ek-stop").hidden })`), &got)
+			stored: JSON.parse(w.sessionStorage.getItem("embedkit.chat." + w.location.hash.slice(4)) || "{}").chatId || "", busy: !d.getElementById("ek-stop").hidden })`), &got)
 		if !strings.Contains(got.Notice, "no longer available") || got.Messages != 0 || got.Stored != "" || got.Busy {
 			t.Errorf("after a 404 for the remembered chat: notice %q, %d messages, stored chat %q, busy %v", got.Notice, got.Messages, got.Stored, got.Busy)
 			tb.screenshot("gone-chat")
@@ -279,7 +279,7 @@ func TestChatPageFailures(t *testing.T) {
 			Messages int
 			Stored   string
 		}
-		tb.eval(chat(`({ messages: d.querySelectorAll(".ek-msg").length, stored: JSON.parse(w.sessionStorage.getItem("embedkit.chat") || "{}").chatId || "" })`), &kept)
+		tb.eval(chat(`({ messages: d.querySelectorAll(".ek-msg").length, stored: JSON.parse(w.sessionStorage.getItem("embedkit.chat." + w.location.hash.slice(4)) || "{}").chatId || "" })`), &kept)
 		if n := notice(tb); kept.Messages == 0 || kept.Stored == "" || !strings.Contains(n, "no such endpoint") {
 			t.Errorf("after a 404 of the route: %+v, notice %q; want the chat kept and the error said", kept, n)
 			tb.screenshot("route-404")

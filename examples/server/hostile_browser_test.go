@@ -172,7 +172,7 @@ func TestBrowserHostileModel(t *testing.T) {
 	tb := b.newTab(t, s.base)
 	tb.open("ana")
 	var token string
-	tb.eval(chat(`w.sessionStorage.getItem("embedkit.token")`), &token)
+	tb.eval(chat(`w.sessionStorage.getItem("embedkit.token." + w.location.hash.slice(4))`), &token)
 	if len(token) < 16 {
 		t.Fatalf("token %q", token)
 	}
@@ -234,7 +234,7 @@ func TestBrowserHostileModel(t *testing.T) {
 	}
 	tb.eval(chat(`(async () => {
 		const { renderMarkdown } = await import("/embed/chat/assets/markdown.js");
-		const text = [...Object.values(JSON.parse(w.sessionStorage.getItem("embedkit.chat")).msgs)].map((m) => m.content || "").sort((a, b) => b.length - a.length)[0];
+		const text = [...Object.values(JSON.parse(w.sessionStorage.getItem("embedkit.chat." + w.location.hash.slice(4))).msgs)].map((m) => m.content || "").sort((a, b) => b.length - a.length)[0];
 		const t0 = w.performance.now();
 		const frag = renderMarkdown(text);
 		const renderMS = w.performance.now() - t0;

@@ -5,9 +5,19 @@
 import { renderMarkdown } from "./markdown.js";
 import { renderTool, setDownload } from "./render.js";
 
-const TOKEN_KEY = "embedkit.token";
-const EXPIRES_KEY = "embedkit.tokenExpiresAt";
-const CHAT_KEY = "embedkit.chat";
+// Each embed of a tab (a frame) keeps its token and chat under a slot of
+// its own: a random id in the page's URL fragment (#ek=...), which a
+// reload keeps and a new session replaces. Frames of one origin in one tab
+// share sessionStorage; without slots, a reloaded frame would take the
+// token (and so the user) the last other frame stored.
+let slot = "";
+const tokenKey = () => "embedkit.token." + slot;
+const expiresKey = () => "embedkit.tokenExpiresAt." + slot;
+const chatKeyOf = (s) => "embedkit.chat." + s;
+const CHAT_PREFIX = "embedkit.chat.";
+// maxChats bounds the chats kept in the tab's storage (the oldest go), as
+// a host that mints a session on every load leaves one behind each time.
+const maxChats = 8;
 
 const $ = (id) => document.getElementById(id);
 const body = document.body;
@@ -36,10 +46,16 @@ const storage = (() => {
     const s = window.sessionStorage;
     s.setItem("embedkit.probe", "1");
     s.removeItem("embedkit.probe");
-    return s;
+    return {
+      getItem: (k) => s.getItem(k), setItem: (k, v) => s.setItem(k, v), removeItem: (k) => s.removeItem(k),
+      keys: () => Array.from({ length: s.length }, (_, i) => s.key(i)),
+    };
   } catch (_) {
     const m = new Map();
-    return { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => m.set(k, String(v)), removeItem: (k) => m.delete(k) };
+    return {
+      getItem: (k) => m.get(k) ?? null, setItem: (k, v) => m.set(k, String(v)), removeItem: (k) => m.delete(k),
+      keys: () => [...m.keys()],
+    };
   }
 })();
 
@@ -72,8 +88,8 @@ function sessionExpired(why) {
   if (ended) return;
   ended = true;
   token = "";
-  storage.removeItem(TOKEN_KEY);
-  storage.removeItem(EXPIRES_KEY);
+  storage.removeItem(tokenKey());
+  storage.removeItem(expiresKey());
   setBusy(false);
   input.disabled = send.disabled = newChat.disabled = true;
   show(why || "Your session has expired. Open the chat again from the application to continue.", "error");
@@ -96,15 +112,6 @@ function watchExpiry(at) {
   if (ms < 2 ** 31 - 1) setTimeout(sessionExpired, ms);
 }
 
-// forget drops the token of an earlier session. Its chat stays stored,
-// unshown, until the new session's user is known: boot keeps it only for
-// the same user and agent (me.chatKey), as when a host page mints a new
-// session on every load.
-function forget() {
-  token = "";
-  storage.removeItem(TOKEN_KEY);
-  storage.removeItem(EXPIRES_KEY);
-}
 
 // exchange trades the embed URL's sessionId for a token. It returns ""
 // or why it failed, and sets refused when the server refused the
@@ -114,7 +121,6 @@ function forget() {
 // user.
 let refused = false;
 async function exchange(sessionId) {
-  forget();
   let res;
   try {
     res = await fetch(body.dataset.tokenUrl, {
@@ -139,8 +145,8 @@ async function exchange(sessionId) {
   }
   if (!t || typeof t.token !== "string" || t.token === "") return "the answer held no token";
   token = t.token;
-  storage.setItem(TOKEN_KEY, t.token);
-  storage.setItem(EXPIRES_KEY, t.expiresAt);
+  storage.setItem(tokenKey(), t.token);
+  storage.setItem(expiresKey(), t.expiresAt);
   return "";
 }
 
@@ -148,7 +154,6 @@ async function exchange(sessionId) {
 // signed out. A refused sessionId (a page reloaded from the cache with a
 // spent one, say) needs a new session, as an expired token does.
 function exchangeFailed(why) {
-  storage.removeItem(CHAT_KEY);
   ended = true;
   setBusy(false);
   input.disabled = send.disabled = newChat.disabled = true;
@@ -388,8 +393,9 @@ function saveNow() {
   // Nothing before boot has checked the stored chat against the session
   // (chat.key): the empty chat of a page still loading must not replace it.
   if (ended || chat.key === undefined) return;
+  chat.savedAt = Date.now();
   try {
-    storage.setItem(CHAT_KEY, JSON.stringify(chat));
+    storage.setItem(chatKeyOf(slot), JSON.stringify(chat));
   } catch (_) {
     // Over the storage quota: the last saved value stays, and it is
     // consistent (its lastSort matches its messages).
@@ -397,11 +403,41 @@ function saveNow() {
 }
 window.addEventListener("pagehide", saveNow);
 
-function restore() {
+function readChat(key) {
   try {
-    const c = JSON.parse(storage.getItem(CHAT_KEY) || "null");
-    if (c && typeof c.chatId === "string" && c.msgs && typeof c.lastSort === "number") chat = c;
-  } catch (_) { /* start empty */ }
+    const c = JSON.parse(storage.getItem(key) || "null");
+    if (c && typeof c.chatId === "string" && c.msgs && typeof c.lastSort === "number") return c;
+  } catch (_) { /* none */ }
+  return null;
+}
+
+// restore loads the slot's chat. A new slot (a new session) takes over
+// the latest chat of the same user and agent (me.chatKey) that an earlier
+// load left, as when a host page mints a new session on every load;
+// another user's or agent's chat is never shown.
+function restore() {
+  chat = { chatId: "", lastSort: 0, msgs: {}, key: me.chatKey };
+  const own = readChat(chatKeyOf(slot));
+  if (own && own.key === me.chatKey) {
+    chat = own;
+    return;
+  }
+  let found = null;
+  const chats = [];
+  for (const k of storage.keys()) {
+    if (!k || !k.startsWith(CHAT_PREFIX) || k === chatKeyOf(slot)) continue;
+    const c = readChat(k);
+    if (!c) continue;
+    chats.push({ k, at: c.savedAt || 0 });
+    if (c.key === me.chatKey && (!found || (c.savedAt || 0) > (found.c.savedAt || 0))) found = { k, c };
+  }
+  if (found) {
+    chat = found.c;
+    storage.removeItem(found.k); // moved: one copy per chat
+  }
+  // The oldest chats go beyond maxChats.
+  chats.sort((a, b) => b.at - a.at);
+  for (const { k } of chats.slice(maxChats)) storage.removeItem(k);
 }
 
 // validId keeps message ids usable as keys of chat.msgs.
@@ -668,24 +704,29 @@ newChat.addEventListener("click", () => {
 async function boot() {
   const url = new URL(location.href);
   const sid = url.searchParams.get("sessionId");
-  if (sid !== null) {
-    // The sessionId is single-use; keep it out of the history.
-    url.searchParams.delete("sessionId");
-    history.replaceState(null, "", url.pathname + url.search + url.hash);
-  }
   // A host that mounts the shell behind the session middleware has had
   // the sessionId exchanged already: the shell carries the token.
   const handed = body.dataset.token;
   body.removeAttribute("data-token");
+  if (sid !== null || handed) {
+    // A new session gets a new slot, so it never falls back to a token an
+    // earlier session of this frame (maybe another user's) stored. The
+    // sessionId is single-use; keep it out of the history.
+    slot = newChatId();
+    url.searchParams.delete("sessionId");
+    history.replaceState(null, "", url.pathname + url.search + "#ek=" + slot);
+  } else {
+    const m = /^#ek=([A-Za-z0-9-]{1,64})$/.exec(url.hash);
+    slot = m ? m[1] : "";
+  }
   if (handed) {
-    forget();
     token = handed;
-    storage.setItem(TOKEN_KEY, handed);
+    storage.setItem(tokenKey(), handed);
   } else if (sid !== null) {
     const why = await exchange(sid);
     if (why) return exchangeFailed(why);
-  } else {
-    token = storage.getItem(TOKEN_KEY) || "";
+  } else if (slot) {
+    token = storage.getItem(tokenKey()) || "";
   }
   // Opened without a sessionId, and no token from an earlier load (or an
   // exchange that failed before a reload).
@@ -719,14 +760,9 @@ async function boot() {
     return r;
   });
   renderAvatar();
-  watchExpiry(storage.getItem(EXPIRES_KEY) || me.expiresAt);
+  watchExpiry(storage.getItem(expiresKey()) || me.expiresAt);
   setBusy(false);
   restore();
-  if (chat.key !== me.chatKey) {
-    // Another user's, or another agent's: never shown.
-    chat = { chatId: "", lastSort: 0, msgs: {}, key: me.chatKey };
-    storage.removeItem(CHAT_KEY);
-  }
   body.dataset.ready = "true";
   if (chat.chatId) {
     for (const m of Object.values(chat.msgs)) renderMessage(m);
