@@ -659,6 +659,22 @@ func TestBrowser(t *testing.T) {
 		tb.noProblems()
 	})
 
+	t.Run("stop pressed before the stream opens still stops the turn", func(t *testing.T) {
+		tb := b.newTab(t, s.base)
+		tb.open("liam")
+		// The click comes before the server has the request (held back
+		// 500 ms here): an abort sent then would find no turn.
+		tb.eval(chat(`(w.fetch = ((f) => (u, i) => String(u).includes("stream-chat-state") ? new Promise((r) => setTimeout(r, 500)).then(() => f(u, i)) : f(u, i))(w.fetch), true)`), nil)
+		tb.eval(chat(`(d.getElementById("ek-input").value = "revenue by month", d.getElementById("ek-form").requestSubmit(), d.getElementById("ek-stop").click(), true)`), nil)
+		tb.waitFor("the turn to end", chat(jsIdle+` && d.querySelector(".ek-assistant")`), 30*time.Second)
+		var notice string
+		tb.eval(chat(`d.getElementById("ek-notice").textContent`), &notice)
+		if !strings.Contains(notice, "Stopped") {
+			t.Errorf("notice %q, want Stopped", notice)
+		}
+		tb.noProblems()
+	})
+
 	t.Run("a reload mid-turn rejoins and ends with the same final message", func(t *testing.T) {
 		tb := b.newTab(t, s.base)
 		tb.open("ana")

@@ -33,6 +33,10 @@ let token = "";
 let me = null;
 let busy = false;
 let ended = false; // the session expired
+// streamOpen: the server answered the stream's request (the turn is its).
+// stopPending: Stop was pressed before that; the abort goes once it opens.
+let streamOpen = false;
+let stopPending = false;
 // chat is what a reload needs: the thread, the highest sort applied and
 // the messages as merged so far. It is saved to sessionStorage as one
 // value, so that lastSort always matches the messages.
@@ -531,6 +535,7 @@ function setBusy(b) {
 // server) or "lost" (the connection dropped during the stream).
 async function stream(req) {
   let res;
+  streamOpen = false;
   try {
     res = await api(me.streamUrl, {
       method: "POST",
@@ -538,9 +543,18 @@ async function stream(req) {
       body: JSON.stringify(req),
     });
   } catch (_) {
+    stopPending = false;
     return "unsent";
   }
+  streamOpen = res.ok;
+  if (res.ok && stopPending) {
+    // Stop was pressed before the server had the turn: its abort would
+    // have found no turn (204, nothing stopped). The turn runs now.
+    stopPending = false;
+    abortTurn();
+  }
   if (!res.ok) {
+    stopPending = false;
     const msg = await errorText(res);
     if (res.status === 404 && req.input === undefined && msg === "chat not found") {
       // The chat itself, not a route the page was given wrong (which
@@ -576,6 +590,7 @@ async function stream(req) {
   } catch (_) {
     // the connection was lost
   }
+  streamOpen = false;
   return done ? "done" : "lost";
 }
 
@@ -672,8 +687,16 @@ input.addEventListener("keydown", (e) => {
   }
 });
 
-stop.addEventListener("click", async () => {
+stop.addEventListener("click", () => {
   if (!busy || !chat.chatId) return;
+  if (!streamOpen) {
+    stopPending = true;
+    return;
+  }
+  abortTurn();
+});
+
+async function abortTurn() {
   for (const m of Object.values(chat.msgs)) if (m.isInProcess && !m.toolCall) m._stopped = true;
   let res;
   try {
@@ -688,7 +711,7 @@ stop.addEventListener("click", async () => {
   }
   if (res.status === 401) sessionExpired();
   else if (!res.ok && res.status !== 204) show("Could not stop the answer: " + (await errorText(res)), "error");
-});
+}
 
 newChat.addEventListener("click", () => {
   if (busy) return;
