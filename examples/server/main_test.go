@@ -198,7 +198,7 @@ func TestServerContract(t *testing.T) {
 		// The profile page shows the picture with an initials fallback.
 		resp, b = do(t, jc, http.MethodGet, s.base+"/embed/profile", "", nil)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), ">JD<") ||
-			!strings.Contains(string(b), "https://example.test/broken.png") || !strings.Contains(string(b), "onerror") {
+			!strings.Contains(string(b), "https://example.test/broken.png") || strings.Contains(string(b), "<script") || strings.Contains(string(b), "onerror") {
 			t.Errorf("profile: status %d: %s", resp.StatusCode, b)
 		}
 	})
