@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -72,7 +73,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 // streamEventError replaces the error of an error event in the stream,
 // whose message is the endpoint's own text (any size, maybe echoing the
 // key), by one naming only its type and code.
-func streamEventError(err error) error {
+func streamEventError(err error, key string) error {
 	se, ok := errors.AsType[*ssestream.StreamError](err)
 	if !ok {
 		return err
@@ -84,11 +85,15 @@ func streamEventError(err error) error {
 		} `json:"error"`
 	}
 	_ = json.Unmarshal(se.Event.Data, &v)
-	return fmt.Errorf("llmagent: the model endpoint sent an error event (type %q, code %s)", short(v.Error.Type), short(string(v.Error.Code)))
+	return fmt.Errorf("llmagent: the model endpoint sent an error event (type %q, code %s)", short(v.Error.Type, key), short(string(v.Error.Code), key))
 }
 
-// short cuts s for a log line.
-func short(s string) string {
+// short cuts s, a field the endpoint wrote, for a log line, with the
+// endpoint's key (which a misbehaving endpoint may echo) masked.
+func short(s, key string) string {
+	if key != "" {
+		s = strings.ReplaceAll(s, key, "xxxxx")
+	}
 	if len(s) > 64 {
 		return s[:64] + "…"
 	}

@@ -516,7 +516,7 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 		if context.Cause(reqCtx) == errIdle && ctx.Err() == nil {
 			return res, errIdle
 		}
-		return res, streamEventError(err)
+		return res, streamEventError(err, tr.a.cfg.apiKey)
 	}
 	if res.finish == "" {
 		return res, errTruncated
@@ -732,7 +732,7 @@ func (tr *turn) logUsage(ctx context.Context, round, attempt int, res *response,
 		if _, ok := errors.AsType[*errEmit](err); ok || ctx.Err() != nil {
 			return // the turn is over; not a model failure
 		}
-		attrs = append(attrs, slog.String("error", describe(err)))
+		attrs = append(attrs, slog.String("error", describe(err, tr.a.cfg.apiKey)))
 		tr.a.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "llmagent: model request failed", attrs...)
 		return
 	}
@@ -757,17 +757,17 @@ func withoutURL(err error) error {
 
 // describe summarizes a model failure for the log: the status and the
 // error code and type of the body, never the request (its URL or headers).
-func describe(err error) string {
+func describe(err error, key string) string {
 	err = withoutURL(err)
 	if apiErr, ok := errors.AsType[*openai.Error](err); ok {
 		s := apiErr.Error()
 		// Cut as an error event's are: the body is the endpoint's, and may
-		// echo what the request held.
+		// echo what the request held, the key included.
 		if apiErr.Type != "" {
-			s += " type=" + short(apiErr.Type)
+			s += " type=" + short(apiErr.Type, key)
 		}
 		if apiErr.Code != "" {
-			s += " code=" + short(apiErr.Code)
+			s += " code=" + short(apiErr.Code, key)
 		}
 		return s
 	}

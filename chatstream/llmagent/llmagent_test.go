@@ -417,6 +417,9 @@ func TestErrorStatuses(t *testing.T) {
 		// The body's type and code are cut, as an error event's are: they
 		// are the endpoint's, and may echo what the request held.
 		{"401 with a long type and code", []reply{{status: 401, body: `{"error":{"message":"m","type":"` + strings.Repeat("T", 20000) + `","code":"` + strings.Repeat("C", 64) + ` ` + testKey + `"}}`}}, 1, false, "type=" + strings.Repeat("T", 64) + "… code=" + strings.Repeat("C", 64) + "…"},
+		// An endpoint that echoes the key in a short type or code: masked.
+		{"401 echoing the key as its type", []reply{{status: 401, body: `{"error":{"message":"m","type":"` + testKey + `","code":"x"}}`}}, 1, false, "type=xxxxx code=x"},
+		{"error event echoing the key as its code", []reply{{chunks: []string{`{"error":{"message":"` + testKey + `","type":"t","code":"` + testKey + `"}}`}}, {chunks: []string{`{"error":{"message":"m","type":"t","code":"` + testKey + `"}}`}}}, 2, false, `code \"xxxxx\"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, tc.replies...)
