@@ -486,8 +486,12 @@ func (tr *turn) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				if tc.ID != "" {
 					p.id = tc.ID
 				}
-				if n := tc.Function.Name; n != "" && n != p.name && len(p.name)+len(n) <= maxToolName {
-					p.name += n
+				if n := tc.Function.Name; n != "" && n != p.name {
+					if len(p.name)+len(n) <= maxToolName {
+						p.name += n
+					} else {
+						p.nameTooLong = true
+					}
 				}
 				if x := strings.TrimSpace(tc.JSON.ExtraFields["extra_content"].Raw()); len(x) > maxToolArgs {
 					// Not sent back: an endpoint that needs it (Gemini's
@@ -638,6 +642,7 @@ func (tr *turn) runTool(ctx context.Context, c call) (string, error) {
 	// is named after it): what else the model wrote there is told to the
 	// model alone.
 	tool, ok := tr.a.tools[c.name]
+	ok = ok && !c.nameTooLong
 	name := c.name
 	if !ok {
 		name = "unknown"

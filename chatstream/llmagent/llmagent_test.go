@@ -283,6 +283,30 @@ func TestSeveralToolCallsInOneResponse(t *testing.T) {
 	}
 }
 
+// TestOverlongToolNameRunsNothing: a call whose name grows past 64
+// characters over its chunks is an unknown tool, never the tool its first
+// piece named.
+func TestOverlongToolNameRunsNothing(t *testing.T) {
+	f := newFake(t,
+		reply{chunks: []string{role(),
+			toolStart(0, "c1", "svcSqlApi", `{"q":`),
+			toolStart(0, "c1", strings.Repeat("x", 60), `"SELECT 1"}`),
+			finish("tool_calls")}},
+		say("Done."))
+	sql := &fakeTool{name: "svcSqlApi", result: 1}
+	a, _ := newAgent(t, f, []llmagent.Tool{sql})
+	rec, err := answer(t, a, chatstream.Turn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := rec.Events(); len(ev) < 1 || ev[0].Name != "unknown" {
+		t.Errorf("events = %+v", ev)
+	}
+	if n := len(sql.called()); n != 0 {
+		t.Errorf("svcSqlApi ran %d times", n)
+	}
+}
+
 func TestReasoningBecomesThinking(t *testing.T) {
 	f := newFake(t, reply{chunks: []string{role(),
 		reasoning("reasoning_content", "Think A. "),

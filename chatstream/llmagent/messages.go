@@ -26,6 +26,9 @@ type msg struct {
 type call struct {
 	id, name, args string
 	tooLong        bool
+	// nameTooLong: a piece of the name was dropped (the whole would pass
+	// maxToolName), so name is not what the model wrote: no tool runs.
+	nameTooLong bool
 	// extra is the call's "extra_content" object, sent back with it as
 	// received: Gemini's OpenAI-compatible API puts a thought signature
 	// there, and refuses a later request of the turn whose tool calls lack
