@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"iter"
 	"log/slog"
 	"maps"
 	"math/big"
@@ -408,20 +409,8 @@ func HasKey(body []byte, key string) bool {
 	if !bytes.Contains(body, []byte(key)) && !bytes.Contains(body, []byte(`\u`)) {
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return false
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return false
-		}
-		if k, _ := tok.(string); k == key && string(v) != "null" {
+	for k, v := range members(body) {
+		if k == key && string(v) != "null" {
 			return true
 		}
 	}
@@ -432,25 +421,37 @@ func HasKey(body []byte, key string) bool {
 // the top-level JSON object body, its last occurrence; nil when it has
 // none, or body is not an object.
 func Member(body []byte, key string) json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
-	}
 	var found json.RawMessage
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil
-		}
-		if k, _ := tok.(string); k == key {
+	for k, v := range members(body) {
+		if k == key {
 			found = v
 		}
 	}
 	return found
+}
+
+// members yields the keys (unescaped) and values of the top-level JSON
+// object body, in document order, until the end or a syntax error.
+func members(body []byte) iter.Seq2[string, json.RawMessage] {
+	return func(yield func(string, json.RawMessage) bool) {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return
+			}
+			if k, _ := tok.(string); !yield(k, v) {
+				return
+			}
+		}
+	}
 }
 
 // NULField returns the path of the first string or key of doc, a JSON
