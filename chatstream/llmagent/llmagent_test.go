@@ -915,22 +915,29 @@ func TestTransportFailureLogsNoQuery(t *testing.T) {
 	}
 }
 
-// TestParallelCallsSharingAnIndex: endpoints that send every parallel call
-// at index 0 (with a new id each) get each call run on its own, not one
-// call of a merged name and arguments.
-func TestParallelCallsSharingAnIndex(t *testing.T) {
+// runBothTools answers one turn whose model sends chunks (tool calls) then
+// "Done.", with svcMeta and svcSqlApi as tools, and returns them.
+func runBothTools(t *testing.T, chunks ...string) (meta, sql *fakeTool) {
+	t.Helper()
 	f := newFake(t,
-		reply{chunks: []string{role(),
-			toolStart(0, "call_a", "svcMeta", `{"q":"revenue"}`),
-			toolStart(0, "call_b", "svcSqlApi", `{"q":"select 1"}`),
-			finish("tool_calls")}},
+		reply{chunks: append(append([]string{role()}, chunks...), finish("tool_calls"))},
 		say("Done."))
-	meta := &fakeTool{name: "svcMeta", result: 1}
-	sql := &fakeTool{name: "svcSqlApi", result: 2}
+	meta = &fakeTool{name: "svcMeta", result: 1}
+	sql = &fakeTool{name: "svcSqlApi", result: 2}
 	a, _ := newAgent(t, f, []llmagent.Tool{meta, sql})
 	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
 		t.Fatal(err)
 	}
+	return meta, sql
+}
+
+// TestParallelCallsSharingAnIndex: endpoints that send every parallel call
+// at index 0 (with a new id each) get each call run on its own, not one
+// call of a merged name and arguments.
+func TestParallelCallsSharingAnIndex(t *testing.T) {
+	meta, sql := runBothTools(t,
+		toolStart(0, "call_a", "svcMeta", `{"q":"revenue"}`),
+		toolStart(0, "call_b", "svcSqlApi", `{"q":"select 1"}`))
 	if m, q := meta.called(), sql.called(); len(m) != 1 || m[0] != `{"q":"revenue"}` || len(q) != 1 || q[0] != `{"q":"select 1"}` {
 		t.Errorf("svcMeta ran with %v, svcSqlApi with %v; want one call each", m, q)
 	}
@@ -946,19 +953,10 @@ func TestParallelCallsWithoutIDs(t *testing.T) {
 			"index": 0, "type": "function", "function": map[string]any{"name": name, "arguments": args},
 		}}}, nil)
 	}
-	f := newFake(t,
-		reply{chunks: []string{role(),
-			noID("svcMeta", `{"q":"revenue"}`),
-			noID("svcSqlApi", `{"q":`), noID("svcSqlApi", `"select 1"}`),
-			noID("svcMeta", `{"q":"orders"}`),
-			finish("tool_calls")}},
-		say("Done."))
-	meta := &fakeTool{name: "svcMeta", result: 1}
-	sql := &fakeTool{name: "svcSqlApi", result: 2}
-	a, _ := newAgent(t, f, []llmagent.Tool{meta, sql})
-	if _, err := answer(t, a, chatstream.Turn{}); err != nil {
-		t.Fatal(err)
-	}
+	meta, sql := runBothTools(t,
+		noID("svcMeta", `{"q":"revenue"}`),
+		noID("svcSqlApi", `{"q":`), noID("svcSqlApi", `"select 1"}`),
+		noID("svcMeta", `{"q":"orders"}`))
 	if m, q := meta.called(), sql.called(); len(m) != 2 || m[0] != `{"q":"revenue"}` || m[1] != `{"q":"orders"}` || len(q) != 1 || q[0] != `{"q":"select 1"}` {
 		t.Errorf("svcMeta ran with %v, svcSqlApi with %v; want two calls and one", m, q)
 	}

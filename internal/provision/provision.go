@@ -744,9 +744,13 @@ func Apply(ctx context.Context, tx store.Tx, acct store.Account, r Request, maxU
 			res.Found = &found
 		}
 	}
-	for _, d := range r.AttributeDefinitions {
+	if len(r.AttributeDefinitions) > 0 {
+		types := make(map[string]store.AttributeType, len(found.Attributes))
 		for _, a := range found.Attributes {
-			if a.Name == d.Name && a.Type != d.Type {
+			types[a.Name] = a.Type
+		}
+		for _, d := range r.AttributeDefinitions {
+			if t, ok := types[d.Name]; ok && t != d.Type {
 				return Result{}, wire.Errorf(http.StatusConflict, "cannot change type")
 			}
 		}

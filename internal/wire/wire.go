@@ -176,22 +176,21 @@ func Unmarshal(body []byte, v any) error {
 	return nil
 }
 
-// DuplicateField reports the first known field (or key of an object kept
-// as it is or decoded into a map) that an object of doc, a valid JSON
-// document that decodes into v, holds twice, as a path such as
-// accounts[0].apiKeys.
-func DuplicateField(doc []byte, v any) (string, bool) {
+// KeyProblems reports, as paths such as accounts[0].apiKeys, the first
+// key of doc, a valid JSON document that decodes into v, that names a
+// field of v's structs only in another letter case ("apikeys" for apiKeys:
+// an unknown field, which encoding/json would read into that field), and
+// the first known field (or key of an object kept as it is or decoded
+// into a map) that an object holds twice; "" for none.
+func KeyProblems(doc []byte, v any) (miscased, dup string) {
 	rep := scanKeys(doc, reflect.TypeOf(v))
-	return shortPath(rep.dup), rep.dup != ""
-}
-
-// MiscasedField reports the first key of doc, a valid JSON document that
-// decodes into v, that names a field of v's structs only in another letter
-// case ("apikeys" for apiKeys), as a path such as accounts[0].apikeys:
-// an unknown field, which encoding/json would read into that field.
-func MiscasedField(doc []byte, v any) (string, bool) {
-	rep := scanKeys(doc, reflect.TypeOf(v))
-	return shortPath(rep.miscasedPath), rep.miscased != nil
+	if rep.miscased != nil {
+		miscased = shortPath(rep.miscasedPath)
+	}
+	if rep.dup != "" {
+		dup = shortPath(rep.dup)
+	}
+	return miscased, dup
 }
 
 // TypeErrorField names the field of te, an error decoding doc, by its
@@ -461,33 +460,44 @@ func NULField(doc []byte) (string, bool) {
 	if !hasNULEscape(doc) {
 		return "", false
 	}
+	hasNUL := func(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+	return firstField(doc, func(v any) bool { s, ok := v.(string); return ok && hasNUL(s) }, hasNUL)
+}
+
+// NullField returns the path of the first null value of doc, a JSON
+// document, in key order.
+func NullField(doc []byte) (string, bool) {
+	if !bytes.Contains(doc, []byte("null")) {
+		return "", false
+	}
+	return firstField(doc, func(v any) bool { return v == nil }, nil)
+}
+
+// firstField returns the path ("userProfile.displayName", "groups[2]") of
+// the first value of doc, a JSON document, in key order, for which bad is
+// true, or of the first key for which badKey (when set) is; NUL in a key
+// is written \u0000.
+func firstField(doc []byte, bad func(v any) bool, badKey func(k string) bool) (string, bool) {
 	var v any
 	if json.Unmarshal(doc, &v) != nil {
 		return "", false
 	}
-	field, ok := nulField(v)
+	var segs []pathSeg
+	field, ok := fieldAt(v, &segs, bad, badKey)
 	return shortPath(field), ok
 }
 
-// nulField returns the path ("userProfile.displayName", "groups[2]") of the
-// first string of a decoded JSON document, in key order, that holds NUL; a
-// key that holds NUL names itself.
-func nulField(v any) (string, bool) {
-	var segs []pathSeg
-	return nulAt(v, &segs)
-}
-
-// nulAt is nulField below the path segs, which it leaves as it found them.
-func nulAt(v any, segs *[]pathSeg) (string, bool) {
+// fieldAt is firstField below the path segs, which it leaves as it found
+// them.
+func fieldAt(v any, segs *[]pathSeg, bad func(v any) bool, badKey func(k string) bool) (string, bool) {
+	if bad(v) {
+		return joinPath(*segs), true
+	}
 	switch x := v.(type) {
-	case string:
-		if strings.IndexByte(x, 0) >= 0 {
-			return joinPath(*segs), true
-		}
 	case []any:
 		for i, e := range x {
 			*segs = append(*segs, pathSeg{index: i, isIdx: true})
-			p, ok := nulAt(e, segs)
+			p, ok := fieldAt(e, segs, bad, badKey)
 			*segs = (*segs)[:len(*segs)-1]
 			if ok {
 				return p, true
@@ -496,10 +506,10 @@ func nulAt(v any, segs *[]pathSeg) (string, bool) {
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(x)) {
 			*segs = append(*segs, pathSeg{key: k})
-			if strings.IndexByte(k, 0) >= 0 {
+			if badKey != nil && badKey(k) {
 				return strings.ReplaceAll(joinPath(*segs), "\x00", `\u0000`), true
 			}
-			p, ok := nulAt(x[k], segs)
+			p, ok := fieldAt(x[k], segs, bad, badKey)
 			*segs = (*segs)[:len(*segs)-1]
 			if ok {
 				return p, true

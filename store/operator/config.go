@@ -190,87 +190,21 @@ func DecodeConfig(r io.Reader) (Config, error) {
 		// Every backend refuses it alike: PostgreSQL's text cannot hold it.
 		return Config{}, fmt.Errorf("operator: config: field %s must not contain the NUL character (\\u0000)", field)
 	}
-	if field, ok := nullField(data); ok {
+	if field, ok := wire.NullField(data); ok {
 		// encoding/json takes null as "leave it as it is": "apiKeys": null
 		// would read as no keys, and revoke the listed ones at start-up.
 		return Config{}, fmt.Errorf("operator: config: field %s is null: give a value or leave the field out", field)
 	}
-	if field, ok := wire.MiscasedField(data, &c); ok {
+	switch miscased, dup := wire.KeyProblems(data, &c); {
+	case miscased != "":
 		// Keys name fields exactly; encoding/json would have read it into
 		// the field of that name in another letter case.
-		return Config{}, fmt.Errorf("operator: config: unknown field %q", field)
-	}
-	if field, ok := wire.DuplicateField(data, &c); ok {
+		return Config{}, fmt.Errorf("operator: config: unknown field %q", miscased)
+	case dup != "":
 		// The last one would win silently: a second "apiKeys" drops the first's keys.
-		return Config{}, fmt.Errorf("operator: config: field %s appears more than once", field)
+		return Config{}, fmt.Errorf("operator: config: field %s appears more than once", dup)
 	}
 	return c, c.Validate()
-}
-
-// nullField returns the path ("accounts[0].apiKeys") of the first null
-// value of data, a valid JSON document, in document order.
-func nullField(data []byte) (string, bool) {
-	if !bytes.Contains(data, []byte("null")) {
-		return "", false
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	type frame struct {
-		array bool
-		index int
-		key   string
-	}
-	var stack []frame
-	path := func() string {
-		var b strings.Builder
-		for _, f := range stack {
-			if f.array {
-				fmt.Fprintf(&b, "[%d]", f.index)
-			} else {
-				if b.Len() > 0 {
-					b.WriteByte('.')
-				}
-				b.WriteString(f.key)
-			}
-		}
-		return b.String()
-	}
-	wantKey := false
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		top := len(stack) - 1
-		if wantKey {
-			if k, ok := tok.(string); ok {
-				stack[top].key = k
-				wantKey = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{})
-			wantKey = true
-			continue
-		case json.Delim('['):
-			stack = append(stack, frame{array: true, index: -1})
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:top]
-			wantKey = false
-		case nil:
-			return path(), true
-		}
-		// A value ended (or an array opened): the next token is a key in an
-		// object, an element in an array.
-		if n := len(stack); n > 0 {
-			if stack[n-1].array {
-				stack[n-1].index++
-			} else {
-				wantKey = true
-			}
-		}
-	}
 }
 
 // maxConfig bounds the bootstrap document (bytes).
